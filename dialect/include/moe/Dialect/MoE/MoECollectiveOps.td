@@ -1,0 +1,135 @@
+//===- MoECollectiveOps.td - collectives over the grid -----*- tablegen -*-===//
+
+#ifndef MOE_COLLECTIVE_OPS_TD
+#define MOE_COLLECTIVE_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+
+// Collectives have no `Pure` trait: they synchronise ranks and must not be
+// removed, duplicated or reordered by generic transforms.
+class MoE_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : MoE_Op<mnemonic, traits> {
+  code commonDescription = [{
+    The group is every set of ranks that differ only in the grid axes listed
+    after `over` (of `dp`, `ep`, `tp`; see `#moe.grid`); its size is the
+    product of those degrees. An optional `codec` compresses the payload on
+    the wire.
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_AllReduceOp : MoE_CollectiveOp<"all_reduce", [
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "sums (or averages) a tensor over a group";
+  let description = commonDescription # [{
+    ```mlir
+    %g = moe.all_reduce mean %grad over [dp, ep] codec <int8, block_size = 256>
+        : tensor<64x64xf32>
+    ```
+
+    Constraints:
+    - the enclosing module has a `moe.grid`; axes are distinct grid axes;
+    - `codec` compresses: no `fp16` codec on f16 data, no `bf16` on bf16;
+    - `powersgd` needs a tensor of rank >= 2.
+  }];
+  let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
+                       StrArrayAttr:$axes, OptionalAttr<MoE_CodecAttr>:$codec);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $reduction $input `over` custom<GridAxes>($axes) (`codec` $codec^)?
+    attr-dict `:` type($input)
+  }];
+}
+
+def MoE_ReduceScatterOp : MoE_CollectiveOp<"reduce_scatter"> {
+  let summary = "reduces over a group and leaves each rank one slice";
+  let description = commonDescription # [{
+    Rank `i` of the group keeps slice `i` of the reduced tensor along `dim`.
+
+    ```mlir
+    %s = moe.reduce_scatter sum %grad over [dp] dim 0
+        : tensor<64x64xf32> -> tensor<32x64xf32>
+    ```
+
+    Constraints:
+    - the enclosing module has a `moe.grid`; axes are distinct grid axes;
+    - `0 <= dim < rank`; the input's `dim` is divisible by the group size
+      `P` and the result is the input with that dimension divided by `P`;
+    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
+  }];
+  let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
+                       StrArrayAttr:$axes, I64Attr:$dim,
+                       OptionalAttr<MoE_CodecAttr>:$codec);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $reduction $input `over` custom<GridAxes>($axes) `dim` $dim
+    (`codec` $codec^)? attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def MoE_AllGatherOp : MoE_CollectiveOp<"all_gather"> {
+  let summary = "concatenates every rank's tensor along a dimension";
+  let description = commonDescription # [{
+    ```mlir
+    %w = moe.all_gather %shard over [tp] dim 1 : tensor<64x32xf32> -> tensor<64x64xf32>
+    ```
+
+    Constraints:
+    - the enclosing module has a `moe.grid`; axes are distinct grid axes;
+    - `0 <= dim < rank`; the result is the input with `dim` multiplied by the
+      group size;
+    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, StrArrayAttr:$axes,
+                       I64Attr:$dim, OptionalAttr<MoE_CodecAttr>:$codec);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `over` custom<GridAxes>($axes) `dim` $dim (`codec` $codec^)?
+    attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all"> {
+  let summary = "exchanges slices among a group (dispatch and combine)";
+  let description = commonDescription # [{
+    The input is cut into `P` equal chunks along `split_dim`; chunk `p` goes
+    to group rank `p`; the chunks received are concatenated in source-rank
+    order along `concat_dim`. The result shape is the input's with
+    `split_dim` divided by `P` and `concat_dim` multiplied by `P`.
+
+    Ragged form (token dispatch without padding on the wire): with
+    `counts %send` (`tensor<P x i32>`), `split_dim` and `concat_dim` are 0,
+    only the first `send[p]` rows of chunk `p` are valid and sent, and the
+    op also returns `recv` (`tensor<P x i32>`): the valid rows received from
+    each source, placed at the start of its chunk. Padding rows of the result
+    are zero.
+
+    ```mlir
+    %y = moe.all_to_all %buf over [ep] split 0 concat 1
+        : (tensor<8x10x64xf32>) -> tensor<4x20x64xf32>
+    %rows, %recv = moe.all_to_all %packed over [ep] split 0 concat 0 counts %send
+        codec <bf16> : (tensor<64x64xf32>, tensor<2xi32>) -> (tensor<64x64xf32>, tensor<2xi32>)
+    ```
+
+    Constraints:
+    - the enclosing module has a `moe.grid`; axes are distinct grid axes;
+    - `split_dim` and `concat_dim` are dimensions of the input; the input's
+      `split_dim` is divisible by `P`; the result shape follows the rule
+      above with the input's element type;
+    - `counts` and the `recv` result come together, both `tensor<P x i32>`,
+      and require `split_dim == concat_dim == 0`;
+    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, Optional<MoE_IndexTensor>:$send_counts,
+                       StrArrayAttr:$axes, I64Attr:$split_dim, I64Attr:$concat_dim,
+                       OptionalAttr<MoE_CodecAttr>:$codec);
+  let results = (outs MoE_FloatTensor:$result,
+                      Optional<MoE_IndexTensor>:$recv_counts);
+  let assemblyFormat = [{
+    $input `over` custom<GridAxes>($axes) `split` $split_dim `concat` $concat_dim
+    (`counts` $send_counts^)? (`codec` $codec^)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+#endif // MOE_COLLECTIVE_OPS_TD

@@ -1,0 +1,70 @@
+//===- MoEDialect.td - the moe dialect ---------------------*- tablegen -*-===//
+//
+// The `moe` dialect describes one training step of a Mixture-of-Experts
+// transformer at graph level: parameters, the forward model, routing, and the
+// collectives that a partitioned step needs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_TD
+#define MOE_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def MoE_Dialect : Dialect {
+  let name = "moe";
+  let cppNamespace = "::mlir::moe";
+  let summary = "Mixture-of-Experts training steps at graph level";
+  let description = [{
+    The `moe` dialect states what one training step of a Mixture-of-Experts
+    transformer computes: which parameters exist and how they are initialised
+    (`moe.param`), the forward graph over builtin ranked tensors (embedding,
+    normalisation, attention, linear layers, routing, dispatch, grouped expert
+    FFNs, combine, cross-entropy), and the collectives a partitioned step
+    exchanges (`moe.all_to_all`, `moe.all_reduce`, `moe.reduce_scatter`,
+    `moe.all_gather`), each optionally compressed by a codec.
+
+    Tensors are statically shaped; floating-point tensors are f32, bf16 or
+    f16; token ids and expert indices are i32. Ops that act per token accept
+    any number of leading dimensions (`[B, S, D]` or `[T, D]`), so the model
+    needs no reshapes between attention and routing.
+
+    Discardable attributes owned by the dialect:
+    - `moe.grid` on the module: a `#moe.grid` giving the device grid that
+      collective groups refer to;
+    - `moe.input` on a `func.func` argument: `"tokens"` or `"targets"`, the
+      step's data inputs.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Name of the module attribute holding the device grid.
+    static constexpr ::llvm::StringLiteral kGridAttrName = "moe.grid";
+    /// Name of the function-argument attribute marking a step input.
+    static constexpr ::llvm::StringLiteral kInputAttrName = "moe.input";
+  private:
+    void registerAttributes();
+  public:
+  }];
+}
+
+class MoE_Op<string mnemonic, list<Trait> traits = []>
+    : Op<MoE_Dialect, mnemonic, traits>;
+
+class MoE_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<MoE_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def MoE_FloatElement : AnyTypeOf<[F32, BF16, F16], "f32, bf16 or f16">;
+def MoE_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+def MoE_IndexTensor : StaticShapeTensorOf<[I32]>;
+def MoE_LossTensor : 0DTensorOf<[F32]>;
+
+#endif // MOE_DIALECT_TD

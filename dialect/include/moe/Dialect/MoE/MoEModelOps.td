@@ -1,0 +1,198 @@
+//===- MoEModelOps.td - dense transformer ops --------------*- tablegen -*-===//
+
+#ifndef MOE_MODEL_OPS_TD
+#define MOE_MODEL_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure]> {
+  let summary = "looks up token embeddings";
+  let description = [{
+    `result[i..., :] = table[ids[i...], :]`. Ids outside `[0, V)` are a
+    runtime error in the executor, not undefined behaviour.
+
+    ```mlir
+    %x = moe.embedding %ids, %table
+        : tensor<2x16xi32>, tensor<256x64xf32> -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - `table` has rank 2, `[V, D]`;
+    - the result shape is the shape of `ids` followed by `D`;
+    - the result element type is the table's.
+  }];
+  let arguments = (ins MoE_IndexTensor:$ids, MoE_FloatTensor:$table);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $ids `,` $table attr-dict `:` type($ids) `,` type($table) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_RMSNormOp : MoE_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>]> {
+  let summary = "root-mean-square normalisation over the last dimension";
+  let description = [{
+    `result = x / sqrt(mean(x^2, last) + epsilon) * gamma`.
+
+    ```mlir
+    %y = moe.rms_norm %x, %g {epsilon = 1.0e-06 : f32}
+        : tensor<2x16x64xf32>, tensor<64xf32>
+    ```
+
+    Constraints:
+    - `x` has rank >= 1; `gamma` has rank 1 and the size of `x`'s last
+      dimension;
+    - `gamma` has `x`'s element type;
+    - `epsilon > 0`.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$gamma,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $gamma attr-dict `:` type($x) `,` type($gamma)";
+  let hasVerifier = 1;
+}
+
+def MoE_AttentionOp : MoE_Op<"attention", [Pure,
+    AllTypesMatch<["q", "result"]>]> {
+  let summary = "causal multi-head attention with grouped key/value heads";
+  let description = [{
+    Causal scaled-dot-product attention over already projected queries, keys
+    and values. `q` is `[B, S, H * hd]`, `k` and `v` are `[B, S, KV * hd]`;
+    query head `h` attends to key/value head `h / (H / KV)` (grouped-query
+    attention; `KV == H` is multi-head, `KV == 1` multi-query). Scores are
+    scaled by `1 / sqrt(hd)`. When `rope_theta` is present, rotary position
+    embeddings with that base are applied to queries and keys first
+    (rotate-half convention, as in Llama and Mixtral). The projections are
+    separate `moe.linear` ops.
+
+    ```mlir
+    %o = moe.attention %q, %k, %v heads 8 kv_heads 2 {rope_theta = 1.0e+04 : f32}
+        : tensor<2x16x64xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>
+    ```
+
+    Constraints:
+    - `q`, `k`, `v` have rank 3 with equal batch and sequence dimensions and
+      one element type;
+    - `heads >= 1`, `kv_heads >= 1`, `heads % kv_heads == 0`;
+    - `q`'s last dimension is divisible by `heads`, giving `hd`;
+    - `k`'s and `v`'s last dimension is `kv_heads * hd`;
+    - `rope_theta`, when present, is > 0 and `hd` is even.
+  }];
+  let arguments = (ins MoE_FloatTensor:$q, MoE_FloatTensor:$k,
+                       MoE_FloatTensor:$v, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, OptionalAttr<F32Attr>:$rope_theta);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `heads` $num_heads `kv_heads` $num_kv_heads attr-dict
+    `:` type($q) `,` type($k) `,` type($v)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Width of one head.
+    int64_t getHeadDim() {
+      return getQ().getType().getShape().back() / getNumHeads();
+    }
+  }];
+}
+
+def MoE_LinearOp : MoE_Op<"linear", [Pure]> {
+  let summary = "affine map over the last dimension";
+  let description = [{
+    `result = x @ weight (+ bias)`, with `weight` stored `[in, out]`.
+
+    ```mlir
+    %y = moe.linear %x, %w bias %b
+        : tensor<2x16x64xf32>, tensor<64x256xf32>, tensor<256xf32>
+        -> tensor<2x16x256xf32>
+    ```
+
+    Constraints:
+    - `weight` has rank 2, `[K, N]`, and `x`'s last dimension is `K`;
+    - the result shape is `x`'s shape with the last dimension `N`;
+    - `bias`, when present, is `[N]`;
+    - all operands and the result share one element type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$weight,
+                       Optional<MoE_FloatTensor>:$bias);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $x `,` $weight (`bias` $bias^)? attr-dict `:` type($x) `,` type($weight)
+    (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_AddOp : MoE_Op<"add", [Pure, Commutative, SameOperandsAndResultType]> {
+  let summary = "elementwise sum (residuals, loss terms)";
+  let description = [{
+    ```mlir
+    %h = moe.add %x, %attn : tensor<2x16x64xf32>
+    %loss = moe.add %ce, %aux : tensor<f32>
+    ```
+
+    Constraints: both operands and the result have one type.
+  }];
+  let arguments = (ins RankedTensorOf<[F32, BF16, F16]>:$lhs,
+                       RankedTensorOf<[F32, BF16, F16]>:$rhs);
+  let results = (outs RankedTensorOf<[F32, BF16, F16]>:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def MoE_FFNOp : MoE_Op<"ffn", [Pure, AllTypesMatch<["x", "result"]>]> {
+  let summary = "dense feed-forward block (dense layers, shared experts)";
+  let description = [{
+    `swiglu`: `result = (silu(x @ w_gate) * (x @ w_up)) @ w_down`;
+    `gelu`:   `result = gelu(x @ w_up) @ w_down` (tanh approximation).
+    Dense layers use it, and so do shared experts: `n` shared experts of
+    width `F` are one `moe.ffn` of width `n * F` whose output is added to the
+    routed experts' combined output.
+
+    ```mlir
+    %y = moe.ffn swiglu %x, %up, %down gate %g
+        : (tensor<2x16x64xf32>, tensor<64x128xf32>, tensor<128x64xf32>,
+           tensor<64x128xf32>) -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - `x` is `[..., D]`; `w_up` is `[D, F]`; `w_down` is `[F, D]`;
+    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` takes no `gate`;
+    - all operands share one element type.
+  }];
+  let arguments = (ins MoE_Activation:$activation, MoE_FloatTensor:$x,
+                       MoE_FloatTensor:$w_up, MoE_FloatTensor:$w_down,
+                       Optional<MoE_FloatTensor>:$w_gate);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $activation $x `,` $w_up `,` $w_down (`gate` $w_gate^)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure]> {
+  let summary = "mean token cross-entropy of logits against targets";
+  let description = [{
+    `result = mean over tokens t of (logsumexp(logits[t, :]) - logits[t, targets[t]])`,
+    computed in f32 whatever the logits' type.
+
+    ```mlir
+    %loss = moe.cross_entropy %logits, %targets
+        : tensor<2x16x256xf32>, tensor<2x16xi32> -> tensor<f32>
+    ```
+
+    Constraints:
+    - `logits` is `[..., V]` with rank >= 2 and `targets` is `[...]`, the
+      same leading dimensions.
+  }];
+  let arguments = (ins MoE_FloatTensor:$logits, MoE_IndexTensor:$targets);
+  let results = (outs MoE_LossTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOE_MODEL_OPS_TD

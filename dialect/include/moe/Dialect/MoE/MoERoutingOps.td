@@ -1,0 +1,155 @@
+//===- MoERoutingOps.td - router, dispatch, experts, combine -*- tablegen -*-===//
+
+#ifndef MOE_ROUTING_OPS_TD
+#define MOE_ROUTING_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def MoE_RouterOp : MoE_Op<"router", [Pure]> {
+  let summary = "scores experts per token and picks the top k";
+  let description = [{
+    For every token `x[t, :]` (any leading dimensions), computes
+    `logits = x @ weight` (`[E]`), scores `s = softmax(logits)` or
+    `sigmoid(logits)`, and selects the `top_k` experts with the largest
+    `s + bias` (the optional per-expert `bias` steers selection only, as in
+    DeepSeek-V3's auxiliary-loss-free balancing). `gates` are the selected
+    scores, divided by their sum when `renormalize` is set, then multiplied
+    by `routed_scaling`. Ties go to the lower expert index.
+
+    `aux_loss` is `aux_loss_coef * E * sum_e f_e * P_e` (Switch Transformer
+    load-balancing loss: `f_e` the fraction of token-slots routed to `e`,
+    `P_e` the mean score of `e`) plus `z_loss_coef * mean(logsumexp(logits)^2)`
+    (ST-MoE router z-loss).
+
+    `capacity_factor`, when present, is the factor the frontend used to size
+    the dispatch buffers (`C = ceil(capacity_factor * T * top_k / E)`);
+    absent means dropless. Gradients flow through `gates`, not `experts`.
+
+    ```mlir
+    %gates, %experts, %aux = moe.router softmax %x, %w top_k 2
+        {aux_loss_coef = 1.0e-02 : f32, capacity_factor = 1.25 : f32}
+        : (tensor<2x16x64xf32>, tensor<64x8xf32>)
+        -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>, tensor<f32>)
+    ```
+
+    Constraints:
+    - `x` is `[..., D]`; `weight` is `[D, E]`; `bias`, when present, is `[E]`;
+    - `1 <= top_k <= E`;
+    - `gates` and `experts` are `[..., top_k]` with `x`'s leading dimensions;
+      `gates` has `x`'s element type;
+    - `capacity_factor > 0` when present; `aux_loss_coef >= 0`;
+      `z_loss_coef >= 0`; `routed_scaling > 0`.
+  }];
+  let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
+                       MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
+                       I64Attr:$top_k,
+                       DefaultValuedAttr<BoolAttr, "false">:$renormalize,
+                       OptionalAttr<F32Attr>:$capacity_factor,
+                       DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
+                       DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling);
+  let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
+                      MoE_LossTensor:$aux_loss);
+  let assemblyFormat = [{
+    $scoring $x `,` $weight (`bias` $bias^)? `top_k` $top_k attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of experts scored.
+    int64_t getNumExperts() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getWeight().getType())
+          .getShape()[1];
+    }
+  }];
+}
+
+def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
+  let summary = "scatters tokens into per-expert capacity slots";
+  let description = [{
+    Builds the expert-major buffer `[E, C, D]`. Token-slots are visited in
+    token order (flattened leading dimensions, then choice `0..k-1`); each
+    takes the next free slot of its expert. A token-slot that finds its
+    expert full is dropped (it contributes nothing in `moe.combine`; the
+    residual path carries the token). Unused slots are zero. With
+    `C >= T` no token is ever dropped (dropless).
+
+    ```mlir
+    %buf = moe.dispatch %x, %experts
+        : (tensor<2x16x64xf32>, tensor<2x16x2xi32>) -> tensor<8x10x64xf32>
+    ```
+
+    Constraints:
+    - `x` is `[..., D]`; `experts` is `[..., k]` with `x`'s leading
+      dimensions;
+    - the result is `[E, C, D]` with `E >= 1`, `C >= 1`, and `x`'s element
+      type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_IndexTensor:$experts);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $experts attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
+    AllTypesMatch<["x", "result"]>]> {
+  let summary = "the routed experts: one FFN per expert, grouped";
+  let description = [{
+    For every expert `e`, applies the FFN of `moe.ffn` with weights
+    `w_up[e]`, `w_down[e]` (and `w_gate[e]`) to that expert's slots
+    `x[e, :, :]`. An optional `placement` says which expert-parallel rank
+    holds which experts; it is set by the sharding planner or by a user
+    pinning experts.
+
+    ```mlir
+    %y = moe.expert_ffn swiglu %buf, %up, %down gate %g
+        : (tensor<8x10x64xf32>, tensor<8x64x32xf32>, tensor<8x32x64xf32>,
+           tensor<8x64x32xf32>) -> tensor<8x10x64xf32>
+    ```
+
+    Constraints:
+    - `x` is `[E, C, D]`; `w_up` is `[E, D, F]`; `w_down` is `[E, F, D]`;
+    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` takes no `gate`;
+    - all operands share one element type;
+    - `placement`, when present, needs a `moe.grid` on the module, has one
+      list per `ep` rank, names only experts `< E`, and places every expert.
+  }];
+  let arguments = (ins MoE_Activation:$activation, MoE_FloatTensor:$x,
+                       MoE_FloatTensor:$w_up, MoE_FloatTensor:$w_down,
+                       Optional<MoE_FloatTensor>:$w_gate,
+                       OptionalAttr<MoE_PlacementAttr>:$placement);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $activation $x `,` $w_up `,` $w_down (`gate` $w_gate^)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_CombineOp : MoE_Op<"combine", [Pure]> {
+  let summary = "gathers expert outputs back to tokens, weighted by gates";
+  let description = [{
+    `result[t, :] = sum over kept choices j of gates[t, j] * y[experts[t, j], slot(t, j), :]`,
+    where `slot` is the assignment `moe.dispatch` made for the same
+    `experts` and capacity `C` (dropped token-slots contribute zero).
+
+    ```mlir
+    %out = moe.combine %y, %gates, %experts
+        : (tensor<8x10x64xf32>, tensor<2x16x2xf32>, tensor<2x16x2xi32>)
+        -> tensor<2x16x64xf32>
+    ```
+
+    Constraints:
+    - `y` is `[E, C, D]`; `gates` and `experts` have one shape `[..., k]`;
+    - the result is `[..., D]` with the gates' leading dimensions;
+    - `y`, `gates` and the result share one element type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$y, MoE_FloatTensor:$gates,
+                       MoE_IndexTensor:$experts);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$y `,` $gates `,` $experts attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // MOE_ROUTING_OPS_TD

@@ -1,0 +1,99 @@
+//===- CollectiveOps.cpp - verifiers of the collectives -------------------===//
+
+#include "VerifyUtils.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::checks;
+
+/// Checks that `dim` indexes a dimension of `value`.
+static LogicalResult checkDim(Operation *op, StringRef name, int64_t dim,
+                              Value value) {
+  int64_t rank = tensorType(value).getRank();
+  if (dim >= 0 && dim < rank)
+    return success();
+  return op->emitOpError() << name << " " << dim << " is out of range for rank "
+                           << rank;
+}
+
+/// Checks that `input`'s `dim` divides by `groupSize`.
+static LogicalResult checkDivisible(Operation *op, StringRef name,
+                                    Value input, int64_t dim,
+                                    int64_t groupSize) {
+  int64_t size = tensorType(input).getShape()[dim];
+  if (size % groupSize == 0)
+    return success();
+  return op->emitOpError() << name << " dimension " << dim << " (" << size
+                           << ") is not divisible by the group size "
+                           << groupSize;
+}
+
+/// The input shape with `dim` scaled by `mul / div`.
+static SmallVector<int64_t> scaled(Value input, int64_t dim, int64_t mul,
+                                   int64_t div) {
+  SmallVector<int64_t> shape(tensorType(input).getShape());
+  shape[dim] = shape[dim] * mul / div;
+  return shape;
+}
+
+LogicalResult AllReduceOp::verify() {
+  int64_t group;
+  if (failed(verifyGroup(*this, getAxes(), group)))
+    return failure();
+  return verifyCodecUse(*this, getCodecAttr(), getInput(),
+                        /*elementwiseOnly=*/false);
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  int64_t group, dim = getDim();
+  if (failed(verifyGroup(*this, getAxes(), group)) ||
+      failed(checkDim(*this, "dim", dim, getInput())) ||
+      failed(checkDivisible(*this, "input", getInput(), dim, group)) ||
+      failed(checkShape(*this, "result", getResult(),
+                        scaled(getInput(), dim, 1, group))) ||
+      failed(checkSameElementType(*this,
+                                  {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
+}
+
+LogicalResult AllGatherOp::verify() {
+  int64_t group, dim = getDim();
+  if (failed(verifyGroup(*this, getAxes(), group)) ||
+      failed(checkDim(*this, "dim", dim, getInput())) ||
+      failed(checkShape(*this, "result", getResult(),
+                        scaled(getInput(), dim, group, 1))) ||
+      failed(checkSameElementType(*this,
+                                  {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
+}
+
+LogicalResult AllToAllOp::verify() {
+  int64_t group, split = getSplitDim(), concat = getConcatDim();
+  if (failed(verifyGroup(*this, getAxes(), group)) ||
+      failed(checkDim(*this, "split_dim", split, getInput())) ||
+      failed(checkDim(*this, "concat_dim", concat, getInput())) ||
+      failed(checkDivisible(*this, "input", getInput(), split, group)))
+    return failure();
+  SmallVector<int64_t> expected = scaled(getInput(), split, 1, group);
+  expected[concat] *= group;
+  if (failed(checkShape(*this, "result", getResult(), expected)) ||
+      failed(checkSameElementType(*this,
+                                  {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  bool sends = static_cast<bool>(getSendCounts());
+  if (sends != static_cast<bool>(getRecvCounts()))
+    return emitOpError("counts operand and recv_counts result must come "
+                       "together (ragged form)");
+  if (sends) {
+    if (split != 0 || concat != 0)
+      return emitOpError() << "ragged all_to_all requires split 0 and "
+                              "concat 0, got split "
+                           << split << " and concat " << concat;
+    if (failed(checkShape(*this, "counts", getSendCounts(), {group})) ||
+        failed(checkShape(*this, "recv_counts", getRecvCounts(), {group})))
+      return failure();
+  }
+  return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
+}

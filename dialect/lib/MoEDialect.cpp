@@ -1,0 +1,78 @@
+//===- MoEDialect.cpp - the moe dialect -----------------------------------===//
+
+#include "moe/Dialect/MoE/MoEDialect.h"
+#include "moe/Dialect/MoE/MoEOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+#include "moe/Dialect/MoE/MoEDialect.cpp.inc"
+
+void MoEDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "moe/Dialect/MoE/MoEOps.cpp.inc"
+      >();
+  registerAttributes();
+}
+
+GridAttr mlir::moe::getEnclosingGrid(Operation *op) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                  : op->getParentOfType<ModuleOp>();
+  for (; module; module = module->getParentOfType<ModuleOp>())
+    if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
+      return grid;
+  return {};
+}
+
+LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
+                                                   NamedAttribute attr) {
+  if (attr.getName() == kGridAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << kGridAttrName
+                             << "' may only be attached to a builtin.module";
+    if (!isa<GridAttr>(attr.getValue()))
+      return op->emitError() << "'" << kGridAttrName
+                             << "' must be a #moe.grid attribute";
+    return success();
+  }
+  if (attr.getName() == kInputAttrName)
+    return op->emitError() << "'" << kInputAttrName
+                           << "' belongs on a function argument, not on an op";
+  return op->emitError() << "unknown moe dialect attribute '"
+                         << attr.getName().getValue() << "'";
+}
+
+LogicalResult MoEDialect::verifyRegionArgAttribute(Operation *op,
+                                                   unsigned regionIndex,
+                                                   unsigned argIndex,
+                                                   NamedAttribute attr) {
+  if (attr.getName() != kInputAttrName)
+    return op->emitError() << "unknown moe argument attribute '"
+                           << attr.getName().getValue() << "'";
+  auto kind = dyn_cast<StringAttr>(attr.getValue());
+  if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets"))
+    return op->emitError() << "'" << kInputAttrName << "' on argument #"
+                           << argIndex
+                           << " must be \"tokens\" or \"targets\", got "
+                           << attr.getValue();
+  if (!isa<FunctionOpInterface>(op))
+    return op->emitError() << "'" << kInputAttrName
+                           << "' may only mark arguments of a function";
+  Region &region = op->getRegion(regionIndex);
+  if (region.empty())
+    return success();
+  Type type = region.getArgument(argIndex).getType();
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape() ||
+      !tensor.getElementType().isSignlessInteger(32))
+    return op->emitError() << "step input #" << argIndex << " ("
+                           << kind.getValue()
+                           << ") must be a static tensor of i32, got " << type;
+  return success();
+}

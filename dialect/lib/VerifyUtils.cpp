@@ -1,0 +1,129 @@
+//===- VerifyUtils.cpp - helpers shared by moe verifiers ------------------===//
+
+#include "VerifyUtils.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::checks;
+
+std::string checks::formatShape(ArrayRef<int64_t> shape) {
+  if (shape.empty())
+    return "scalar";
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  llvm::interleave(shape, os, "x");
+  return out;
+}
+
+LogicalResult checks::checkShape(Operation *op, StringRef name, Value value,
+                                 ArrayRef<int64_t> expected) {
+  ArrayRef<int64_t> actual = tensorType(value).getShape();
+  if (actual == expected)
+    return success();
+  return op->emitOpError() << name << " must have shape "
+                           << formatShape(expected) << ", got "
+                           << formatShape(actual);
+}
+
+LogicalResult checks::checkRank(Operation *op, StringRef name, Value value,
+                                int64_t rank, StringRef layout) {
+  int64_t actual = tensorType(value).getRank();
+  if (actual == rank)
+    return success();
+  return op->emitOpError() << name << " must have rank " << rank << " ("
+                           << layout << "), got rank " << actual;
+}
+
+LogicalResult checks::checkSameElementType(
+    Operation *op, ArrayRef<std::pair<StringRef, Value>> namedValues) {
+  if (namedValues.empty())
+    return success();
+  Type first = tensorType(namedValues.front().second).getElementType();
+  for (auto [name, value] : namedValues.drop_front()) {
+    if (!value)
+      continue;
+    Type type = tensorType(value).getElementType();
+    if (type != first)
+      return op->emitOpError()
+             << name << " must have element type " << first << " (that of "
+             << namedValues.front().first << "), got " << type;
+  }
+  return success();
+}
+
+LogicalResult checks::verifyFFNWeights(Operation *op, Activation activation,
+                                       ArrayRef<int64_t> group, int64_t d,
+                                       Value up, Value down, Value gate) {
+  auto rank = static_cast<int64_t>(group.size()) + 2;
+  StringRef layoutUp = group.empty() ? "[D, F]" : "[E, D, F]";
+  StringRef layoutDown = group.empty() ? "[F, D]" : "[E, F, D]";
+  if (failed(checkRank(op, "w_up", up, rank, layoutUp)) ||
+      failed(checkRank(op, "w_down", down, rank, layoutDown)))
+    return failure();
+  ArrayRef<int64_t> upShape = tensorType(up).getShape();
+  SmallVector<int64_t> expectedUp(group);
+  expectedUp.append({d, upShape.back()});
+  if (failed(checkShape(op, "w_up", up, expectedUp)))
+    return failure();
+  SmallVector<int64_t> expectedDown(group);
+  expectedDown.append({upShape.back(), d});
+  if (failed(checkShape(op, "w_down", down, expectedDown)))
+    return failure();
+  if (activation == Activation::swiglu) {
+    if (!gate)
+      return op->emitOpError("swiglu activation requires a gate weight");
+    if (failed(checkShape(op, "w_gate", gate, expectedUp)))
+      return failure();
+  } else if (gate) {
+    return op->emitOpError() << stringifyActivation(activation)
+                             << " activation takes no gate weight";
+  }
+  return success();
+}
+
+LogicalResult checks::verifyGroup(Operation *op, ArrayAttr axes,
+                                  int64_t &groupSize) {
+  if (axes.empty())
+    return op->emitOpError("must name at least one grid axis");
+  llvm::SmallSet<StringRef, 3> seen;
+  for (Attribute axis : axes) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    if (name != "dp" && name != "ep" && name != "tp")
+      return op->emitOpError() << "unknown grid axis '" << name
+                               << "' (expected dp, ep or tp)";
+    if (!seen.insert(name).second)
+      return op->emitOpError() << "grid axis '" << name << "' is listed twice";
+  }
+  GridAttr grid = getEnclosingGrid(op);
+  if (!grid)
+    return op->emitOpError()
+           << "requires a '" << MoEDialect::kGridAttrName
+           << "' attribute on the enclosing module";
+  groupSize = grid.getGroupSize(axes.getValue());
+  return success();
+}
+
+LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec,
+                                     Value input, bool elementwiseOnly) {
+  if (!codec)
+    return success();
+  if (elementwiseOnly && !codec.isElementwise())
+    return op->emitOpError() << "codec " << stringifyCodecKind(codec.getKind())
+                             << " cannot compress " << op->getName()
+                             << " (allowed: fp16, bf16, int8)";
+  RankedTensorType type = tensorType(input);
+  Type element = type.getElementType();
+  if ((codec.getKind() == CodecKind::fp16 && element.isF16()) ||
+      (codec.getKind() == CodecKind::bf16 && element.isBF16()))
+    return op->emitOpError() << "codec " << stringifyCodecKind(codec.getKind())
+                             << " does not compress " << element << " data";
+  if (codec.getKind() == CodecKind::powersgd && type.getRank() < 2)
+    return op->emitOpError()
+           << "codec powersgd needs a tensor of rank >= 2, got rank "
+           << type.getRank();
+  return success();
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs MoEC's build and test dependencies from Debian's archive.
+# Idempotent: when every package is already present it returns in well under a second
+# without touching the network. Run as root, or with sudo available.
+set -euo pipefail
+
+# What each package is for (the README repeats this table).
+PKGS=(
+  llvm-22-dev        # LLVM 22 headers, libLLVM, CMake config used by MLIR
+  llvm-22-tools      # lit and FileCheck for the IR test suite
+  libmlir-22-dev     # MLIR 22 headers, libMLIR.so, TableGen CMake helpers
+  mlir-22-tools      # mlir-tblgen (ODS code generation)
+  nlohmann-json3-dev # every JSON read or written
+  libgtest-dev       # C++ unit tests
+  cmake ninja-build g++ lld ccache python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
