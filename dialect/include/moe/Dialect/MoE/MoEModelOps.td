@@ -28,6 +28,9 @@ def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure]> {
   let assemblyFormat = [{
     $ids `,` $table attr-dict `:` type($ids) `,` type($table) `->` type($result)
   }];
+  let builders = [
+    // Infers the result type: ids shape followed by the table width.
+    OpBuilder<(ins "::mlir::Value":$ids, "::mlir::Value":$table)>];
   let hasVerifier = 1;
 }
 
@@ -121,6 +124,10 @@ def MoE_LinearOp : MoE_Op<"linear", [Pure]> {
     $x `,` $weight (`bias` $bias^)? attr-dict `:` type($x) `,` type($weight)
     (`,` type($bias)^)? `->` type($result)
   }];
+  let builders = [
+    // Infers the result type from x and weight.
+    OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$weight,
+                   CArg<"::mlir::Value", "{}">:$bias)>];
   let hasVerifier = 1;
 }
 
@@ -192,6 +199,8 @@ def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure]> {
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
     `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$logits, "::mlir::Value":$targets)>];
   let hasVerifier = 1;
 }
 

@@ -55,6 +55,12 @@ def MoE_RouterOp : MoE_Op<"router", [Pure]> {
     $scoring $x `,` $weight (`bias` $bias^)? `top_k` $top_k attr-dict
     `:` functional-type(operands, results)
   }];
+  let builders = [
+    // Infers the result types; the other attributes take their defaults and
+    // are set afterwards (setRenormalize, setCapacityFactorAttr, ...).
+    OpBuilder<(ins "Scoring":$scoring, "::mlir::Value":$x,
+                   "::mlir::Value":$weight, "::mlir::Value":$bias,
+                   "int64_t":$topK)>];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Number of experts scored.
@@ -89,6 +95,10 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
   let arguments = (ins MoE_FloatTensor:$x, MoE_IndexTensor:$experts);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = "$x `,` $experts attr-dict `:` functional-type(operands, results)";
+  let builders = [
+    // Builds the [numExperts, capacity, D] buffer type.
+    OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$experts,
+                   "int64_t":$numExperts, "int64_t":$capacity)>];
   let hasVerifier = 1;
 }
 
@@ -149,6 +159,9 @@ def MoE_CombineOp : MoE_Op<"combine", [Pure]> {
                        MoE_IndexTensor:$experts);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = "$y `,` $gates `,` $experts attr-dict `:` functional-type(operands, results)";
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$y, "::mlir::Value":$gates,
+                   "::mlir::Value":$experts)>];
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,33 @@
+# Thin wrapper so a newcomer never types cmake flags. Every target installs
+# missing Debian packages first (tools/scripts/install-deps.sh is a no-op when
+# all are present).
+BUILD_DIR ?= build
+EXAMPLE   ?= examples/mlir/tiny-moe.mlir
+
+.PHONY: all deps configure build test demo docs clean
+
+all: build
+
+deps:
+	@./tools/scripts/install-deps.sh
+
+configure: deps
+	@cmake --preset default >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) --target all mlir-doc
+
+# The test command of the README and of .ci/run: lit and GoogleTest suites.
+test: build
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure
+
+# The main job. Until training lands (issues 3-5) it parses, verifies and
+# prints the example MoE training step.
+demo: build
+	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)
+
+docs: build
+	@echo "generated dialect reference: $(BUILD_DIR)/docs/Dialects/MoE.md"
+
+clean:
+	rm -rf $(BUILD_DIR)

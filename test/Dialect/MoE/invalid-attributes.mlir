@@ -1,0 +1,205 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+// Every constraint of the moe attributes and of the dialect's discardable
+// attributes (moe.grid, moe.input), with its exact message.
+
+// init: normal needs a positive scale
+// expected-error @+1 {{custom op 'moe.param' normal initialiser requires scale > 0, got 0.000000e+00}}
+moe.param @w : tensor<4xf32> init <normal, scale = 0.0>
+
+// -----
+
+// init: uniform needs a positive scale
+// expected-error @+1 {{custom op 'moe.param' uniform initialiser requires scale > 0, got 0.000000e+00}}
+moe.param @w : tensor<4xf32> init <uniform>
+
+// -----
+
+// init: zeros takes no scale
+// expected-error @+1 {{custom op 'moe.param' zeros initialiser takes no scale}}
+moe.param @w : tensor<4xf32> init <zeros, scale = 1.0>
+
+// -----
+
+// init: unknown kind
+// expected-error @+1 {{custom op 'moe.param' unknown initialiser 'xavier' (expected one of: zeros, ones, normal, uniform)}}
+moe.param @w : tensor<4xf32> init <xavier>
+
+// -----
+
+// grid: degrees are at least 1
+// expected-error @+1 {{grid degree dp must be >= 1, got 0}}
+module attributes {moe.grid = #moe.grid<dp = 0, ep = 2>} {
+}
+
+// -----
+
+// grid: one device per rank
+// expected-error @+1 {{grid lists 1 devices but has dp * ep * tp = 2 ranks}}
+module attributes {moe.grid = #moe.grid<ep = 2, devices = ["h100"]>} {
+}
+
+// -----
+
+// grid: device names are non-empty
+// expected-error @+1 {{grid device #1 must be a non-empty string, got ""}}
+module attributes {moe.grid = #moe.grid<ep = 2, devices = ["h100", ""]>} {
+}
+
+// -----
+
+// grid: only on a module
+// expected-error @+1 {{'moe.grid' may only be attached to a builtin.module}}
+func.func @f() attributes {moe.grid = #moe.grid<ep = 2>} {
+  return
+}
+
+// -----
+
+// grid: must be a #moe.grid
+// expected-error @+1 {{'moe.grid' must be a #moe.grid attribute}}
+module attributes {moe.grid = 4 : i64} {
+}
+
+// -----
+
+// placement: at least one rank
+// expected-error @+1 {{placement must list at least one rank}}
+func.func @f() attributes {p = #moe.placement<[]>} {
+  return
+}
+
+// -----
+
+// placement: no negative expert
+// expected-error @+1 {{placement lists negative expert -1 on rank 0}}
+func.func @f() attributes {p = #moe.placement<[[0, -1]]>} {
+  return
+}
+
+// -----
+
+// placement: no expert twice on one rank
+// expected-error @+1 {{placement lists expert 2 twice on rank 1}}
+func.func @f() attributes {p = #moe.placement<[[0, 1], [2, 2]]>} {
+  return
+}
+
+// -----
+
+// codec: int8 needs a block size
+// expected-error @+1 {{int8 codec requires block_size >= 1, got 0}}
+func.func @f() attributes {c = #moe.codec<int8>} {
+  return
+}
+
+// -----
+
+// codec: topk ratio in (0, 1]
+// expected-error @+1 {{topk codec requires 0 < ratio <= 1, got 1.500000e+00}}
+func.func @f() attributes {c = #moe.codec<topk, ratio = 1.5>} {
+  return
+}
+
+// -----
+
+// codec: powersgd rank >= 1
+// expected-error @+1 {{powersgd codec requires rank >= 1, got 0}}
+func.func @f() attributes {c = #moe.codec<powersgd>} {
+  return
+}
+
+// -----
+
+// codec: a parameter of another kind
+// expected-error @+1 {{'block_size' is not a parameter of the fp16 codec}}
+func.func @f() attributes {c = #moe.codec<fp16, block_size = 4>} {
+  return
+}
+
+// -----
+
+// codec: ratio belongs to topk
+// expected-error @+1 {{'ratio' is not a parameter of the int8 codec}}
+func.func @f() attributes {c = #moe.codec<int8, block_size = 4, ratio = 0.5>} {
+  return
+}
+
+// -----
+
+// codec: rank belongs to powersgd
+// expected-error @+1 {{'rank' is not a parameter of the sign codec}}
+func.func @f() attributes {c = #moe.codec<sign, rank = 2>} {
+  return
+}
+
+// -----
+
+// codec: error feedback only for sparsifying codecs
+// expected-error @+1 {{error_feedback applies to topk, sign and powersgd, not to bf16}}
+func.func @f() attributes {c = #moe.codec<bf16, error_feedback>} {
+  return
+}
+
+// -----
+
+// codec: unknown parameter
+// expected-error @+1 {{unknown codec parameter 'density' (expected block_size, ratio, rank or error_feedback)}}
+func.func @f() attributes {c = #moe.codec<topk, density = 0.1>} {
+  return
+}
+
+// -----
+
+// codec: unknown kind
+// expected-error @+1 {{unknown codec 'fp8' (expected one of: fp16, bf16, int8, topk, sign, powersgd)}}
+func.func @f() attributes {c = #moe.codec<fp8>} {
+  return
+}
+
+// -----
+
+// codec: a parameter given twice
+// expected-error @+1 {{codec parameter 'ratio' given twice}}
+func.func @f() attributes {c = #moe.codec<topk, ratio = 0.1, ratio = 0.2>} {
+  return
+}
+
+// -----
+
+// input: tokens or targets
+// expected-error @+1 {{'moe.input' on argument #0 must be "tokens" or "targets", got "labels"}}
+func.func @f(%x: tensor<2x4xi32> {moe.input = "labels"}) {
+  return
+}
+
+// -----
+
+// input: a static i32 tensor
+// expected-error @+1 {{step input #0 (tokens) must be a static tensor of i32, got 'tensor<2x4xf32>'}}
+func.func @f(%x: tensor<2x4xf32> {moe.input = "tokens"}) {
+  return
+}
+
+// -----
+
+// input: not an op attribute
+// expected-error @+1 {{'moe.input' belongs on a function argument, not on an op}}
+func.func @f() attributes {moe.input = "tokens"} {
+  return
+}
+
+// -----
+
+// unknown dialect attribute
+// expected-error @+1 {{unknown moe dialect attribute 'moe.mesh'}}
+func.func @f() attributes {moe.mesh = 1 : i64} {
+  return
+}
+
+// -----
+
+// unknown argument attribute
+// expected-error @+1 {{unknown moe argument attribute 'moe.data'}}
+func.func @f(%x: tensor<2x4xi32> {moe.data = "tokens"}) {
+  return
+}

@@ -1,0 +1,296 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+// Every constraint of the collectives: all_reduce, reduce_scatter, all_gather,
+// all_to_all (dense and ragged), and the codecs they may carry.
+
+// group: at least one axis
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op must name at least one grid axis}}
+  %0 = moe.all_reduce sum %g over [] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// group: a known axis
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op unknown grid axis 'pp' (expected dp, ep or tp)}}
+  %0 = moe.all_reduce sum %g over [pp] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// group: no axis twice
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op grid axis 'dp' is listed twice}}
+  %0 = moe.all_reduce sum %g over [dp, dp] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// group: needs the module grid
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op requires a 'moe.grid' attribute on the enclosing module}}
+  %0 = moe.all_reduce sum %g over [dp] : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+// all_reduce: result type is the input's
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op failed to verify that all of {input, result} have same type}}
+  %0 = "moe.all_reduce"(%g) <{reduction = 0 : i32, axes = ["dp"]}> : (tensor<8x16xf32>) -> tensor<8x8xf32>
+  return
+}
+}
+
+// -----
+
+// all_reduce: a codec must compress (fp16 on f16)
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf16>) {
+  // expected-error @+1 {{'moe.all_reduce' op codec fp16 does not compress 'f16' data}}
+  %0 = moe.all_reduce sum %g over [dp] codec <fp16> : tensor<8x16xf16>
+  return
+}
+}
+
+// -----
+
+// all_reduce: a codec must compress (bf16 on bf16)
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xbf16>) {
+  // expected-error @+1 {{'moe.all_reduce' op codec bf16 does not compress 'bf16' data}}
+  %0 = moe.all_reduce sum %g over [dp] codec <bf16> : tensor<8x16xbf16>
+  return
+}
+}
+
+// -----
+
+// all_reduce: powersgd needs a matrix
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op codec powersgd needs a tensor of rank >= 2, got rank 1}}
+  %0 = moe.all_reduce sum %g over [dp] codec <powersgd, rank = 2> : tensor<16xf32>
+  return
+}
+}
+
+// -----
+
+// all_reduce: float data only
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<16xi32>) {
+  // expected-error @+1 {{'moe.all_reduce' op operand #0 must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<16xi32>'}}
+  %0 = moe.all_reduce sum %g over [dp] : tensor<16xi32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: dim in range
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op dim 2 is out of range for rank 2}}
+  %0 = moe.reduce_scatter sum %g over [dp] dim 2 : tensor<8x16xf32> -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: dim divisible by the group
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<6x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op input dimension 0 (6) is not divisible by the group size 4}}
+  %0 = moe.reduce_scatter sum %g over [dp, ep] dim 0 : tensor<6x16xf32> -> tensor<2x16xf32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: result divides dim by the group
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op result must have shape 4x16, got 2x16}}
+  %0 = moe.reduce_scatter sum %g over [dp] dim 0 : tensor<8x16xf32> -> tensor<2x16xf32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: only elementwise codecs
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op codec topk cannot compress moe.reduce_scatter (allowed: fp16, bf16, int8)}}
+  %0 = moe.reduce_scatter sum %g over [dp] dim 0 codec <topk, ratio = 0.1> : tensor<8x16xf32> -> tensor<4x16xf32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: one element type
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op result must have element type 'f32' (that of input), got 'bf16'}}
+  %0 = moe.reduce_scatter sum %g over [dp] dim 0 : tensor<8x16xf32> -> tensor<4x16xbf16>
+  return
+}
+}
+
+// -----
+
+// all_gather: dim in range
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_gather' op dim -1 is out of range for rank 2}}
+  %0 = moe.all_gather %g over [ep] dim -1 : tensor<8x16xf32> -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_gather: result multiplies dim by the group
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_gather' op result must have shape 8x32, got 16x16}}
+  %0 = moe.all_gather %g over [ep] dim 1 : tensor<8x16xf32> -> tensor<16x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_gather: only elementwise codecs
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_gather' op codec sign cannot compress moe.all_gather (allowed: fp16, bf16, int8)}}
+  %0 = moe.all_gather %g over [ep] dim 0 codec <sign> : tensor<8x16xf32> -> tensor<16x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: split_dim in range
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op split_dim 3 is out of range for rank 2}}
+  %0 = moe.all_to_all %g over [ep] split 3 concat 0 : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: concat_dim in range
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op concat_dim 2 is out of range for rank 2}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 2 : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: split_dim divisible by the group
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<5x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op input dimension 0 (5) is not divisible by the group size 2}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 0 : (tensor<5x16xf32>) -> tensor<5x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: result shape
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op result must have shape 4x32, got 8x16}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 1 : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: counts come with recv_counts
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{'moe.all_to_all' op counts operand and recv_counts result must come together (ragged form)}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 0 counts %c : (tensor<8x16xf32>, tensor<2xi32>) -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: ragged form splits and concatenates dim 0
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{'moe.all_to_all' op ragged all_to_all requires split 0 and concat 0, got split 1 and concat 1}}
+  %0, %1 = moe.all_to_all %g over [ep] split 1 concat 1 counts %c : (tensor<8x16xf32>, tensor<2xi32>) -> (tensor<8x16xf32>, tensor<2xi32>)
+  return
+}
+}
+
+// -----
+
+// all_to_all: one count per group rank
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.all_to_all' op counts must have shape 2, got 4}}
+  %0, %1 = moe.all_to_all %g over [ep] split 0 concat 0 counts %c : (tensor<8x16xf32>, tensor<4xi32>) -> (tensor<8x16xf32>, tensor<4xi32>)
+  return
+}
+}
+
+// -----
+
+// all_to_all: recv_counts has one entry per group rank
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{'moe.all_to_all' op recv_counts must have shape 2, got 3}}
+  %0, %1 = moe.all_to_all %g over [ep] split 0 concat 0 counts %c : (tensor<8x16xf32>, tensor<2xi32>) -> (tensor<8x16xf32>, tensor<3xi32>)
+  return
+}
+}
+
+// -----
+
+// all_to_all: only elementwise codecs
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op codec powersgd cannot compress moe.all_to_all (allowed: fp16, bf16, int8)}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 0 codec <powersgd, rank = 1> : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// all_to_all: a codec must compress
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xbf16>) {
+  // expected-error @+1 {{'moe.all_to_all' op codec bf16 does not compress 'bf16' data}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 0 codec <bf16> : (tensor<8x16xbf16>) -> tensor<8x16xbf16>
+  return
+}
+}
