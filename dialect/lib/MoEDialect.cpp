@@ -41,6 +41,34 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
                              << "' must be a #moe.grid attribute";
     return success();
   }
+  StringRef name = attr.getName().getValue();
+  if (name == kOptimizerAttrName || name == kSeedAttrName ||
+      name == kClusterAttrName) {
+    if (!isa<ModuleOp>(op))
+      return op->emitError()
+             << "'" << name << "' may only be attached to a builtin.module";
+    if (name == kSeedAttrName) {
+      auto seed = dyn_cast<IntegerAttr>(attr.getValue());
+      if (!seed || seed.getValue().isNegative())
+        return op->emitError() << "'" << name
+                               << "' must be a non-negative integer";
+      return success();
+    }
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!dict)
+      return op->emitError() << "'" << name << "' must be a dictionary";
+    if (name == kOptimizerAttrName) {
+      auto type = dict.getAs<StringAttr>("type");
+      if (!type || type.getValue() != "adamw")
+        return op->emitError() << "'" << name
+                               << "' must have type = \"adamw\"";
+      auto lr = dict.getAs<FloatAttr>("lr");
+      if (!lr || !(lr.getValueAsDouble() > 0.0))
+        return op->emitError() << "'" << name
+                               << "' must have a learning rate lr > 0";
+    }
+    return success();
+  }
   if (attr.getName() == kInputAttrName)
     return op->emitError() << "'" << kInputAttrName
                            << "' belongs on a function argument, not on an op";

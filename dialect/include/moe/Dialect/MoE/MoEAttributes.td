@@ -16,7 +16,8 @@ def MoE_Scoring : I32EnumAttr<"Scoring", "router scoring function", [
 }
 
 def MoE_Activation : I32EnumAttr<"Activation", "FFN activation", [
-    I32EnumAttrCase<"swiglu", 0>, I32EnumAttrCase<"gelu", 1>]> {
+    I32EnumAttrCase<"swiglu", 0>, I32EnumAttrCase<"gelu", 1>,
+    I32EnumAttrCase<"relu", 2>]> {
   let cppNamespace = "::mlir::moe";
 }
 

@@ -34,7 +34,13 @@ def MoE_Dialect : Dialect {
     - `moe.grid` on the module: a `#moe.grid` giving the device grid that
       collective groups refer to;
     - `moe.input` on a `func.func` argument: `"tokens"` or `"targets"`, the
-      step's data inputs.
+      step's data inputs;
+    - `moe.optimizer` on the module: a dictionary of the optimiser settings
+      (`type = "adamw"`, `lr`, `beta1`, `beta2`, `eps`, `weight_decay`,
+      `grad_clip`, `warmup_steps`, `total_steps`, `schedule`, `min_lr`);
+    - `moe.seed` on the module: the integer seed of initialisation and data;
+    - `moe.cluster` on the module: a dictionary describing the cluster
+      (nodes, device kinds, links), attached by `moe-translate --cluster`.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
@@ -44,6 +50,9 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGridAttrName = "moe.grid";
     /// Name of the function-argument attribute marking a step input.
     static constexpr ::llvm::StringLiteral kInputAttrName = "moe.input";
+    static constexpr ::llvm::StringLiteral kOptimizerAttrName = "moe.optimizer";
+    static constexpr ::llvm::StringLiteral kSeedAttrName = "moe.seed";
+    static constexpr ::llvm::StringLiteral kClusterAttrName = "moe.cluster";
   private:
     void registerAttributes();
   public:

@@ -151,7 +151,8 @@ def MoE_FFNOp : MoE_Op<"ffn", [Pure, AllTypesMatch<["x", "result"]>]> {
   let summary = "dense feed-forward block (dense layers, shared experts)";
   let description = [{
     `swiglu`: `result = (silu(x @ w_gate) * (x @ w_up)) @ w_down`;
-    `gelu`:   `result = gelu(x @ w_up) @ w_down` (tanh approximation).
+    `gelu`:   `result = gelu(x @ w_up) @ w_down` (tanh approximation);
+    `relu`:   `result = relu(x @ w_up) @ w_down` (Switch Transformers).
     Dense layers use it, and so do shared experts: `n` shared experts of
     width `F` are one `moe.ffn` of width `n * F` whose output is added to the
     routed experts' combined output.
@@ -164,7 +165,8 @@ def MoE_FFNOp : MoE_Op<"ffn", [Pure, AllTypesMatch<["x", "result"]>]> {
 
     Constraints:
     - `x` is `[..., D]`; `w_up` is `[D, F]`; `w_down` is `[F, D]`;
-    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` takes no `gate`;
+    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` and `relu` take
+      no `gate`;
     - all operands share one element type.
   }];
   let arguments = (ins MoE_Activation:$activation, MoE_FloatTensor:$x,

@@ -120,7 +120,8 @@ def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
 
     Constraints:
     - `x` is `[E, C, D]`; `w_up` is `[E, D, F]`; `w_down` is `[E, F, D]`;
-    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` takes no `gate`;
+    - `swiglu` requires `gate` with `w_up`'s shape; `gelu` and `relu` take
+      no `gate`;
     - all operands share one element type;
     - `placement`, when present, needs a `moe.grid` on the module, has one
       list per `ep` rank, names only experts `< E`, and places every expert.

@@ -1,0 +1,73 @@
+//===- Diagnostics.cpp - errors and warnings of the frontend --------------===//
+
+#include "moe/Frontend/Diagnostics.h"
+
+#include <algorithm>
+#include <sstream>
+
+using namespace moe::frontend;
+
+std::string Diagnostic::str() const {
+  std::ostringstream os;
+  os << file;
+  if (pos.line)
+    os << ":" << pos.line << ":" << pos.col;
+  os << (kind == Kind::Error ? ": error: " : ": warning: ") << message;
+  return os.str();
+}
+
+void DiagnosticList::error(const std::string &file, SourcePos pos,
+                           std::string message) {
+  list.push_back({Diagnostic::Kind::Error, file, pos, std::move(message)});
+  ++numErrors;
+}
+
+void DiagnosticList::warning(const std::string &file, SourcePos pos,
+                             std::string message) {
+  list.push_back({Diagnostic::Kind::Warning, file, pos, std::move(message)});
+}
+
+std::string DiagnosticList::str() const {
+  std::string out;
+  for (const Diagnostic &d : list)
+    out += d.str() + "\n";
+  return out;
+}
+
+/// Levenshtein distance, case-insensitive.
+static size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                  std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string moe::frontend::closestMatch(
+    const std::string &word, const std::vector<std::string> &candidates) {
+  std::string best;
+  size_t bestDistance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string &candidate : candidates) {
+    size_t d = editDistance(word, candidate);
+    // A candidate that contains the word (or vice versa) is a likely match.
+    if (d >= bestDistance && (candidate.find(word) != std::string::npos ||
+                              word.find(candidate) != std::string::npos) &&
+        std::min(word.size(), candidate.size()) >= 3)
+      d = bestDistance - 1;
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}

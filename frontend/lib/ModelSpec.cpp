@@ -1,0 +1,30 @@
+//===- ModelSpec.cpp - checks shared by the model readers -----------------===//
+
+#include "moe/Frontend/ModelSpec.h"
+
+using namespace moe::frontend;
+
+void moe::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
+  const JsonDoc &doc = *s.doc;
+  auto error = [&](const std::string &ptr, const std::string &message) {
+    diags.error(doc.file(), doc.valuePos(ptr), ptr + ": " + message);
+  };
+  if (s.numHeads % s.numKvHeads != 0)
+    error(s.kvHeadsPtr, std::to_string(s.numKvHeads) + " does not divide " +
+                            s.attentionPtr + " (" +
+                            std::to_string(s.numHeads) + ")");
+  if (s.ropeTheta && s.headDim % 2 != 0)
+    error(s.attentionPtr, "rotary embeddings need an even head width, got " +
+                              std::to_string(s.headDim));
+  int64_t tokens = s.numTokens();
+  for (const LayerSpec &layer : s.layers) {
+    if (layer.dense)
+      continue;
+    if (layer.moe.topK > layer.moe.numExperts)
+      error(layer.ptr, "top_k " + std::to_string(layer.moe.topK) +
+                           " exceeds num_experts " +
+                           std::to_string(layer.moe.numExperts));
+    if (tokens > (int64_t(1) << 40) / std::max<int64_t>(layer.moe.topK, 1))
+      error(layer.ptr, "batch_size * seq_len * top_k is too large");
+  }
+}

@@ -1,0 +1,89 @@
+//===- moe-translate.cpp - model and cluster files to moe IR --------------===//
+//
+//   moe-translate --import-model examples/models/tiny.json
+//   moe-translate --import-hf-config config.json --seq-len 4096 --batch-size 1
+//   ... --cluster examples/clusters/local-cpu.json -o model.mlir
+//
+// Errors are `file:line:col: error: /json/pointer: message` on stderr with a
+// non-zero exit; the output file is only written when everything succeeded.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Frontend/ModelToMLIR.h"
+#include "moe/InitAllDialects.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+using namespace moe::frontend;
+
+static cl::OptionCategory category("moe-translate options");
+static cl::opt<std::string> modelFile("import-model",
+                                      cl::desc("MoEC JSON model description"),
+                                      cl::value_desc("model.json"),
+                                      cl::cat(category));
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::cat(category));
+static cl::opt<bool> warningsAsErrors("Werror",
+                                      cl::desc("Treat warnings as errors"),
+                                      cl::cat(category));
+
+/// Prints diagnostics; true when there are errors (or warnings under -Werror).
+static bool report(const DiagnosticList &diags) {
+  errs() << diags.str();
+  bool warnings = false;
+  for (const Diagnostic &d : diags.all())
+    warnings |= d.kind == Diagnostic::Kind::Warning;
+  return diags.hasErrors() || (warningsAsErrors && warnings);
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  cl::ParseCommandLineOptions(
+      argc, argv, "MoEC translator: model and cluster descriptions to moe IR\n");
+
+  if (modelFile.empty()) {
+    errs() << "moe-translate: error: give a model: --import-model FILE\n";
+    return 2;
+  }
+
+  DiagnosticList diags;
+  std::shared_ptr<const JsonDoc> doc = JsonDoc::load(modelFile, diags);
+  std::optional<ModelSpec> spec;
+  if (doc)
+    spec = readModelJson(doc, diags);
+  if (report(diags) || !spec)
+    return 1;
+
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(*spec, context);
+  if (!module || mlir::failed(mlir::verify(*module))) {
+    errs() << "moe-translate: internal error: the generated IR does not "
+              "verify (please report this with the input file)\n";
+    return 3;
+  }
+
+  std::string errorMessage;
+  auto output = mlir::openOutputFile(outputFile, &errorMessage);
+  if (!output) {
+    errs() << "moe-translate: error: " << errorMessage << "\n";
+    return 1;
+  }
+  module->print(output->os());
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
