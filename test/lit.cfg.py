@@ -8,7 +8,7 @@ from lit.llvm import llvm_config
 
 config.name = "MoEC"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir", ".json", ".test"]
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unittests", "Inputs"]
@@ -17,4 +17,4 @@ config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "exa
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate"], [config.moe_tools_dir])

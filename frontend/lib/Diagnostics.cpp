@@ -56,14 +56,16 @@ static size_t editDistance(const std::string &a, const std::string &b) {
 std::string moe::frontend::closestMatch(
     const std::string &word, const std::vector<std::string> &candidates) {
   std::string best;
-  size_t bestDistance = std::max<size_t>(2, word.size() / 3) + 1;
+  const size_t threshold = std::max<size_t>(2, word.size() / 3) + 1;
+  size_t bestDistance = threshold;
   for (const std::string &candidate : candidates) {
     size_t d = editDistance(word, candidate);
-    // A candidate that contains the word (or vice versa) is a likely match.
-    if (d >= bestDistance && (candidate.find(word) != std::string::npos ||
-                              word.find(candidate) != std::string::npos) &&
+    // A candidate that contains the word (or vice versa) is a likely match,
+    // though not a better one than a closer spelling.
+    if ((candidate.find(word) != std::string::npos ||
+         word.find(candidate) != std::string::npos) &&
         std::min(word.size(), candidate.size()) >= 3)
-      d = bestDistance - 1;
+      d = std::min(d, threshold - 1);
     if (d < bestDistance) {
       bestDistance = d;
       best = candidate;

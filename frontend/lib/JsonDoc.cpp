@@ -3,6 +3,7 @@
 #include "moe/Frontend/JsonDoc.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -142,12 +143,24 @@ static std::string plainMessage(const std::string &what) {
   return msg;
 }
 
-/// Line and column of a parse error, read from nlohmann's message.
-static SourcePos parseErrorPos(const std::string &what) {
-  unsigned line = 0, col = 0;
-  if (size_t at = what.find("at line "); at != std::string::npos)
-    std::sscanf(what.c_str() + at, "at line %u, column %u", &line, &col);
-  return {line, col};
+/// Offset of the token a parse error is about: nlohmann reports the last
+/// character it read; step back over whitespace to the offending token and
+/// then to its start.
+static size_t parseErrorOffset(const std::string &text, size_t lastRead) {
+  size_t off = std::min(lastRead, text.size());
+  if (off > 0)
+    --off; // nlohmann counts bytes from 1
+  auto isSpace = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (off > 0 && (off >= text.size() || isSpace(text[off])))
+    --off;
+  auto isWord = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+           c == '-' || c == '+' || c == '_';
+  };
+  if (off < text.size() && isWord(text[off]))
+    while (off > 0 && isWord(text[off - 1]))
+      --off;
+  return off;
 }
 
 std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file,
@@ -161,7 +174,10 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file,
     std::string msg = plainMessage(e.what());
     if (text.find_first_not_of(" \t\r\n") == std::string::npos)
       msg = "empty document; expected a JSON object";
-    diags.error(doc->fileName, parseErrorPos(e.what()),
+    PositionScanner lines(text, *doc, diags);
+    diags.error(doc->fileName,
+                text.empty() ? SourcePos{1, 1}
+                             : lines.pos(parseErrorOffset(text, e.byte)),
                 "malformed JSON: " + msg);
     return nullptr;
   } catch (const json::exception &e) {

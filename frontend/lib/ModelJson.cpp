@@ -8,12 +8,20 @@
 #include "moe/Frontend/ModelSpec.h"
 #include "moe/Frontend/ObjectReader.h"
 
+#include <algorithm>
 #include <limits>
+#include <sstream>
 
 using namespace moe::frontend;
 using nlohmann::json;
 
 namespace {
+std::string formatNumber(double value) {
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
+
 constexpr int64_t kMaxDim = int64_t(1) << 24;
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -103,8 +111,8 @@ OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags,
       r.getString("schedule", o.schedule, {"cosine", "linear", "constant"});
   o.minLr = r.getNumber("min_lr", std::min(o.minLr, o.lr), 0.0, 10.0);
   if (o.minLr > o.lr)
-    r.error("min_lr", std::to_string(o.minLr) + " exceeds " + r.at("lr") +
-                          " (" + std::to_string(o.lr) + ")");
+    r.error("min_lr", formatNumber(o.minLr) + " exceeds " + r.at("lr") + " (" +
+                          formatNumber(o.lr) + ")");
   if (o.warmupSteps > o.totalSteps)
     r.error("warmup_steps", std::to_string(o.warmupSteps) + " exceeds " +
                                 r.at("total_steps") + " (" +
@@ -131,7 +139,7 @@ std::optional<ModelSpec> moe::frontend::readModelJson(
     s.headDim = r.getInt("head_dim", std::nullopt, 1, kMaxDim);
   else {
     r.claim("head_dim");
-    if (s.numHeads && s.dModel % s.numHeads != 0)
+    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads != 0)
       r.error("n_heads", std::to_string(s.numHeads) + " does not divide " +
                              r.at("d_model") + " (" +
                              std::to_string(s.dModel) +
@@ -154,6 +162,7 @@ std::optional<ModelSpec> moe::frontend::readModelJson(
   s.embeddingPtr = r.at("vocab_size");
   s.attentionPtr = r.at("n_heads");
   s.kvHeadsPtr = r.has("n_kv_heads") ? r.at("n_kv_heads") : r.at("n_heads");
+  s.headDimPtr = r.has("head_dim") ? r.at("head_dim") : r.at("n_heads");
   s.headPtr = r.at("vocab_size");
   s.lossPtr = "";
   s.ffnPtr = r.at("ffn_dim");

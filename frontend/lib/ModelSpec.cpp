@@ -14,7 +14,7 @@ void moe::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
                             s.attentionPtr + " (" +
                             std::to_string(s.numHeads) + ")");
   if (s.ropeTheta && s.headDim % 2 != 0)
-    error(s.attentionPtr, "rotary embeddings need an even head width, got " +
+    error(s.headDimPtr, "rotary embeddings need an even head width, got " +
                               std::to_string(s.headDim));
   int64_t tokens = s.numTokens();
   for (const LayerSpec &layer : s.layers) {

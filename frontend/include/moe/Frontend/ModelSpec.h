@@ -71,8 +71,8 @@ struct ModelSpec {
   /// The document the spec was read from (for locations), and pointers of
   /// the elements ops come from.
   std::shared_ptr<const JsonDoc> doc;
-  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headPtr, lossPtr,
-      ffnPtr;
+  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headDimPtr, headPtr,
+      lossPtr, ffnPtr;
 
   int64_t numTokens() const { return seqLen * batchSize; }
 };
