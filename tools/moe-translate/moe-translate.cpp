@@ -9,7 +9,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Frontend/ClusterToMLIR.h"
 #include "moe/Frontend/ModelToMLIR.h"
+#include "moe/Dialect/MoE/MoEDialect.h"
 #include "moe/InitAllDialects.h"
 
 #include "mlir/IR/AsmState.h"
@@ -29,6 +31,10 @@ static cl::opt<std::string> modelFile("import-model",
                                       cl::desc("MoEC JSON model description"),
                                       cl::value_desc("model.json"),
                                       cl::cat(category));
+static cl::opt<std::string>
+    clusterFile("cluster",
+                cl::desc("JSON cluster description to attach as moe.cluster"),
+                cl::value_desc("cluster.json"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(category));
@@ -63,13 +69,22 @@ int main(int argc, char **argv) {
   std::optional<ModelSpec> spec;
   if (doc)
     spec = readModelJson(doc, diags);
-  if (report(diags) || !spec)
+  std::optional<ClusterSpec> cluster;
+  if (!clusterFile.empty()) {
+    std::shared_ptr<const JsonDoc> clusterDoc = JsonDoc::load(clusterFile, diags);
+    if (clusterDoc)
+      cluster = readClusterJson(clusterDoc, diags);
+  }
+  if (report(diags) || !spec || (!clusterFile.empty() && !cluster))
     return 1;
 
   mlir::DialectRegistry registry;
   mlir::moe::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(*spec, context);
+  if (module && cluster)
+    (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
+                       clusterAttr(*cluster, context));
   if (!module || mlir::failed(mlir::verify(*module))) {
     errs() << "moe-translate: internal error: the generated IR does not "
               "verify (please report this with the input file)\n";
