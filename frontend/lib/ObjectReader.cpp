@@ -215,3 +215,12 @@ void ObjectReader::finish(const std::vector<std::string> &known) {
                     (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
   }
 }
+
+std::vector<std::string> ObjectReader::unread() const {
+  std::vector<std::string> names;
+  if (object)
+    for (auto it = object->begin(); it != object->end(); ++it)
+      if (!seen.count(it.key()))
+        names.push_back(it.key());
+  return names;
+}

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Frontend/ClusterToMLIR.h"
+#include "moe/Frontend/HFConfig.h"
 #include "moe/Frontend/ModelToMLIR.h"
 #include "moe/Dialect/MoE/MoEDialect.h"
 #include "moe/InitAllDialects.h"
@@ -31,6 +32,21 @@ static cl::opt<std::string> modelFile("import-model",
                                       cl::desc("MoEC JSON model description"),
                                       cl::value_desc("model.json"),
                                       cl::cat(category));
+static cl::opt<std::string>
+    hfFile("import-hf-config",
+           cl::desc("HuggingFace config.json of a supported MoE family"),
+           cl::value_desc("config.json"), cl::cat(category));
+static cl::opt<int64_t> seqLen(
+    "seq-len",
+    cl::desc("Sequence length for --import-hf-config (default: "
+             "min(max_position_embeddings, 4096))"),
+    cl::init(0), cl::cat(category));
+static cl::opt<int64_t>
+    batchSize("batch-size", cl::desc("Batch size for --import-hf-config"),
+              cl::init(1), cl::cat(category));
+static cl::opt<std::string>
+    dtype("dtype", cl::desc("Element type for --import-hf-config: f32, bf16, f16"),
+          cl::init("f32"), cl::cat(category));
 static cl::opt<std::string>
     clusterFile("cluster",
                 cl::desc("JSON cluster description to attach as moe.cluster"),
@@ -59,16 +75,35 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv, "MoEC translator: model and cluster descriptions to moe IR\n");
 
-  if (modelFile.empty()) {
-    errs() << "moe-translate: error: give a model: --import-model FILE\n";
+  if (modelFile.empty() == hfFile.empty()) {
+    errs() << "moe-translate: error: give one model: --import-model FILE or "
+              "--import-hf-config FILE\n";
+    return 2;
+  }
+  if (seqLen < 0 || seqLen > (1 << 20) || batchSize < 1 ||
+      batchSize > (1 << 20)) {
+    errs() << "moe-translate: error: --seq-len must be in [1, 1048576] and "
+              "--batch-size in [1, 1048576]\n";
+    return 2;
+  }
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16") {
+    errs() << "moe-translate: error: --dtype must be f32, bf16 or f16, got '"
+           << dtype << "'\n";
     return 2;
   }
 
   DiagnosticList diags;
-  std::shared_ptr<const JsonDoc> doc = JsonDoc::load(modelFile, diags);
   std::optional<ModelSpec> spec;
-  if (doc)
-    spec = readModelJson(doc, diags);
+  if (!modelFile.empty()) {
+    if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(modelFile, diags))
+      spec = readModelJson(doc, diags);
+  } else if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(hfFile, diags)) {
+    HFImportOptions options;
+    options.seqLen = seqLen;
+    options.batchSize = batchSize;
+    options.dtype = dtype;
+    spec = importHFConfig(doc, options, diags);
+  }
   std::optional<ClusterSpec> cluster;
   if (!clusterFile.empty()) {
     std::shared_ptr<const JsonDoc> clusterDoc = JsonDoc::load(clusterFile, diags);

@@ -60,6 +60,9 @@ public:
   /// names for suggestions (defaults to those read).
   void finish(const std::vector<std::string> &known = {});
 
+  /// Fields present in the object that nobody read, in document order.
+  std::vector<std::string> unread() const;
+
   /// `value` as JSON text, shortened for messages.
   static std::string show(const nlohmann::json &value);
 

@@ -1,0 +1,35 @@
+//===- HFConfig.h - HuggingFace config.json import --------------*- C++ -*-===//
+//
+// Maps the config.json of the MoE families people train now onto a
+// ModelSpec: Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, OLMoE and Switch
+// Transformers (decoder stack). docs/HFImport.md gives the field-by-field
+// mapping. Every field the import does not use is named in a warning: those
+// without effect on a training step separately from those the imported model
+// does not reproduce.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_FRONTEND_HFCONFIG_H
+#define MOE_FRONTEND_HFCONFIG_H
+
+#include "moe/Frontend/ModelSpec.h"
+
+namespace moe::frontend {
+
+/// What config.json does not say: the training shape.
+struct HFImportOptions {
+  int64_t seqLen = 0;    ///< 0: min(max_position_embeddings, 4096)
+  int64_t batchSize = 1;
+  std::string dtype = "f32";
+};
+
+/// The model families the importer understands (`model_type` values).
+const std::vector<std::string> &supportedHFFamilies();
+
+std::optional<ModelSpec> importHFConfig(std::shared_ptr<const JsonDoc> doc,
+                                        const HFImportOptions &options,
+                                        DiagnosticList &diags);
+
+} // namespace moe::frontend
+
+#endif // MOE_FRONTEND_HFCONFIG_H

@@ -1,0 +1,365 @@
+//===- HFConfig.cpp - HuggingFace config.json import ----------------------===//
+
+#include "moe/Frontend/HFConfig.h"
+#include "moe/Frontend/ObjectReader.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace moe::frontend;
+
+const std::vector<std::string> &moe::frontend::supportedHFFamilies() {
+  static const std::vector<std::string> families = {
+      "mixtral",     "qwen2_moe", "qwen3_moe",          "deepseek_v2",
+      "deepseek_v3", "olmoe",     "switch_transformers"};
+  return families;
+}
+
+namespace {
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+
+/// Fields that describe packaging, tokenizer ids or inference, not the
+/// training step.
+const std::vector<std::string> kNoEffect = {
+    "architectures",       "auto_map",          "bos_token_id",
+    "eos_token_id",        "pad_token_id",      "decoder_start_token_id",
+    "torch_dtype",         "transformers_version", "use_cache",
+    "output_router_logits", "_name_or_path",    "pretraining_tp",
+    "ep_size",             "router_dtype",      "task_specific_params",
+    "max_window_layers",   "is_encoder_decoder", "use_sliding_window",
+    "tie_word_embeddings", "attention_dropout", "model_type"};
+
+class Importer {
+public:
+  Importer(std::shared_ptr<const JsonDoc> doc, const HFImportOptions &options,
+           DiagnosticList &diags)
+      : doc(std::move(doc)), options(options), diags(diags),
+        r(*this->doc, diags, "") {}
+
+  std::optional<ModelSpec> run();
+
+private:
+  void warn(const std::string &ptr, const std::string &message) {
+    diags.warning(doc->file(), doc->valuePos(ptr), message);
+  }
+  /// Warns that `key` (when present and not trivially off) is not modelled.
+  void unsupported(const std::string &key, const std::string &what) {
+    if (!r.has(key))
+      return r.claim(key);
+    r.claim(key);
+    notModelled.push_back(key + " (" + what + ")");
+  }
+
+  void common(ModelSpec &s);
+  void llamaLike(ModelSpec &s);
+  void sparseEvery(ModelSpec &s, int64_t step,
+                   const std::vector<int64_t> &dense);
+
+  std::shared_ptr<const JsonDoc> doc;
+  const HFImportOptions &options;
+  DiagnosticList &diags;
+  ObjectReader r;
+  std::vector<std::string> notModelled;
+};
+
+/// Shape and training settings every family shares.
+void Importer::common(ModelSpec &s) {
+  s.doc = doc;
+  s.dtype = options.dtype;
+  s.batchSize = options.batchSize;
+  int64_t maxPos = r.getInt("max_position_embeddings", 4096, 1, 1 << 24);
+  s.seqLen = options.seqLen ? options.seqLen : std::min<int64_t>(maxPos, 4096);
+  if (options.seqLen > maxPos)
+    warn(r.at("max_position_embeddings"),
+         "--seq-len " + std::to_string(options.seqLen) +
+             " exceeds max_position_embeddings (" + std::to_string(maxPos) +
+             ")");
+  s.initStd = r.getNumber("initializer_range", 0.02, 0.0, 10.0, true);
+  s.vocabSize = r.getInt("vocab_size", std::nullopt, 2, int64_t(1) << 31);
+  s.embeddingPtr = s.headPtr = r.at("vocab_size");
+  if (r.has("tie_word_embeddings") && r.getBool("tie_word_embeddings", false))
+    warn(r.at("tie_word_embeddings"),
+         "tied input and output embeddings are imported untied (a separate "
+         "lm_head parameter)");
+  double dropout = r.getNumber("attention_dropout", 0.0, 0.0, 1.0);
+  if (dropout > 0)
+    notModelled.push_back("attention_dropout (dropout)");
+}
+
+/// The decoder-only families: Llama-style attention with RMSNorm and SwiGLU.
+void Importer::llamaLike(ModelSpec &s) {
+  common(s);
+  s.dModel = r.getInt("hidden_size", std::nullopt, 1, kMaxDim);
+  s.numLayers = r.getInt("num_hidden_layers", std::nullopt, 1, 1 << 14);
+  s.numHeads = r.getInt("num_attention_heads", std::nullopt, 1, 1 << 14);
+  s.numKvHeads = r.getInt("num_key_value_heads", s.numHeads, 1, 1 << 14);
+  s.attentionPtr = r.at("num_attention_heads");
+  s.kvHeadsPtr = r.has("num_key_value_heads") ? r.at("num_key_value_heads")
+                                              : s.attentionPtr;
+  s.headDimPtr = s.attentionPtr;
+  if (r.has("head_dim")) {
+    s.headDim = r.getInt("head_dim", std::nullopt, 1, kMaxDim);
+    s.headDimPtr = r.at("head_dim");
+  } else {
+    r.claim("head_dim");
+    s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
+    if (s.numHeads && s.dModel % s.numHeads)
+      r.error("num_attention_heads", std::to_string(s.numHeads) +
+                                         " does not divide hidden_size (" +
+                                         std::to_string(s.dModel) + ")");
+  }
+  s.ffnDim = r.getInt("intermediate_size", std::nullopt, 1, kMaxDim);
+  s.ffnPtr = r.at("intermediate_size");
+  s.normEps = r.getNumber("rms_norm_eps", 1e-6, 0.0, 1.0, true);
+  s.ropeTheta = r.getNumber("rope_theta", 10000.0, 0.0, 1e12, true);
+  std::string act = r.getString("hidden_act", std::string("silu"));
+  if (act != "silu" && act != "swish")
+    r.error("hidden_act", "\"" + act +
+                              "\" is not supported for gated FFNs (allowed: "
+                              "silu, swish)");
+  if (r.has("rope_scaling"))
+    unsupported("rope_scaling", "long-context RoPE scaling");
+  else
+    r.claim("rope_scaling");
+  if (r.has("sliding_window") && r.getBool("use_sliding_window", true) &&
+      doc->root().value("model_type", "") == "mixtral")
+    unsupported("sliding_window", "sliding-window attention");
+  r.claim("sliding_window");
+  r.claim("use_sliding_window");
+  if (r.getBool("attention_bias", false))
+    notModelled.push_back("attention_bias (biases of the projections)");
+}
+
+/// Layer i is MoE when (i + 1) % step == 0 and i is not listed dense.
+void Importer::sparseEvery(ModelSpec &s, int64_t step,
+                           const std::vector<int64_t> &dense) {
+  for (size_t i = 0; i < s.layers.size(); ++i)
+    s.layers[i].dense =
+        (step <= 0 || (int64_t(i) + 1) % step != 0) ||
+        std::find(dense.begin(), dense.end(), int64_t(i)) != dense.end();
+}
+
+std::optional<ModelSpec> Importer::run() {
+  if (!r.valid())
+    return std::nullopt;
+  ModelSpec s;
+  std::string family = r.getString("model_type", std::nullopt);
+  if (family.empty())
+    return std::nullopt;
+  const auto &families = supportedHFFamilies();
+  if (std::find(families.begin(), families.end(), family) == families.end()) {
+    std::string list;
+    for (const std::string &f : families)
+      list += (list.empty() ? "" : ", ") + f;
+    r.error("model_type", "\"" + family +
+                              "\" is not a supported MoE family (supported: " +
+                              list + ")");
+    return std::nullopt;
+  }
+  s.name = family;
+  MoESettings m;
+  m.capacityFactor = 1.25;
+  std::string moePtr;
+
+  if (family == "switch_transformers") {
+    // The decoder stack of the encoder-decoder, as a causal language model.
+    common(s);
+    s.dModel = r.getInt("d_model", std::nullopt, 1, kMaxDim);
+    s.numLayers = r.getInt("num_decoder_layers", std::nullopt, 1, 1 << 14);
+    s.numHeads = s.numKvHeads = r.getInt("num_heads", std::nullopt, 1, 1 << 14);
+    s.headDim = r.getInt("d_kv", std::nullopt, 1, kMaxDim);
+    s.attentionPtr = s.kvHeadsPtr = r.at("num_heads");
+    s.headDimPtr = r.at("d_kv");
+    s.ffnDim = r.getInt("d_ff", std::nullopt, 1, kMaxDim);
+    s.ffnPtr = r.at("d_ff");
+    s.normEps = r.getNumber("layer_norm_epsilon", 1e-6, 0.0, 1.0, true);
+    s.ropeTheta = std::nullopt;
+    std::string act = r.getString("dense_act_fn", std::string("relu"),
+                                  {"relu", "gelu", "gelu_new"});
+    r.getString("feed_forward_proj", std::string("relu"));
+    if (r.getBool("is_gated_act", false))
+      r.error("is_gated_act", "gated FFNs are not supported for this family");
+    m.activation = act == "relu" ? "relu" : "gelu";
+    m.numExperts = r.getInt("num_experts", std::nullopt, 1, 1 << 16);
+    m.topK = r.getInt("num_selected_experts", 1, 1, 1 << 16);
+    m.expertFfnDim = s.ffnDim;
+    m.renormalize = false;
+    m.auxLossCoef = r.getNumber("router_aux_loss_coef", 0.001, 0.0, 1e3);
+    m.zLossCoef = r.getNumber("router_z_loss_coef", 0.001, 0.0, 1e3);
+    moePtr = r.at("num_experts");
+    int64_t capacity = r.getInt("expert_capacity", 64, 1, int64_t(1) << 40);
+    int64_t step = r.getInt("decoder_sparse_step", 1, 0, 1 << 14);
+    r.getInt("num_sparse_decoder_layers", 0, 0, 1 << 14);
+    s.layers.resize(static_cast<size_t>(s.numLayers));
+    // HF SwitchTransformers: block i is sparse when i % step == 1 (or step 1).
+    for (size_t i = 0; i < s.layers.size(); ++i)
+      s.layers[i].dense =
+          !(step > 0 && (step == 1 || int64_t(i) % step == 1));
+    int64_t tokens = s.seqLen * s.batchSize;
+    m.capacityFactor = static_cast<double>(capacity) * m.numExperts /
+                       (static_cast<double>(tokens) * m.topK);
+    if (r.getBool("router_bias", false))
+      notModelled.push_back("router_bias (a bias on router logits)");
+    if (r.getNumber("router_jitter_noise", 0.0, 0.0, 1e3) > 0)
+      notModelled.push_back("router_jitter_noise (router input noise)");
+    if (r.getNumber("dropout_rate", 0.0, 0.0, 1.0) > 0)
+      notModelled.push_back("dropout_rate (dropout)");
+    r.getBool("batch_prioritized_routing", false);
+    r.getString("router_type", std::string("tokens_masked"));
+    r.getBool("router_ignore_padding_tokens", false);
+    r.getNumber("initializer_factor", 1.0, 0.0, 1e3);
+    unsupported("num_layers", "the encoder stack is not imported");
+    unsupported("encoder_sparse_step", "the encoder stack is not imported");
+    unsupported("num_sparse_encoder_layers", "the encoder stack is not imported");
+    unsupported("relative_attention_num_buckets",
+                "T5 relative position bias; no position encoding is imported");
+    unsupported("relative_attention_max_distance",
+                "T5 relative position bias; no position encoding is imported");
+    warn("", "switch_transformers: the decoder stack is imported as a causal "
+             "language model without cross-attention; the encoder is not "
+             "imported");
+  } else {
+    llamaLike(s);
+    s.layers.resize(static_cast<size_t>(std::max<int64_t>(s.numLayers, 0)));
+    m.scoring = "softmax";
+    if (family == "mixtral") {
+      m.numExperts = r.getInt("num_local_experts", std::nullopt, 1, 1 << 16);
+      moePtr = r.at("num_local_experts");
+      m.expertFfnDim = s.ffnDim;
+      m.renormalize = true; // top-k then softmax over the k
+      m.auxLossCoef = r.getNumber("router_aux_loss_coef", 0.02, 0.0, 1e3);
+      if (r.getNumber("router_jitter_noise", 0.0, 0.0, 1e3) > 0)
+        notModelled.push_back("router_jitter_noise (router input noise)");
+    } else if (family == "qwen2_moe" || family == "qwen3_moe" ||
+               family == "olmoe") {
+      m.numExperts = r.getInt("num_experts", std::nullopt, 1, 1 << 16);
+      moePtr = r.at("num_experts");
+      m.renormalize = r.getBool("norm_topk_prob", false);
+      m.auxLossCoef = r.getNumber("router_aux_loss_coef", 0.001, 0.0, 1e3);
+      if (family == "olmoe") {
+        m.expertFfnDim = s.ffnDim;
+        if (r.has("clip_qkv"))
+          unsupported("clip_qkv", "clipping of q, k, v");
+        r.claim("clip_qkv");
+        notModelled.push_back("(implicit) per-head q/k RMSNorm of OLMoE");
+      } else {
+        m.expertFfnDim =
+            r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
+        std::vector<int64_t> dense;
+        if (r.has("mlp_only_layers")) {
+          r.claim("mlp_only_layers");
+          const auto &list = doc->root()["mlp_only_layers"];
+          if (!list.is_array())
+            r.error("mlp_only_layers", "expected an array of layer indices");
+          else
+            for (const auto &v : list)
+              if (v.is_number_integer())
+                dense.push_back(v.get<int64_t>());
+        } else {
+          r.claim("mlp_only_layers");
+        }
+        sparseEvery(s, r.getInt("decoder_sparse_step", 1, 0, 1 << 14), dense);
+        if (family == "qwen2_moe") {
+          int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0,
+                                    kMaxDim);
+          if (shared) {
+            m.numSharedExperts = 1;
+            m.sharedFfnDim = shared;
+            notModelled.push_back(
+                "(implicit) the sigmoid gate on Qwen2-MoE's shared expert");
+          }
+        } else {
+          notModelled.push_back("(implicit) per-head q/k RMSNorm of Qwen3");
+        }
+      }
+    } else { // deepseek_v2, deepseek_v3
+      m.numExperts = r.getInt("n_routed_experts", std::nullopt, 1, 1 << 16);
+      moePtr = r.at("n_routed_experts");
+      m.expertFfnDim =
+          r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
+      m.numSharedExperts = r.getInt("n_shared_experts", 0, 0, 1 << 10);
+      m.renormalize = r.getBool("norm_topk_prob", false);
+      m.routedScaling =
+          r.getNumber("routed_scaling_factor", 1.0, 0.0, 1e6, true);
+      m.scoring = r.getString("scoring_func", std::string("softmax"),
+                              {"softmax", "sigmoid"});
+      m.auxLossCoef = r.getNumber("aux_loss_alpha", 0.001, 0.0, 1e3);
+      std::string method = r.getString(
+          "topk_method", std::string("greedy"),
+          {"greedy", "group_limited_greedy", "noaux_tc"});
+      m.routerBias = method == "noaux_tc";
+      int64_t groups = r.getInt("n_group", 1, 1, 1 << 16);
+      r.getInt("topk_group", 1, 1, 1 << 16);
+      if (groups > 1 && method != "greedy")
+        notModelled.push_back("n_group/topk_group (group-limited expert "
+                              "selection; routing is over all experts)");
+      if (r.getBool("seq_aux", false))
+        notModelled.push_back("seq_aux (sequence-level balance loss; the "
+                              "batch-level loss is used)");
+      int64_t firstDense = r.getInt("first_k_dense_replace", 0, 0, 1 << 14);
+      int64_t freq = r.getInt("moe_layer_freq", 1, 1, 1 << 14);
+      for (size_t i = 0; i < s.layers.size(); ++i)
+        s.layers[i].dense =
+            int64_t(i) < firstDense || int64_t(i) % freq != 0;
+      // Multi-head latent attention, imported as standard attention.
+      int64_t vHeadDim = r.getInt("v_head_dim", s.headDim, 1, kMaxDim);
+      r.getInt("qk_nope_head_dim", 0, 0, kMaxDim);
+      r.getInt("qk_rope_head_dim", 0, 0, kMaxDim);
+      if (r.has("kv_lora_rank") || r.has("q_lora_rank")) {
+        s.headDim = vHeadDim;
+        s.headDimPtr = r.at("v_head_dim");
+        notModelled.push_back(
+            "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+            "(multi-head latent attention; imported as multi-head attention "
+            "with head width v_head_dim = " +
+            std::to_string(vHeadDim) + ")");
+      }
+      r.claim("q_lora_rank");
+      r.claim("kv_lora_rank");
+      unsupported("num_nextn_predict_layers", "multi-token prediction");
+      unsupported("quantization_config", "FP8 weights; training uses " +
+                                             options.dtype);
+    }
+  }
+  if (family != "switch_transformers")
+    m.topK = r.getInt("num_experts_per_tok", std::nullopt, 1, 1 << 16);
+  for (LayerSpec &layer : s.layers) {
+    layer.moe = m;
+    layer.ptr = moePtr;
+  }
+
+  // Name every field the import did not use.
+  std::vector<std::string> noEffect, unknown;
+  for (const std::string &key : r.unread())
+    (std::find(kNoEffect.begin(), kNoEffect.end(), key) != kNoEffect.end()
+         ? noEffect
+         : unknown)
+        .push_back(key);
+  auto join = [](const std::vector<std::string> &names) {
+    std::string out;
+    for (const std::string &n : names)
+      out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  if (!noEffect.empty())
+    warn("", "ignored fields without effect on a training step: " +
+                 join(noEffect));
+  for (const std::string &key : unknown)
+    notModelled.push_back(key + " (unknown to the importer)");
+  if (!notModelled.empty())
+    warn("", "not reproduced by the imported model: " + join(notModelled));
+  if (diags.hasErrors())
+    return std::nullopt;
+  checkModelSpec(s, diags);
+  if (diags.hasErrors())
+    return std::nullopt;
+  return s;
+}
+} // namespace
+
+std::optional<ModelSpec>
+moe::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
+                              const HFImportOptions &options,
+                              DiagnosticList &diags) {
+  return Importer(std::move(doc), options, diags).run();
+}
