@@ -69,6 +69,7 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags,
       std::string hint = closestMatch(base, presetNames);
       r.error("base", "\"" + base + "\" is not a device preset" +
                           (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
+      return kind; // the other fields cannot be checked against a base
     }
   }
   kind.name = name;

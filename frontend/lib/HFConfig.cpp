@@ -103,7 +103,7 @@ void Importer::llamaLike(ModelSpec &s) {
   } else {
     r.claim("head_dim");
     s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
-    if (s.numHeads && s.dModel % s.numHeads)
+    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads)
       r.error("num_attention_heads", std::to_string(s.numHeads) +
                                          " does not divide hidden_size (" +
                                          std::to_string(s.dModel) + ")");
@@ -321,13 +321,20 @@ std::optional<ModelSpec> Importer::run() {
                                              options.dtype);
     }
   }
-  if (family != "switch_transformers")
+  if (family != "switch_transformers") {
     m.topK = r.getInt("num_experts_per_tok", std::nullopt, 1, 1 << 16);
+    if (m.topK > m.numExperts && !moePtr.empty())
+      r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds " +
+                                         moePtr + " (" +
+                                         std::to_string(m.numExperts) + ")");
+  }
   for (LayerSpec &layer : s.layers) {
     layer.moe = m;
     layer.ptr = moePtr;
   }
 
+  if (diags.hasErrors())
+    return std::nullopt;
   // Name every field the import did not use.
   std::vector<std::string> noEffect, unknown;
   for (const std::string &key : r.unread())

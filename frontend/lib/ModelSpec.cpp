@@ -2,6 +2,8 @@
 
 #include "moe/Frontend/ModelSpec.h"
 
+#include <set>
+
 using namespace moe::frontend;
 
 void moe::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
@@ -17,8 +19,9 @@ void moe::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
     error(s.headDimPtr, "rotary embeddings need an even head width, got " +
                               std::to_string(s.headDim));
   int64_t tokens = s.numTokens();
+  std::set<std::string> reported; // one message per place of definition
   for (const LayerSpec &layer : s.layers) {
-    if (layer.dense)
+    if (layer.dense || !reported.insert(layer.ptr).second)
       continue;
     if (layer.moe.topK > layer.moe.numExperts)
       error(layer.ptr, "top_k " + std::to_string(layer.moe.topK) +
