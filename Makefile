@@ -2,7 +2,7 @@
 # missing Debian packages first (tools/scripts/install-deps.sh is a no-op when
 # all are present).
 BUILD_DIR ?= build
-EXAMPLE   ?= examples/mlir/tiny-moe.mlir
+EXAMPLE   ?= examples/models/tiny.json
 
 .PHONY: all deps configure build test demo docs clean
 
@@ -21,8 +21,8 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure
 
-# The main job. Until training lands (issues 3-5) it parses, verifies and
-# prints the example MoE training step.
+# The main job. Until training lands (issues 4-5) it imports, verifies and
+# prints the tiny example MoE training step.
 demo: build
 	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)
 

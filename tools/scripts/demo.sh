@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The README's main job, for now: parse and verify an example MoE training
-# step with moe-opt, print it, and summarise what it declares.
+# The README's main job, for now: import the tiny example model on this
+# machine's cluster description, verify the IR, print it and summarise it.
 set -euo pipefail
 build=${1:-build}
-example=${2:-examples/mlir/tiny-moe.mlir}
-opt="$build/bin/moe-opt"
+model=${2:-examples/models/tiny.json}
+cluster=${3:-examples/clusters/local-cpu.json}
+out="$build/demo.mlir"
 
-echo "== moe-opt: parse, verify and print $example"
-"$opt" "$example" -o "$build/demo.mlir"
-cat "$build/demo.mlir"
+echo "== moe-translate: $model on $cluster"
+"$build/bin/moe-translate" --import-model "$model" --cluster "$cluster" -o "$out"
+echo "== moe-opt: parse and verify $out"
+"$build/bin/moe-opt" "$out" -o "$out.verified"
+cat "$out.verified"
 echo
 echo "== summary"
-params=$(grep -c '^ *moe.param ' "$build/demo.mlir" || true)
-ops=$(grep -oE '= moe\.[a-z_]+|^ *moe\.[a-z_]+' "$build/demo.mlir" | sed -E 's/.*moe\./moe./' | sort | uniq -c | sort -rn)
-echo "parameters declared: $params"
+echo "parameters: $(grep -c '^ *moe.param ' "$out.verified")"
 echo "ops in the step:"
-echo "$ops" | sed 's/^/  /'
-echo "verified: yes (moe-opt checks every op's constraints before printing)"
+grep -oE '= moe\.[a-z_]+' "$out.verified" | sed -E 's/= //' | sort | uniq -c | sort -rn | sed 's/^/  /'
+echo "verified: yes (moe-opt checked every op's constraints)"

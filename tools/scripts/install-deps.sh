@@ -12,6 +12,7 @@ PKGS=(
   mlir-22-tools      # mlir-tblgen (ODS code generation)
   nlohmann-json3-dev # every JSON read or written
   libgtest-dev       # C++ unit tests
+  clang-14 libclang-rt-14-dev # libFuzzer + sanitizers for the frontend fuzzer
   cmake ninja-build g++ lld ccache python3
 )
 
