@@ -1,6 +1,7 @@
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 // Every constraint of the moe attributes and of the dialect's discardable
-// attributes (moe.grid, moe.input), with its exact message.
+// attributes (moe.grid, moe.input, moe.optimizer, moe.seed, moe.cluster), with
+// its exact message.
 
 // init: normal needs a positive scale
 // expected-error @+1 {{custom op 'moe.param' normal initialiser requires scale > 0, got 0.000000e+00}}
@@ -202,4 +203,65 @@ func.func @f() attributes {moe.mesh = 1 : i64} {
 // expected-error @+1 {{unknown moe argument attribute 'moe.data'}}
 func.func @f(%x: tensor<2x4xi32> {moe.data = "tokens"}) {
   return
+}
+
+// -----
+
+// optimizer: a dictionary
+// expected-error @+1 {{'moe.optimizer' must be a dictionary}}
+module attributes {moe.optimizer = "adamw"} {
+}
+
+// -----
+
+// optimizer: type adamw
+// expected-error @+1 {{'moe.optimizer' must have type = "adamw"}}
+module attributes {moe.optimizer = {type = "sgd", lr = 1.0e-3 : f64}} {
+}
+
+// -----
+
+// optimizer: a positive learning rate
+// expected-error @+1 {{'moe.optimizer' must have a learning rate lr > 0}}
+module attributes {moe.optimizer = {type = "adamw", lr = 0.0 : f64}} {
+}
+
+// -----
+
+// optimizer: only on a module
+// expected-error @+1 {{'moe.optimizer' may only be attached to a builtin.module}}
+func.func @f() attributes {moe.optimizer = {type = "adamw", lr = 1.0e-3 : f64}} {
+  return
+}
+
+// -----
+
+// seed: a non-negative integer
+// expected-error @+1 {{'moe.seed' must be a non-negative integer}}
+module attributes {moe.seed = -1 : i64} {
+}
+
+// -----
+
+// seed: an integer
+// expected-error @+1 {{'moe.seed' must be a non-negative integer}}
+module attributes {moe.seed = "42"} {
+}
+
+// -----
+
+// cluster: a dictionary
+// expected-error @+1 {{'moe.cluster' must be a dictionary}}
+module attributes {moe.cluster = ["h100"]} {
+}
+
+// -----
+
+// all_to_all: one element type
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_to_all' op result must have element type 'f32' (that of input), got 'f16'}}
+  %0 = moe.all_to_all %g over [ep] split 0 concat 0 : (tensor<8x16xf32>) -> tensor<8x16xf16>
+  return
+}
 }
