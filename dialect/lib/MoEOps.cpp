@@ -37,5 +37,7 @@ static void printGridAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axes) {
   printer << "]";
 }
 
+#include "moe/Dialect/MoE/MoEInterfaces.cpp.inc"
+
 #define GET_OP_CLASSES
 #include "moe/Dialect/MoE/MoEOps.cpp.inc"

@@ -2,6 +2,8 @@
 
 #include "VerifyUtils.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::checks;
@@ -111,4 +113,10 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError() << "logits must have rank >= 2 ([..., V]), got rank "
                          << logits.size();
   return checkShape(*this, "targets", getTargets(), leading(logits));
+}
+
+LogicalResult FillOp::verify() {
+  if (!std::isfinite(getValue().convertToDouble()))
+    return emitOpError("value must be finite");
+  return success();
 }

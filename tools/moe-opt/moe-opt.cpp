@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  mlir::moe::registerMoEPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "MoEC optimiser driver\n", registry));
 }

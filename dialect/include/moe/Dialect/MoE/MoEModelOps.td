@@ -5,9 +5,11 @@
 
 include "moe/Dialect/MoE/MoEAttributes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "moe/Dialect/MoE/MoEInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 
-def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure]> {
+def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "looks up token embeddings";
   let description = [{
     `result[i..., :] = table[ids[i...], :]`. Ids outside `[0, V)` are a
@@ -34,7 +36,8 @@ def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def MoE_RMSNormOp : MoE_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>]> {
+def MoE_RMSNormOp : MoE_Op<"rms_norm", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
   let summary = "root-mean-square normalisation over the last dimension";
   let description = [{
     `result = x / sqrt(mean(x^2, last) + epsilon) * gamma`.
@@ -58,6 +61,7 @@ def MoE_RMSNormOp : MoE_Op<"rms_norm", [Pure, AllTypesMatch<["x", "result"]>]> {
 }
 
 def MoE_AttentionOp : MoE_Op<"attention", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>,
     AllTypesMatch<["q", "result"]>]> {
   let summary = "causal multi-head attention with grouped key/value heads";
   let description = [{
@@ -100,7 +104,8 @@ def MoE_AttentionOp : MoE_Op<"attention", [Pure,
   }];
 }
 
-def MoE_LinearOp : MoE_Op<"linear", [Pure]> {
+def MoE_LinearOp : MoE_Op<"linear", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "affine map over the last dimension";
   let description = [{
     `result = x @ weight (+ bias)`, with `weight` stored `[in, out]`.
@@ -131,7 +136,8 @@ def MoE_LinearOp : MoE_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
-def MoE_AddOp : MoE_Op<"add", [Pure, Commutative, SameOperandsAndResultType]> {
+def MoE_AddOp : MoE_Op<"add", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>, Commutative, SameOperandsAndResultType]> {
   let summary = "elementwise sum (residuals, loss terms)";
   let description = [{
     ```mlir
@@ -147,7 +153,8 @@ def MoE_AddOp : MoE_Op<"add", [Pure, Commutative, SameOperandsAndResultType]> {
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def MoE_FFNOp : MoE_Op<"ffn", [Pure, AllTypesMatch<["x", "result"]>]> {
+def MoE_FFNOp : MoE_Op<"ffn", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
   let summary = "dense feed-forward block (dense layers, shared experts)";
   let description = [{
     `swiglu`: `result = (silu(x @ w_gate) * (x @ w_up)) @ w_down`;
@@ -180,7 +187,8 @@ def MoE_FFNOp : MoE_Op<"ffn", [Pure, AllTypesMatch<["x", "result"]>]> {
   let hasVerifier = 1;
 }
 
-def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure]> {
+def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "mean token cross-entropy of logits against targets";
   let description = [{
     `result = mean over tokens t of (logsumexp(logits[t, :]) - logits[t, targets[t]])`,
@@ -203,6 +211,21 @@ def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure]> {
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Value":$logits, "::mlir::Value":$targets)>];
+  let hasVerifier = 1;
+}
+
+def MoE_FillOp : MoE_Op<"fill", [Pure]> {
+  let summary = "a tensor with every element equal to one value";
+  let description = [{
+    Seeds and zero gradients of the backward graph.
+    ```mlir
+    %one = moe.fill 1.0 : tensor<f32>
+    ```
+    Constraints: the value is finite.
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs RankedTensorOf<[F32, BF16, F16]>:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
 

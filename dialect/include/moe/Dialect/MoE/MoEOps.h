@@ -4,6 +4,7 @@
 #define MOE_DIALECT_MOE_MOEOPS_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
@@ -12,6 +13,9 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "moe/Dialect/MoE/MoEDialect.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include "moe/Dialect/MoE/MoEInterfaces.h.inc"
 
 namespace mlir::moe {
 /// The grid of the module enclosing `op`, or null when it has none.

@@ -11,5 +11,6 @@ include "moe/Dialect/MoE/MoEParamOps.td"
 include "moe/Dialect/MoE/MoEModelOps.td"
 include "moe/Dialect/MoE/MoERoutingOps.td"
 include "moe/Dialect/MoE/MoECollectiveOps.td"
+include "moe/Dialect/MoE/MoEGradOps.td"
 
 #endif // MOE_OPS_TD

@@ -5,8 +5,10 @@
 
 include "moe/Dialect/MoE/MoEAttributes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "moe/Dialect/MoE/MoEInterfaces.td"
 
-def MoE_RouterOp : MoE_Op<"router", [Pure]> {
+def MoE_RouterOp : MoE_Op<"router", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "scores experts per token and picks the top k";
   let description = [{
     For every token `x[t, :]` (any leading dimensions), computes
@@ -71,7 +73,8 @@ def MoE_RouterOp : MoE_Op<"router", [Pure]> {
   }];
 }
 
-def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
+def MoE_DispatchOp : MoE_Op<"dispatch", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "scatters tokens into per-expert capacity slots";
   let description = [{
     Builds the expert-major buffer `[E, C, D]`. Token-slots are visited in
@@ -103,6 +106,7 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
 }
 
 def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>,
     AllTypesMatch<["x", "result"]>]> {
   let summary = "the routed experts: one FFN per expert, grouped";
   let description = [{
@@ -138,7 +142,8 @@ def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
   let hasVerifier = 1;
 }
 
-def MoE_CombineOp : MoE_Op<"combine", [Pure]> {
+def MoE_CombineOp : MoE_Op<"combine", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "gathers expert outputs back to tokens, weighted by gates";
   let description = [{
     `result[t, :] = sum over kept choices j of gates[t, j] * y[experts[t, j], slot(t, j), :]`,
