@@ -1,0 +1,843 @@
+//===- Interpreter.cpp - reference interpreter of the moe dialect ---------===//
+
+#include "Interpreter.h"
+
+#include "moe/Dialect/MoE/MoEOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+using namespace mlir;
+using namespace mlir::moe;
+using ::moe::reference::Tensor;
+
+Tensor Tensor::zeros(std::vector<int64_t> shape) {
+  Tensor t;
+  t.shape = std::move(shape);
+  t.data.assign(static_cast<size_t>(t.numel()), 0.0);
+  return t;
+}
+
+Tensor Tensor::ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
+  Tensor t;
+  t.shape = std::move(shape);
+  t.ints = std::move(values);
+  t.isInt = true;
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t(1),
+                         std::multiplies<int64_t>());
+}
+
+namespace {
+using Vec = std::vector<double>;
+
+std::vector<int64_t> shapeOf(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return std::vector<int64_t>(type.getShape().begin(), type.getShape().end());
+}
+
+/// Rows of a [..., n] tensor.
+int64_t rows(const Tensor &t) { return t.numel() / t.shape.back(); }
+
+/// c[m, n] (+)= a[m, k] * b[k, n], with optional transposes of a and b.
+void matmul(const double *a, const double *b, double *c, int64_t m, int64_t k,
+            int64_t n, bool transA, bool transB, bool accumulate) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = accumulate ? c[i * n + j] : 0.0;
+      for (int64_t l = 0; l < k; ++l)
+        sum += (transA ? a[l * m + i] : a[i * k + l]) *
+               (transB ? b[j * k + l] : b[l * n + j]);
+      c[i * n + j] = sum;
+    }
+}
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+/// Activation and its derivative.
+double act(Activation a, double z) {
+  switch (a) {
+  case Activation::swiglu:
+    return z * sigmoid(z); // silu, applied to the gate projection
+  case Activation::gelu: {
+    const double c = std::sqrt(2.0 / M_PI);
+    return 0.5 * z * (1.0 + std::tanh(c * (z + 0.044715 * z * z * z)));
+  }
+  case Activation::relu:
+    return z > 0 ? z : 0.0;
+  }
+  return 0;
+}
+double actGrad(Activation a, double z) {
+  switch (a) {
+  case Activation::swiglu: {
+    double s = sigmoid(z);
+    return s * (1.0 + z * (1.0 - s));
+  }
+  case Activation::gelu: {
+    const double c = std::sqrt(2.0 / M_PI);
+    double t = std::tanh(c * (z + 0.044715 * z * z * z));
+    return 0.5 * (1.0 + t) +
+           0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z);
+  }
+  case Activation::relu:
+    return z > 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+/// One FFN on `m` rows: y = act(...) @ down. Pointers into [D,F] etc.
+void ffnForward(Activation a, const double *x, const double *up,
+                const double *down, const double *gate, double *y, int64_t m,
+                int64_t d, int64_t f) {
+  Vec hu(m * f), hg, h(m * f);
+  matmul(x, up, hu.data(), m, d, f, false, false, false);
+  if (a == Activation::swiglu) {
+    hg.resize(m * f);
+    matmul(x, gate, hg.data(), m, d, f, false, false, false);
+    for (int64_t i = 0; i < m * f; ++i)
+      h[i] = act(a, hg[i]) * hu[i];
+  } else {
+    for (int64_t i = 0; i < m * f; ++i)
+      h[i] = act(a, hu[i]);
+  }
+  matmul(h.data(), down, y, m, f, d, false, false, false);
+}
+
+void ffnBackward(Activation a, const double *x, const double *up,
+                 const double *down, const double *gate, const double *dy,
+                 double *dx, double *dup, double *ddown, double *dgate,
+                 int64_t m, int64_t d, int64_t f) {
+  Vec hu(m * f), hg, h(m * f), dh(m * f), dhu(m * f), dhg;
+  matmul(x, up, hu.data(), m, d, f, false, false, false);
+  if (a == Activation::swiglu) {
+    hg.resize(m * f);
+    dhg.resize(m * f);
+    matmul(x, gate, hg.data(), m, d, f, false, false, false);
+    for (int64_t i = 0; i < m * f; ++i)
+      h[i] = act(a, hg[i]) * hu[i];
+  } else {
+    for (int64_t i = 0; i < m * f; ++i)
+      h[i] = act(a, hu[i]);
+  }
+  matmul(h.data(), dy, ddown, f, m, d, true, false, true);  // h^T dy
+  matmul(dy, down, dh.data(), m, d, f, false, true, false); // dy down^T
+  for (int64_t i = 0; i < m * f; ++i) {
+    if (a == Activation::swiglu) {
+      dhu[i] = dh[i] * act(a, hg[i]);
+      dhg[i] = dh[i] * hu[i] * actGrad(a, hg[i]);
+    } else {
+      dhu[i] = dh[i] * actGrad(a, hu[i]);
+    }
+  }
+  matmul(x, dhu.data(), dup, d, m, f, true, false, true);
+  matmul(dhu.data(), up, dx, m, f, d, false, true, false);
+  if (a == Activation::swiglu) {
+    matmul(x, dhg.data(), dgate, d, m, f, true, false, true);
+    matmul(dhg.data(), gate, dx, m, f, d, false, true, true);
+  }
+}
+
+/// Applies (or, with `inverse`, undoes) rotary embeddings to one head
+/// vector of width hd at position pos.
+void rope(double *v, int64_t hd, int64_t pos, double theta, bool inverse) {
+  int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double angle = pos * std::pow(theta, -2.0 * i / hd);
+    double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
+    double x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+struct AttentionShape {
+  int64_t b, s, h, kv, hd;
+};
+
+/// Copies q/k with RoPE applied, per (batch, pos, head).
+Vec roped(const Tensor &t, const AttentionShape &a, int64_t heads,
+          std::optional<double> theta) {
+  Vec out = t.data;
+  if (theta)
+    for (int64_t b = 0; b < a.b; ++b)
+      for (int64_t s = 0; s < a.s; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          rope(&out[((b * a.s + s) * heads + h) * a.hd], a.hd, s, *theta,
+               false);
+  return out;
+}
+
+/// Causal attention probabilities of query head h at (b, i) over j <= i.
+Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b,
+          int64_t h, int64_t i) {
+  int64_t g = h / (a.h / a.kv);
+  double scale = 1.0 / std::sqrt(static_cast<double>(a.hd));
+  Vec p(i + 1);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j <= i; ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < a.hd; ++c)
+      dot += q[((b * a.s + i) * a.h + h) * a.hd + c] *
+             k[((b * a.s + j) * a.kv + g) * a.hd + c];
+    p[j] = dot * scale;
+    mx = std::max(mx, p[j]);
+  }
+  double sum = 0;
+  for (double &v : p)
+    sum += (v = std::exp(v - mx));
+  for (double &v : p)
+    v /= sum;
+  return p;
+}
+
+/// Token-slot assignment of dispatch/combine: slot or -1 (dropped).
+std::vector<int64_t> assignSlots(const Tensor &experts, int64_t numExperts,
+                                 int64_t capacity, std::string &error) {
+  std::vector<int64_t> slots(experts.ints.size(), -1), count(numExperts, 0);
+  for (size_t i = 0; i < experts.ints.size(); ++i) {
+    int32_t e = experts.ints[i];
+    if (e < 0 || e >= numExperts) {
+      error = "expert index " + std::to_string(e) + " out of range";
+      return {};
+    }
+    if (count[e] < capacity)
+      slots[i] = count[e]++;
+  }
+  return slots;
+}
+
+/// Routing of one token: scores, selection, gates; shared by router and
+/// router_grad.
+struct Routing {
+  Vec logits, scores;        // [E]
+  std::vector<int64_t> sel;  // [k]
+  Vec gates;                 // [k]
+  double selectedSum = 1.0;  // sum of selected scores (renormalisation)
+};
+
+Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d,
+              int64_t e, int64_t k, Scoring scoring, bool renormalize,
+              double scaling) {
+  Routing r;
+  r.logits.assign(e, 0.0);
+  matmul(x, w.data.data(), r.logits.data(), 1, d, e, false, false, false);
+  r.scores.resize(e);
+  if (scoring == Scoring::softmax) {
+    double mx = *std::max_element(r.logits.begin(), r.logits.end()), sum = 0;
+    for (int64_t i = 0; i < e; ++i)
+      sum += (r.scores[i] = std::exp(r.logits[i] - mx));
+    for (double &s : r.scores)
+      s /= sum;
+  } else {
+    for (int64_t i = 0; i < e; ++i)
+      r.scores[i] = sigmoid(r.logits[i]);
+  }
+  std::vector<int64_t> order(e);
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](int64_t i) {
+    return r.scores[i] + (bias ? bias->data[i] : 0.0);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return key(a) > key(b); });
+  r.sel.assign(order.begin(), order.begin() + k);
+  r.selectedSum = 0;
+  for (int64_t i : r.sel)
+    r.selectedSum += r.scores[i];
+  for (int64_t i : r.sel)
+    r.gates.push_back(scaling * r.scores[i] /
+                      (renormalize ? r.selectedSum : 1.0));
+  return r;
+}
+
+/// Balancing probabilities p (softmax scores, or sigmoid scores normalised).
+Vec balanceProbs(const Routing &r, Scoring scoring) {
+  if (scoring == Scoring::softmax)
+    return r.scores;
+  double sum = std::accumulate(r.scores.begin(), r.scores.end(), 0.0);
+  Vec p(r.scores);
+  for (double &v : p)
+    v /= sum;
+  return p;
+}
+
+double logSumExp(const Vec &v) {
+  double mx = *std::max_element(v.begin(), v.end()), sum = 0;
+  for (double x : v)
+    sum += std::exp(x - mx);
+  return mx + std::log(sum);
+}
+
+class Runner {
+public:
+  Runner(std::map<std::string, Tensor> &params, std::string &error)
+      : params(params), error(error) {}
+
+  bool run(func::FuncOp fn, const std::vector<Tensor> &args,
+           std::vector<Tensor> &results);
+
+private:
+  bool step(Operation *op);
+  Tensor &in(Value v) { return values[v]; }
+  void out(Value v, Tensor t) { values[v] = std::move(t); }
+  bool fail(Operation *op, const std::string &message) {
+    error = op->getName().getStringRef().str() + ": " + message;
+    return false;
+  }
+
+  std::map<std::string, Tensor> &params;
+  std::string &error;
+  llvm::DenseMap<Value, Tensor> values;
+};
+
+bool Runner::run(func::FuncOp fn, const std::vector<Tensor> &args,
+                 std::vector<Tensor> &results) {
+  Block &body = fn.getBody().front();
+  if (args.size() != body.getNumArguments()) {
+    error = "expected " + std::to_string(body.getNumArguments()) +
+            " arguments";
+    return false;
+  }
+  for (auto [arg, value] : llvm::zip(body.getArguments(), args)) {
+    if (value.shape != shapeOf(arg)) {
+      error = "argument shape mismatch";
+      return false;
+    }
+    values[arg] = value;
+  }
+  for (Operation &op : body.without_terminator())
+    if (!step(&op))
+      return false;
+  results.clear();
+  for (Value v : body.getTerminator()->getOperands())
+    results.push_back(values[v]);
+  return true;
+}
+
+bool Runner::step(Operation *op) {
+  return llvm::TypeSwitch<Operation *, bool>(op)
+      .Case([&](GetParamOp o) {
+        auto it = params.find(o.getName().str());
+        if (it == params.end())
+          return fail(op, "no value for parameter " + o.getName().str());
+        out(o.getResult(), it->second);
+        return true;
+      })
+      .Case([&](FillOp o) {
+        Tensor t = Tensor::zeros(shapeOf(o.getResult()));
+        std::fill(t.data.begin(), t.data.end(), o.getValue().convertToDouble());
+        out(o.getResult(), t);
+        return true;
+      })
+      .Case([&](EmbeddingOp o) {
+        Tensor &ids = in(o.getIds()), &table = in(o.getTable());
+        int64_t d = table.shape[1], v = table.shape[0];
+        Tensor y = Tensor::zeros(shapeOf(o.getResult()));
+        for (size_t i = 0; i < ids.ints.size(); ++i) {
+          if (ids.ints[i] < 0 || ids.ints[i] >= v)
+            return fail(op, "token id " + std::to_string(ids.ints[i]) +
+                                " out of range");
+          std::copy_n(&table.data[ids.ints[i] * d], d, &y.data[i * d]);
+        }
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](EmbeddingGradOp o) {
+        Tensor &ids = in(o.getIds()), &dy = in(o.getDy());
+        Tensor dt = Tensor::zeros(shapeOf(o.getDtable()));
+        int64_t d = dt.shape[1];
+        for (size_t i = 0; i < ids.ints.size(); ++i)
+          for (int64_t c = 0; c < d; ++c)
+            dt.data[ids.ints[i] * d + c] += dy.data[i * d + c];
+        out(o.getDtable(), dt);
+        return true;
+      })
+      .Case([&](RMSNormOp o) {
+        Tensor &x = in(o.getX()), &g = in(o.getGamma());
+        double eps = o.getEpsilon().convertToFloat();
+        int64_t d = x.shape.back();
+        Tensor y = Tensor::zeros(x.shape);
+        for (int64_t r = 0; r < rows(x); ++r) {
+          double ms = 0;
+          for (int64_t c = 0; c < d; ++c)
+            ms += x.data[r * d + c] * x.data[r * d + c];
+          double inv = 1.0 / std::sqrt(ms / d + eps);
+          for (int64_t c = 0; c < d; ++c)
+            y.data[r * d + c] = x.data[r * d + c] * inv * g.data[c];
+        }
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](RMSNormGradOp o) {
+        Tensor &x = in(o.getX()), &g = in(o.getGamma()), &dy = in(o.getDy());
+        double eps = o.getEpsilon().convertToFloat();
+        int64_t d = x.shape.back();
+        Tensor dx = Tensor::zeros(x.shape), dg = Tensor::zeros(g.shape);
+        for (int64_t r = 0; r < rows(x); ++r) {
+          const double *xr = &x.data[r * d], *dyr = &dy.data[r * d];
+          double ms = 0, ax = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            ms += xr[c] * xr[c];
+            ax += dyr[c] * g.data[c] * xr[c];
+          }
+          double inv = 1.0 / std::sqrt(ms / d + eps);
+          for (int64_t c = 0; c < d; ++c) {
+            dx.data[r * d + c] = inv * dyr[c] * g.data[c] -
+                                 xr[c] * inv * inv * inv * ax / d;
+            dg.data[c] += dyr[c] * xr[c] * inv;
+          }
+        }
+        out(o.getDx(), dx);
+        out(o.getDgamma(), dg);
+        return true;
+      })
+      .Case([&](LinearOp o) {
+        Tensor &x = in(o.getX()), &w = in(o.getWeight());
+        int64_t k = w.shape[0], n = w.shape[1], m = rows(x);
+        Tensor y = Tensor::zeros(shapeOf(o.getResult()));
+        matmul(x.data.data(), w.data.data(), y.data.data(), m, k, n, false,
+               false, false);
+        if (o.getBias()) {
+          Tensor &b = in(o.getBias());
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              y.data[i * n + j] += b.data[j];
+        }
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](LinearGradOp o) {
+        Tensor &x = in(o.getX()), &w = in(o.getWeight()), &dy = in(o.getDy());
+        int64_t k = w.shape[0], n = w.shape[1], m = rows(x);
+        Tensor dx = Tensor::zeros(x.shape), dw = Tensor::zeros(w.shape);
+        matmul(dy.data.data(), w.data.data(), dx.data.data(), m, n, k, false,
+               true, false);
+        matmul(x.data.data(), dy.data.data(), dw.data.data(), k, m, n, true,
+               false, false);
+        out(o.getDx(), dx);
+        out(o.getDweight(), dw);
+        return true;
+      })
+      .Case([&](BiasGradOp o) {
+        Tensor &dy = in(o.getDy());
+        int64_t n = dy.shape.back();
+        Tensor db = Tensor::zeros({n});
+        for (int64_t i = 0; i < rows(dy); ++i)
+          for (int64_t j = 0; j < n; ++j)
+            db.data[j] += dy.data[i * n + j];
+        out(o.getDbias(), db);
+        return true;
+      })
+      .Case([&](AddOp o) {
+        Tensor y = in(o.getLhs());
+        Tensor &b = in(o.getRhs());
+        for (size_t i = 0; i < y.data.size(); ++i)
+          y.data[i] += b.data[i];
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](FFNOp o) {
+        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown());
+        const double *gate = o.getWGate() ? in(o.getWGate()).data.data() : nullptr;
+        int64_t d = up.shape[0], f = up.shape[1];
+        Tensor y = Tensor::zeros(x.shape);
+        ffnForward(o.getActivation(), x.data.data(), up.data.data(),
+                   down.data.data(), gate, y.data.data(), rows(x), d, f);
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](FFNGradOp o) {
+        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
+               &dy = in(o.getDy());
+        bool gated = static_cast<bool>(o.getWGate());
+        int64_t d = up.shape[0], f = up.shape[1];
+        Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
+               dd = Tensor::zeros(down.shape),
+               dg = Tensor::zeros(gated ? up.shape : std::vector<int64_t>{0});
+        ffnBackward(o.getActivation(), x.data.data(), up.data.data(),
+                    down.data.data(),
+                    gated ? in(o.getWGate()).data.data() : nullptr,
+                    dy.data.data(), dx.data.data(), du.data.data(),
+                    dd.data.data(), gated ? dg.data.data() : nullptr, rows(x),
+                    d, f);
+        out(o.getDx(), dx);
+        out(o.getDwUp(), du);
+        out(o.getDwDown(), dd);
+        if (gated)
+          out(o.getDwGate(), dg);
+        return true;
+      })
+      .Case([&](ExpertFFNOp o) {
+        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown());
+        int64_t e = x.shape[0], c = x.shape[1], d = x.shape[2], f = up.shape[2];
+        Tensor y = Tensor::zeros(x.shape);
+        for (int64_t i = 0; i < e; ++i)
+          ffnForward(o.getActivation(), &x.data[i * c * d],
+                     &up.data[i * d * f], &down.data[i * f * d],
+                     o.getWGate() ? &in(o.getWGate()).data[i * d * f] : nullptr,
+                     &y.data[i * c * d], c, d, f);
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](ExpertFFNGradOp o) {
+        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
+               &dy = in(o.getDy());
+        bool gated = static_cast<bool>(o.getWGate());
+        int64_t e = x.shape[0], c = x.shape[1], d = x.shape[2], f = up.shape[2];
+        Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
+               dd = Tensor::zeros(down.shape),
+               dg = Tensor::zeros(gated ? up.shape : std::vector<int64_t>{0});
+        for (int64_t i = 0; i < e; ++i)
+          ffnBackward(o.getActivation(), &x.data[i * c * d],
+                      &up.data[i * d * f], &down.data[i * f * d],
+                      gated ? &in(o.getWGate()).data[i * d * f] : nullptr,
+                      &dy.data[i * c * d], &dx.data[i * c * d],
+                      &du.data[i * d * f], &dd.data[i * f * d],
+                      gated ? &dg.data[i * d * f] : nullptr, c, d, f);
+        out(o.getDx(), dx);
+        out(o.getDwUp(), du);
+        out(o.getDwDown(), dd);
+        if (gated)
+          out(o.getDwGate(), dg);
+        return true;
+      })
+      .Case([&](AttentionOp o) {
+        Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV());
+        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(),
+                         o.getNumKvHeads(), o.getHeadDim()};
+        std::optional<double> theta;
+        if (auto t = o.getRopeTheta())
+          theta = t->convertToFloat();
+        Vec qr = roped(q, a, a.h, theta), kr = roped(k, a, a.kv, theta);
+        Tensor y = Tensor::zeros(q.shape);
+        for (int64_t b = 0; b < a.b; ++b)
+          for (int64_t h = 0; h < a.h; ++h)
+            for (int64_t i = 0; i < a.s; ++i) {
+              Vec p = probs(qr, kr, a, b, h, i);
+              int64_t g = h / (a.h / a.kv);
+              for (int64_t j = 0; j <= i; ++j)
+                for (int64_t c = 0; c < a.hd; ++c)
+                  y.data[((b * a.s + i) * a.h + h) * a.hd + c] +=
+                      p[j] * v.data[((b * a.s + j) * a.kv + g) * a.hd + c];
+            }
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](AttentionGradOp o) {
+        Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV()),
+               &dout = in(o.getDout());
+        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(),
+                         o.getNumKvHeads(), q.shape[2] / o.getNumHeads()};
+        std::optional<double> theta;
+        if (auto t = o.getRopeTheta())
+          theta = t->convertToFloat();
+        Vec qr = roped(q, a, a.h, theta), kr = roped(k, a, a.kv, theta);
+        Tensor dq = Tensor::zeros(q.shape), dk = Tensor::zeros(k.shape),
+               dv = Tensor::zeros(v.shape);
+        double scale = 1.0 / std::sqrt(static_cast<double>(a.hd));
+        for (int64_t b = 0; b < a.b; ++b)
+          for (int64_t h = 0; h < a.h; ++h)
+            for (int64_t i = 0; i < a.s; ++i) {
+              Vec p = probs(qr, kr, a, b, h, i);
+              int64_t g = h / (a.h / a.kv);
+              const double *doi = &dout.data[((b * a.s + i) * a.h + h) * a.hd];
+              Vec dp(i + 1);
+              double dot = 0;
+              for (int64_t j = 0; j <= i; ++j) {
+                const double *vj = &v.data[((b * a.s + j) * a.kv + g) * a.hd];
+                for (int64_t c = 0; c < a.hd; ++c) {
+                  dp[j] += doi[c] * vj[c];
+                  dv.data[((b * a.s + j) * a.kv + g) * a.hd + c] += p[j] * doi[c];
+                }
+                dot += p[j] * dp[j];
+              }
+              for (int64_t j = 0; j <= i; ++j) {
+                double ds = p[j] * (dp[j] - dot) * scale;
+                for (int64_t c = 0; c < a.hd; ++c) {
+                  dq.data[((b * a.s + i) * a.h + h) * a.hd + c] +=
+                      ds * kr[((b * a.s + j) * a.kv + g) * a.hd + c];
+                  dk.data[((b * a.s + j) * a.kv + g) * a.hd + c] +=
+                      ds * qr[((b * a.s + i) * a.h + h) * a.hd + c];
+                }
+              }
+            }
+        if (theta) { // undo the rotation on the gradients of q and k
+          for (int64_t b = 0; b < a.b; ++b)
+            for (int64_t s = 0; s < a.s; ++s) {
+              for (int64_t h = 0; h < a.h; ++h)
+                rope(&dq.data[((b * a.s + s) * a.h + h) * a.hd], a.hd, s,
+                     *theta, true);
+              for (int64_t g = 0; g < a.kv; ++g)
+                rope(&dk.data[((b * a.s + s) * a.kv + g) * a.hd], a.hd, s,
+                     *theta, true);
+            }
+        }
+        out(o.getDq(), dq);
+        out(o.getDk(), dk);
+        out(o.getDv(), dv);
+        return true;
+      })
+      .Case([&](RouterOp o) {
+        Tensor &x = in(o.getX()), &w = in(o.getWeight());
+        Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
+        int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
+        Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
+        Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
+                                     std::vector<int32_t>(t * k));
+        Vec frac(e, 0.0), meanP(e, 0.0);
+        double z = 0;
+        for (int64_t i = 0; i < t; ++i) {
+          Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
+                            o.getRenormalize(),
+                            o.getRoutedScaling().convertToFloat());
+          Vec p = balanceProbs(r, o.getScoring());
+          for (int64_t j = 0; j < k; ++j) {
+            gates.data[i * k + j] = r.gates[j];
+            experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
+            frac[r.sel[j]] += 1.0 / (t * k);
+          }
+          for (int64_t c = 0; c < e; ++c)
+            meanP[c] += p[c] / t;
+          double lse = logSumExp(r.logits);
+          z += lse * lse / t;
+        }
+        double aux = 0;
+        for (int64_t c = 0; c < e; ++c)
+          aux += frac[c] * meanP[c];
+        Tensor loss = Tensor::zeros({});
+        loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
+                       o.getZLossCoef().convertToFloat() * z;
+        out(o.getGates(), gates);
+        out(o.getExperts(), experts);
+        out(o.getAuxLoss(), loss);
+        return true;
+      })
+      .Case([&](RouterGradOp o) {
+        Tensor &x = in(o.getX()), &w = in(o.getWeight()),
+               &dgates = in(o.getDgates());
+        double daux = in(o.getDaux()).data[0];
+        Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
+        int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
+        double scaling = o.getRoutedScaling().convertToFloat();
+        double coef = o.getAuxLossCoef().convertToFloat();
+        double zcoef = o.getZLossCoef().convertToFloat();
+        std::vector<Routing> routes;
+        Vec frac(e, 0.0);
+        for (int64_t i = 0; i < t; ++i) {
+          routes.push_back(route(&x.data[i * d], w, bias, d, e, k,
+                                 o.getScoring(), o.getRenormalize(), scaling));
+          for (int64_t j : routes.back().sel)
+            frac[j] += 1.0 / (t * k);
+        }
+        Tensor dx = Tensor::zeros(x.shape), dw = Tensor::zeros(w.shape);
+        Vec dlogits(t * e, 0.0);
+        for (int64_t i = 0; i < t; ++i) {
+          const Routing &r = routes[i];
+          Vec ds(e, 0.0);
+          // Through the selected gates.
+          double sumTerm = 0;
+          for (int64_t j = 0; j < k; ++j)
+            sumTerm += dgates.data[i * k + j] * r.scores[r.sel[j]];
+          for (int64_t j = 0; j < k; ++j) {
+            double g = dgates.data[i * k + j];
+            ds[r.sel[j]] += o.getRenormalize()
+                                ? scaling * (g / r.selectedSum -
+                                             sumTerm / (r.selectedSum *
+                                                        r.selectedSum))
+                                : scaling * g;
+          }
+          // Through the balancing loss (f_e constant).
+          Vec gp(e);
+          for (int64_t c = 0; c < e; ++c)
+            gp[c] = daux * coef * e * frac[c] / t;
+          if (o.getScoring() == Scoring::softmax) {
+            for (int64_t c = 0; c < e; ++c)
+              ds[c] += gp[c];
+          } else {
+            double sum = std::accumulate(r.scores.begin(), r.scores.end(), 0.0);
+            double dot = 0;
+            for (int64_t c = 0; c < e; ++c)
+              dot += gp[c] * r.scores[c] / sum;
+            for (int64_t c = 0; c < e; ++c)
+              ds[c] += (gp[c] - dot) / sum;
+          }
+          // Scores to logits.
+          double* dl = &dlogits[i * e];
+          if (o.getScoring() == Scoring::softmax) {
+            double dot = 0;
+            for (int64_t c = 0; c < e; ++c)
+              dot += ds[c] * r.scores[c];
+            for (int64_t c = 0; c < e; ++c)
+              dl[c] = r.scores[c] * (ds[c] - dot);
+          } else {
+            for (int64_t c = 0; c < e; ++c)
+              dl[c] = ds[c] * r.scores[c] * (1.0 - r.scores[c]);
+          }
+          // The z-loss.
+          double lse = logSumExp(r.logits);
+          for (int64_t c = 0; c < e; ++c)
+            dl[c] += daux * zcoef * 2.0 * lse / t *
+                     std::exp(r.logits[c] - lse);
+        }
+        matmul(dlogits.data(), w.data.data(), dx.data.data(), t, e, d, false,
+               true, false);
+        matmul(x.data.data(), dlogits.data(), dw.data.data(), d, t, e, true,
+               false, false);
+        out(o.getDx(), dx);
+        out(o.getDweight(), dw);
+        return true;
+      })
+      .Case([&](DispatchOp o) {
+        Tensor &x = in(o.getX()), &experts = in(o.getExperts());
+        std::vector<int64_t> shape = shapeOf(o.getResult());
+        int64_t d = shape[2], k = experts.shape.back();
+        std::vector<int64_t> slots =
+            assignSlots(experts, shape[0], shape[1], error);
+        if (!error.empty())
+          return fail(op, error);
+        Tensor buf = Tensor::zeros(shape);
+        for (size_t i = 0; i < slots.size(); ++i)
+          if (slots[i] >= 0)
+            std::copy_n(&x.data[(i / k) * d], d,
+                        &buf.data[(experts.ints[i] * shape[1] + slots[i]) * d]);
+        out(o.getResult(), buf);
+        return true;
+      })
+      .Case([&](DispatchGradOp o) {
+        Tensor &dbuf = in(o.getDbuf()), &experts = in(o.getExperts());
+        int64_t c = dbuf.shape[1], d = dbuf.shape[2], k = experts.shape.back();
+        std::vector<int64_t> slots = assignSlots(experts, dbuf.shape[0], c, error);
+        if (!error.empty())
+          return fail(op, error);
+        Tensor dx = Tensor::zeros(shapeOf(o.getDx()));
+        for (size_t i = 0; i < slots.size(); ++i)
+          if (slots[i] >= 0)
+            for (int64_t j = 0; j < d; ++j)
+              dx.data[(i / k) * d + j] +=
+                  dbuf.data[(experts.ints[i] * c + slots[i]) * d + j];
+        out(o.getDx(), dx);
+        return true;
+      })
+      .Case([&](CombineOp o) {
+        Tensor &y = in(o.getY()), &gates = in(o.getGates()),
+               &experts = in(o.getExperts());
+        int64_t c = y.shape[1], d = y.shape[2], k = experts.shape.back();
+        std::vector<int64_t> slots = assignSlots(experts, y.shape[0], c, error);
+        if (!error.empty())
+          return fail(op, error);
+        Tensor res = Tensor::zeros(shapeOf(o.getResult()));
+        for (size_t i = 0; i < slots.size(); ++i)
+          if (slots[i] >= 0)
+            for (int64_t j = 0; j < d; ++j)
+              res.data[(i / k) * d + j] +=
+                  gates.data[i] * y.data[(experts.ints[i] * c + slots[i]) * d + j];
+        out(o.getResult(), res);
+        return true;
+      })
+      .Case([&](CombineGradOp o) {
+        Tensor &y = in(o.getY()), &gates = in(o.getGates()),
+               &experts = in(o.getExperts()), &dout = in(o.getDout());
+        int64_t c = y.shape[1], d = y.shape[2], k = experts.shape.back();
+        std::vector<int64_t> slots = assignSlots(experts, y.shape[0], c, error);
+        if (!error.empty())
+          return fail(op, error);
+        Tensor dy = Tensor::zeros(y.shape), dg = Tensor::zeros(gates.shape);
+        for (size_t i = 0; i < slots.size(); ++i) {
+          if (slots[i] < 0)
+            continue;
+          for (int64_t j = 0; j < d; ++j) {
+            int64_t at = (experts.ints[i] * c + slots[i]) * d + j;
+            dy.data[at] += gates.data[i] * dout.data[(i / k) * d + j];
+            dg.data[i] += y.data[at] * dout.data[(i / k) * d + j];
+          }
+        }
+        out(o.getDy(), dy);
+        out(o.getDgates(), dg);
+        return true;
+      })
+      .Case([&](CrossEntropyOp o) {
+        Tensor &logits = in(o.getLogits()), &targets = in(o.getTargets());
+        int64_t v = logits.shape.back(), t = rows(logits);
+        double loss = 0;
+        for (int64_t i = 0; i < t; ++i) {
+          int32_t target = targets.ints[i];
+          if (target < 0 || target >= v)
+            return fail(op, "target " + std::to_string(target) + " out of range");
+          Vec row(&logits.data[i * v], &logits.data[(i + 1) * v]);
+          loss += (logSumExp(row) - row[target]) / t;
+        }
+        Tensor res = Tensor::zeros({});
+        res.data[0] = loss;
+        out(o.getResult(), res);
+        return true;
+      })
+      .Case([&](CrossEntropyGradOp o) {
+        Tensor &logits = in(o.getLogits()), &targets = in(o.getTargets());
+        double dloss = in(o.getDloss()).data[0];
+        int64_t v = logits.shape.back(), t = rows(logits);
+        Tensor dl = Tensor::zeros(logits.shape);
+        for (int64_t i = 0; i < t; ++i) {
+          Vec row(&logits.data[i * v], &logits.data[(i + 1) * v]);
+          double lse = logSumExp(row);
+          for (int64_t j = 0; j < v; ++j)
+            dl.data[i * v + j] =
+                (std::exp(row[j] - lse) - (j == targets.ints[i] ? 1.0 : 0.0)) *
+                dloss / t;
+        }
+        out(o.getDlogits(), dl);
+        return true;
+      })
+      .Default([&](Operation *) { return fail(op, "not supported"); });
+}
+} // namespace
+
+void ::moe::reference::Interpreter::initParams(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    Tensor t = Tensor::zeros(std::vector<int64_t>(
+        p.getTensorType().getShape().begin(), p.getTensorType().getShape().end()));
+    InitAttr init = p.getInit();
+    double scale = init.getScaleValue();
+    std::normal_distribution<double> normal(0.0, scale > 0 ? scale : 1.0);
+    std::uniform_real_distribution<double> uniform(-scale, scale);
+    for (double &v : t.data) {
+      switch (init.getKind()) {
+      case InitKind::zeros:
+        v = 0;
+        break;
+      case InitKind::ones:
+        v = 1;
+        break;
+      case InitKind::normal:
+        v = normal(rng);
+        break;
+      case InitKind::uniform:
+        v = uniform(rng);
+        break;
+      }
+    }
+    params[p.getSymName().str()] = t;
+  }
+}
+
+bool ::moe::reference::Interpreter::run(const std::string &name,
+                                      const std::vector<Tensor> &args,
+                                      std::vector<Tensor> &results,
+                                      std::string &error) {
+  auto fn = module.lookupSymbol<func::FuncOp>(name);
+  if (!fn) {
+    error = "no function @" + name;
+    return false;
+  }
+  error.clear();
+  return Runner(params, error).run(fn, args, results);
+}

@@ -1,0 +1,56 @@
+//===- Interpreter.h - reference interpreter of the moe dialect -*- C++ -*-===//
+//
+// Runs a moe step function on concrete tensors in plain C++, in double
+// precision, forward and backward ops alike. Owned by the tests: it is the
+// oracle for gradient checks now and for generated kernels and multi-rank
+// runs later. Simple loops, no performance intent.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_TEST_REFERENCE_INTERPRETER_H
+#define MOE_TEST_REFERENCE_INTERPRETER_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moe::reference {
+
+/// A dense row-major tensor; floats are held as double, ids as int32.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  std::vector<int32_t> ints;
+  bool isInt = false;
+
+  static Tensor zeros(std::vector<int64_t> shape);
+  static Tensor ids(std::vector<int64_t> shape, std::vector<int32_t> values);
+  int64_t numel() const;
+};
+
+class Interpreter {
+public:
+  explicit Interpreter(mlir::ModuleOp module) : module(module) {}
+
+  /// Current parameter values by name.
+  std::map<std::string, Tensor> params;
+
+  /// Gives every declared parameter a value from its initialiser, using a
+  /// fixed-seed generator (normal and uniform draws are deterministic).
+  void initParams(uint64_t seed);
+
+  /// Runs function `name` on `args`. On failure returns false and sets
+  /// `error` (an id out of range, an op it does not know, ...).
+  bool run(const std::string &name, const std::vector<Tensor> &args,
+           std::vector<Tensor> &results, std::string &error);
+
+private:
+  mlir::ModuleOp module;
+};
+
+} // namespace moe::reference
+
+#endif // MOE_TEST_REFERENCE_INTERPRETER_H
