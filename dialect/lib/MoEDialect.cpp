@@ -84,10 +84,11 @@ LogicalResult MoEDialect::verifyRegionArgAttribute(Operation *op,
     return op->emitError() << "unknown moe argument attribute '"
                            << attr.getName().getValue() << "'";
   auto kind = dyn_cast<StringAttr>(attr.getValue());
-  if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets"))
+  if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets" &&
+                kind.getValue() != "step"))
     return op->emitError() << "'" << kInputAttrName << "' on argument #"
                            << argIndex
-                           << " must be \"tokens\" or \"targets\", got "
+                           << " must be \"tokens\", \"targets\" or \"step\", got "
                            << attr.getValue();
   if (!isa<FunctionOpInterface>(op))
     return op->emitError() << "'" << kInputAttrName

@@ -7,7 +7,7 @@
 #include "moe/Frontend/ClusterSpec.h"
 #include "moe/Frontend/ObjectReader.h"
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 using nlohmann::json;
 
 int64_t ClusterSpec::numNodes() const {
@@ -114,7 +114,7 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags,
 } // namespace
 
 std::optional<ClusterSpec>
-moe::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
+moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
                                DiagnosticList &diags) {
   ClusterSpec c;
   c.doc = doc;

@@ -5,8 +5,8 @@
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
-using ::moe::frontend::ClusterSpec;
-using ::moe::frontend::LinkSpec;
+using ::moec::frontend::ClusterSpec;
+using ::moec::frontend::LinkSpec;
 
 static DictionaryAttr linkAttr(Builder &b, const LinkSpec &link) {
   return b.getDictionaryAttr({
@@ -16,7 +16,7 @@ static DictionaryAttr linkAttr(Builder &b, const LinkSpec &link) {
   });
 }
 
-namespace moe::frontend {
+namespace moec::frontend {
 DictionaryAttr clusterAttr(const ClusterSpec &c, MLIRContext &context) {
   Builder b(&context);
   SmallVector<Attribute> groups;
@@ -47,4 +47,4 @@ DictionaryAttr clusterAttr(const ClusterSpec &c, MLIRContext &context) {
       b.getNamedAttr("inter_node_link", linkAttr(b, c.interNode)),
   });
 }
-} // namespace moe::frontend
+} // namespace moec::frontend

@@ -9,9 +9,9 @@
 
 #include "moe/Frontend/ClusterSpec.h"
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
-const std::vector<DeviceKind> &moe::frontend::devicePresets() {
+const std::vector<DeviceKind> &moec::frontend::devicePresets() {
   static const std::vector<DeviceKind> presets = {
       // NVIDIA A100 SXM4 80GB datasheet: 19.5 TF FP32, 312 TF BF16/FP16 dense,
       // 2039 GB/s HBM2e; NVLink 3 600 GB/s both ways through NVSwitch;
@@ -68,7 +68,7 @@ const std::vector<DeviceKind> &moe::frontend::devicePresets() {
   return presets;
 }
 
-const DeviceKind *moe::frontend::findPreset(const std::string &name) {
+const DeviceKind *moec::frontend::findPreset(const std::string &name) {
   for (const DeviceKind &kind : devicePresets())
     if (kind.name == name)
       return &kind;

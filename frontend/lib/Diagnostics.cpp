@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
 std::string Diagnostic::str() const {
   std::ostringstream os;
@@ -53,7 +53,7 @@ static size_t editDistance(const std::string &a, const std::string &b) {
   return row[b.size()];
 }
 
-std::string moe::frontend::closestMatch(
+std::string moec::frontend::closestMatch(
     const std::string &word, const std::vector<std::string> &candidates) {
   std::string best;
   const size_t threshold = std::max<size_t>(2, word.size() / 3) + 1;

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
-const std::vector<std::string> &moe::frontend::supportedHFFamilies() {
+const std::vector<std::string> &moec::frontend::supportedHFFamilies() {
   static const std::vector<std::string> families = {
       "mixtral",     "qwen2_moe", "qwen3_moe",          "deepseek_v2",
       "deepseek_v3", "olmoe",     "switch_transformers"};
@@ -365,7 +365,7 @@ std::optional<ModelSpec> Importer::run() {
 } // namespace
 
 std::optional<ModelSpec>
-moe::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
+moec::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
                               const HFImportOptions &options,
                               DiagnosticList &diags) {
   return Importer(std::move(doc), options, diags).run();

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 using nlohmann::json;
 
 std::string JsonDoc::child(const std::string &pointer, const std::string &key) {
@@ -27,7 +27,7 @@ std::string JsonDoc::child(const std::string &pointer, const std::string &key) {
   return pointer + "/" + escaped;
 }
 
-namespace moe::frontend {
+namespace moec::frontend {
 /// Walks a document nlohmann has already accepted and records where each
 /// value and key starts; reports duplicate keys.
 class PositionScanner {
@@ -129,7 +129,7 @@ private:
   size_t i = 0;
   bool ok = true;
 };
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 /// The part of an nlohmann message after its "[json.exception...] " prefix
 /// and "parse error at line L, column C: ".

@@ -12,7 +12,7 @@
 #include <limits>
 #include <sstream>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 using nlohmann::json;
 
 namespace {
@@ -122,7 +122,7 @@ OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags,
 }
 } // namespace
 
-std::optional<ModelSpec> moe::frontend::readModelJson(
+std::optional<ModelSpec> moec::frontend::readModelJson(
     std::shared_ptr<const JsonDoc> doc, DiagnosticList &diags) {
   ModelSpec s;
   s.doc = doc;

@@ -4,9 +4,9 @@
 
 #include <set>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
-void moe::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
+void moec::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
   const JsonDoc &doc = *s.doc;
   auto error = [&](const std::string &ptr, const std::string &message) {
     diags.error(doc.file(), doc.valuePos(ptr), ptr + ": " + message);

@@ -11,10 +11,10 @@
 
 using namespace mlir;
 using namespace mlir::moe;
-using ::moe::frontend::ModelSpec;
-using ::moe::frontend::MoESettings;
+using ::moec::frontend::ModelSpec;
+using ::moec::frontend::MoESettings;
 
-int64_t ::moe::frontend::expertCapacity(const MoESettings &moe,
+int64_t ::moec::frontend::expertCapacity(const MoESettings &moe,
                                         int64_t tokens) {
   if (!moe.capacityFactor)
     return tokens;
@@ -42,7 +42,7 @@ public:
 
 private:
   Location loc(const std::string &ptr) {
-    ::moe::frontend::SourcePos pos = spec.doc->valuePos(ptr);
+    ::moec::frontend::SourcePos pos = spec.doc->valuePos(ptr);
     return FileLineColLoc::get(&ctx, spec.doc->file(), pos.line, pos.col);
   }
 
@@ -70,7 +70,7 @@ private:
   }
 
   Value attentionBlock(Value x, const std::string &prefix);
-  Value ffnBlock(Value h, const ::moe::frontend::LayerSpec &layer,
+  Value ffnBlock(Value h, const ::moec::frontend::LayerSpec &layer,
                  const std::string &prefix, Value &auxLoss);
 
   const ModelSpec &spec;
@@ -109,7 +109,7 @@ static Activation activationOf(const std::string &name) {
                           : Activation::swiglu;
 }
 
-Value Emitter::ffnBlock(Value x, const ::moe::frontend::LayerSpec &layer,
+Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
                         const std::string &prefix, Value &auxLoss) {
   int64_t d = spec.dModel;
   Location where = loc(layer.dense ? spec.ffnPtr : layer.ptr);
@@ -148,7 +148,7 @@ Value Emitter::ffnBlock(Value x, const ::moe::frontend::LayerSpec &layer,
     route.setAuxLossCoef(APFloat(static_cast<float>(m.auxLossCoef)));
     route.setZLossCoef(APFloat(static_cast<float>(m.zLossCoef)));
     route.setRoutedScaling(APFloat(static_cast<float>(m.routedScaling)));
-    int64_t capacity = ::moe::frontend::expertCapacity(m, spec.numTokens());
+    int64_t capacity = ::moec::frontend::expertCapacity(m, spec.numTokens());
     Value buffer = DispatchOp::create(body, where, h, route.getExperts(), e,
                                       capacity);
     Value up = weight(prefix + "experts.up", {e, d, f}, where);
@@ -226,10 +226,10 @@ OwningOpRef<ModuleOp> Emitter::run() {
   return module;
 }
 
-namespace moe::frontend {
+namespace moec::frontend {
 OwningOpRef<ModuleOp> buildModule(const ModelSpec &spec, MLIRContext &context) {
   context.getOrLoadDialect<MoEDialect>();
   context.getOrLoadDialect<func::FuncDialect>();
   return Emitter(spec, context).run();
 }
-} // namespace moe::frontend
+} // namespace moec::frontend

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 using nlohmann::json;
 
 static std::string formatNumber(double value) {

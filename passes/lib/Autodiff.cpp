@@ -28,7 +28,8 @@ bool isTrainStep(func::FuncOp fn) {
 /// Builds the backward graph of one step function.
 class Differentiator {
 public:
-  Differentiator(func::FuncOp fn) : fn(fn), builder(fn.getContext()) {}
+  Differentiator(func::FuncOp fn, bool withOptimizer)
+      : fn(fn), builder(fn.getContext()), withOptimizer(withOptimizer) {}
 
   LogicalResult run();
 
@@ -39,8 +40,13 @@ private:
       it->second = AddOp::create(builder, grad.getLoc(), it->second, grad);
   }
 
+  /// Appends lr schedule, clipping and AdamW updates; returns the loss only.
+  LogicalResult appendOptimizer(Location loc, Value loss,
+                                ArrayRef<std::pair<ParamOp, Value>> updates);
+
   func::FuncOp fn;
   OpBuilder builder;
+  bool withOptimizer;
   DenseMap<Value, Value> grads;
   /// Parameter name -> accumulated gradient.
   llvm::MapVector<StringAttr, Value> paramGrads;
@@ -93,14 +99,18 @@ LogicalResult Differentiator::run() {
         accumulate(operand, grad);
   }
 
-  // Return the loss and the parameter gradients, in declaration order.
+  // Parameter gradients in declaration order.
   auto module = fn->getParentOfType<ModuleOp>();
+  SmallVector<std::pair<ParamOp, Value>> updates;
+  for (ParamOp param : module.getOps<ParamOp>())
+    if (Value g = paramGrads.lookup(param.getSymNameAttr()))
+      updates.push_back({param, g});
+  if (withOptimizer)
+    return appendOptimizer(ret.getLoc(), loss, updates);
+
   SmallVector<Value> results = {loss};
   SmallVector<FlatSymbolRefAttr> names;
-  for (ParamOp param : module.getOps<ParamOp>()) {
-    Value g = paramGrads.lookup(param.getSymNameAttr());
-    if (!g)
-      continue;
+  for (auto [param, g] : updates) {
     results.push_back(g);
     names.push_back(FlatSymbolRefAttr::get(param.getSymNameAttr()));
   }
@@ -116,14 +126,84 @@ LogicalResult Differentiator::run() {
   return success();
 }
 
+/// A setting of the module's moe.optimizer dictionary, or `fallback`.
+double setting(DictionaryAttr dict, StringRef key, double fallback) {
+  if (!dict)
+    return fallback;
+  if (auto f = dict.getAs<FloatAttr>(key))
+    return f.getValueAsDouble();
+  if (auto i = dict.getAs<IntegerAttr>(key))
+    return static_cast<double>(i.getInt());
+  return fallback;
+}
+
+LogicalResult
+Differentiator::appendOptimizer(Location loc, Value loss,
+                                ArrayRef<std::pair<ParamOp, Value>> updates) {
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  if (updates.empty())
+    return fn.emitError() << "moe-autodiff: no parameter of @"
+                          << fn.getSymName() << " receives a gradient";
+  auto dict = fn->getParentOfType<ModuleOp>()->getAttrOfType<DictionaryAttr>(
+      MoEDialect::kOptimizerAttrName);
+  auto i32 = RankedTensorType::get({}, builder.getI32Type());
+  auto f32 = RankedTensorType::get({}, builder.getF32Type());
+  unsigned index = fn.getNumArguments();
+  fn.insertArgument(index, i32,
+                    builder.getDictionaryAttr(builder.getNamedAttr(
+                        MoEDialect::kInputAttrName,
+                        builder.getStringAttr("step"))),
+                    loc);
+  Value step = fn.getArgument(index);
+
+  double lr = setting(dict, "lr", 3e-4);
+  StringAttr schedule = dict ? dict.getAs<StringAttr>("schedule") : nullptr;
+  Value rate = LRScheduleOp::create(
+      builder, loc, f32, step, builder.getF64FloatAttr(lr),
+      builder.getF64FloatAttr(setting(dict, "min_lr", std::min(3e-5, lr))),
+      builder.getI64IntegerAttr(
+          static_cast<int64_t>(setting(dict, "warmup_steps", 100))),
+      builder.getI64IntegerAttr(
+          static_cast<int64_t>(setting(dict, "total_steps", 1000))),
+      schedule ? schedule : builder.getStringAttr("cosine"));
+  SmallVector<Value> grads;
+  for (auto &update : updates)
+    grads.push_back(update.second);
+  Value norm = GlobalNormOp::create(builder, loc, f32, grads);
+  for (auto [param, grad] : updates) {
+    double decay = param.getTensorType().getRank() >= 2
+                       ? setting(dict, "weight_decay", 0.1)
+                       : 0.0;
+    AdamWUpdateOp::create(
+        builder, param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()),
+        grad, rate, norm, step,
+        builder.getF64FloatAttr(setting(dict, "beta1", 0.9)),
+        builder.getF64FloatAttr(setting(dict, "beta2", 0.95)),
+        builder.getF64FloatAttr(setting(dict, "eps", 1e-8)),
+        builder.getF64FloatAttr(decay),
+        builder.getF64FloatAttr(setting(dict, "grad_clip", 1.0)));
+  }
+  func::ReturnOp::create(builder, ret.getLoc(), loss);
+  ret.erase();
+  return success();
+}
+
 struct AutodiffPass : public moe::impl::AutodiffPassBase<AutodiffPass> {
+  using AutodiffPassBase::AutodiffPassBase;
+
   void runOnOperation() override {
+    if (optimizer != "adamw" && optimizer != "none") {
+      getOperation().emitError()
+          << "moe-autodiff: unknown optimizer '" << optimizer
+          << "' (expected adamw or none)";
+      return signalPassFailure();
+    }
     bool found = false;
     for (auto fn : getOperation().getOps<func::FuncOp>()) {
       if (!isTrainStep(fn))
         continue;
       found = true;
-      if (failed(Differentiator(fn).run()))
+      if (failed(Differentiator(fn, optimizer == "adamw").run()))
         return signalPassFailure();
     }
     if (!found) {

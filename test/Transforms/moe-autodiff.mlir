@@ -1,4 +1,5 @@
-// RUN: moe-opt %s --moe-autodiff --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: moe-opt %s --moe-autodiff=optimizer=none --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: moe-opt %s --moe-autodiff --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=ADAMW
 
 // One layer: each forward op gets its backward op, in reverse order; a
 // parameter read twice gets the sum of both gradients.
@@ -29,7 +30,23 @@ func.func @step(%tokens: tensor<2x4xi32> {moe.input = "tokens"},
 // CHECK: %[[DE:.*]] = moe.embedding_grad %{{.*}}, %[[DX0]]
 // CHECK: return %{{.*}}, %[[DE]], %[[DG]], %[[DW]]
 
+// With the optimiser: a step input, the schedule, the global norm over all
+// gradients, one AdamW update per parameter (no decay for the rank-1 gain,
+// defaults without a moe.optimizer), and the loss as the only result.
+// ADAMW-LABEL: func.func @step
+// ADAMW-SAME: %[[STEP:[a-z0-9]+]]: tensor<i32> {moe.input = "step"}) -> tensor<f32>
+// ADAMW: %[[LR:.*]] = moe.lr_schedule %[[STEP]] {lr = 3.000000e-04 : f64, min_lr = 3.000000e-05 : f64, schedule = "cosine", total_steps = 1000 : i64, warmup_steps = 100 : i64}
+// ADAMW: %[[NORM:.*]] = moe.global_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<8xf32>, tensor<8x16xf32>
+// ADAMW: moe.adamw_update @emb, %{{.*}}, %[[LR]], %[[NORM]], %[[STEP]] {beta1 = 9.000000e-01 : f64, beta2 = 0.94999999999999996 : f64, eps = 1.000000e-08 : f64, grad_clip = 1.000000e+00 : f64, weight_decay = 1.000000e-01 : f64} : tensor<16x8xf32>
+// ADAMW: moe.adamw_update @g, {{.*}}weight_decay = 0.000000e+00 : f64} : tensor<8xf32>
+// ADAMW: moe.adamw_update @head
+// ADAMW: return %{{.*}} : tensor<f32>
+
 // -----
+
+// ADAMW-LABEL: func.func @routed
+// ADAMW-NOT: moe.adamw_update @bias
+// ADAMW: return
 
 // Routing: gradients flow through the gates and the aux loss, not the
 // indices; the selection bias gets none.

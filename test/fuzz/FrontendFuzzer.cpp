@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
 static void check(bool ok, const DiagnosticList &diags, const char *reader) {
   if (!ok && !diags.hasErrors()) {

@@ -15,7 +15,7 @@
 
 using namespace mlir;
 using namespace mlir::moe;
-using ::moe::reference::Tensor;
+using ::moec::reference::Tensor;
 
 Tensor Tensor::zeros(std::vector<int64_t> shape) {
   Tensor t;
@@ -279,8 +279,11 @@ double logSumExp(const Vec &v) {
 
 class Runner {
 public:
-  Runner(std::map<std::string, Tensor> &params, std::string &error)
-      : params(params), error(error) {}
+  using Moments =
+      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>;
+  Runner(std::map<std::string, Tensor> &params, Moments &moments,
+         std::string &error)
+      : params(params), moments(moments), error(error) {}
 
   bool run(func::FuncOp fn, const std::vector<Tensor> &args,
            std::vector<Tensor> &results);
@@ -295,6 +298,7 @@ private:
   }
 
   std::map<std::string, Tensor> &params;
+  Moments &moments;
   std::string &error;
   llvm::DenseMap<Value, Tensor> values;
 };
@@ -796,11 +800,70 @@ bool Runner::step(Operation *op) {
         out(o.getDlogits(), dl);
         return true;
       })
+      .Case([&](LRScheduleOp o) {
+        double t = in(o.getStep()).ints[0] + 1.0;
+        double lr = o.getLr().convertToDouble();
+        double minLr = o.getMinLr().convertToDouble();
+        double warmup = static_cast<double>(o.getWarmupSteps());
+        double total = static_cast<double>(o.getTotalSteps());
+        double rate;
+        if (t <= warmup) {
+          rate = lr * t / warmup;
+        } else {
+          double p = std::min(1.0, (t - warmup) / std::max(1.0, total - warmup));
+          StringRef s = o.getSchedule();
+          rate = s == "cosine"   ? minLr + (lr - minLr) * (1 + std::cos(M_PI * p)) / 2
+                 : s == "linear" ? lr - (lr - minLr) * p
+                                 : lr;
+        }
+        Tensor r = Tensor::zeros({});
+        r.data[0] = rate;
+        out(o.getResult(), r);
+        return true;
+      })
+      .Case([&](GlobalNormOp o) {
+        double sum = 0;
+        for (Value g : o.getGrads())
+          for (double v : in(g).data)
+            sum += v * v;
+        Tensor r = Tensor::zeros({});
+        r.data[0] = std::sqrt(sum);
+        out(o.getResult(), r);
+        return true;
+      })
+      .Case([&](AdamWUpdateOp o) {
+        std::string name = o.getParam().str();
+        auto it = params.find(name);
+        if (it == params.end())
+          return fail(op, "no value for parameter " + name);
+        Tensor &w = it->second;
+        const Tensor &g = in(o.getGrad());
+        auto &[m, v] = moments[name];
+        m.resize(w.data.size(), 0.0);
+        v.resize(w.data.size(), 0.0);
+        double t = in(o.getStep()).ints[0] + 1.0;
+        double lr = in(o.getLr()).data[0], norm = in(o.getNorm()).data[0];
+        double b1 = o.getBeta1().convertToDouble();
+        double b2 = o.getBeta2().convertToDouble();
+        double eps = o.getEps().convertToDouble();
+        double wd = o.getWeightDecay().convertToDouble();
+        double clip = o.getGradClip().convertToDouble();
+        double c = clip > 0 ? std::min(1.0, clip / (norm + 1e-6)) : 1.0;
+        for (size_t i = 0; i < w.data.size(); ++i) {
+          double gi = c * g.data[i];
+          m[i] = b1 * m[i] + (1 - b1) * gi;
+          v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+          double mh = m[i] / (1 - std::pow(b1, t));
+          double vh = v[i] / (1 - std::pow(b2, t));
+          w.data[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * w.data[i]);
+        }
+        return true;
+      })
       .Default([&](Operation *) { return fail(op, "not supported"); });
 }
 } // namespace
 
-void ::moe::reference::Interpreter::initParams(uint64_t seed) {
+void ::moec::reference::Interpreter::initParams(uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (ParamOp p : module.getOps<ParamOp>()) {
     Tensor t = Tensor::zeros(std::vector<int64_t>(
@@ -829,7 +892,7 @@ void ::moe::reference::Interpreter::initParams(uint64_t seed) {
   }
 }
 
-bool ::moe::reference::Interpreter::run(const std::string &name,
+bool ::moec::reference::Interpreter::run(const std::string &name,
                                       const std::vector<Tensor> &args,
                                       std::vector<Tensor> &results,
                                       std::string &error) {
@@ -839,5 +902,5 @@ bool ::moe::reference::Interpreter::run(const std::string &name,
     return false;
   }
   error.clear();
-  return Runner(params, error).run(fn, args, results);
+  return Runner(params, moments, error).run(fn, args, results);
 }

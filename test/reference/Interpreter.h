@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace moe::reference {
+namespace moec::reference {
 
 /// A dense row-major tensor; floats are held as double, ids as int32.
 struct Tensor {
@@ -37,6 +37,9 @@ public:
 
   /// Current parameter values by name.
   std::map<std::string, Tensor> params;
+  /// AdamW moments (m, v) by parameter name, created at the first update.
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
+      moments;
 
   /// Gives every declared parameter a value from its initialiser, using a
   /// fixed-seed generator (normal and uniform draws are deterministic).
@@ -51,6 +54,6 @@ private:
   mlir::ModuleOp module;
 };
 
-} // namespace moe::reference
+} // namespace moec::reference
 
 #endif // MOE_TEST_REFERENCE_INTERPRETER_H

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-using namespace moe::frontend;
+using namespace moec::frontend;
 
 namespace {
 

@@ -19,8 +19,8 @@
 #include <random>
 
 using namespace mlir;
-using ::moe::reference::Interpreter;
-using ::moe::reference::Tensor;
+using ::moec::reference::Interpreter;
+using ::moec::reference::Tensor;
 using moe_test::MoETest;
 
 namespace {

@@ -25,7 +25,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
-using namespace moe::frontend;
+using namespace moec::frontend;
 
 static cl::OptionCategory category("moe-translate options");
 static cl::opt<std::string> modelFile("import-model",

@@ -168,7 +168,7 @@ func.func @f() attributes {c = #moe.codec<topk, ratio = 0.1, ratio = 0.2>} {
 // -----
 
 // input: tokens or targets
-// expected-error @+1 {{'moe.input' on argument #0 must be "tokens" or "targets", got "labels"}}
+// expected-error @+1 {{'moe.input' on argument #0 must be "tokens", "targets" or "step", got "labels"}}
 func.func @f(%x: tensor<2x4xi32> {moe.input = "labels"}) {
   return
 }

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 struct LinkSpec {
   double bandwidth = 0; ///< bytes/s per device per direction
@@ -63,6 +63,6 @@ const DeviceKind *findPreset(const std::string &name);
 std::optional<ClusterSpec> readClusterJson(std::shared_ptr<const JsonDoc> doc,
                                            DiagnosticList &diags);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_CLUSTERSPEC_H

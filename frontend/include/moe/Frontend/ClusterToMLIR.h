@@ -7,13 +7,13 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 /// The `moe.cluster` dictionary: name, totals, node groups, device kinds and
 /// the inter-node link, in SI units (docs/ClusterJSON.md).
 mlir::DictionaryAttr clusterAttr(const ClusterSpec &cluster,
                                  mlir::MLIRContext &context);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_CLUSTERTOMLIR_H

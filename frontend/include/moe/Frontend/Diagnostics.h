@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 /// A 1-based position in a source file; line 0 means "unknown".
 struct SourcePos {
@@ -51,6 +51,6 @@ private:
 std::string closestMatch(const std::string &word,
                          const std::vector<std::string> &candidates);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_DIAGNOSTICS_H

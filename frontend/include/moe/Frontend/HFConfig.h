@@ -14,7 +14,7 @@
 
 #include "moe/Frontend/ModelSpec.h"
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 /// What config.json does not say: the training shape.
 struct HFImportOptions {
@@ -30,6 +30,6 @@ std::optional<ModelSpec> importHFConfig(std::shared_ptr<const JsonDoc> doc,
                                         const HFImportOptions &options,
                                         DiagnosticList &diags);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_HFCONFIG_H

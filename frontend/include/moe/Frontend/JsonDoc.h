@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 class JsonDoc {
 public:
@@ -56,6 +56,6 @@ private:
   friend class PositionScanner;
 };
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_JSONDOC_H

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 /// The routed-expert settings of one layer.
 struct MoESettings {
@@ -85,6 +85,6 @@ std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc,
 /// kv heads, rotary embeddings against the head width).
 void checkModelSpec(const ModelSpec &spec, DiagnosticList &diags);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_MODELSPEC_H

@@ -8,7 +8,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 /// Builds the forward training step of `spec` in the moe dialect: parameters,
 /// a `train_step` function over token and target inputs returning the loss,
@@ -22,6 +22,6 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(const ModelSpec &spec,
 /// `tokens`; `tokens` (dropless) without a capacity factor.
 int64_t expertCapacity(const MoESettings &moe, int64_t tokens);
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_MODELTOMLIR_H

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace moe::frontend {
+namespace moec::frontend {
 
 class ObjectReader {
 public:
@@ -77,6 +77,6 @@ private:
   std::set<std::string> seen;
 };
 
-} // namespace moe::frontend
+} // namespace moec::frontend
 
 #endif // MOE_FRONTEND_OBJECTREADER_H

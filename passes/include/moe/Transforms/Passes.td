@@ -14,10 +14,14 @@ def AutodiffPass : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
     times are summed with `moe.add`. Gradients reaching a `moe.get_param` are
     accumulated per parameter.
 
-    Before: `func.func @train_step(...) -> tensor<f32>`.
-    After: `func.func @train_step(...) -> (tensor<f32>, grads...)` returning
-    the loss and the gradient of every parameter that receives one, in
-    declaration order, each result marked `{moe.grad_of = @param}`.
+    With `optimizer=adamw` (the default), appends the optimiser step: a
+    `step` input (`tensor<i32> {moe.input = "step"}`, counting from 0),
+    `moe.lr_schedule`, `moe.global_norm` over all gradients, and one
+    `moe.adamw_update` per parameter, with the settings of the module's
+    `moe.optimizer` (defaults when absent); the step still returns the loss.
+    With `optimizer=none` it returns the loss and the gradient of every
+    parameter that receives one, in declaration order, each result marked
+    `{moe.grad_of = @param}`.
 
     Gradients through top-k routing follow the selected gate values, not the
     expert indices; the selection bias of auxiliary-loss-free balancing has
@@ -25,6 +29,10 @@ def AutodiffPass : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
     to the loss is an error at that op.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "Optimiser to append: adamw, or none to return the gradients">,
+  ];
 }
 
 #endif // MOE_TRANSFORMS_PASSES_TD

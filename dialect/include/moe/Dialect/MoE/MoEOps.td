@@ -12,5 +12,6 @@ include "moe/Dialect/MoE/MoEModelOps.td"
 include "moe/Dialect/MoE/MoERoutingOps.td"
 include "moe/Dialect/MoE/MoECollectiveOps.td"
 include "moe/Dialect/MoE/MoEGradOps.td"
+include "moe/Dialect/MoE/MoEOptimizerOps.td"
 
 #endif // MOE_OPS_TD

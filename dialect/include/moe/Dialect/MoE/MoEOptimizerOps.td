@@ -1,0 +1,89 @@
+//===- MoEOptimizerOps.td - the optimiser step -------------*- tablegen -*-===//
+//
+// What moe-autodiff appends after the backward graph: the learning-rate
+// schedule, global-norm clipping and one AdamW update per parameter. The
+// update ops own the optimiser state (first and second moments, f32, the
+// parameter's shape), so the state's size is known from the IR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_OPTIMIZER_OPS_TD
+#define MOE_OPTIMIZER_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+
+def MoE_F32Scalar : 0DTensorOf<[F32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+def MoE_StepScalar : 0DTensorOf<[I32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
+
+def MoE_LRScheduleOp : MoE_Op<"lr_schedule", [Pure]> {
+  let summary = "learning rate of a step: linear warmup, then decay";
+  let description = [{
+    With `t = step + 1` (steps count from 0):
+    `t <= warmup`: `lr * t / warmup`; after it, with
+    `p = min(1, (t - warmup) / max(1, total - warmup))`:
+    `cosine`: `min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2`,
+    `linear`: `lr - (lr - min_lr) p`, `constant`: `lr`.
+    ```mlir
+    %lr = moe.lr_schedule %step {lr = 3.0e-4 : f64, min_lr = 3.0e-5 : f64, warmup_steps = 100 : i64, total_steps = 1000 : i64, schedule = "cosine"}
+    ```
+    Constraints: `0 < lr`, `0 <= min_lr <= lr`, `0 <= warmup_steps <=
+    total_steps`, `total_steps >= 1`, schedule `cosine`, `linear` or
+    `constant`.
+  }];
+  let arguments = (ins MoE_StepScalar:$step, F64Attr:$lr, F64Attr:$min_lr,
+                       I64Attr:$warmup_steps, I64Attr:$total_steps,
+                       StrAttr:$schedule);
+  let results = (outs MoE_F32Scalar:$result);
+  let assemblyFormat = "$step attr-dict";
+  let hasVerifier = 1;
+}
+
+def MoE_GlobalNormOp : MoE_Op<"global_norm", [Pure]> {
+  let summary = "L2 norm over every element of every gradient";
+  let description = [{
+    ```mlir
+    %n = moe.global_norm %g0, %g1 : tensor<64x64xf32>, tensor<64xf32>
+    ```
+    Constraints: at least one operand.
+  }];
+  let arguments = (ins Variadic<MoE_FloatTensor>:$grads);
+  let results = (outs MoE_F32Scalar:$result);
+  let assemblyFormat = "$grads attr-dict `:` type($grads)";
+  let hasVerifier = 1;
+}
+
+def MoE_AdamWUpdateOp : MoE_Op<"adamw_update", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one AdamW step of a parameter, with its moments";
+  let description = [{
+    With `t = step + 1`, the clipping factor
+    `c = grad_clip > 0 ? min(1, grad_clip / (norm + 1e-6)) : 1` and `g = c * grad`:
+    `m = beta1 m + (1 - beta1) g`, `v = beta2 v + (1 - beta2) g^2`,
+    `w -= lr * (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * w)`
+    (decoupled weight decay; `moe-autodiff` sets `weight_decay = 0` for
+    rank-1 parameters, the norm gains and biases). `m` and `v` start at zero
+    and belong to this op (f32, the parameter's shape).
+    ```mlir
+    moe.adamw_update @w, %grad, %lr, %norm, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64}
+        : tensor<64x64xf32>
+    ```
+    Constraints: `param` names a `moe.param` of the gradient's type;
+    `0 <= beta1, beta2 < 1`; `eps > 0`; `weight_decay >= 0`;
+    `grad_clip >= 0`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, MoE_FloatTensor:$grad,
+                       MoE_F32Scalar:$lr, MoE_F32Scalar:$norm,
+                       MoE_StepScalar:$step, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$eps, F64Attr:$weight_decay, F64Attr:$grad_clip);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $lr `,` $norm `,` $step attr-dict `:` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOE_OPTIMIZER_OPS_TD
