@@ -34,7 +34,9 @@ protected:
     OwningOpRef<ModuleOp> module = parse(source);
     ASSERT_TRUE(module) << (errors.empty() ? "" : errors[0]);
     PassManager pm(&context);
-    pm.addPass(mlir::moe::createAutodiffPass());
+    mlir::moe::AutodiffPassOptions options;
+    options.optimizer = "none"; // return the gradients
+    pm.addPass(mlir::moe::createAutodiffPass(options));
     ASSERT_TRUE(succeeded(pm.run(*module)))
         << (errors.empty() ? "" : errors[0]);
 
