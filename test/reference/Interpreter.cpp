@@ -800,6 +800,108 @@ bool Runner::step(Operation *op) {
         out(o.getDlogits(), dl);
         return true;
       })
+      .Case([&](FusedGateOp o) {
+        Tensor &x = in(o.getX()), &w = in(o.getWeight());
+        Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
+        int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
+        int64_t cap = o.getCapacity();
+        Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
+        Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
+                                     std::vector<int32_t>(t * k));
+        Vec frac(e, 0.0), meanP(e, 0.0);
+        double z = 0;
+        for (int64_t i = 0; i < t; ++i) {
+          Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
+                            o.getRenormalize(),
+                            o.getRoutedScaling().convertToFloat());
+          Vec p = balanceProbs(r, o.getScoring());
+          for (int64_t j = 0; j < k; ++j) {
+            gates.data[i * k + j] = r.gates[j];
+            experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
+            frac[r.sel[j]] += 1.0 / (t * k);
+          }
+          for (int64_t c = 0; c < e; ++c)
+            meanP[c] += p[c] / t;
+          double lse = logSumExp(r.logits);
+          z += lse * lse / t;
+        }
+        std::vector<int64_t> assigned = assignSlots(experts, e, cap, error);
+        Tensor slots = Tensor::ids(shapeOf(o.getSlots()),
+                                   std::vector<int32_t>(t * k));
+        Tensor counts = Tensor::ids({e}, std::vector<int32_t>(e, 0));
+        for (int64_t i = 0; i < t * k; ++i) {
+          counts.ints[experts.ints[i]] += 1;
+          slots.ints[i] = assigned[i] < 0
+                              ? -1
+                              : static_cast<int32_t>(experts.ints[i] * cap +
+                                                     assigned[i]);
+        }
+        double aux = 0;
+        for (int64_t c = 0; c < e; ++c)
+          aux += frac[c] * meanP[c];
+        Tensor loss = Tensor::zeros({});
+        loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
+                       o.getZLossCoef().convertToFloat() * z;
+        out(o.getGates(), gates);
+        out(o.getExperts(), experts);
+        out(o.getSlots(), slots);
+        out(o.getCounts(), counts);
+        out(o.getAuxLoss(), loss);
+        return true;
+      })
+      .Case([&](PermuteOp o) {
+        Tensor &x = in(o.getX()), &slots = in(o.getSlots());
+        std::vector<int64_t> shape = shapeOf(o.getResult());
+        int64_t d = shape[2], k = slots.shape.back(),
+                total = shape[0] * shape[1];
+        Tensor buf = Tensor::zeros(shape);
+        for (size_t i = 0; i < slots.ints.size(); ++i) {
+          int32_t s = slots.ints[i];
+          if (s >= total)
+            return fail(op, "slot " + std::to_string(s) + " out of range");
+          if (s >= 0)
+            std::copy_n(&x.data[(i / k) * d], d, &buf.data[s * d]);
+        }
+        out(o.getResult(), buf);
+        return true;
+      })
+      .Case([&](UnpermuteOp o) {
+        Tensor &buf = in(o.getBuf()), &slots = in(o.getSlots());
+        Tensor *weights = o.getWeights() ? &in(o.getWeights()) : nullptr;
+        int64_t d = buf.shape[2], k = slots.shape.back(),
+                total = buf.shape[0] * buf.shape[1];
+        Tensor res = Tensor::zeros(shapeOf(o.getResult()));
+        for (size_t i = 0; i < slots.ints.size(); ++i) {
+          int32_t s = slots.ints[i];
+          if (s >= total)
+            return fail(op, "slot " + std::to_string(s) + " out of range");
+          if (s < 0)
+            continue;
+          double wgt = weights ? weights->data[i] : 1.0;
+          for (int64_t j = 0; j < d; ++j)
+            res.data[(i / k) * d + j] += wgt * buf.data[s * d + j];
+        }
+        out(o.getResult(), res);
+        return true;
+      })
+      .Case([&](UnpermuteGradOp o) {
+        Tensor &buf = in(o.getBuf()), &slots = in(o.getSlots()),
+               &weights = in(o.getWeights()), &dout = in(o.getDout());
+        int64_t d = buf.shape[2], k = slots.shape.back();
+        Tensor dbuf = Tensor::zeros(buf.shape), dw = Tensor::zeros(weights.shape);
+        for (size_t i = 0; i < slots.ints.size(); ++i) {
+          int32_t s = slots.ints[i];
+          if (s < 0)
+            continue;
+          for (int64_t j = 0; j < d; ++j) {
+            dbuf.data[s * d + j] += weights.data[i] * dout.data[(i / k) * d + j];
+            dw.data[i] += buf.data[s * d + j] * dout.data[(i / k) * d + j];
+          }
+        }
+        out(o.getDbuf(), dbuf);
+        out(o.getDweights(), dw);
+        return true;
+      })
       .Case([&](LRScheduleOp o) {
         double t = in(o.getStep()).ints[0] + 1.0;
         double lr = o.getLr().convertToDouble();

@@ -35,4 +35,21 @@ def AutodiffPass : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def FuseGatingPass : Pass<"moe-fuse-gating", "::mlir::ModuleOp"> {
+  let summary = "Fuses routing with its slot assignment into one op";
+  let description = [{
+    `router(x, w) + dispatch + combine` becomes
+    `fused_gate(x, w) -> (gates, experts, slots, counts, aux)`,
+    `permute(x, slots)` and `unpermute(y, slots, gates)`: scoring, top-k,
+    renormalisation, capacity, the losses and the token -> slot permutation
+    are one op (one kernel), and the token movement uses the explicit
+    permutation instead of recomputing it. The capacity comes from the
+    dispatch buffers the router feeds (they must agree); a router feeding
+    none gets dropless capacity (the token count). Drop policy: token order,
+    then choice order; an overflowing token-slot is dropped (slot -1) and
+    the residual path carries the token.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

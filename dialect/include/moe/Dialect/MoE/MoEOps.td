@@ -13,5 +13,6 @@ include "moe/Dialect/MoE/MoERoutingOps.td"
 include "moe/Dialect/MoE/MoECollectiveOps.td"
 include "moe/Dialect/MoE/MoEGradOps.td"
 include "moe/Dialect/MoE/MoEOptimizerOps.td"
+include "moe/Dialect/MoE/MoEFusedOps.td"
 
 #endif // MOE_OPS_TD

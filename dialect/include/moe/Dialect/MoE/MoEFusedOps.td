@@ -1,0 +1,115 @@
+//===- MoEFusedOps.td - gating fused with its permutation --*- tablegen -*-===//
+//
+// What moe-fuse-gating produces: one op computing scores, top-k, gates,
+// losses and the token -> slot permutation (one kernel), and the permute /
+// unpermute ops that move tokens with that explicit permutation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_FUSED_OPS_TD
+#define MOE_FUSED_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+include "moe/Dialect/MoE/MoEInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "router, top-k, gates, losses and slot assignment in one op";
+  let description = [{
+    Computes exactly what `moe.router` computes (same attributes and
+    results) plus the assignment `moe.dispatch` makes for `num_experts`
+    experts of `capacity` slots: `slots[t, j] = e * capacity + c` for the
+    slot `c` of expert `e = experts[t, j]`, or -1 when the token-slot is
+    dropped (token order first, then choice order), and `counts[e]`, the
+    token-slots routed to `e` before dropping (for load metrics and ragged
+    exchanges).
+    ```mlir
+    %g, %e, %slots, %counts, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 10
+        {renormalize = true, aux_loss_coef = 1.0e-02 : f32}
+        : (tensor<2x16x64xf32>, tensor<64x8xf32>)
+        -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>, tensor<2x16x2xi32>, tensor<8xi32>, tensor<f32>)
+    ```
+    Constraints: those of `moe.router`; `capacity >= 1`; `slots` has the
+    shape of `experts`; `counts` is `[E]`.
+  }];
+  let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
+                       MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
+                       I64Attr:$top_k, I64Attr:$capacity,
+                       DefaultValuedAttr<BoolAttr, "false">:$renormalize,
+                       OptionalAttr<F32Attr>:$capacity_factor,
+                       DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
+                       DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling);
+  let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
+                      MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
+                      MoE_LossTensor:$aux_loss);
+  let assemblyFormat = [{
+    $scoring $x `,` $weight (`bias` $bias^)? `top_k` $top_k `capacity` $capacity
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_PermuteOp : MoE_Op<"permute", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "scatters tokens to their slots: the dispatch of fused gating";
+  let description = [{
+    `result[s / C, s % C, :] = x[t, :]` for every `slots[t, j] = s >= 0`;
+    other slots are zero.
+    ```mlir
+    %buf = moe.permute %x, %slots : (tensor<2x16x64xf32>, tensor<2x16x2xi32>) -> tensor<8x10x64xf32>
+    ```
+    Constraints: `slots` is `[..., k]` with `x`'s leading dimensions; the
+    result is `[E, C, D]` with `x`'s width and element type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_IndexTensor:$slots);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $slots attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def MoE_UnpermuteOp : MoE_Op<"unpermute", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "gathers slots back to tokens, optionally weighted";
+  let description = [{
+    `result[t, :] = sum over j with slots[t, j] = s >= 0 of w[t, j] * buf[s / C, s % C, :]`,
+    `w` = `weights` when given, else 1 (the combine of fused gating, and the
+    gradient of `moe.permute`).
+    ```mlir
+    %out = moe.unpermute %y, %slots weights %gates
+        : (tensor<8x10x64xf32>, tensor<2x16x2xi32>, tensor<2x16x2xf32>) -> tensor<2x16x64xf32>
+    ```
+    Constraints: `buf` is `[E, C, D]`; `weights`, when present, has the
+    shape of `slots`; the result is `[..., D]` with `slots`' leading
+    dimensions.
+  }];
+  let arguments = (ins MoE_FloatTensor:$buf, MoE_IndexTensor:$slots,
+                       Optional<MoE_FloatTensor>:$weights);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $buf `,` $slots (`weights` $weights^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_UnpermuteGradOp : MoE_Op<"unpermute_grad", [Pure]> {
+  let summary = "gradient of a weighted moe.unpermute";
+  let description = [{
+    `dbuf[s] = w[t, j] * dout[t]`, `dweights[t, j] = <buf[s], dout[t]>` for
+    kept slots `s = slots[t, j]`; zero elsewhere.
+    ```mlir
+    %dbuf, %dw = moe.unpermute_grad %y, %slots, %gates, %dout
+        : (tensor<8x10x64xf32>, tensor<2x16x2xi32>, tensor<2x16x2xf32>, tensor<2x16x64xf32>)
+        -> (tensor<8x10x64xf32>, tensor<2x16x2xf32>)
+    ```
+    Constraints: results have the types of `buf` and `weights`.
+  }];
+  let arguments = (ins MoE_FloatTensor:$buf, MoE_IndexTensor:$slots,
+                       MoE_FloatTensor:$weights, MoE_FloatTensor:$dout);
+  let results = (outs MoE_FloatTensor:$dbuf, MoE_FloatTensor:$dweights);
+  let assemblyFormat = "$buf `,` $slots `,` $weights `,` $dout attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // MOE_FUSED_OPS_TD

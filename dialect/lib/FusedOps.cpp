@@ -1,0 +1,132 @@
+//===- FusedOps.cpp - fused gating: verifiers and gradient rules ----------===//
+
+#include "VerifyUtils.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::checks;
+
+LogicalResult FusedGateOp::verify() {
+  ArrayRef<int64_t> x = tensorType(getX()).getShape();
+  if (x.empty())
+    return emitOpError("x must have rank >= 1");
+  if (failed(checkRank(*this, "weight", getWeight(), 2, "[D, E]")))
+    return failure();
+  ArrayRef<int64_t> w = tensorType(getWeight()).getShape();
+  if (w[0] != x.back())
+    return emitOpError() << "weight input dimension " << w[0]
+                         << " does not match x width " << x.back();
+  int64_t experts = w[1], topK = getTopK();
+  if (topK < 1 || topK > experts)
+    return emitOpError() << "top_k (" << topK << ") must be in [1, "
+                         << experts << "], the number of experts";
+  if (getCapacity() < 1)
+    return emitOpError() << "capacity must be >= 1, got " << getCapacity();
+  SmallVector<int64_t> choices(x.drop_back());
+  choices.push_back(topK);
+  if (getBias() && failed(checkShape(*this, "bias", getBias(), {experts})))
+    return failure();
+  return failure(failed(checkShape(*this, "gates", getGates(), choices)) ||
+                 failed(checkShape(*this, "experts", getExperts(), choices)) ||
+                 failed(checkShape(*this, "slots", getSlots(), choices)) ||
+                 failed(checkShape(*this, "counts", getCounts(), {experts})) ||
+                 failed(checkSameElementType(
+                     *this, {{"x", getX()}, {"gates", getGates()}})));
+}
+
+/// Slots [..., k] must carry the leading dimensions of tokens [..., D].
+static LogicalResult checkSlotsOf(Operation *op, Value tokens, Value slots) {
+  ArrayRef<int64_t> t = tensorType(tokens).getShape();
+  ArrayRef<int64_t> s = tensorType(slots).getShape();
+  if (t.empty() || s.empty() || t.drop_back() != s.drop_back())
+    return op->emitOpError()
+           << "slots (" << formatShape(s)
+           << ") must be [..., k] with the token dimensions of "
+           << formatShape(t);
+  return success();
+}
+
+LogicalResult PermuteOp::verify() {
+  if (failed(checkSlotsOf(*this, getX(), getSlots())) ||
+      failed(checkRank(*this, "result", getResult(), 3, "[E, C, D]")))
+    return failure();
+  if (tensorType(getResult()).getShape()[2] !=
+      tensorType(getX()).getShape().back())
+    return emitOpError("result width must equal x width");
+  return checkSameElementType(*this, {{"x", getX()}, {"result", getResult()}});
+}
+
+LogicalResult UnpermuteOp::verify() {
+  if (failed(checkRank(*this, "buf", getBuf(), 3, "[E, C, D]")) ||
+      failed(checkSlotsOf(*this, getResult(), getSlots())))
+    return failure();
+  if (getWeights() &&
+      failed(checkShape(*this, "weights", getWeights(),
+                        tensorType(getSlots()).getShape())))
+    return failure();
+  if (tensorType(getResult()).getShape().back() !=
+      tensorType(getBuf()).getShape()[2])
+    return emitOpError("result width must equal the buffer width");
+  return checkSameElementType(
+      *this, {{"buf", getBuf()}, {"weights", getWeights()}, {"result", getResult()}});
+}
+
+LogicalResult UnpermuteGradOp::verify() {
+  if (getDbuf().getType() != getBuf().getType() ||
+      getDweights().getType() != getWeights().getType())
+    return emitOpError("results must have the types of buf and weights");
+  return success();
+}
+
+LogicalResult FusedGateOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  // Results: gates, experts, slots, counts, aux_loss; only gates and the
+  // loss carry gradients, exactly as for moe.router.
+  Value dgates = resultGrads[0]
+                     ? resultGrads[0]
+                     : FillOp::create(b, getLoc(), getGates().getType(),
+                                      b.getF64FloatAttr(0.0))
+                           .getResult();
+  Value daux = resultGrads[4]
+                   ? resultGrads[4]
+                   : FillOp::create(b, getLoc(), getAuxLoss().getType(),
+                                    b.getF64FloatAttr(0.0))
+                         .getResult();
+  auto grad = RouterGradOp::create(
+      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(),
+      getX(), getWeight(), dgates, daux, getBias(), getTopKAttr(),
+      getRenormalizeAttr(), getAuxLossCoefAttr(), getZLossCoefAttr(),
+      getRoutedScalingAttr());
+  operandGrads.assign({grad.getDx(), grad.getDweight()});
+  if (getBias())
+    operandGrads.push_back(Value());
+  return success();
+}
+
+LogicalResult PermuteOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  Value dx = UnpermuteOp::create(b, getLoc(), getX().getType(), resultGrads[0],
+                                 getSlots(), Value());
+  operandGrads.assign({dx, Value()});
+  return success();
+}
+
+LogicalResult UnpermuteOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (!getWeights()) {
+    Value dbuf = PermuteOp::create(b, getLoc(), getBuf().getType(),
+                                   resultGrads[0], getSlots());
+    operandGrads.assign({dbuf, Value()});
+    return success();
+  }
+  auto grad = UnpermuteGradOp::create(b, getLoc(), getBuf().getType(),
+                                      getWeights().getType(), getBuf(),
+                                      getSlots(), getWeights(), resultGrads[0]);
+  operandGrads.assign({grad.getDbuf(), Value(), grad.getDweights()});
+  return success();
+}
