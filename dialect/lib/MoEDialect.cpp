@@ -42,6 +42,18 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   StringRef name = attr.getName().getValue();
+  if (name == "moe.buffers") {
+    if (!isa<DenseI64ArrayAttr>(attr.getValue()))
+      return op->emitError("'moe.buffers' must be an array<i64> of "
+                           "[arena, offset, bytes] per result");
+    return success();
+  }
+  if (name == "moe.buffer_plan") {
+    if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
+      return op->emitError("'moe.buffer_plan' must be a dictionary on a "
+                           "builtin.module");
+    return success();
+  }
   if (name == kOptimizerAttrName || name == kSeedAttrName ||
       name == kClusterAttrName) {
     if (!isa<ModuleOp>(op))

@@ -7,6 +7,7 @@
 
 #include "moe/InitAllDialects.h"
 #include "moe/Transforms/Passes.h"
+#include "moe/Transforms/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -20,6 +21,7 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   mlir::moe::registerMoEPasses();
+  mlir::moe::registerMoEPipelines();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "MoEC optimiser driver\n", registry));
 }

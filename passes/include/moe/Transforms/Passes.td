@@ -52,4 +52,28 @@ def FuseGatingPass : Pass<"moe-fuse-gating", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 
+def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
+  let summary = "Turns compute ops into kernel specs and a planned step program";
+  let description = [{
+    Every compute op of a step function becomes a `moe.launch` of a
+    `moe.kernel` spec (family, exact operand and result types, settings);
+    identical computations share one kernel. A `moe.linear` whose only use
+    is a `moe.add` becomes one launch with a `residual_add` epilogue.
+    `moe.get_param`, `moe.fill` and the collectives stay as they are.
+
+    Then it plans memory over the launch order: every transient tensor
+    (inputs, launch and fill results) lives from its definition to its last
+    use; gradients of parameters go to a gradient arena, everything else to
+    the activation arena; each arena is packed greedily by size (largest
+    first, lowest offset that overlaps no buffer alive at the same time,
+    64-byte aligned), so memory is reused. Each launch records
+    `[arena, offset, bytes]` per result; the module gets `moe.buffer_plan`
+    with `activation_bytes`, `gradient_bytes` (arena peaks),
+    `parameter_bytes`, `optimizer_state_bytes` (two f32 moments per
+    AdamW-updated parameter), `total_bytes`, `num_kernels` and
+    `num_launches`.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

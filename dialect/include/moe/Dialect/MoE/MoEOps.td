@@ -14,5 +14,6 @@ include "moe/Dialect/MoE/MoECollectiveOps.td"
 include "moe/Dialect/MoE/MoEGradOps.td"
 include "moe/Dialect/MoE/MoEOptimizerOps.td"
 include "moe/Dialect/MoE/MoEFusedOps.td"
+include "moe/Dialect/MoE/MoEKernelOps.td"
 
 #endif // MOE_OPS_TD

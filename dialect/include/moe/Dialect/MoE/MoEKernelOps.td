@@ -1,0 +1,66 @@
+//===- MoEKernelOps.td - kernel specs and launches ---------*- tablegen -*-===//
+//
+// What moe-lower-to-kernels produces: one `moe.kernel` per distinct
+// computation (family, operand and result types, settings, epilogue) that
+// codegen turns into one generated kernel, and a step program of ordered
+// `moe.launch`es over planned buffers. Collectives stay ops.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_KERNEL_OPS_TD
+#define MOE_KERNEL_OPS_TD
+
+include "moe/Dialect/MoE/MoEAttributes.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def MoE_KernelOp : MoE_Op<"kernel", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "the spec of one generated kernel";
+  let description = [{
+    `family` names the generator (`linear`, `linear_grad`, `rms_norm`,
+    `attention`, `fused_gate`, `expert_ffn`, `adamw_update`, ...); the
+    signature gives the exact operand and result types it is specialised
+    to; `config` holds the op's settings (heads, epsilon, activation, top_k,
+    ...); `epilogue` lists fused element-wise tails (`residual_add`: the
+    last operand is added to the result).
+    ```mlir
+    moe.kernel @linear_3 family "linear" : (tensor<512x64xf32>, tensor<64x64xf32>) -> tensor<512x64xf32>
+        {config = {}, epilogue = ["residual_add"]}
+    ```
+    Constraints: `family` is not empty.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$family,
+                       TypeAttrOf<FunctionType>:$signature,
+                       DictionaryAttr:$config, StrArrayAttr:$epilogue);
+  let assemblyFormat = "$sym_name `family` $family `:` $signature attr-dict";
+  let hasVerifier = 1;
+}
+
+def MoE_LaunchOp : MoE_Op<"launch", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "runs a generated kernel in the step program";
+  let description = [{
+    Launches are ordered: the program runs them in sequence. `buffers`
+    gives, for every result, `[arena, offset, bytes]` in the buffer plan
+    (arena 0: activations, 1: gradients); `updates` names the parameter an
+    optimiser kernel writes in place.
+    ```mlir
+    %y = moe.launch @linear_3(%x, %w, %res) {buffers = array<i64: 0, 4096, 131072>}
+        : (tensor<512x64xf32>, tensor<64x64xf32>, tensor<512x64xf32>) -> tensor<512x64xf32>
+    ```
+    Constraints: `kernel` names a `moe.kernel` whose signature is the
+    launch's operand and result types; `buffers` has three entries per
+    result.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, Variadic<AnyType>:$operands,
+                       DenseI64ArrayAttr:$buffers,
+                       OptionalAttr<FlatSymbolRefAttr>:$updates);
+  let results = (outs Variadic<AnyType>:$results);
+  let assemblyFormat = [{
+    $kernel `(` $operands `)` attr-dict `:` functional-type($operands, $results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOE_KERNEL_OPS_TD

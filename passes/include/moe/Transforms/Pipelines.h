@@ -1,0 +1,39 @@
+//===- Pipelines.h - named pass pipelines -----------------------*- C++ -*-===//
+//
+// Pipelines are functions moe-opt and the driver share, so what users run
+// is what the tests test.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_TRANSFORMS_PIPELINES_H
+#define MOE_TRANSFORMS_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir::moe {
+
+struct TrainPipelineOptions
+    : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<std::string> optimizer{
+      *this, "optimizer",
+      llvm::cl::desc("Optimiser moe-autodiff appends: adamw or none"),
+      llvm::cl::init("adamw")};
+  Option<bool> fuseGating{*this, "fuse-gating",
+                          llvm::cl::desc("Run moe-fuse-gating"),
+                          llvm::cl::init(true)};
+  Option<bool> lower{*this, "lower",
+                     llvm::cl::desc("Run moe-lower-to-kernels"),
+                     llvm::cl::init(true)};
+};
+
+/// moe-fuse-gating, moe-autodiff, moe-lower-to-kernels: a forward step to a
+/// planned training-step program.
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
+
+/// Registers --moe-train-pipeline.
+void registerMoEPipelines();
+
+} // namespace mlir::moe
+
+#endif // MOE_TRANSFORMS_PIPELINES_H

@@ -1,0 +1,284 @@
+//===- LowerToKernels.cpp - the moe-lower-to-kernels pass -----------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_LOWERTOKERNELSPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+/// Bytes of a tensor value.
+int64_t bytesOf(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
+  return tensor.getNumElements() * std::max<int64_t>(bits / 8, 1);
+}
+
+bool isKernelOp(Operation *op) {
+  return isa<MoEDialect>(op->getDialect()) &&
+         !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp,
+              ReduceScatterOp, AllGatherOp, AllToAllOp>(op);
+}
+
+/// One tensor of the plan.
+struct Buffer {
+  Value value;
+  int64_t bytes, first, last, arena, offset = -1;
+};
+
+/// Greedy-by-size placement: largest first, lowest aligned offset that
+/// overlaps no placed buffer with an intersecting lifetime. Returns the peak.
+int64_t place(SmallVectorImpl<Buffer *> &buffers) {
+  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) {
+    return a->bytes > b->bytes;
+  });
+  SmallVector<Buffer *> placed;
+  int64_t peak = 0;
+  for (Buffer *b : buffers) {
+    SmallVector<std::pair<int64_t, int64_t>> busy;
+    for (Buffer *p : placed)
+      if (p->first <= b->last && b->first <= p->last)
+        busy.push_back({p->offset, p->offset + p->bytes});
+    llvm::sort(busy);
+    int64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + b->bytes <= lo)
+        break;
+      offset = std::max(offset, (hi + kAlignment - 1) / kAlignment * kAlignment);
+    }
+    b->offset = offset;
+    peak = std::max(peak, offset + b->bytes);
+    placed.push_back(b);
+  }
+  return peak;
+}
+
+class Lowering {
+public:
+  explicit Lowering(ModuleOp module) : module(module), builder(module) {}
+
+  void lowerFunction(func::FuncOp fn);
+  void planFunction(func::FuncOp fn);
+  void finish();
+
+private:
+  FlatSymbolRefAttr kernelFor(Location loc, StringRef family,
+                              FunctionType signature, DictionaryAttr config,
+                              ArrayRef<StringRef> epilogue);
+
+  ModuleOp module;
+  OpBuilder builder;
+  llvm::StringMap<FlatSymbolRefAttr> kernels;
+  llvm::StringMap<unsigned> familyCount;
+  int64_t activationPeak = 0, gradientPeak = 0, stateBytes = 0;
+  int64_t numLaunches = 0;
+};
+
+FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family,
+                                      FunctionType signature,
+                                      DictionaryAttr config,
+                                      ArrayRef<StringRef> epilogue) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << family << "|" << signature << "|" << config << "|";
+  llvm::interleave(epilogue, os, ",");
+  auto it = kernels.find(key);
+  if (it != kernels.end())
+    return it->second;
+  std::string name =
+      (family + "_" + std::to_string(familyCount[family]++)).str();
+  OpBuilder top = OpBuilder::atBlockBegin(module.getBody());
+  // After the parameters, before the functions.
+  for (Operation &op : *module.getBody())
+    if (isa<ParamOp, KernelOp>(op))
+      top.setInsertionPointAfter(&op);
+  KernelOp::create(top, loc, name, family, signature, config,
+                   top.getStrArrayAttr(epilogue));
+  auto ref = FlatSymbolRefAttr::get(builder.getContext(), name);
+  kernels[key] = ref;
+  return ref;
+}
+
+void Lowering::lowerFunction(func::FuncOp fn) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : fn.getBody().front().without_terminator())
+    if (isKernelOp(&op))
+      ops.push_back(&op);
+  DenseSet<Operation *> fused;
+  for (Operation *op : ops) {
+    if (fused.contains(op))
+      continue;
+    builder.setInsertionPoint(op);
+    SmallVector<Value> operands(op->getOperands());
+    SmallVector<Type> results(op->getResultTypes());
+    SmallVector<StringRef> epilogue;
+    Operation *last = op;
+    // linear + residual add -> one launch with an epilogue.
+    if (auto linear = dyn_cast<LinearOp>(op))
+      if (linear->hasOneUse())
+        if (auto add = dyn_cast<AddOp>(*linear->user_begin());
+            add && add->getBlock() == linear->getBlock()) {
+          Value residual = add.getLhs() == linear.getResult() ? add.getRhs()
+                                                              : add.getLhs();
+          if (residual.getType() == linear.getType() &&
+              (!residual.getDefiningOp() ||
+               residual.getDefiningOp()->isBeforeInBlock(linear))) {
+            operands.push_back(residual);
+            epilogue.push_back("residual_add");
+            fused.insert(add);
+            last = add;
+          }
+        }
+    StringRef family = op->getName().stripDialect();
+    SmallVector<NamedAttribute> config;
+    FlatSymbolRefAttr updates;
+    for (NamedAttribute attr : op->getAttrs()) {
+      if (isa<AdamWUpdateOp>(op) && attr.getName() == "param") {
+        updates = cast<FlatSymbolRefAttr>(attr.getValue());
+        continue;
+      }
+      config.push_back(attr);
+    }
+    auto signature = builder.getFunctionType(TypeRange(operands), results);
+    FlatSymbolRefAttr kernel =
+        kernelFor(op->getLoc(), family, signature,
+                  builder.getDictionaryAttr(config), epilogue);
+    auto launch = LaunchOp::create(
+        builder, last->getLoc(), results, kernel, operands,
+        builder.getDenseI64ArrayAttr(
+            SmallVector<int64_t>(3 * results.size(), 0)),
+        updates);
+    if (last != op) {
+      last->replaceAllUsesWith(launch);
+      last->erase();
+    } else {
+      op->replaceAllUsesWith(launch);
+    }
+    if (last != op || op->use_empty())
+      op->erase();
+    ++numLaunches;
+  }
+}
+
+void Lowering::planFunction(func::FuncOp fn) {
+  Block &body = fn.getBody().front();
+  DenseMap<Value, unsigned> index;
+  std::vector<Buffer> buffers;
+  DenseSet<Value> gradients;
+  // Parameter gradients: consumed by optimiser launches or returned as such.
+  for (Operation &op : body) {
+    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
+      gradients.insert(launch.getOperands().front());
+  }
+  Operation *terminator = body.getTerminator();
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
+    if (fn.getResultAttr(i, "moe.grad_of"))
+      gradients.insert(terminator->getOperand(i));
+
+  auto add = [&](Value v, int64_t first) {
+    int64_t bytes = bytesOf(v.getType());
+    if (!bytes)
+      return;
+    index[v] = buffers.size();
+    buffers.push_back({v, bytes, first, first, gradients.contains(v) ? 1 : 0});
+  };
+  for (BlockArgument arg : body.getArguments())
+    add(arg, 0);
+  int64_t position = 1;
+  for (Operation &op : body) {
+    for (Value operand : op.getOperands()) {
+      auto it = index.find(operand);
+      if (it != index.end())
+        buffers[it->second].last = position;
+    }
+    if (!isa<GetParamOp>(op))
+      for (Value result : op.getResults())
+        add(result, position);
+    ++position;
+  }
+  SmallVector<Buffer *> arenas[2];
+  for (Buffer &b : buffers)
+    arenas[b.arena].push_back(&b);
+  activationPeak = std::max(activationPeak, place(arenas[0]));
+  gradientPeak = std::max(gradientPeak, place(arenas[1]));
+
+  for (Operation &op : body) {
+    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
+      stateBytes += 2 * 4 *
+                    cast<RankedTensorType>(launch.getOperands().front().getType())
+                        .getNumElements();
+    if (op.getNumResults() == 0 || isa<GetParamOp>(op))
+      continue;
+    SmallVector<int64_t> plan;
+    for (Value result : op.getResults()) {
+      auto it = index.find(result);
+      if (it == index.end()) {
+        plan.append({0, 0, 0});
+        continue;
+      }
+      const Buffer &b = buffers[it->second];
+      plan.append({b.arena, b.offset, b.bytes});
+    }
+    if (auto launch = dyn_cast<LaunchOp>(op))
+      launch.setBuffers(plan);
+    else
+      op.setAttr("moe.buffers", builder.getDenseI64ArrayAttr(plan));
+  }
+}
+
+void Lowering::finish() {
+  int64_t paramBytes = 0;
+  for (ParamOp p : module.getOps<ParamOp>())
+    paramBytes += bytesOf(p.getType());
+  int64_t total = activationPeak + gradientPeak + paramBytes + stateBytes;
+  module->setAttr(
+      "moe.buffer_plan",
+      builder.getDictionaryAttr({
+          builder.getNamedAttr("activation_bytes",
+                               builder.getI64IntegerAttr(activationPeak)),
+          builder.getNamedAttr("gradient_bytes",
+                               builder.getI64IntegerAttr(gradientPeak)),
+          builder.getNamedAttr("parameter_bytes",
+                               builder.getI64IntegerAttr(paramBytes)),
+          builder.getNamedAttr("optimizer_state_bytes",
+                               builder.getI64IntegerAttr(stateBytes)),
+          builder.getNamedAttr("total_bytes", builder.getI64IntegerAttr(total)),
+          builder.getNamedAttr("num_kernels",
+                               builder.getI64IntegerAttr(kernels.size())),
+          builder.getNamedAttr("num_launches",
+                               builder.getI64IntegerAttr(numLaunches)),
+      }));
+}
+
+struct LowerToKernelsPass
+    : public moe::impl::LowerToKernelsPassBase<LowerToKernelsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    Lowering lowering(module);
+    SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+    for (func::FuncOp fn : fns) {
+      if (fn.isExternal())
+        continue;
+      lowering.lowerFunction(fn);
+      lowering.planFunction(fn);
+    }
+    lowering.finish();
+  }
+};
+
+} // namespace

@@ -1,0 +1,27 @@
+//===- Pipelines.cpp - named pass pipelines -------------------------------===//
+
+#include "moe/Transforms/Pipelines.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+void moe::buildTrainPipeline(OpPassManager &pm,
+                             const TrainPipelineOptions &options) {
+  if (options.fuseGating)
+    pm.addPass(createFuseGatingPass());
+  AutodiffPassOptions autodiff;
+  autodiff.optimizer = options.optimizer;
+  pm.addPass(createAutodiffPass(autodiff));
+  if (options.lower)
+    pm.addPass(createLowerToKernelsPass());
+}
+
+void moe::registerMoEPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "moe-train-pipeline",
+      "Forward step -> fused gating -> backward and optimiser -> kernel "
+      "specs and a planned step program",
+      buildTrainPipeline);
+}

@@ -1,0 +1,50 @@
+// RUN: moe-opt %s --moe-lower-to-kernels --split-input-file | FileCheck %s --implicit-check-not=moe.linear --implicit-check-not=moe.cross_entropy
+
+// Three identical linears share one kernel; the plan reuses memory.
+// Lifetimes (program positions): x [0,2], t [0,5], a [2,3], b [3,4],
+// c [4,5], loss [5,6]. Greedy by size: x at 0; a overlaps x -> 64; b at 0
+// (x is dead); c at 64; t overlaps all four -> 128; loss at 0. Peak 136.
+// CHECK: module attributes {moe.buffer_plan = {activation_bytes = 136 : i64, gradient_bytes = 0 : i64, num_kernels = 2 : i64, num_launches = 4 : i64, optimizer_state_bytes = 0 : i64, parameter_bytes = 64 : i64, total_bytes = 200 : i64}}
+// CHECK: moe.param @w
+// CHECK: moe.kernel @linear_0 family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = []}
+// CHECK: moe.kernel @cross_entropy_0 family "cross_entropy" : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
+// CHECK-LABEL: func.func @chain
+// CHECK: %[[A:.*]] = moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 64, 32>}
+// CHECK: %[[B:.*]] = moe.launch @linear_0(%[[A]], %{{.*}}) {buffers = array<i64: 0, 0, 32>}
+// CHECK: %[[C:.*]] = moe.launch @linear_0(%[[B]], %{{.*}}) {buffers = array<i64: 0, 64, 32>}
+// CHECK: moe.launch @cross_entropy_0(%[[C]], %{{.*}}) {buffers = array<i64: 0, 0, 4>}
+moe.param @w : tensor<4x4xf32> init <normal, scale = 0.1>
+func.func @chain(%x: tensor<2x4xf32>, %t: tensor<2xi32>) -> tensor<f32> {
+  %w = moe.get_param @w : tensor<4x4xf32>
+  %a = moe.linear %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %b = moe.linear %a, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %c = moe.linear %b, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %l = moe.cross_entropy %c, %t : tensor<2x4xf32>, tensor<2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// linear + residual add -> one launch with an epilogue; AdamW launches
+// update parameters in place, their gradients live in the gradient arena
+// and their moments count as optimiser state (2 x 4 bytes x 16).
+// CHECK: moe.buffer_plan = {{{.*}}gradient_bytes = 64 : i64{{.*}}optimizer_state_bytes = 128 : i64, parameter_bytes = 64 : i64
+// CHECK: moe.kernel @linear_0 family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = ["residual_add"]}
+// CHECK: moe.kernel @adamw_update_0 family "adamw_update"
+// CHECK-NOT: param = @w
+// CHECK-LABEL: func.func @residual
+// CHECK: moe.launch @linear_0(%{{.*}}, %{{.*}}, %{{.*}})
+// CHECK-NOT: moe.add
+// CHECK: moe.fill 0.000000e+00 {moe.buffers = array<i64: 1, 0, 64>} : tensor<4x4xf32>
+// CHECK: moe.launch @adamw_update_0({{.*}}) {buffers = array<i64>, updates = @w}
+moe.param @w : tensor<4x4xf32> init <normal, scale = 0.1>
+func.func @residual(%x: tensor<2x4xf32>, %s: tensor<i32>) -> tensor<2x4xf32> {
+  %w = moe.get_param @w : tensor<4x4xf32>
+  %a = moe.linear %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+  %r = moe.add %x, %a : tensor<2x4xf32>
+  %g = moe.fill 0.0 : tensor<4x4xf32>
+  %lr = moe.lr_schedule %s {lr = 1.0e-3 : f64, min_lr = 1.0e-4 : f64, warmup_steps = 1 : i64, total_steps = 10 : i64, schedule = "cosine"}
+  %n = moe.global_norm %g : tensor<4x4xf32>
+  moe.adamw_update @w, %g, %lr, %n, %s {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<4x4xf32>
+  return %r : tensor<2x4xf32>
+}
