@@ -21,7 +21,7 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure
 
-# The main job. Until training lands (issues 4-5) it imports, verifies and
+# The main job. Until training lands (issue 5) it imports, verifies and
 # prints the tiny example MoE training step.
 demo: build
 	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)

@@ -72,7 +72,7 @@ class Lowering {
 public:
   explicit Lowering(ModuleOp module) : module(module), builder(module) {}
 
-  void lowerFunction(func::FuncOp fn);
+  LogicalResult lowerFunction(func::FuncOp fn);
   void planFunction(func::FuncOp fn);
   void finish();
 
@@ -114,11 +114,19 @@ FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family,
   return ref;
 }
 
-void Lowering::lowerFunction(func::FuncOp fn) {
+LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitOpError("has control flow; moe-lower-to-kernels lowers "
+                          "single-block step functions");
   SmallVector<Operation *> ops;
-  for (Operation &op : fn.getBody().front().without_terminator())
+  for (Operation &op : fn.getBody().front().without_terminator()) {
+    if (!isa<MoEDialect>(op.getDialect()))
+      return op.emitOpError()
+             << "cannot be lowered to a kernel (moe-lower-to-kernels handles "
+                "moe ops only)";
     if (isKernelOp(&op))
       ops.push_back(&op);
+  }
   DenseSet<Operation *> fused;
   for (Operation *op : ops) {
     if (fused.contains(op))
@@ -173,6 +181,7 @@ void Lowering::lowerFunction(func::FuncOp fn) {
       op->erase();
     ++numLaunches;
   }
+  return success();
 }
 
 void Lowering::planFunction(func::FuncOp fn) {
@@ -274,7 +283,8 @@ struct LowerToKernelsPass
     for (func::FuncOp fn : fns) {
       if (fn.isExternal())
         continue;
-      lowering.lowerFunction(fn);
+      if (failed(lowering.lowerFunction(fn)))
+        return signalPassFailure();
       lowering.planFunction(fn);
     }
     lowering.finish();

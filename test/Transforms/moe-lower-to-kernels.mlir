@@ -1,4 +1,4 @@
-// RUN: moe-opt %s --moe-lower-to-kernels --split-input-file | FileCheck %s --implicit-check-not=moe.linear --implicit-check-not=moe.cross_entropy
+// RUN: moe-opt %s --moe-lower-to-kernels --split-input-file --verify-diagnostics | FileCheck %s --implicit-check-not=moe.linear --implicit-check-not=moe.cross_entropy
 
 // Three identical linears share one kernel; the plan reuses memory.
 // Lifetimes (program positions): x [0,2], t [0,5], a [2,3], b [3,4],
@@ -47,4 +47,13 @@ func.func @residual(%x: tensor<2x4xf32>, %s: tensor<i32>) -> tensor<2x4xf32> {
   %n = moe.global_norm %g : tensor<4x4xf32>
   moe.adamw_update @w, %g, %lr, %n, %s {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<4x4xf32>
   return %r : tensor<2x4xf32>
+}
+
+// -----
+
+// An op of another dialect in a step function cannot become a kernel.
+func.func @foreign(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'func.call' op cannot be lowered to a kernel (moe-lower-to-kernels handles moe ops only)}}
+  %y = func.call @foreign(%x) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
 }
