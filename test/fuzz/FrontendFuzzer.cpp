@@ -1,7 +1,8 @@
 //===- FrontendFuzzer.cpp - libFuzzer target over the JSON readers --------===//
 //
-// Feeds arbitrary bytes to every reader of the frontend: JSON with positions,
-// the MoEC model schema, the HuggingFace importer and the cluster reader.
+// Feeds arbitrary bytes to every reader of user files: JSON with positions,
+// the MoEC model schema, the HuggingFace importer, the cluster reader, and
+// the runtime's safetensors checkpoint reader.
 // Besides crashes, sanitizer reports and hangs, it checks the readers'
 // contract: a reader that returns nothing has reported an error, and every
 // error has a message.
@@ -11,6 +12,7 @@
 #include "moe/Frontend/ClusterSpec.h"
 #include "moe/Frontend/HFConfig.h"
 #include "moe/Frontend/ModelSpec.h"
+#include "moert/Checkpoint.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,16 @@ static void check(bool ok, const DiagnosticList &diags, const char *reader) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string text(reinterpret_cast<const char *>(data), size);
+  {
+    // The runtime's checkpoint reader takes the same bytes as a file.
+    moert::TensorMap tensors;
+    std::string error;
+    if (!moert::decodeSafetensors(text, "fuzz.safetensors", tensors, error) &&
+        error.empty()) {
+      std::fprintf(stderr, "decodeSafetensors failed without a message\n");
+      std::abort();
+    }
+  }
   DiagnosticList parseDiags;
   std::shared_ptr<const JsonDoc> doc =
       JsonDoc::parse("fuzz.json", text, parseDiags);

@@ -16,10 +16,10 @@ if [ -z "$cxx" ]; then
   exit 1
 fi
 launcher=$(command -v ccache || true)
-flags="-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/frontend/include"
-if [ ! -x "$out/frontend-fuzzer" ] || [ -n "$(find "$src/frontend" "$src/test/fuzz" -newer "$out/frontend-fuzzer" -name '*.cpp' -o -newer "$out/frontend-fuzzer" -name '*.h' | head -n1)" ]; then
+flags="-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/frontend/include -I$src/runtime/include"
+if [ ! -x "$out/frontend-fuzzer" ] || [ -n "$(find "$src/frontend" "$src/runtime" "$src/test/fuzz" -newer "$out/frontend-fuzzer" -name '*.cpp' -o -newer "$out/frontend-fuzzer" -name '*.h' | head -n1)" ]; then
   objs=()
-  for f in "$src"/frontend/lib/{Diagnostics,JsonDoc,ObjectReader,ModelJson,ModelSpec,HFConfig,ClusterJson,DevicePresets}.cpp "$src/test/fuzz/FrontendFuzzer.cpp"; do
+  for f in "$src"/frontend/lib/{Diagnostics,JsonDoc,ObjectReader,ModelJson,ModelSpec,HFConfig,ClusterJson,DevicePresets}.cpp "$src/runtime/lib/Checkpoint.cpp" "$src/test/fuzz/FrontendFuzzer.cpp"; do
     o="$out/$(basename "$f" .cpp).o"
     $launcher "$cxx" $flags -c "$f" -o "$o" &
     objs+=("$o")
@@ -28,8 +28,9 @@ if [ ! -x "$out/frontend-fuzzer" ] || [ -n "$(find "$src/frontend" "$src/test/fu
   "$cxx" $flags "${objs[@]}" -o "$out/frontend-fuzzer"
 fi
 
-# Seeds: every JSON input the project ships or tests.
+# Seeds: every JSON input the project ships or tests, and a checkpoint.
 find "$src/examples" "$src/test" -name '*.json' -exec cp {} "$out/corpus/" \;
+cp "$src"/test/fuzz/seeds/* "$out/corpus/"
 
 set +e
 "$out/frontend-fuzzer" "$out/corpus" -dict="$src/test/fuzz/json.dict" \

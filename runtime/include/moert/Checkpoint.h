@@ -1,0 +1,54 @@
+//===- Checkpoint.h - atomic checkpoints in safetensors + JSON --*- C++ -*-===//
+//
+// A checkpoint is a directory with `tensors.safetensors` (parameters and
+// optimiser moments, f32, in the safetensors layout: an 8-byte little-endian
+// header length, a JSON header of dtype/shape/data_offsets per tensor, then
+// the data) and `state.json` (step, data position, seed, plan, anything
+// else). Every file is written to a temporary name, fsync'ed and renamed
+// into place, then the directory is fsync'ed: a crash leaves the old
+// checkpoint or the new one, never a torn one. The reader validates
+// everything and names what is wrong.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_CHECKPOINT_H
+#define MOERT_CHECKPOINT_H
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+using TensorMap = std::map<std::string, HostTensor>;
+
+/// Writes `tensors` and `state` into directory `dir` (created if missing).
+bool saveCheckpoint(const std::string &dir, const TensorMap &tensors,
+                    const nlohmann::json &state, std::string &error);
+
+/// Reads a checkpoint written by saveCheckpoint.
+bool loadCheckpoint(const std::string &dir, TensorMap &tensors,
+                    nlohmann::json &state, std::string &error);
+
+/// safetensors encoding of `tensors` (all F32) and its inverse; `origin`
+/// names the data in errors.
+std::string encodeSafetensors(const TensorMap &tensors);
+bool decodeSafetensors(const std::string &bytes, const std::string &origin,
+                       TensorMap &tensors, std::string &error);
+
+/// Writes `contents` to `path` atomically (temporary file, fsync, rename,
+/// fsync of the directory).
+bool writeFileAtomic(const std::string &path, const std::string &contents,
+                     std::string &error);
+
+} // namespace moert
+
+#endif // MOERT_CHECKPOINT_H

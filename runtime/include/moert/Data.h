@@ -1,0 +1,64 @@
+//===- Data.h - training data: token streams and batch sampling -*- C++ -*-===//
+//
+// The runtime's data loading: a corpus is one token stream, read either as
+// raw text (every byte a token, vocabulary 256) or as a nanoGPT-style .bin
+// file (little-endian uint16 tokens). The last `valFraction` of the stream is
+// the validation split. Batches are random windows drawn from a seed and a
+// draw counter, so the data position of a run is one integer a checkpoint
+// records and a resumed run continues exactly.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_DATA_H
+#define MOERT_DATA_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+enum class DataFormat { Auto, Text, Bin };
+
+struct TokenStream {
+  std::vector<int32_t> tokens;
+  int32_t maxToken = -1; ///< largest token id present
+};
+
+/// Reads `path`. `Auto` picks Bin for a `.bin` suffix, Text otherwise.
+/// Returns false and sets `error` (with the path) for an unreadable file, an
+/// empty one, or a .bin file of odd size.
+bool loadTokens(const std::string &path, DataFormat format, TokenStream &out,
+                std::string &error);
+
+/// Random windows of `seqLen + 1` tokens from `[begin, end)` of a stream:
+/// inputs are the first `seqLen`, targets the last `seqLen`.
+class BatchSampler {
+public:
+  BatchSampler(const std::vector<int32_t> &tokens, size_t begin, size_t end,
+               int64_t batch, int64_t seqLen, uint64_t seed);
+
+  /// False (with `error`) when the range is shorter than one window.
+  bool valid(std::string &error) const;
+
+  /// Fills `inputs` and `targets` (`batch * seqLen` each) with the next
+  /// batch and advances the draw counter.
+  void next(std::vector<int32_t> &inputs, std::vector<int32_t> &targets);
+
+  /// The draw counter: batches drawn so far. Setting it resumes a run.
+  uint64_t position() const { return drawn; }
+  void setPosition(uint64_t position) { drawn = position; }
+
+private:
+  const std::vector<int32_t> &tokens;
+  size_t begin, end;
+  int64_t batch, seqLen;
+  uint64_t seed, drawn = 0;
+};
+
+/// The boundary between the train and validation parts of `n` tokens.
+size_t trainSplitEnd(size_t n, double valFraction);
+
+} // namespace moert
+
+#endif // MOERT_DATA_H

@@ -1,0 +1,192 @@
+//===- Checkpoint.cpp - atomic checkpoints in safetensors + JSON ----------===//
+
+#include "moert/Checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace moert;
+using nlohmann::json;
+
+static std::string directoryOf(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+bool moert::writeFileAtomic(const std::string &path,
+                            const std::string &contents, std::string &error) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = tmp + ": cannot create: " + std::strerror(errno);
+    return false;
+  }
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      error = tmp + ": write failed: " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    error = tmp + ": cannot flush to disk: " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = path + ": cannot replace: " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  int dirfd = ::open(directoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd >= 0) {
+    ::fsync(dirfd);
+    ::close(dirfd);
+  }
+  return true;
+}
+
+std::string moert::encodeSafetensors(const TensorMap &tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto &[name, t] : tensors) {
+    uint64_t bytes = t.data.size() * sizeof(float);
+    header[name] = {{"dtype", "F32"},
+                    {"shape", t.shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  // Pad the header with spaces to 8-byte alignment, as the format allows.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  out += text;
+  for (const auto &[name, t] : tensors)
+    out.append(reinterpret_cast<const char *>(t.data.data()),
+               t.data.size() * sizeof(float));
+  return out;
+}
+
+bool moert::decodeSafetensors(const std::string &bytes,
+                              const std::string &origin, TensorMap &tensors,
+                              std::string &error) {
+  auto fail = [&](const std::string &message) {
+    error = origin + ": " + message;
+    return false;
+  };
+  if (bytes.size() < 8)
+    return fail("truncated: no safetensors header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  if (n > bytes.size() - 8)
+    return fail("header length " + std::to_string(n) + " exceeds the file (" +
+                std::to_string(bytes.size()) + " bytes)");
+  json header = json::parse(bytes.substr(8, n), nullptr, false);
+  if (header.is_discarded() || !header.is_object())
+    return fail("the header is not a JSON object");
+  uint64_t dataSize = bytes.size() - 8 - n;
+  const char *data = bytes.data() + 8 + n;
+  tensors.clear();
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__")
+      continue;
+    const json &entry = it.value();
+    std::string what = "tensor '" + it.key() + "'";
+    if (!entry.is_object() || !entry.contains("dtype") ||
+        !entry.contains("shape") || !entry.contains("data_offsets"))
+      return fail(what + ": needs dtype, shape and data_offsets");
+    if (entry["dtype"] != "F32")
+      return fail(what + ": dtype " + entry["dtype"].dump() +
+                  " is not supported (F32 only)");
+    const json &shape = entry["shape"], &offsets = entry["data_offsets"];
+    if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
+        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      return fail(what + ": malformed shape or data_offsets");
+    uint64_t elements = 1;
+    HostTensor t;
+    for (const json &d : shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
+        return fail(what + ": bad dimension " + d.dump());
+      elements *= d.get<uint64_t>();
+      if (elements > (uint64_t(1) << 40))
+        return fail(what + ": too many elements");
+      t.shape.push_back(d.get<int64_t>());
+    }
+    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > dataSize)
+      return fail(what + ": data_offsets [" + std::to_string(begin) + ", " +
+                  std::to_string(end) + "] outside the data (" +
+                  std::to_string(dataSize) + " bytes)");
+    if (end - begin != elements * sizeof(float))
+      return fail(what + ": " + std::to_string(end - begin) +
+                  " bytes of data for " + std::to_string(elements) +
+                  " f32 elements");
+    ranges.push_back({begin, end});
+    t.data.resize(elements);
+    if (elements)
+      std::memcpy(t.data.data(), data + begin, end - begin);
+    tensors[it.key()] = std::move(t);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return fail("tensor data ranges overlap");
+  return true;
+}
+
+static bool readFile(const std::string &path, std::string &out,
+                     std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot read: " + std::strerror(errno);
+    return false;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  out = text.str();
+  return true;
+}
+
+bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors,
+                           const json &state, std::string &error) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    error = dir + ": cannot create the checkpoint directory: " +
+            std::strerror(errno);
+    return false;
+  }
+  // Tensors first, state last: state.json names the step the tensors hold.
+  return writeFileAtomic(dir + "/tensors.safetensors",
+                         encodeSafetensors(tensors), error) &&
+         writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error);
+}
+
+bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors,
+                           json &state, std::string &error) {
+  std::string bytes, text;
+  if (!readFile(dir + "/state.json", text, error) ||
+      !readFile(dir + "/tensors.safetensors", bytes, error))
+    return false;
+  state = json::parse(text, nullptr, false);
+  if (state.is_discarded() || !state.is_object()) {
+    error = dir + "/state.json: not a JSON object";
+    return false;
+  }
+  return decodeSafetensors(bytes, dir + "/tensors.safetensors", tensors, error);
+}

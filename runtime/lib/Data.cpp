@@ -1,0 +1,103 @@
+//===- Data.cpp - training data: token streams and batch sampling ---------===//
+
+#include "moert/Data.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+using namespace moert;
+
+static bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool moert::loadTokens(const std::string &path, DataFormat format,
+                       TokenStream &out, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot read data file: " + std::strerror(errno);
+    return false;
+  }
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    error = path + ": error while reading the data file";
+    return false;
+  }
+  if (bytes.empty()) {
+    error = path + ": the data file is empty";
+    return false;
+  }
+  if (format == DataFormat::Auto)
+    format = endsWith(path, ".bin") ? DataFormat::Bin : DataFormat::Text;
+  out.tokens.clear();
+  out.maxToken = -1;
+  if (format == DataFormat::Bin) {
+    if (bytes.size() % 2 != 0) {
+      error = path + ": a .bin token file holds uint16 tokens, but its size (" +
+              std::to_string(bytes.size()) + " bytes) is odd";
+      return false;
+    }
+    out.tokens.resize(bytes.size() / 2);
+    for (size_t i = 0; i < out.tokens.size(); ++i)
+      out.tokens[i] = static_cast<int32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  } else {
+    out.tokens.assign(bytes.begin(), bytes.end());
+  }
+  for (int32_t t : out.tokens)
+    out.maxToken = std::max(out.maxToken, t);
+  return true;
+}
+
+size_t moert::trainSplitEnd(size_t n, double valFraction) {
+  if (valFraction <= 0)
+    return n;
+  if (valFraction >= 1)
+    return 0;
+  return n - static_cast<size_t>(static_cast<double>(n) * valFraction);
+}
+
+BatchSampler::BatchSampler(const std::vector<int32_t> &tokens, size_t begin,
+                           size_t end, int64_t batch, int64_t seqLen,
+                           uint64_t seed)
+    : tokens(tokens), begin(begin), end(end), batch(batch), seqLen(seqLen),
+      seed(seed) {}
+
+bool BatchSampler::valid(std::string &error) const {
+  size_t need = static_cast<size_t>(seqLen) + 1;
+  if (end < begin || end - begin < need) {
+    error = "the data range has " + std::to_string(end - begin) +
+            " tokens; one window needs seq_len + 1 = " + std::to_string(need);
+    return false;
+  }
+  return true;
+}
+
+/// SplitMix64: a stateless hash of (seed, counter), so a position is enough
+/// to resume.
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void BatchSampler::next(std::vector<int32_t> &inputs,
+                        std::vector<int32_t> &targets) {
+  size_t windows = end - begin - static_cast<size_t>(seqLen);
+  inputs.resize(static_cast<size_t>(batch * seqLen));
+  targets.resize(inputs.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    uint64_t r = mix(seed ^ mix(drawn * static_cast<uint64_t>(batch) + b));
+    size_t start = begin + static_cast<size_t>(r % windows);
+    for (int64_t s = 0; s < seqLen; ++s) {
+      inputs[b * seqLen + s] = tokens[start + s];
+      targets[b * seqLen + s] = tokens[start + s + 1];
+    }
+  }
+  ++drawn;
+}

@@ -1,0 +1,186 @@
+//===- RuntimeTest.cpp - data loading and checkpoints of the runtime ------===//
+//
+// Its own binary: the runtime links no MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Checkpoint.h"
+#include "moert/Data.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <dirent.h>
+#include <fstream>
+#include <random>
+#include <unistd.h>
+
+using namespace moert;
+
+namespace {
+
+/// A fresh temporary directory for one test.
+class RuntimeTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/moert-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir = pattern;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  std::string write(const std::string &name, const std::string &bytes) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  std::string read(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static std::vector<std::string> files(const std::string &path) {
+    std::vector<std::string> names;
+    DIR *d = opendir(path.c_str());
+    while (dirent *e = readdir(d))
+      if (e->d_name[0] != '.')
+        names.push_back(e->d_name);
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::string dir;
+};
+
+TEST_F(RuntimeTest, TextIsBytesAndBinIsLittleEndianUint16) {
+  TokenStream text, bin;
+  std::string error;
+  ASSERT_TRUE(loadTokens(write("a.txt", "Hi\n\xff"), DataFormat::Auto, text, error))
+      << error;
+  EXPECT_EQ(text.tokens, (std::vector<int32_t>{'H', 'i', '\n', 255}));
+  EXPECT_EQ(text.maxToken, 255);
+  ASSERT_TRUE(loadTokens(write("a.bin", std::string("\x01\x00\xff\xff\x34\x12", 6)),
+                         DataFormat::Auto, bin, error))
+      << error;
+  EXPECT_EQ(bin.tokens, (std::vector<int32_t>{1, 65535, 0x1234}));
+}
+
+TEST_F(RuntimeTest, BadDataFilesAreClearErrors) {
+  TokenStream t;
+  std::string error;
+  EXPECT_FALSE(loadTokens(dir + "/missing.txt", DataFormat::Auto, t, error));
+  EXPECT_EQ(error, dir + "/missing.txt: cannot read data file: No such file or directory");
+  EXPECT_FALSE(loadTokens(write("empty.txt", ""), DataFormat::Auto, t, error));
+  EXPECT_EQ(error, dir + "/empty.txt: the data file is empty");
+  EXPECT_FALSE(loadTokens(write("odd.bin", "abc"), DataFormat::Auto, t, error));
+  EXPECT_EQ(error, dir + "/odd.bin: a .bin token file holds uint16 tokens, but "
+                         "its size (3 bytes) is odd");
+}
+
+TEST_F(RuntimeTest, SamplingIsSeededShiftedAndResumable) {
+  std::vector<int32_t> tokens(1000);
+  for (int i = 0; i < 1000; ++i)
+    tokens[i] = i;
+  size_t split = trainSplitEnd(tokens.size(), 0.1);
+  EXPECT_EQ(split, 900u);
+  BatchSampler a(tokens, 0, split, 4, 16, 42), b(tokens, 0, split, 4, 16, 42),
+      c(tokens, 0, split, 4, 16, 43);
+  std::string error;
+  ASSERT_TRUE(a.valid(error)) << error;
+  std::vector<int32_t> in1, tg1, in2, tg2, in3, tg3;
+  a.next(in1, tg1);
+  b.next(in2, tg2);
+  c.next(in3, tg3);
+  EXPECT_EQ(in1, in2);
+  EXPECT_NE(in1, in3);
+  for (size_t i = 0; i < in1.size(); ++i) {
+    EXPECT_EQ(tg1[i], in1[i] + 1); // targets are the next token
+    EXPECT_LT(tg1[i], static_cast<int32_t>(split)); // stays in the train split
+  }
+  // Resuming at a position continues the same sequence of batches.
+  for (int i = 0; i < 5; ++i)
+    a.next(in1, tg1);
+  BatchSampler resumed(tokens, 0, split, 4, 16, 42);
+  resumed.setPosition(5);
+  resumed.next(in2, tg2);
+  EXPECT_EQ(in1, in2);
+  EXPECT_EQ(a.position(), 6u);
+}
+
+TEST_F(RuntimeTest, TooLittleDataIsAnError) {
+  std::vector<int32_t> tokens(10);
+  BatchSampler s(tokens, 0, 10, 1, 16, 1);
+  std::string error;
+  EXPECT_FALSE(s.valid(error));
+  EXPECT_EQ(error, "the data range has 10 tokens; one window needs seq_len + 1 = 17");
+}
+
+TEST_F(RuntimeTest, CheckpointsRoundTripAtomically) {
+  TensorMap tensors;
+  tensors["l0.wq"] = {{2, 3}, {1, 2, 3, 4, 5, 6}};
+  tensors["l0.wq.adam_m"] = {{2, 3}, {0.5f, -1, 0, 0, 0, 1e-30f}};
+  tensors["scalar"] = {{}, {7}};
+  nlohmann::json state = {{"step", 120}, {"data_position", 120}, {"seed", 1234}};
+  std::string error, ckpt = dir + "/ckpt";
+  ASSERT_TRUE(saveCheckpoint(ckpt, tensors, state, error)) << error;
+  // Overwriting leaves exactly the two files: no temporaries behind.
+  state["step"] = 240;
+  ASSERT_TRUE(saveCheckpoint(ckpt, tensors, state, error)) << error;
+  EXPECT_EQ(files(ckpt),
+            (std::vector<std::string>{"state.json", "tensors.safetensors"}));
+  TensorMap back;
+  nlohmann::json stateBack;
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, stateBack, error)) << error;
+  EXPECT_EQ(stateBack["step"], 240);
+  ASSERT_EQ(back.size(), 3u);
+  for (const auto &[name, t] : tensors) {
+    EXPECT_EQ(back[name].shape, t.shape) << name;
+    EXPECT_EQ(back[name].data, t.data) << name;
+  }
+}
+
+TEST_F(RuntimeTest, SafetensorsLayoutIsTheStandardOne) {
+  TensorMap tensors;
+  tensors["w"] = {{2}, {1.0f, 2.0f}};
+  std::string bytes = encodeSafetensors(tensors);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  EXPECT_EQ(n % 8, 0u);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["w"]["dtype"], "F32");
+  EXPECT_EQ(header["w"]["shape"], nlohmann::json::array({2}));
+  EXPECT_EQ(header["w"]["data_offsets"], nlohmann::json::array({0, 8}));
+  EXPECT_EQ(bytes.size(), 8 + n + 8);
+}
+
+TEST_F(RuntimeTest, CorruptCheckpointsAreRejectedWithReasons) {
+  TensorMap tensors;
+  tensors["w"] = {{2}, {1.0f, 2.0f}};
+  std::string good = encodeSafetensors(tensors), error;
+  TensorMap out;
+  EXPECT_FALSE(decodeSafetensors(good.substr(0, 5), "f", out, error));
+  EXPECT_EQ(error, "f: truncated: no safetensors header length");
+  EXPECT_FALSE(decodeSafetensors(good.substr(0, good.size() - 4), "f", out, error));
+  EXPECT_EQ(error, "f: tensor 'w': data_offsets [0, 8] outside the data (4 bytes)");
+  std::string hugeHeader = good;
+  hugeHeader[7] = '\x7f';
+  EXPECT_FALSE(decodeSafetensors(hugeHeader, "f", out, error));
+  EXPECT_NE(error.find("header length"), std::string::npos);
+  std::string notJson = good;
+  notJson[8] = '!';
+  EXPECT_FALSE(decodeSafetensors(notJson, "f", out, error));
+  EXPECT_EQ(error, "f: the header is not a JSON object");
+  std::string f16 = good;
+  size_t at = f16.find("F32");
+  f16.replace(at, 3, "F16");
+  EXPECT_FALSE(decodeSafetensors(f16, "f", out, error));
+  EXPECT_EQ(error, "f: tensor 'w': dtype \"F16\" is not supported (F32 only)");
+  // A missing checkpoint directory names the file.
+  nlohmann::json state;
+  EXPECT_FALSE(loadCheckpoint(dir + "/none", out, state, error));
+  EXPECT_EQ(error, dir + "/none/state.json: cannot read: No such file or directory");
+}
+
+} // namespace
