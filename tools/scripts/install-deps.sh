@@ -13,6 +13,7 @@ PKGS=(
   nlohmann-json3-dev # every JSON read or written
   libgtest-dev       # C++ unit tests
   clang-14 libclang-rt-14-dev # libFuzzer + sanitizers for the frontend fuzzer
+  libhalide14-0-dev  # Halide 14: kernel generators (moe-halide-gen)
   cmake ninja-build g++ lld ccache python3
 )
 

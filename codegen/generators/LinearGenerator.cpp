@@ -1,0 +1,128 @@
+//===- LinearGenerator.cpp - Halide generators of the linear family -------===//
+//
+// `linear`:      y[m, n] = sum_k x[m, k] w[k, n] (+ bias[n]) (+ residual[m, n])
+// `linear_grad`: dx[m, k] = sum_n dy[m, n] w[k, n];  dw[k, n] = sum_m x[m, k] dy[m, n]
+//
+// Tensors are row-major; Halide's dimension 0 is the innermost, so x[m, k]
+// is x(k, m). Shapes are GeneratorParams: every kernel is specialised to
+// the shapes of its `moe.kernel` spec. generate() holds the algorithm,
+// schedule() the CPU schedule.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Halide.h"
+
+using namespace Halide;
+
+namespace {
+
+/// Shape constraints shared by the family.
+template <typename T>
+void constrain(T &buffer, int inner, int outer) {
+  buffer.dim(0).set_bounds(0, inner).set_stride(1);
+  buffer.dim(1).set_bounds(0, outer).set_stride(inner);
+}
+
+class Linear : public Generator<Linear> {
+public:
+  GeneratorParam<int> rows{"rows", 1};   // M: tokens
+  GeneratorParam<int> in{"in", 1};       // K
+  GeneratorParam<int> out{"out", 1};     // N
+  GeneratorParam<bool> bias{"bias", false};
+  GeneratorParam<bool> residual{"residual", false};
+
+  Input<Buffer<float, 2>> x{"x"};
+  Input<Buffer<float, 2>> w{"w"};
+  Input<Buffer<float, 1>> b{"b"};
+  Input<Buffer<float, 2>> r{"r"};
+  Output<Buffer<float, 2>> y{"y"};
+
+  Var n{"n"}, m{"m"};
+  Func prod{"prod"};
+
+  void generate() {
+    RDom k(0, in);
+    prod(n, m) = 0.0f;
+    prod(n, m) += x(k, m) * w(n, k);
+    Expr value = prod(n, m);
+    if (bias)
+      value += b(n);
+    if (residual)
+      value += r(n, m);
+    y(n, m) = value;
+  }
+
+  void schedule() {
+    constrain(x, in, rows);
+    constrain(w, out, in);
+    constrain(y, out, rows);
+    b.dim(0).set_bounds(0, bias ? (int)out : 1);
+    constrain(r, residual ? (int)out : 1, residual ? (int)rows : 1);
+    const int vec = natural_vector_size<float>();
+    Var no{"no"}, ni{"ni"}, mo{"mo"}, mi{"mi"};
+    if (out >= 2 * vec && rows >= 4) {
+      y.tile(n, m, no, mo, ni, mi, 2 * vec, 4, TailStrategy::ShiftInwards)
+          .vectorize(ni, vec)
+          .unroll(mi)
+          .parallel(mo);
+      prod.compute_at(y, no).vectorize(n, vec).unroll(m);
+      prod.update().reorder(n, m, prod.rvars()[0]).vectorize(n, vec).unroll(m);
+    } else {
+      prod.compute_at(y, m);
+    }
+  }
+};
+
+class LinearGrad : public Generator<LinearGrad> {
+public:
+  GeneratorParam<int> rows{"rows", 1};
+  GeneratorParam<int> in{"in", 1};
+  GeneratorParam<int> out{"out", 1};
+
+  Input<Buffer<float, 2>> x{"x"};
+  Input<Buffer<float, 2>> w{"w"};
+  Input<Buffer<float, 2>> dy{"dy"};
+  Output<Buffer<float, 2>> dx{"dx"};
+  Output<Buffer<float, 2>> dw{"dw"};
+
+  Var i{"i"}, j{"j"};
+  Func dxSum{"dx_sum"}, dwSum{"dw_sum"};
+
+  void generate() {
+    RDom n(0, out), m(0, rows);
+    dxSum(i, j) = 0.0f; // dx(k = i, m = j)
+    dxSum(i, j) += dy(n, j) * w(n, i);
+    dx(i, j) = dxSum(i, j);
+    dwSum(i, j) = 0.0f; // dw(n = i, k = j)
+    dwSum(i, j) += x(j, m) * dy(i, m);
+    dw(i, j) = dwSum(i, j);
+  }
+
+  void schedule() {
+    constrain(x, in, rows);
+    constrain(w, out, in);
+    constrain(dy, out, rows);
+    constrain(dx, in, rows);
+    constrain(dw, out, in);
+    const int vec = natural_vector_size<float>();
+    dx.parallel(j);
+    dxSum.compute_at(dx, j);
+    if (in >= vec) {
+      dx.vectorize(i, vec, TailStrategy::GuardWithIf);
+      dxSum.vectorize(i, vec, TailStrategy::GuardWithIf);
+      dxSum.update().vectorize(i, vec, TailStrategy::GuardWithIf);
+    }
+    dw.parallel(j);
+    dwSum.compute_at(dw, j);
+    if (out >= vec) {
+      dw.vectorize(i, vec, TailStrategy::GuardWithIf);
+      dwSum.vectorize(i, vec, TailStrategy::GuardWithIf);
+      dwSum.update().vectorize(i, vec, TailStrategy::GuardWithIf);
+    }
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(Linear, linear)
+HALIDE_REGISTER_GENERATOR(LinearGrad, linear_grad)
