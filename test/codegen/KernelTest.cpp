@@ -13,6 +13,12 @@
 #include "linear_grad_tiled.h"
 #include "linear_small.h"
 #include "linear_tiled.h"
+#include "cross_entropy_grad_k.h"
+#include "cross_entropy_k.h"
+#include "embedding_grad_k.h"
+#include "embedding_k.h"
+#include "rms_norm_grad_k.h"
+#include "rms_norm_k.h"
 
 #include "moe/InitAllDialects.h"
 
@@ -156,6 +162,89 @@ TEST(HalideKernelTest, LinearGradTiled) {
 }
 TEST(HalideKernelTest, LinearGradSmallShape) {
   checkLinearGrad(linear_grad_small, 3, 5, 7);
+}
+
+TEST(HalideKernelTest, RMSNormForwardAndBackward) {
+  const int rows = 5, width = 20;
+  auto x = randomVector(rows * width, 8), g = randomVector(width, 9),
+       dy = randomVector(rows * width, 10);
+  std::vector<float> y(rows * width), dx(rows * width), dg(width);
+  auto bx = view(x, width, rows), by = view(y, width, rows),
+       bdy = view(dy, width, rows), bdx = view(dx, width, rows);
+  Buffer<float> bg(g.data(), width), bdg(dg.data(), width);
+  ASSERT_EQ(rms_norm_k(bx, bg, by), 0) << lastError;
+  ASSERT_EQ(rms_norm_grad_k(bx, bg, bdy, bdx, bdg), 0) << lastError;
+  std::string tx = type2(rows, width), tg = "tensor<20xf32>";
+  auto want = interpret(
+      "(%x: " + tx + ", %g: " + tg + ", %dy: " + tx + ") -> (" + tx + ", " +
+          tx + ", " + tg + ")",
+      "  %y = moe.rms_norm %x, %g {epsilon = 1.0e-3 : f32} : " + tx + ", " + tg +
+          "\n  %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-3 : f32} : " +
+          tx + ", " + tg + "\n  return %y, %dx, %dg : " + tx + ", " + tx + ", " + tg,
+      {tensorOf(x, {rows, width}), tensorOf(g, {width}), tensorOf(dy, {rows, width})});
+  ASSERT_EQ(want.size(), 3u);
+  expectClose(y, want[0], width);
+  expectClose(dx, want[1], width);
+  expectClose(dg, want[2], rows * width);
+}
+
+TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
+  const int tokens = 6, vocab = 10, width = 16;
+  std::vector<int32_t> ids = {3, 0, 9, 3, 7, 3};
+  auto table = randomVector(vocab * width, 11), dy = randomVector(tokens * width, 12);
+  std::vector<float> y(tokens * width), dt(vocab * width);
+  Buffer<int32_t> bids(ids.data(), tokens);
+  auto bt = view(table, width, vocab), by = view(y, width, tokens),
+       bdy = view(dy, width, tokens), bdt = view(dt, width, vocab);
+  ASSERT_EQ(embedding_k(bids, bt, by), 0) << lastError;
+  ASSERT_EQ(embedding_grad_k(bids, bdy, bdt), 0) << lastError;
+  std::string ti = "tensor<6xi32>", tt = type2(vocab, width), ty = type2(tokens, width);
+  auto want = interpret(
+      "(%ids: " + ti + ", %t: " + tt + ", %dy: " + ty + ") -> (" + ty + ", " + tt + ")",
+      "  %y = moe.embedding %ids, %t : " + ti + ", " + tt + " -> " + ty +
+          "\n  %dt = moe.embedding_grad %ids, %dy : " + ti + ", " + ty + " -> " + tt +
+          "\n  return %y, %dt : " + ty + ", " + tt,
+      {Tensor::ids({tokens}, ids), tensorOf(table, {vocab, width}),
+       tensorOf(dy, {tokens, width})});
+  ASSERT_EQ(want.size(), 2u);
+  expectClose(y, want[0], 1);
+  expectClose(dt, want[1], tokens);
+  // An id outside the vocabulary is an error, not an out-of-bounds read.
+  ids[2] = 10;
+  lastError.clear();
+  EXPECT_NE(embedding_k(bids, bt, by), 0);
+  EXPECT_NE(lastError.find("token id out of range: 10"), std::string::npos)
+      << lastError;
+}
+
+TEST(HalideKernelTest, CrossEntropyForwardAndBackward) {
+  const int tokens = 6, vocab = 11;
+  std::vector<int32_t> targets = {0, 10, 5, 5, 2, 7};
+  auto logits = randomVector(tokens * vocab, 13);
+  std::vector<float> loss(1), dl(tokens * vocab), dloss = {0.5f};
+  Buffer<int32_t> bt(targets.data(), tokens);
+  auto bl = view(logits, vocab, tokens), bdl = view(dl, vocab, tokens);
+  Buffer<float> bloss = Buffer<float>::make_scalar(loss.data());
+  Buffer<float> bdloss = Buffer<float>::make_scalar(dloss.data());
+  ASSERT_EQ(cross_entropy_k(bl, bt, bloss), 0) << lastError;
+  ASSERT_EQ(cross_entropy_grad_k(bl, bt, bdloss, bdl), 0) << lastError;
+  std::string tl = type2(tokens, vocab), tt = "tensor<6xi32>";
+  Tensor half = Tensor::zeros({});
+  half.data[0] = 0.5;
+  auto want = interpret(
+      "(%l: " + tl + ", %t: " + tt + ", %d: tensor<f32>) -> (tensor<f32>, " + tl + ")",
+      "  %c = moe.cross_entropy %l, %t : " + tl + ", " + tt + " -> tensor<f32>" +
+          "\n  %g = moe.cross_entropy_grad %l, %t, %d : " + tl + ", " + tt +
+          ", tensor<f32>\n  return %c, %g : tensor<f32>, " + tl,
+      {tensorOf(logits, {tokens, vocab}), Tensor::ids({tokens}, targets), half});
+  ASSERT_EQ(want.size(), 2u);
+  expectClose(loss, want[0], vocab * tokens);
+  expectClose(dl, want[1], vocab);
+  targets[0] = -1;
+  lastError.clear();
+  EXPECT_NE(cross_entropy_k(bl, bt, bloss), 0);
+  EXPECT_NE(lastError.find("target out of range: -1"), std::string::npos)
+      << lastError;
 }
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {

@@ -1,0 +1,95 @@
+//===- CrossEntropyGenerator.cpp - Halide generators of cross_entropy -----===//
+//
+// `cross_entropy`:      loss = mean_t (logsumexp(l[t, :]) - l[t, target[t]])
+// `cross_entropy_grad`: dl[t, v] = (softmax(l[t, :])[v] - [v == target[t]]) dloss / T
+// Targets outside [0, vocab) make the kernel fail with an error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Halide.h"
+
+using namespace Halide;
+
+namespace {
+
+/// logsumexp per row, with the row maximum subtracted for stability.
+Func logSumExp(Func logits, int vocab, const char *name) {
+  Var t;
+  RDom c(0, vocab);
+  Func mx(std::string(name) + "_max"), lse(name);
+  mx(t) = maximum(logits(c, t));
+  lse(t) = mx(t) + log(sum(exp(logits(c, t) - mx(t))));
+  return lse;
+}
+
+class CrossEntropy : public Generator<CrossEntropy> {
+public:
+  GeneratorParam<int> tokens{"tokens", 1};
+  GeneratorParam<int> vocab{"vocab", 1};
+
+  Input<Buffer<float, 2>> logits{"logits"};
+  Input<Buffer<int32_t, 1>> targets{"targets"};
+  Output<Buffer<float, 0>> loss{"loss"};
+
+  Func lse, target{"target"};
+
+  void generate() {
+    Var t;
+    lse = logSumExp(logits, vocab, "lse");
+    target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
+                        "target out of range:", targets(t));
+    RDom r(0, tokens);
+    loss() = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r)) /
+             (float)(int)tokens;
+  }
+
+  void schedule() {
+    logits.dim(0).set_bounds(0, vocab).set_stride(1);
+    logits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    targets.dim(0).set_bounds(0, tokens);
+    lse.compute_root();
+    target.compute_root();
+  }
+};
+
+class CrossEntropyGrad : public Generator<CrossEntropyGrad> {
+public:
+  GeneratorParam<int> tokens{"tokens", 1};
+  GeneratorParam<int> vocab{"vocab", 1};
+
+  Input<Buffer<float, 2>> logits{"logits"};
+  Input<Buffer<int32_t, 1>> targets{"targets"};
+  Input<Buffer<float, 0>> dloss{"dloss"};
+  Output<Buffer<float, 2>> dlogits{"dlogits"};
+
+  Var v{"v"}, t{"t"};
+  Func lse, target{"target"};
+
+  void generate() {
+    lse = logSumExp(logits, vocab, "lse");
+    target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
+                        "target out of range:", targets(t));
+    Expr onehot = select(v == target(t), 1.0f, 0.0f);
+    dlogits(v, t) = (exp(logits(v, t) - lse(t)) - onehot) * dloss() /
+                    (float)(int)tokens;
+  }
+
+  void schedule() {
+    logits.dim(0).set_bounds(0, vocab).set_stride(1);
+    logits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    targets.dim(0).set_bounds(0, tokens);
+    dlogits.dim(0).set_bounds(0, vocab).set_stride(1);
+    dlogits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    const int vec = natural_vector_size<float>();
+    target.compute_root();
+    lse.compute_at(dlogits, t);
+    dlogits.parallel(t);
+    if (vocab >= vec)
+      dlogits.vectorize(v, vec, TailStrategy::GuardWithIf);
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(CrossEntropy, cross_entropy)
+HALIDE_REGISTER_GENERATOR(CrossEntropyGrad, cross_entropy_grad)

@@ -1,0 +1,92 @@
+//===- EmbeddingGenerator.cpp - Halide generators of embedding ------------===//
+//
+// `embedding`:      y[t, d] = table[ids[t], d]
+// `embedding_grad`: dtable[v, d] = sum over t with ids[t] = v of dy[t, d]
+// Ids outside [0, vocab) make the kernel fail with an error, never read or
+// write out of bounds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Halide.h"
+
+using namespace Halide;
+
+namespace {
+
+class Embedding : public Generator<Embedding> {
+public:
+  GeneratorParam<int> tokens{"tokens", 1};
+  GeneratorParam<int> vocab{"vocab", 1};
+  GeneratorParam<int> width{"width", 1};
+
+  Input<Buffer<int32_t, 1>> ids{"ids"};
+  Input<Buffer<float, 2>> table{"table"};
+  Output<Buffer<float, 2>> y{"y"};
+
+  Var d{"d"}, t{"t"};
+  Func id{"id"};
+
+  void generate() {
+    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t),
+                    "token id out of range:", ids(t));
+    y(d, t) = table(d, clamp(id(t), 0, vocab - 1));
+  }
+
+  void schedule() {
+    ids.dim(0).set_bounds(0, tokens);
+    table.dim(0).set_bounds(0, width).set_stride(1);
+    table.dim(1).set_bounds(0, vocab).set_stride(width);
+    y.dim(0).set_bounds(0, width).set_stride(1);
+    y.dim(1).set_bounds(0, tokens).set_stride(width);
+    const int vec = natural_vector_size<float>();
+    id.compute_root();
+    y.parallel(t);
+    if (width >= vec)
+      y.vectorize(d, vec, TailStrategy::GuardWithIf);
+  }
+};
+
+class EmbeddingGrad : public Generator<EmbeddingGrad> {
+public:
+  GeneratorParam<int> tokens{"tokens", 1};
+  GeneratorParam<int> vocab{"vocab", 1};
+  GeneratorParam<int> width{"width", 1};
+
+  Input<Buffer<int32_t, 1>> ids{"ids"};
+  Input<Buffer<float, 2>> dy{"dy"};
+  Output<Buffer<float, 2>> dtable{"dtable"};
+
+  Var d{"d"}, v{"v"};
+  Func acc{"acc"}, id{"id"};
+
+  void generate() {
+    Var t;
+    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t),
+                    "token id out of range:", ids(t));
+    RDom r(0, tokens);
+    acc(d, v) = 0.0f;
+    acc(d, clamp(id(r), 0, vocab - 1)) += dy(d, r);
+    dtable(d, v) = acc(d, v);
+  }
+
+  void schedule() {
+    ids.dim(0).set_bounds(0, tokens);
+    dy.dim(0).set_bounds(0, width).set_stride(1);
+    dy.dim(1).set_bounds(0, tokens).set_stride(width);
+    dtable.dim(0).set_bounds(0, width).set_stride(1);
+    dtable.dim(1).set_bounds(0, vocab).set_stride(width);
+    const int vec = natural_vector_size<float>();
+    id.compute_root();
+    acc.compute_root();
+    if (width >= vec) {
+      acc.vectorize(d, vec, TailStrategy::GuardWithIf);
+      acc.update().vectorize(d, vec, TailStrategy::GuardWithIf);
+      dtable.vectorize(d, vec, TailStrategy::GuardWithIf);
+    }
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(Embedding, embedding)
+HALIDE_REGISTER_GENERATOR(EmbeddingGrad, embedding_grad)
