@@ -17,6 +17,11 @@
 #include "cross_entropy_k.h"
 #include "embedding_grad_k.h"
 #include "embedding_k.h"
+#include "expert_ffn_grad_k.h"
+#include "expert_ffn_k.h"
+#include "ffn_gelu_grad_k.h"
+#include "ffn_gelu_k.h"
+#include "ffn_relu_grad_k.h"
 #include "rms_norm_grad_k.h"
 #include "rms_norm_k.h"
 
@@ -245,6 +250,90 @@ TEST(HalideKernelTest, CrossEntropyForwardAndBackward) {
   EXPECT_NE(cross_entropy_k(bl, bt, bloss), 0);
   EXPECT_NE(lastError.find("target out of range: -1"), std::string::npos)
       << lastError;
+}
+
+std::string type3(int a, int b, int c) {
+  return "tensor<" + std::to_string(a) + "x" + std::to_string(b) + "x" +
+         std::to_string(c) + "xf32>";
+}
+
+/// Checks an FFN forward and/or backward kernel pair over `groups` groups
+/// (expert_ffn when grouped, ffn otherwise) with activation `act`.
+template <typename Fwd, typename Bwd>
+void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
+              const std::string &act) {
+  bool gated = act == "swiglu";
+  auto x = randomVector(groups * rows * d, 14), up = randomVector(groups * d * f, 15),
+       down = randomVector(groups * f * d, 16),
+       gate = randomVector(gated ? groups * d * f : 1, 17),
+       dy = randomVector(groups * rows * d, 18);
+  std::vector<float> y(x.size()), dx(x.size()), dup(up.size()), ddown(down.size()),
+      dgate(gate.size());
+  auto b3 = [](std::vector<float> &v, int a, int b, int c) {
+    return Buffer<float>(v.data(), a, b, c);
+  };
+  auto bx = b3(x, d, rows, groups), bup = b3(up, f, d, groups),
+       bdown = b3(down, d, f, groups),
+       bgate = gated ? b3(gate, f, d, groups) : b3(gate, 1, 1, 1),
+       bdy = b3(dy, d, rows, groups), by = b3(y, d, rows, groups),
+       bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
+       bddown = b3(ddown, d, f, groups),
+       bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
+  if (fwd)
+    ASSERT_EQ(fwd(bx, bup, bdown, bgate, by), 0) << lastError;
+  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bdx, bdup, bddown, bdgate), 0)
+      << lastError;
+
+  bool grouped = groups > 1;
+  std::string tx = grouped ? type3(groups, rows, d) : type2(rows, d),
+              tu = grouped ? type3(groups, d, f) : type2(d, f),
+              td = grouped ? type3(groups, f, d) : type2(f, d);
+  std::string op = grouped ? "moe.expert_ffn" : "moe.ffn";
+  std::string gateOperand = gated ? " gate %g" : "";
+  std::string inTypes = tx + ", " + tu + ", " + td + (gated ? ", " + tu : "");
+  std::string gradInTypes = tx + ", " + tu + ", " + td + ", " + tx + (gated ? ", " + tu : "");
+  std::string gradOutTypes = tx + ", " + tu + ", " + td + (gated ? ", " + tu : "");
+  std::string body =
+      "  %y = " + op + " " + act + " %x, %u, %d" + gateOperand + " : (" + inTypes +
+      ") -> " + tx + "\n  %dx, %du, %dd" + (gated ? ", %dg" : "") + " = " + op +
+      "_grad " + act + " %x, %u, %d, %dy" + gateOperand + " : (" + gradInTypes +
+      ") -> (" + gradOutTypes + ")\n  return %y, %dx, %du, %dd" +
+      (gated ? ", %dg" : "") + " : " + tx + ", " + gradOutTypes;
+  std::vector<int64_t> sx = grouped ? std::vector<int64_t>{groups, rows, d}
+                                    : std::vector<int64_t>{rows, d},
+                       su = grouped ? std::vector<int64_t>{groups, d, f}
+                                    : std::vector<int64_t>{d, f},
+                       sd = grouped ? std::vector<int64_t>{groups, f, d}
+                                    : std::vector<int64_t>{f, d};
+  std::vector<Tensor> args = {tensorOf(x, sx), tensorOf(up, su), tensorOf(down, sd),
+                              tensorOf(gated ? gate : std::vector<float>(groups * d * f), su),
+                              tensorOf(dy, sx)};
+  auto want = interpret("(%x: " + tx + ", %u: " + tu + ", %d: " + td + ", %g: " + tu +
+                            ", %dy: " + tx + ") -> (" + tx + ", " + gradOutTypes + ")",
+                        body, args);
+  ASSERT_EQ(want.size(), gated ? 5u : 4u);
+  if (fwd)
+    expectClose(y, want[0], d * f);
+  expectClose(dx, want[1], d * f);
+  expectClose(dup, want[2], rows * d);
+  expectClose(ddown, want[3], rows * f);
+  if (gated)
+    expectClose(dgate, want[4], rows * d);
+}
+
+TEST(HalideKernelTest, ExpertFFNSwiGLUForwardAndBackward) {
+  checkFFN(expert_ffn_k, expert_ffn_grad_k, 3, 4, 8, 12, "swiglu");
+}
+
+TEST(HalideKernelTest, DenseFFNGELUForwardAndBackward) {
+  checkFFN(ffn_gelu_k, ffn_gelu_grad_k, 1, 6, 8, 12, "gelu");
+}
+
+TEST(HalideKernelTest, DenseFFNReLUBackward) {
+  checkFFN(static_cast<int (*)(halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *)>(nullptr),
+           ffn_relu_grad_k, 1, 6, 8, 12, "relu");
 }
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {
