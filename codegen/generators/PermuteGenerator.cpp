@@ -1,0 +1,151 @@
+//===- PermuteGenerator.cpp - token <-> slot movement of fused gating -----===//
+//
+// Slots are flat indices `e * C + c` into the [E, C, D] buffer, viewed here
+// as [E * C, D]; -1 marks a dropped token-slot.
+// `permute`:        buf[s, :] = x[t, :] for slots[t, j] = s >= 0; 0 elsewhere
+// `unpermute`:      out[t, :] = sum_j w[t, j] buf[slots[t, j], :] (w = 1 if unweighted)
+// `unpermute_grad`: dbuf[s, :] = w[t, j] dout[t, :]; dw[t, j] = <buf[s, :], dout[t, :]>
+// A slot outside [-1, E * C) makes the kernel fail with an error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Halide.h"
+
+using namespace Halide;
+
+namespace {
+
+/// The common shape: tokens x k slots, E*C buffer rows of width D.
+#define MOE_PERMUTE_PARAMS                                                     \
+  GeneratorParam<int> tokens{"tokens", 1};                                     \
+  GeneratorParam<int> k{"k", 1};                                               \
+  GeneratorParam<int> slots_total{"slots_total", 1};                           \
+  GeneratorParam<int> width{"width", 1};
+
+/// slots(j, t) checked to lie in [-1, total).
+Func checkedSlots(Func slots, int total) {
+  Var j, t;
+  Func s("checked_slots");
+  s(j, t) = require(slots(j, t) >= -1 && slots(j, t) < total, slots(j, t),
+                    "slot out of range:", slots(j, t));
+  return s;
+}
+
+void constrain2(OutputImageParam b, int inner, int outer) {
+  b.dim(0).set_bounds(0, inner).set_stride(1);
+  b.dim(1).set_bounds(0, outer).set_stride(inner);
+}
+
+class Permute : public Generator<Permute> {
+public:
+  MOE_PERMUTE_PARAMS
+  Input<Buffer<float, 2>> x{"x"};           // (d, t)
+  Input<Buffer<int32_t, 2>> slots{"slots"}; // (j, t)
+  Output<Buffer<float, 2>> buf{"buf"};      // (d, s)
+
+  void generate() {
+    Var d, s;
+    Func checked = checkedSlots(slots, slots_total);
+    checked.compute_root();
+    RDom r(0, k, 0, tokens);
+    r.where(checked(r.x, r.y) >= 0);
+    Func scatter("scatter");
+    scatter(d, s) = 0.0f;
+    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) = x(d, r.y);
+    buf(d, s) = scatter(d, s);
+    scatter.compute_root();
+    const int vec = natural_vector_size<float>();
+    if (width >= vec) {
+      scatter.vectorize(d, vec, TailStrategy::GuardWithIf);
+      scatter.update().vectorize(d, vec, TailStrategy::GuardWithIf);
+      buf.vectorize(d, vec, TailStrategy::GuardWithIf);
+    }
+  }
+
+  void schedule() {
+    constrain2(x, width, tokens);
+    constrain2(slots, k, tokens);
+    constrain2(buf, width, slots_total);
+  }
+};
+
+class Unpermute : public Generator<Unpermute> {
+public:
+  MOE_PERMUTE_PARAMS
+  GeneratorParam<bool> weighted{"weighted", true};
+  Input<Buffer<float, 2>> buf{"buf"};       // (d, s)
+  Input<Buffer<int32_t, 2>> slots{"slots"}; // (j, t)
+  Input<Buffer<float, 2>> weights{"weights"}; // (j, t)
+  Output<Buffer<float, 2>> out{"out"};      // (d, t)
+
+  void generate() {
+    Var d, t;
+    Func checked = checkedSlots(slots, slots_total);
+    checked.compute_root();
+    RDom j(0, k);
+    Expr s = checked(j, t);
+    Expr w = weighted ? weights(j, t) : Expr(1.0f);
+    out(d, t) = sum(select(s >= 0, w * buf(d, clamp(s, 0, slots_total - 1)), 0.0f));
+    out.parallel(t);
+    const int vec = natural_vector_size<float>();
+    if (width >= vec)
+      out.vectorize(d, vec, TailStrategy::GuardWithIf);
+  }
+
+  void schedule() {
+    constrain2(buf, width, slots_total);
+    constrain2(slots, k, tokens);
+    constrain2(weights, weighted ? (int)k : 1, weighted ? (int)tokens : 1);
+    constrain2(out, width, tokens);
+  }
+};
+
+class UnpermuteGrad : public Generator<UnpermuteGrad> {
+public:
+  MOE_PERMUTE_PARAMS
+  Input<Buffer<float, 2>> buf{"buf"};
+  Input<Buffer<int32_t, 2>> slots{"slots"};
+  Input<Buffer<float, 2>> weights{"weights"};
+  Input<Buffer<float, 2>> dout{"dout"};       // (d, t)
+  Output<Buffer<float, 2>> dbuf{"dbuf"};      // (d, s)
+  Output<Buffer<float, 2>> dweights{"dweights"}; // (j, t)
+
+  void generate() {
+    Var d, s, j, t;
+    Func checked = checkedSlots(slots, slots_total);
+    checked.compute_root();
+    RDom r(0, k, 0, tokens);
+    r.where(checked(r.x, r.y) >= 0);
+    Func scatter("scatter");
+    scatter(d, s) = 0.0f;
+    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) +=
+        weights(r.x, r.y) * dout(d, r.y);
+    dbuf(d, s) = scatter(d, s);
+    scatter.compute_root();
+    RDom c(0, width);
+    Expr slot = checked(j, t);
+    dweights(j, t) = select(
+        slot >= 0, sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f);
+    const int vec = natural_vector_size<float>();
+    if (width >= vec) {
+      scatter.vectorize(d, vec, TailStrategy::GuardWithIf);
+      scatter.update().vectorize(d, vec, TailStrategy::GuardWithIf);
+      dbuf.vectorize(d, vec, TailStrategy::GuardWithIf);
+    }
+  }
+
+  void schedule() {
+    constrain2(buf, width, slots_total);
+    constrain2(slots, k, tokens);
+    constrain2(weights, k, tokens);
+    constrain2(dout, width, tokens);
+    constrain2(dbuf, width, slots_total);
+    constrain2(dweights, k, tokens);
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(Permute, permute)
+HALIDE_REGISTER_GENERATOR(Unpermute, unpermute)
+HALIDE_REGISTER_GENERATOR(UnpermuteGrad, unpermute_grad)
