@@ -23,6 +23,10 @@
 #include "ffn_gelu_k.h"
 #include "ffn_relu_grad_k.h"
 #include "adamw_k.h"
+#include "attention_mha_grad_k.h"
+#include "attention_mha_k.h"
+#include "attention_rope_grad_k.h"
+#include "attention_rope_k.h"
 #include "add_k.h"
 #include "permute_k.h"
 #include "unpermute_grad_k.h"
@@ -442,6 +446,45 @@ TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {
   vt.data = interp.moments["w"].second;
   expectClose(m, mt, 3);
   expectClose(v, vt, 3);
+}
+
+template <typename Fwd, typename Bwd>
+void checkAttention(Fwd fwd, Bwd bwd, int batch, int seq, int heads, int kvHeads,
+                    int hd, bool rope) {
+  int qw = heads * hd, kw = kvHeads * hd;
+  auto q = randomVector(batch * seq * qw, 40), k = randomVector(batch * seq * kw, 41),
+       v = randomVector(batch * seq * kw, 42), dout = randomVector(batch * seq * qw, 43);
+  std::vector<float> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  auto b3 = [&](std::vector<float> &x, int w) { return Buffer<float>(x.data(), w, seq, batch); };
+  auto bq = b3(q, qw), bk = b3(k, kw), bv = b3(v, kw), bdo = b3(dout, qw),
+       bo = b3(o, qw), bdq = b3(dq, qw), bdk = b3(dk, kw), bdv = b3(dv, kw);
+  ASSERT_EQ(fwd(bq, bk, bv, bo), 0) << lastError;
+  ASSERT_EQ(bwd(bq, bk, bv, bdo, bdq, bdk, bdv), 0) << lastError;
+  std::string tq = type3(batch, seq, qw), tk = type3(batch, seq, kw);
+  std::string attrs = rope ? " {rope_theta = 1.0e4 : f32}" : "";
+  std::string hs = " heads " + std::to_string(heads) + " kv_heads " + std::to_string(kvHeads);
+  auto want = interpret(
+      "(%q: " + tq + ", %k: " + tk + ", %v: " + tk + ", %do: " + tq + ") -> (" + tq +
+          ", " + tq + ", " + tk + ", " + tk + ")",
+      "  %o = moe.attention %q, %k, %v" + hs + attrs + " : " + tq + ", " + tk + ", " + tk +
+          "\n  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do" + hs + attrs + " : " +
+          tq + ", " + tk + ", " + tk + "\n  return %o, %dq, %dk, %dv : " + tq + ", " +
+          tq + ", " + tk + ", " + tk,
+      {tensorOf(q, {batch, seq, qw}), tensorOf(k, {batch, seq, kw}),
+       tensorOf(v, {batch, seq, kw}), tensorOf(dout, {batch, seq, qw})});
+  ASSERT_EQ(want.size(), 4u);
+  expectClose(o, want[0], seq * hd);
+  expectClose(dq, want[1], seq * hd);
+  expectClose(dk, want[2], seq * hd * heads);
+  expectClose(dv, want[3], seq * heads);
+}
+
+TEST(HalideKernelTest, GroupedQueryAttentionWithRotaryEmbeddings) {
+  checkAttention(attention_rope_k, attention_rope_grad_k, 2, 5, 4, 2, 4, true);
+}
+
+TEST(HalideKernelTest, MultiHeadAttentionWithoutPositionEncoding) {
+  checkAttention(attention_mha_k, attention_mha_grad_k, 1, 7, 2, 2, 6, false);
 }
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {
