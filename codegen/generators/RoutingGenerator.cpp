@@ -1,0 +1,227 @@
+//===- RoutingGenerator.cpp - fused gating and its gradient ---------------===//
+//
+// `fused_gate`: per token, logits = x W, scores (softmax or sigmoid), top-k
+// by score + bias (ties to the lower expert, successive argmax), gates
+// (renormalised, scaled), the token -> slot assignment in token order then
+// choice order (prefix counts per expert; -1 past the capacity), per-expert
+// counts, and the balancing + z losses. Same semantics as moe.fused_gate.
+// `router_grad`: dx, dW through the selected gates and the losses.
+// Rows are the flattened tokens: x[t, d] is x(d, t); W[d, e] is w(e, d).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Halide.h"
+
+#include <limits>
+
+using namespace Halide;
+
+namespace {
+
+enum class Scoring { Softmax, Sigmoid };
+const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
+                                                  {"sigmoid", Scoring::Sigmoid}};
+
+#define MOE_ROUTING_PARAMS                                                     \
+  GeneratorParam<int> tokens{"tokens", 1};                                     \
+  GeneratorParam<int> width{"width", 1};                                       \
+  GeneratorParam<int> num_experts{"num_experts", 1};                                   \
+  GeneratorParam<int> top_k{"top_k", 1};                                       \
+  GeneratorParam<Scoring> scoring{"scoring", Scoring::Softmax, kScorings};     \
+  GeneratorParam<bool> renormalize{"renormalize", false};                      \
+  GeneratorParam<bool> has_bias{"has_bias", false};                            \
+  GeneratorParam<float> routed_scaling{"routed_scaling", 1.0f};                \
+  GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                  \
+  GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};
+
+/// What the forward and the backward both recompute.
+struct Routing {
+  Func logits{"logits"}, lse{"lse"}, score{"score"}, balance{"balance"},
+      scoreSum{"score_sum"}, counts{"counts"}, selectedSum{"selected_sum"};
+  std::vector<Func> chosen;
+};
+
+Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
+              int k, Scoring scoring, bool hasBias) {
+  Routing r;
+  Var e, t;
+  RDom d(0, width), re(0, experts);
+  r.logits(e, t) = sum(x(d, t) * w(e, d));
+  Func mx("logit_max"), den("logit_den");
+  mx(t) = maximum(r.logits(re, t));
+  den(t) = sum(exp(r.logits(re, t) - mx(t)));
+  r.lse(t) = mx(t) + log(den(t));
+  if (scoring == Scoring::Softmax)
+    r.score(e, t) = exp(r.logits(e, t) - r.lse(t));
+  else
+    r.score(e, t) = 1.0f / (1.0f + exp(-r.logits(e, t)));
+  r.scoreSum(t) = sum(r.score(re, t));
+  r.balance(e, t) = scoring == Scoring::Softmax ? r.score(e, t)
+                                                : r.score(e, t) / r.scoreSum(t);
+  // Successive argmax of score + bias, excluding experts already chosen.
+  for (int j = 0; j < k; ++j) {
+    Expr taken = cast<bool>(false);
+    for (const Func &prev : r.chosen)
+      taken = taken || re == prev(t);
+    Expr key = r.score(re, t) + (hasBias ? bias(re) : Expr(0.0f));
+    Func pick("chosen_" + std::to_string(j));
+    pick(t) = argmax(select(taken, -std::numeric_limits<float>::infinity(), key))[0];
+    r.chosen.push_back(pick);
+  }
+  Expr total = 0.0f;
+  for (const Func &c : r.chosen)
+    total += r.score(clamp(c(t), 0, experts - 1), t);
+  r.selectedSum(t) = total;
+  // Token-slots routed to each expert (before capacity).
+  RDom rt(0, k, 0, tokens);
+  Func chosenAt("chosen_at");
+  Var j;
+  Expr which = r.chosen[0](t);
+  for (int c = 1; c < k; ++c)
+    which = select(j == c, r.chosen[c](t), which);
+  chosenAt(j, t) = which;
+  r.counts(e) = 0;
+  r.counts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1)) += 1;
+  for (Func f : {r.logits, r.lse, r.score, r.scoreSum, r.selectedSum, chosenAt})
+    f.compute_root();
+  for (Func &c : r.chosen)
+    c.compute_root();
+  r.counts.compute_root();
+  r.chosen.push_back(chosenAt); // the last entry: all choices as (j, t)
+  return r;
+}
+
+void constrain2(OutputImageParam b, int inner, int outer) {
+  b.dim(0).set_bounds(0, inner).set_stride(1);
+  b.dim(1).set_bounds(0, outer).set_stride(inner);
+}
+
+class FusedGate : public Generator<FusedGate> {
+public:
+  MOE_ROUTING_PARAMS
+  GeneratorParam<int> capacity{"capacity", 1};
+
+  Input<Buffer<float, 2>> x{"x"};
+  Input<Buffer<float, 2>> w{"w"};
+  Input<Buffer<float, 1>> bias{"bias"};
+  Output<Buffer<float, 2>> gates{"gates"};
+  Output<Buffer<int32_t, 2>> chosen{"experts"};
+  Output<Buffer<int32_t, 2>> slots{"slots"};
+  Output<Buffer<int32_t, 1>> counts{"counts"};
+  Output<Buffer<float, 0>> aux{"aux"};
+
+  void generate() {
+    int k = top_k, T = tokens, E = num_experts, C = capacity;
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias);
+    Func chosenAt = r.chosen.back();
+    Var j, t, e, i;
+    Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
+    gates(j, t) = (float)routed_scaling * raw /
+                  (renormalize ? r.selectedSum(t) : Expr(1.0f));
+    chosen(j, t) = chosenAt(j, t);
+    counts(e) = r.counts(e);
+    // Prefix counts in token order, then choice order: before(e, i) is the
+    // number of token-slots before flat index i = t * k + j routed to e.
+    Func before("before");
+    RDom ri(0, T * k);
+    before(e, i) = 0;
+    before(e, ri + 1) = before(e, ri) + select(chosenAt(ri % k, ri / k) == e, 1, 0);
+    before.compute_root();
+    Expr ex = clamp(chosenAt(j, t), 0, E - 1);
+    Expr c = before(ex, t * k + j);
+    slots(j, t) = select(c < C, ex * C + c, -1);
+    // Losses.
+    RDom re(0, E), rt(0, T);
+    Func meanBalance("mean_balance");
+    meanBalance(e) = sum(r.balance(e, rt)) / (float)T;
+    meanBalance.compute_root();
+    Expr balanceLoss = sum(cast<float>(r.counts(re)) / (float)(T * k) * meanBalance(re));
+    Expr zLoss = sum(r.lse(rt) * r.lse(rt)) / (float)T;
+    aux() = (float)aux_loss_coef * (float)E * balanceLoss + (float)z_loss_coef * zLoss;
+  }
+
+  void schedule() {
+    constrain2(x, width, tokens);
+    constrain2(w, num_experts, width);
+    bias.dim(0).set_bounds(0, has_bias ? (int)num_experts : 1);
+    for (OutputImageParam p : {OutputImageParam(gates), OutputImageParam(chosen),
+                               OutputImageParam(slots)})
+      constrain2(p, top_k, tokens);
+    counts.dim(0).set_bounds(0, num_experts);
+  }
+};
+
+class RouterGrad : public Generator<RouterGrad> {
+public:
+  MOE_ROUTING_PARAMS
+
+  Input<Buffer<float, 2>> x{"x"};
+  Input<Buffer<float, 2>> w{"w"};
+  Input<Buffer<float, 1>> bias{"bias"};
+  Input<Buffer<float, 2>> dgates{"dgates"};
+  Input<Buffer<float, 0>> daux{"daux"};
+  Output<Buffer<float, 2>> dx{"dx"};
+  Output<Buffer<float, 2>> dw{"dw"};
+
+  void generate() {
+    int k = top_k, T = tokens, E = num_experts;
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias);
+    Var e, t, d;
+    float scaling = routed_scaling;
+    // Through the selected gates.
+    Expr sumTerm = 0.0f;
+    for (int j = 0; j < k; ++j)
+      sumTerm += dgates(j, t) * r.score(clamp(r.chosen[j](t), 0, E - 1), t);
+    Expr S = r.selectedSum(t);
+    Expr gatePart = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      Expr g = renormalize ? scaling * (dgates(j, t) / S - sumTerm / (S * S))
+                           : scaling * dgates(j, t);
+      gatePart += select(r.chosen[j](t) == e, g, 0.0f);
+    }
+    // Through the balancing loss (the fractions are counts: constants).
+    Func gp("gp");
+    gp(e) = daux() * (float)aux_loss_coef * (float)E *
+            cast<float>(r.counts(e)) / (float)(T * k) / (float)T;
+    RDom re(0, E);
+    Func ds("ds"), dl("dl");
+    if (scoring == Scoring::Softmax) {
+      ds(e, t) = gatePart + gp(e);
+    } else {
+      Func dot("balance_dot");
+      dot(t) = sum(gp(re) * r.balance(re, t));
+      dot.compute_root();
+      ds(e, t) = gatePart + (gp(e) - dot(t)) / r.scoreSum(t);
+    }
+    ds.compute_root();
+    Expr s = r.score(e, t);
+    Expr zPart = daux() * (float)z_loss_coef * 2.0f * r.lse(t) / (float)T *
+                 exp(r.logits(e, t) - r.lse(t));
+    if (scoring == Scoring::Softmax) {
+      Func dsDot("ds_dot");
+      dsDot(t) = sum(ds(re, t) * r.score(re, t));
+      dsDot.compute_root();
+      dl(e, t) = s * (ds(e, t) - dsDot(t)) + zPart;
+    } else {
+      dl(e, t) = ds(e, t) * s * (1.0f - s) + zPart;
+    }
+    dl.compute_root();
+    RDom rt(0, T);
+    dx(d, t) = sum(dl(re, t) * w(re, d));
+    dw(e, d) = sum(x(d, rt) * dl(e, rt));
+  }
+
+  void schedule() {
+    constrain2(x, width, tokens);
+    constrain2(w, num_experts, width);
+    bias.dim(0).set_bounds(0, has_bias ? (int)num_experts : 1);
+    constrain2(dgates, top_k, tokens);
+    constrain2(dx, width, tokens);
+    constrain2(dw, num_experts, width);
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(FusedGate, fused_gate)
+HALIDE_REGISTER_GENERATOR(RouterGrad, router_grad)
