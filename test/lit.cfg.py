@@ -17,4 +17,4 @@ config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "exa
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt", "moe-translate"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec"], [config.moe_tools_dir])

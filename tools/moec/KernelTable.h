@@ -1,0 +1,34 @@
+//===- KernelTable.h - kernel specs to Halide generator calls ---*- C++ -*-===//
+//
+// Maps a `moe.kernel` spec (family, signature, settings, epilogue) to the
+// moe-halide-gen generator and GeneratorParams that produce it, or to a
+// runtime routine for the scalar families (lr_schedule, global_norm).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_KERNELTABLE_H
+#define MOEC_KERNELTABLE_H
+
+#include "moe/Dialect/MoE/MoEOps.h"
+
+#include <string>
+#include <vector>
+
+namespace moec {
+
+struct KernelCall {
+  /// Generator name in moe-halide-gen, or empty for a runtime routine.
+  std::string generator;
+  /// `key=value` GeneratorParams.
+  std::vector<std::string> params;
+  /// The runtime routine (lr_schedule, global_norm) when generator is empty.
+  std::string runtimeRoutine;
+};
+
+/// The call producing `kernel`; fails with a diagnostic on the kernel op
+/// when no generator exists for its family (yet).
+mlir::FailureOr<KernelCall> lookupKernel(mlir::moe::KernelOp kernel);
+
+} // namespace moec
+
+#endif // MOEC_KERNELTABLE_H

@@ -1,0 +1,212 @@
+//===- moec.cpp - the MoEC driver ------------------------------------------===//
+//
+//   moec examples/models/tiny.json [--cluster c.json] -o out/tiny --emit=kernels [-v]
+//
+// Stages: frontend (model description -> moe IR), the training pipeline
+// (fused gating, autodiff + AdamW, kernel specs + buffer plan), then kernel
+// generation with moe-halide-gen. `--emit=mlir|plan|kernels` stops after a
+// stage; linking the training executable is the next stage to land.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelTable.h"
+
+#include "moe/Frontend/ClusterToMLIR.h"
+#include "moe/Frontend/HFConfig.h"
+#include "moe/Frontend/ModelToMLIR.h"
+#include "moe/InitAllDialects.h"
+#include "moe/Transforms/Pipelines.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+using namespace llvm;
+using namespace moec::frontend;
+
+static cl::OptionCategory category("moec options");
+static cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.json>"),
+                                      cl::cat(category));
+static cl::opt<bool> hfConfig("hf", cl::desc("The model is a HuggingFace config.json"),
+                              cl::cat(category));
+static cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description"),
+                                        cl::value_desc("cluster.json"), cl::cat(category));
+static cl::opt<std::string> outputPath("o", cl::desc("Output (file or directory)"),
+                                       cl::value_desc("path"), cl::cat(category));
+enum class Emit { Mlir, Plan, Kernels };
+static cl::opt<Emit> emit(
+    "emit", cl::desc("Stop after a stage"),
+    cl::values(clEnumValN(Emit::Mlir, "mlir", "the lowered training step (moe IR)"),
+               clEnumValN(Emit::Plan, "plan", "the buffer plan and kernel list (JSON)"),
+               clEnumValN(Emit::Kernels, "kernels",
+                          "generate every kernel into <o>/kernels with a manifest")),
+    cl::cat(category));
+static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
+                             cl::cat(category));
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+/// Prints a stage's time under -v.
+struct Stage {
+  explicit Stage(const char *name) : name(name), start(Clock::now()) {}
+  ~Stage() {
+    if (verbose)
+      errs() << "moec: " << name << ": "
+             << static_cast<long long>(std::chrono::duration<double, std::milli>(
+                                           Clock::now() - start)
+                                           .count())
+             << " ms\n";
+  }
+  const char *name;
+  Clock::time_point start;
+};
+
+int fail(const Twine &message) {
+  errs() << "moec: error: " << message << "\n";
+  return 1;
+}
+
+/// moe-halide-gen beside this executable.
+std::string generatorPath(const char *argv0) {
+  std::string self = sys::fs::getMainExecutable(argv0, (void *)&generatorPath);
+  SmallString<256> path(sys::path::parent_path(self));
+  sys::path::append(path, "moe-halide-gen");
+  return std::string(path);
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  cl::ParseCommandLineOptions(argc, argv, "MoEC driver: a model description to a training step\n");
+  if (modelFile.empty())
+    return fail("give a model description: moec model.json -o OUT --emit=...");
+  if (emit.getNumOccurrences() == 0)
+    return fail("linking the training executable is not available yet; choose "
+                "a stage with --emit=mlir|plan|kernels");
+  if (outputPath.empty() && emit == Emit::Kernels)
+    return fail("--emit=kernels needs an output directory: -o DIR");
+
+  // Frontend.
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  {
+    Stage stage("frontend");
+    DiagnosticList diags;
+    std::optional<ModelSpec> spec;
+    if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(modelFile, diags))
+      spec = hfConfig ? importHFConfig(doc, HFImportOptions(), diags)
+                      : readModelJson(doc, diags);
+    std::optional<ClusterSpec> cluster;
+    if (!clusterFile.empty())
+      if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(clusterFile, diags))
+        cluster = readClusterJson(doc, diags);
+    errs() << diags.str();
+    if (diags.hasErrors() || !spec || (!clusterFile.empty() && !cluster))
+      return 1;
+    module = buildModule(*spec, context);
+    if (cluster)
+      (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
+                         clusterAttr(*cluster, context));
+  }
+
+  // Training pipeline.
+  {
+    Stage stage("pipeline");
+    mlir::PassManager pm(&context);
+    mlir::moe::buildTrainPipeline(pm, mlir::moe::TrainPipelineOptions());
+    if (mlir::failed(pm.run(*module)))
+      return 1;
+  }
+
+  if (emit == Emit::Mlir) {
+    std::string error;
+    auto out = mlir::openOutputFile(outputPath.empty() ? std::string("-") : std::string(outputPath), &error);
+    if (!out)
+      return fail(error);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+
+  // Kernel specs -> generator calls.
+  nlohmann::json manifest = nlohmann::json::object();
+  std::vector<std::pair<std::string, moec::KernelCall>> calls;
+  for (auto kernel : module->getOps<mlir::moe::KernelOp>()) {
+    mlir::FailureOr<moec::KernelCall> call = moec::lookupKernel(kernel);
+    if (mlir::failed(call))
+      return 1;
+    nlohmann::json entry = {{"family", kernel.getFamily().str()}};
+    if (call->generator.empty())
+      entry["runtime"] = call->runtimeRoutine;
+    else
+      entry["generator"] = call->generator, entry["params"] = call->params;
+    manifest[kernel.getSymName().str()] = entry;
+    calls.push_back({kernel.getSymName().str(), *call});
+  }
+  nlohmann::json plan = nlohmann::json::object();
+  if (auto dict = (*module)->getAttrOfType<mlir::DictionaryAttr>("moe.buffer_plan"))
+    for (auto entry : dict)
+      if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(entry.getValue()))
+        plan[entry.getName().str()] = i.getInt();
+
+  if (emit == Emit::Plan) {
+    nlohmann::json out = {{"buffer_plan", plan}, {"kernels", manifest}};
+    std::string error;
+    auto file = mlir::openOutputFile(outputPath.empty() ? std::string("-") : std::string(outputPath), &error);
+    if (!file)
+      return fail(error);
+    file->os() << out.dump(2) << "\n";
+    file->keep();
+    return 0;
+  }
+
+  // Generate every kernel.
+  Stage stage("kernels");
+  SmallString<256> dir(outputPath);
+  sys::path::append(dir, "kernels");
+  if (std::error_code ec = sys::fs::create_directories(dir))
+    return fail(Twine("cannot create ") + dir + ": " + ec.message());
+  std::string gen = generatorPath(argv[0]);
+  if (!sys::fs::can_execute(gen))
+    return fail("moe-halide-gen not found next to moec (" + gen + ")");
+  for (auto &[name, call] : calls) {
+    if (call.generator.empty())
+      continue;
+    SmallVector<std::string> args = {gen, "-g", call.generator, "-f", name, "-o",
+                                     std::string(dir), "-e", "static_library,c_header",
+                                     "target=host-no_runtime"};
+    args.append(call.params.begin(), call.params.end());
+    SmallVector<StringRef> refs(args.begin(), args.end());
+    std::string error;
+    if (verbose)
+      errs() << "moec: generating " << name << " (" << call.generator << ")\n";
+    int rc = sys::ExecuteAndWait(gen, refs, std::nullopt, {}, 0, 0, &error);
+    if (rc != 0)
+      return fail("moe-halide-gen failed on kernel " + name + " (" +
+                  call.generator + "): " + (error.empty() ? "exit " + std::to_string(rc) : error));
+  }
+  SmallString<256> manifestPath(outputPath);
+  sys::path::append(manifestPath, "kernels.json");
+  std::error_code ec;
+  raw_fd_ostream os(manifestPath, ec);
+  if (ec)
+    return fail(Twine("cannot write ") + manifestPath + ": " + ec.message());
+  os << nlohmann::json({{"buffer_plan", plan}, {"kernels", manifest}}).dump(2) << "\n";
+  return 0;
+}
