@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "EmitProgram.h"
 #include "KernelTable.h"
 
 #include "moe/Frontend/ClusterToMLIR.h"
@@ -45,13 +46,16 @@ static cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description
                                         cl::value_desc("cluster.json"), cl::cat(category));
 static cl::opt<std::string> outputPath("o", cl::desc("Output (file or directory)"),
                                        cl::value_desc("path"), cl::cat(category));
-enum class Emit { Mlir, Plan, Kernels };
+enum class Emit { Mlir, Plan, Kernels, Cpp, Exe };
 static cl::opt<Emit> emit(
     "emit", cl::desc("Stop after a stage"),
     cl::values(clEnumValN(Emit::Mlir, "mlir", "the lowered training step (moe IR)"),
                clEnumValN(Emit::Plan, "plan", "the buffer plan and kernel list (JSON)"),
                clEnumValN(Emit::Kernels, "kernels",
-                          "generate every kernel into <o>/kernels with a manifest")),
+                          "generate every kernel into <o>/kernels with a manifest"),
+               clEnumValN(Emit::Cpp, "cpp", "the C++ step program"),
+               clEnumValN(Emit::Exe, "exe", "the training executable (default)")),
+    cl::init(Emit::Exe),
     cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
                              cl::cat(category));
@@ -94,11 +98,8 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "MoEC driver: a model description to a training step\n");
   if (modelFile.empty())
     return fail("give a model description: moec model.json -o OUT --emit=...");
-  if (emit.getNumOccurrences() == 0)
-    return fail("linking the training executable is not available yet; choose "
-                "a stage with --emit=mlir|plan|kernels");
-  if (outputPath.empty() && emit == Emit::Kernels)
-    return fail("--emit=kernels needs an output directory: -o DIR");
+  if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
+    return fail("give an output path: -o PATH");
 
   // Frontend.
   mlir::DialectRegistry registry;
@@ -147,10 +148,12 @@ int main(int argc, char **argv) {
   // Kernel specs -> generator calls.
   nlohmann::json manifest = nlohmann::json::object();
   std::vector<std::pair<std::string, moec::KernelCall>> calls;
+  std::map<std::string, moec::KernelCall> callMap;
   for (auto kernel : module->getOps<mlir::moe::KernelOp>()) {
     mlir::FailureOr<moec::KernelCall> call = moec::lookupKernel(kernel);
     if (mlir::failed(call))
       return 1;
+    callMap[kernel.getSymName().str()] = *call;
     nlohmann::json entry = {{"family", kernel.getFamily().str()}};
     if (call->generator.empty())
       entry["runtime"] = call->runtimeRoutine;
@@ -176,9 +179,24 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  // Generate every kernel.
-  Stage stage("kernels");
-  SmallString<256> dir(outputPath);
+  if (emit == Emit::Cpp) {
+    std::string error;
+    auto file = mlir::openOutputFile(outputPath.empty() ? std::string("-") : std::string(outputPath), &error);
+    if (!file)
+      return fail(error);
+    if (mlir::failed(moec::emitStepProgram(*module, callMap, file->os())))
+      return 1;
+    file->keep();
+    return 0;
+  }
+
+  // Generate every kernel: into <o>/kernels for --emit=kernels, next to the
+  // executable (<o>.build/kernels) otherwise.
+  std::optional<Stage> kernelStage(std::in_place, "kernels");
+  SmallString<256> buildDir(outputPath);
+  if (emit == Emit::Exe)
+    buildDir += ".build";
+  SmallString<256> dir(buildDir);
   sys::path::append(dir, "kernels");
   if (std::error_code ec = sys::fs::create_directories(dir))
     return fail(Twine("cannot create ") + dir + ": " + ec.message());
@@ -201,12 +219,62 @@ int main(int argc, char **argv) {
       return fail("moe-halide-gen failed on kernel " + name + " (" +
                   call.generator + "): " + (error.empty() ? "exit " + std::to_string(rc) : error));
   }
-  SmallString<256> manifestPath(outputPath);
+  SmallString<256> manifestPath(buildDir);
   sys::path::append(manifestPath, "kernels.json");
-  std::error_code ec;
-  raw_fd_ostream os(manifestPath, ec);
-  if (ec)
-    return fail(Twine("cannot write ") + manifestPath + ": " + ec.message());
-  os << nlohmann::json({{"buffer_plan", plan}, {"kernels", manifest}}).dump(2) << "\n";
+  {
+    std::error_code ec;
+    raw_fd_ostream os(manifestPath, ec);
+    if (ec)
+      return fail(Twine("cannot write ") + manifestPath + ": " + ec.message());
+    os << nlohmann::json({{"buffer_plan", plan}, {"kernels", manifest}}).dump(2) << "\n";
+  }
+  if (emit == Emit::Kernels)
+    return 0;
+  // The Halide runtime, once per binary.
+  {
+    SmallVector<StringRef> args = {gen, "-r", "halide_runtime", "-o", dir, "-e",
+                                   "static_library", "target=host"};
+    std::string error;
+    if (sys::ExecuteAndWait(gen, args, std::nullopt, {}, 0, 0, &error) != 0)
+      return fail("moe-halide-gen failed to emit the Halide runtime: " + error);
+  }
+  kernelStage.reset();
+
+  // The step program, compiled and linked with the kernels and the runtime.
+  Stage link("link");
+  SmallString<256> cpp(buildDir);
+  sys::path::append(cpp, "step.cpp");
+  {
+    std::error_code ec;
+    raw_fd_ostream os(cpp, ec);
+    if (ec)
+      return fail(Twine("cannot write ") + cpp + ": " + ec.message());
+    if (mlir::failed(moec::emitStepProgram(*module, callMap, os)))
+      return 1;
+  }
+  std::string cxx = MOEC_CXX;
+  SmallVector<std::string> args = {cxx, "-O2", "-std=c++17", std::string(cpp),
+                                   "-I" + std::string(dir), "-I" MOEC_RUNTIME_INCLUDE,
+                                   "-I" MOEC_HALIDE_INCLUDE, "-o", std::string(outputPath)};
+  for (auto &[name, call] : calls)
+    if (!call.generator.empty())
+      args.push_back((dir + "/" + name + ".a").str());
+  args.push_back((dir + "/halide_runtime.a").str());
+  args.push_back(MOEC_RUNTIME_MAIN_LIB);
+  args.push_back(MOEC_RUNTIME_LIB);
+  args.push_back("-lpthread");
+  args.push_back("-ldl");
+  SmallVector<StringRef> refs(args.begin(), args.end());
+  std::string error;
+  if (verbose)
+    errs() << "moec: compiling " << cpp << "\n";
+  auto cxxPath = sys::findProgramByName(cxx);
+  if (!cxxPath)
+    return fail("C++ compiler '" + cxx + "' not found");
+  if (sys::ExecuteAndWait(*cxxPath, refs, std::nullopt, {}, 0, 0, &error) != 0)
+    return fail("compiling the step program failed (" + std::string(cpp) + ")" +
+                (error.empty() ? "" : ": " + error));
+  if (verbose)
+    errs() << "moec: wrote " << outputPath << "\n";
   return 0;
 }

@@ -1,0 +1,61 @@
+/*===- Program.h - the ABI between a generated step program and moert ----===*
+ *
+ * moec emits a step program (C++) that defines `moec_program`; the runtime's
+ * trainer (libmoert_main) reads it, owns every buffer, and calls the step.
+ * Plain C types: the runtime links no MLIR, LLVM or Halide compiler.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef MOERT_PROGRAM_H
+#define MOERT_PROGRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum moert_init { MOERT_INIT_ZEROS = 0, MOERT_INIT_ONES = 1,
+                  MOERT_INIT_NORMAL = 2, MOERT_INIT_UNIFORM = 3 };
+
+typedef struct {
+  const char *name;
+  int rank;
+  int64_t shape[8];
+  int init;     /* enum moert_init */
+  double scale; /* std (normal) or bound (uniform) */
+  int adamw;    /* 1 when an AdamW update owns moments for it */
+} moert_param_info;
+
+typedef struct {
+  float **params;  /* one buffer per parameter, f32 */
+  float **moments; /* 2 per parameter (m, v); null when adamw == 0 */
+  char *activations;
+  char *gradients;
+} moert_context;
+
+typedef struct {
+  int num_params;
+  const moert_param_info *params;
+  int64_t activation_bytes, gradient_bytes;
+  int64_t batch, seq_len, vocab;
+  uint64_t seed;
+  /* One training step: forward, backward, optimiser. Returns 0, or a
+   * non-zero kernel error code (the message went to the error handler). */
+  int (*train_step)(moert_context *ctx, const int32_t *tokens,
+                    const int32_t *targets, int32_t step, float *loss);
+} moert_program;
+
+/* Scalar routines the step program calls (lr schedule, clipping norm). */
+float moert_lr_schedule(int32_t step, double lr, double min_lr,
+                        int64_t warmup, int64_t total, int schedule);
+float moert_global_norm(const float *const *grads, const int64_t *sizes,
+                        int count);
+void moert_fill(float *data, int64_t count, float value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOERT_PROGRAM_H */

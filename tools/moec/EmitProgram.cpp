@@ -1,0 +1,350 @@
+//===- EmitProgram.cpp - the step program as C++ --------------------------===//
+
+#include "EmitProgram.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// How a tensor is presented to a kernel (Halide extents, innermost first).
+enum class ViewKind { Rows2, Rows3, Reversed, Flat, Vector };
+
+struct Arg {
+  enum Source { Operand, Result, Dummy, Param, MomentM, MomentV } source;
+  unsigned index = 0;
+  ViewKind view = ViewKind::Rows2;
+  unsigned dummyRank = 1;
+};
+
+ViewKind defaultView(StringRef family) {
+  if (family == "attention" || family == "attention_grad" ||
+      family == "expert_ffn" || family == "expert_ffn_grad")
+    return ViewKind::Reversed;
+  if (family == "ffn" || family == "ffn_grad")
+    return ViewKind::Rows3;
+  if (family == "add")
+    return ViewKind::Vector; // 1-d even for scalars (loss terms)
+  if (family == "adamw_update")
+    return ViewKind::Flat;
+  return ViewKind::Rows2;
+}
+
+/// The generator's argument order in terms of the launch's operands and
+/// results.
+SmallVector<Arg> argumentsOf(LaunchOp launch, KernelOp kernel) {
+  StringRef family = kernel.getFamily();
+  ViewKind view = defaultView(family);
+  unsigned n = launch.getOperands().size(), r = launch.getResults().size();
+  auto op = [&](unsigned i, ViewKind v) { return Arg{Arg::Operand, i, v}; };
+  auto res = [&](unsigned i, ViewKind v) { return Arg{Arg::Result, i, v}; };
+  auto dummy = [&](unsigned rank) {
+    Arg a{Arg::Dummy};
+    a.dummyRank = rank;
+    return a;
+  };
+  SmallVector<Arg> args;
+  if (family == "embedding" || family == "embedding_grad" ||
+      family == "cross_entropy" || family == "cross_entropy_grad") {
+    // ids / targets are flat; the rest are rows.
+    bool idsFirst = family.starts_with("embedding");
+    for (unsigned i = 0; i < n; ++i)
+      args.push_back(op(i, (idsFirst ? i == 0 : i == 1) ? ViewKind::Flat : view));
+    args.push_back(res(0, view));
+  } else if (family == "linear") {
+    bool residual = false;
+    for (Attribute e : kernel.getEpilogue())
+      residual |= cast<StringAttr>(e).getValue() == "residual_add";
+    bool bias = n - (residual ? 1 : 0) == 3;
+    args = {op(0, view), op(1, view)};
+    args.push_back(bias ? op(2, ViewKind::Flat) : dummy(1));
+    args.push_back(residual ? op(n - 1, view) : dummy(2));
+    args.push_back(res(0, view));
+  } else if (family == "ffn" || family == "expert_ffn") {
+    args = {op(0, view), op(1, view), op(2, view), n == 4 ? op(3, view) : dummy(3),
+            res(0, view)};
+  } else if (family == "ffn_grad" || family == "expert_ffn_grad") {
+    bool gated = n == 5;
+    args = {op(0, view), op(1, view), op(2, view), gated ? op(4, view) : dummy(3),
+            op(3, view), res(0, view), res(1, view), res(2, view),
+            gated ? res(3, view) : dummy(3)};
+  } else if (family == "fused_gate") {
+    args = {op(0, view), op(1, view), n == 3 ? op(2, ViewKind::Flat) : dummy(1)};
+    for (unsigned i = 0; i < r; ++i)
+      args.push_back(res(i, i == 3 ? ViewKind::Flat : view));
+  } else if (family == "router_grad") {
+    args = {op(0, view), op(1, view), n == 5 ? op(4, ViewKind::Flat) : dummy(1),
+            op(2, view), op(3, view), res(0, view), res(1, view)};
+  } else if (family == "unpermute") {
+    args = {op(0, view), op(1, view), n == 3 ? op(2, view) : dummy(2), res(0, view)};
+  } else if (family == "adamw_update") {
+    args = {Arg{Arg::Param, 0, view}, Arg{Arg::MomentM, 0, view},
+            Arg{Arg::MomentV, 0, view}, op(0, view), op(1, view), op(2, view),
+            op(3, view), Arg{Arg::Param, 0, view}, Arg{Arg::MomentM, 0, view},
+            Arg{Arg::MomentV, 0, view}};
+  } else {
+    for (unsigned i = 0; i < n; ++i)
+      args.push_back(op(i, view));
+    for (unsigned i = 0; i < r; ++i)
+      args.push_back(res(i, view));
+  }
+  return args;
+}
+
+/// Halide extents of `type` presented as `view`.
+SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
+  ArrayRef<int64_t> shape = type.getShape();
+  if (view == ViewKind::Vector)
+    return {type.getNumElements()};
+  if (shape.empty())
+    return {};
+  int64_t numel = type.getNumElements(), last = shape.back();
+  if (shape.size() == 1 && view == ViewKind::Rows2)
+    return {numel}; // gains, biases, counts: 1-d
+  switch (view) {
+  case ViewKind::Flat:
+  case ViewKind::Vector:
+    return {numel};
+  case ViewKind::Rows2:
+    return {last, numel / last};
+  case ViewKind::Rows3:
+    return {last, numel / last, 1};
+  case ViewKind::Reversed:
+    return SmallVector<int64_t>(shape.rbegin(), shape.rend());
+  }
+  return {};
+}
+
+class Emitter {
+public:
+  Emitter(ModuleOp module, const std::map<std::string, moec::KernelCall> &calls,
+          raw_ostream &os)
+      : module(module), calls(calls), os(os) {}
+
+  LogicalResult run();
+
+private:
+  std::string pointer(Value v) { return storage.lookup(v); }
+  LogicalResult launch(LaunchOp op);
+  void setStorage(Operation *op, ArrayRef<int64_t> plan);
+
+  ModuleOp module;
+  const std::map<std::string, moec::KernelCall> &calls;
+  raw_ostream &os;
+  llvm::DenseMap<Value, std::string> storage;
+  llvm::StringMap<unsigned> paramIndex;
+  unsigned viewCounter = 0;
+};
+
+void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
+  for (auto [i, result] : llvm::enumerate(op->getResults())) {
+    int64_t arena = plan[3 * i], offset = plan[3 * i + 1];
+    storage[result] = "((" +
+                      std::string(cast<RankedTensorType>(result.getType())
+                                          .getElementType()
+                                          .isInteger(32)
+                                      ? "int32_t"
+                                      : "float") +
+                      " *)(" + (arena ? "G" : "A") + " + " +
+                      std::to_string(offset) + "))";
+  }
+}
+
+LogicalResult Emitter::launch(LaunchOp op) {
+  auto kernel = module.lookupSymbol<KernelOp>(op.getKernelAttr());
+  const moec::KernelCall &call = calls.at(kernel.getSymName().str());
+  setStorage(op, op.getBuffers());
+  StringRef family = kernel.getFamily();
+  auto numel = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getNumElements();
+  };
+  if (family == "lr_schedule") {
+    auto c = kernel.getConfig();
+    StringRef sched = c.getAs<StringAttr>("schedule").getValue();
+    os << "  *" << pointer(op.getResult(0)) << " = moert_lr_schedule(step, "
+       << llvm::format("%.17g", c.getAs<FloatAttr>("lr").getValueAsDouble()) << ", "
+       << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble())
+       << ", " << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
+       << c.getAs<IntegerAttr>("total_steps").getInt() << ", "
+       << (sched == "cosine" ? 0 : sched == "linear" ? 1 : 2) << ");\n";
+    return success();
+  }
+  if (family == "global_norm") {
+    unsigned n = op.getOperands().size();
+    os << "  {\n    const float *g[] = {";
+    llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << pointer(v); });
+    os << "};\n    const int64_t sizes[] = {";
+    llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << numel(v); });
+    os << "};\n    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, "
+       << n << ");\n  }\n";
+    return success();
+  }
+  if (call.generator.empty())
+    return op.emitOpError() << "has no kernel and no runtime routine";
+  SmallVector<std::string> names;
+  os << "  {\n";
+  for (const Arg &arg : argumentsOf(op, kernel)) {
+    std::string name = "v" + std::to_string(viewCounter++);
+    names.push_back(name);
+    if (arg.source == Arg::Dummy) {
+      os << "    View " << name << " = view(dummy, f32, {";
+      for (unsigned i = 0; i < arg.dummyRank; ++i)
+        os << (i ? ", " : "") << "1";
+      os << "});\n";
+      continue;
+    }
+    Value value;
+    std::string ptr;
+    if (arg.source == Arg::Operand)
+      value = op.getOperands()[arg.index];
+    else if (arg.source == Arg::Result)
+      value = op.getResults()[arg.index];
+    else
+      value = op.getOperands()[0]; // the gradient: the parameter's type
+    if (arg.source == Arg::Param || arg.source == Arg::MomentM ||
+        arg.source == Arg::MomentV) {
+      unsigned idx = paramIndex.lookup(*op.getUpdates());
+      ptr = arg.source == Arg::Param ? "ctx->params[" + std::to_string(idx) + "]"
+            : "ctx->moments[" + std::to_string(2 * idx + (arg.source == Arg::MomentV)) + "]";
+    } else {
+      ptr = pointer(value);
+    }
+    auto type = cast<RankedTensorType>(value.getType());
+    os << "    View " << name << " = view(" << ptr << ", "
+       << (type.getElementType().isInteger(32) ? "i32" : "f32") << ", {";
+    llvm::interleaveComma(extents(type, arg.view), os);
+    os << "});\n";
+  }
+  os << "    int rc = " << kernel.getSymName() << "(";
+  llvm::interleaveComma(names, os, [&](const std::string &n) { os << "&" << n << ".b"; });
+  os << ");\n    if (rc) return rc;\n  }\n";
+  return success();
+}
+
+LogicalResult Emitter::run() {
+  func::FuncOp step;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.isExternal())
+      step = fn;
+  if (!step)
+    return module.emitError("moec: no step function to emit");
+
+  os << "// Generated by moec: the training step program. Do not edit.\n"
+     << "#include \"HalideRuntime.h\"\n#include \"moert/Program.h\"\n"
+     << "#include <cstdio>\n#include <initializer_list>\n\n";
+  for (auto kernel : module.getOps<KernelOp>())
+    if (!calls.at(kernel.getSymName().str()).generator.empty())
+      os << "#include \"" << kernel.getSymName() << ".h\"\n";
+  os << R"cpp(
+namespace {
+struct View {
+  halide_buffer_t b;
+  halide_dimension_t d[4];
+};
+const halide_type_t f32 = {halide_type_float, 32, 1};
+const halide_type_t i32 = {halide_type_int, 32, 1};
+float dummy[1];
+// Kernel errors (bad ids, shapes) are reported, never aborts: the step
+// returns the error code and the trainer stops with a message.
+void reportKernelError(void *, const char *message) {
+  std::fprintf(stderr, "kernel error: %s\n", message);
+}
+struct InstallHandler {
+  InstallHandler() { halide_set_error_handler(reportKernelError); }
+} installHandler;
+View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
+  View v = {};
+  v.b.host = (uint8_t *)p;
+  v.b.type = t;
+  v.b.dimensions = (int)extents.size();
+  v.b.dim = v.d;
+  int stride = 1, i = 0;
+  for (int e : extents) {
+    v.d[i].min = 0;
+    v.d[i].extent = e;
+    v.d[i].stride = stride;
+    stride *= e;
+    ++i;
+  }
+  return v;
+}
+} // namespace
+
+)cpp";
+  // Parameter table.
+  unsigned index = 0;
+  os << "static const moert_param_info kParams[] = {\n";
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    paramIndex[p.getSymName()] = index++;
+    bool adamw = false;
+    step.walk([&](LaunchOp l) {
+      if (l.getUpdates() && *l.getUpdates() == p.getSymName())
+        adamw = true;
+    });
+    InitAttr init = p.getInit();
+    os << "  {\"" << p.getSymName() << "\", " << p.getTensorType().getRank() << ", {";
+    llvm::interleaveComma(p.getTensorType().getShape(), os);
+    os << "}, " << static_cast<int>(init.getKind()) << ", "
+       << llvm::format("%.17g", init.getScaleValue()) << ", " << adamw << "},\n";
+  }
+  os << "};\n\n";
+  os << "static int trainStep(moert_context *ctx, const int32_t *tokens, const "
+        "int32_t *targets, int32_t step, float *loss) {\n"
+     << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n";
+  for (BlockArgument arg : step.getArguments()) {
+    auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
+    if (!kind)
+      return step.emitError("moec: step argument #")
+             << arg.getArgNumber() << " is not a moe.input";
+    storage[arg] = kind.getValue() == "tokens"    ? "tokens"
+                   : kind.getValue() == "targets" ? "targets"
+                                                  : "(&step)";
+  }
+  // The tokens and targets are read-only: views take const away.
+  for (Operation &op : step.getBody().front()) {
+    if (auto get = dyn_cast<GetParamOp>(op)) {
+      storage[get.getResult()] =
+          "ctx->params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
+    } else if (auto fill = dyn_cast<FillOp>(op)) {
+      auto plan = fill->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+      setStorage(fill, plan.asArrayRef());
+      os << "  moert_fill(" << pointer(fill.getResult()) << ", "
+         << cast<RankedTensorType>(fill.getType()).getNumElements() << ", "
+         << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
+         << ");\n";
+    } else if (auto l = dyn_cast<LaunchOp>(op)) {
+      if (failed(launch(l)))
+        return failure();
+    } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";
+    } else {
+      return op.emitOpError("moec cannot emit this op in a step program");
+    }
+  }
+  auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan");
+  auto tokensType = cast<RankedTensorType>(step.getArgument(0).getType());
+  int64_t vocab = 0;
+  if (auto emb = module.lookupSymbol<ParamOp>("tok_emb"))
+    vocab = emb.getTensorType().getShape()[0];
+  int64_t seed = 0;
+  if (auto s = module->getAttrOfType<IntegerAttr>("moe.seed"))
+    seed = s.getInt();
+  os << "extern \"C\" const moert_program moec_program = {\n  " << index
+     << ", kParams, " << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
+     << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n  "
+     << tokensType.getShape()[0] << ", " << tokensType.getNumElements() / tokensType.getShape()[0]
+     << ", " << vocab << ", " << seed << "ull, trainStep};\n";
+  return success();
+}
+
+} // namespace
+
+LogicalResult moec::emitStepProgram(ModuleOp module,
+                                    const std::map<std::string, KernelCall> &calls,
+                                    raw_ostream &os) {
+  return Emitter(module, calls, os).run();
+}
