@@ -11,10 +11,10 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unittests", "Inputs"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unittests", "Inputs", "reference", "codegen", "fuzz"]
 
 config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "examples")))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train"], [config.moe_tools_dir])

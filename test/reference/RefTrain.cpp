@@ -1,0 +1,93 @@
+//===- RefTrain.cpp - the reference interpreter as a trainer --------------===//
+//
+//   moe-ref-train model.json --data FILE --steps N [--seed S] [--val-fraction F]
+//
+// Runs the same training as a binary built by moec -- same parameter
+// initialisation, same batches -- in the reference interpreter (double
+// precision), and prints {"step": s, "loss": l} per step: the oracle the
+// driver tests compare generated binaries against.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Interpreter.h"
+
+#include "moe/Frontend/ModelToMLIR.h"
+#include "moe/InitAllDialects.h"
+#include "moe/Transforms/Pipelines.h"
+#include "moert/Data.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+using namespace moec::frontend;
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: moe-ref-train model.json --data FILE --steps N [--seed S]\n");
+    return 2;
+  }
+  std::string model = argv[1], data;
+  long steps = 1, seed = -1;
+  double valFraction = 0.1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--data")
+      data = argv[i + 1];
+    else if (flag == "--steps")
+      steps = std::atol(argv[i + 1]);
+    else if (flag == "--seed")
+      seed = std::atol(argv[i + 1]);
+    else if (flag == "--val-fraction")
+      valFraction = std::atof(argv[i + 1]);
+  }
+  DiagnosticList diags;
+  std::optional<ModelSpec> spec;
+  if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(model, diags))
+    spec = readModelJson(doc, diags);
+  if (!spec) {
+    std::fprintf(stderr, "%s", diags.str().c_str());
+    return 1;
+  }
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  auto module = buildModule(*spec, context);
+  mlir::PassManager pm(&context);
+  mlir::moe::TrainPipelineOptions options;
+  options.lower = false; // the interpreter runs the ops themselves
+  mlir::moe::buildTrainPipeline(pm, options);
+  if (mlir::failed(pm.run(*module)))
+    return 1;
+
+  moert::TokenStream tokens;
+  std::string error;
+  if (!moert::loadTokens(data, moert::DataFormat::Auto, tokens, error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  uint64_t s = seed >= 0 ? static_cast<uint64_t>(seed) : spec->seed;
+  size_t split = moert::trainSplitEnd(tokens.tokens.size(), valFraction);
+  moert::BatchSampler sampler(tokens.tokens, 0, split, spec->batchSize,
+                              spec->seqLen, s);
+  moec::reference::Interpreter interp(*module);
+  interp.initParams(s);
+  std::vector<int32_t> in, tg;
+  for (long step = 0; step < steps; ++step) {
+    sampler.next(in, tg);
+    std::vector<moec::reference::Tensor> out;
+    if (!interp.run("train_step",
+                    {moec::reference::Tensor::ids({spec->batchSize, spec->seqLen}, in),
+                     moec::reference::Tensor::ids({spec->batchSize, spec->seqLen}, tg),
+                     moec::reference::Tensor::ids({}, {static_cast<int32_t>(step)})},
+                    out, error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    std::printf("{\"step\": %ld, \"loss\": %.9g}\n", step + 1, out[0].data[0]);
+  }
+  return 0;
+}
