@@ -21,8 +21,8 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure
 
-# The main job. Until training lands (issue 5) it imports, verifies and
-# prints the tiny example MoE training step.
+# The main job: compile the tiny model with moec and train it on a real
+# corpus (the King James Bible), printing progress and the final loss.
 demo: build
 	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)
 

@@ -1,31 +1,43 @@
 #!/usr/bin/env bash
-# The README's main job, for now: import the tiny example model on this
-# machine's cluster description, verify the forward step, compile it into a
-# training step (fused gating, backward, AdamW, kernels, memory plan) and
-# summarise both.
+# The README's main job: compile the tiny example MoE model into a training
+# binary with moec and train it on the King James Bible (Debian's
+# bible-kjv), printing progress and the final loss.
 set -euo pipefail
 build=${1:-build}
 model=${2:-examples/models/tiny.json}
-cluster=${3:-examples/clusters/local-cpu.json}
-out="$build/demo.mlir"
+steps=${STEPS:-300}
+corpus="$build/kjv.txt"
 
-echo "== moe-translate: $model on $cluster"
-"$build/bin/moe-translate" --import-model "$model" --cluster "$cluster" -o "$out"
-echo "== moe-opt: parse and verify the forward step ($out)"
-"$build/bin/moe-opt" "$out" -o "$out.verified"
-echo "parameters: $(grep -c '^ *moe.param ' "$out.verified")"
-echo "ops in the forward step:"
-grep -oE '= moe\.[a-z_]+' "$out.verified" | sed -E 's/= //' | sort | uniq -c | sort -rn | sed 's/^/  /'
+if [ ! -s "$corpus" ]; then
+  echo "== extracting the corpus (King James Bible, from Debian's bible-kjv) to $corpus"
+  bible -l80 'Gen1:1-Rev22:21' > "$corpus"
+fi
+entropy=$(python3 - "$corpus" <<'PY'
+import collections, math, sys
+data = open(sys.argv[1], "rb").read()
+counts = collections.Counter(data)
+print("%.3f" % -sum(c / len(data) * math.log(c / len(data)) for c in counts.values()))
+PY
+)
+echo "corpus: $(wc -c < "$corpus") bytes; unigram entropy $entropy nats/byte (a model that ignores context)"
 
 echo
-echo "== moe-opt --moe-train-pipeline: fused gating, backward, AdamW, kernels"
-start=$(date +%s%N)
-"$build/bin/moe-opt" --moe-train-pipeline "$out" -o "$out.train"
-end=$(date +%s%N)
-echo "compiled in $(( (end - start) / 1000000 )) ms -> $out.train"
-echo "kernels (one generated kernel each):"
-grep -oE 'moe.kernel @[a-z_0-9]+ family "[a-z_]+"' "$out.train" | sed -E 's/.*family "([a-z_]+)"/\1/' | sort | uniq -c | sort -rn | sed 's/^/  /'
-plan=$(grep -oE 'moe.buffer_plan = \{[^}]*\}' "$out.train")
-echo "memory plan (bytes):"
-echo "$plan" | grep -oE '[a-z_]+ = [0-9]+' | sed 's/^/  /'
-echo "verified: yes (moe-opt checked every op of both steps)"
+echo "== moec: $model -> $build/tiny-train (frontend, training pipeline, Halide kernels, link)"
+"$build/bin/moec" "$model" -o "$build/tiny-train" -v 2>&1 | grep -v '^moec: generating'
+
+echo
+echo "== training $steps steps (ranks: 1, threads: this machine)"
+rm -rf "$build/tiny-ckpt" "$build/tiny-metrics.jsonl"
+"$build/tiny-train" --data "$corpus" --steps "$steps" \
+  --metrics "$build/tiny-metrics.jsonl" --checkpoint "$build/tiny-ckpt"
+
+python3 - "$build/tiny-metrics.jsonl" "$entropy" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+last = rows[-10:]
+mean = sum(r["loss"] for r in last) / len(last)
+print()
+print("first loss %.3f, mean of the last 10 steps %.3f nats/byte (unigram entropy %s)"
+      % (rows[0]["loss"], mean, sys.argv[2]))
+print("metrics: %s; checkpoint: %s (safetensors + JSON)" % (sys.argv[1], sys.argv[1].replace("tiny-metrics.jsonl", "tiny-ckpt")))
+PY

@@ -14,6 +14,7 @@ PKGS=(
   libgtest-dev       # C++ unit tests
   clang-14 libclang-rt-14-dev # libFuzzer + sanitizers for the frontend fuzzer
   libhalide14-0-dev  # Halide 14: kernel generators (moe-halide-gen)
+  bible-kjv          # the demo's corpus: the King James Bible (public domain)
   cmake ninja-build g++ lld ccache python3
 )
 
