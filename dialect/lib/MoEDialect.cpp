@@ -48,6 +48,12 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
                            "[arena, offset, bytes] per result");
     return success();
   }
+  if (name == "moe.no_grad") {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
+      return op->emitError("'moe.no_grad' must be a unit attribute on a "
+                           "function");
+    return success();
+  }
   if (name == "moe.buffer_plan") {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
       return op->emitError("'moe.buffer_plan' must be a dictionary on a "

@@ -19,7 +19,7 @@ namespace {
 
 /// The step function's loss: the single tensor<f32> its return yields.
 bool isTrainStep(func::FuncOp fn) {
-  if (fn.isExternal() || fn.getNumResults() != 1)
+  if (fn.isExternal() || fn.getNumResults() != 1 || fn->hasAttr("moe.no_grad"))
     return false;
   auto type = dyn_cast<RankedTensorType>(fn.getResultTypes()[0]);
   return type && type.getRank() == 0 && type.getElementType().isF32();

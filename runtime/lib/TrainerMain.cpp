@@ -33,6 +33,8 @@ namespace {
 struct Options {
   std::string data, metrics, checkpoint;
   long long steps = 100;
+  long long evalEvery = 0;   ///< 0: evaluate at the end only
+  long long evalBatches = 4; ///< validation batches per evaluation
   long long seed = -1;
   bool resume = false;
   double valFraction = 0.1;
@@ -80,11 +82,16 @@ Options parse(int argc, char **argv) {
       o.valFraction = std::strtod(v, &end);
       if (*end || !(o.valFraction >= 0 && o.valFraction < 1))
         die(std::string("--val-fraction expects a number in [0, 1), got '") + v + "'");
-    } else if (a == "--eval-every" || a == "--sample")
-      die(a + " is not available yet: this binary has no evaluation step");
+    } else if (a == "--eval-every")
+      o.evalEvery = parseInt(a, value(), 1);
+    else if (a == "--eval-batches")
+      o.evalBatches = parseInt(a, value(), 1);
+    else if (a == "--sample")
+      die(a + " is not available yet: this binary has no sampling step");
     else if (a == "--help" || a == "-h") {
       std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
-                  "          [--checkpoint DIR [--resume]] [--val-fraction F]\n",
+                  "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
+                  "          [--eval-every N] [--eval-batches B]\n",
                   argv[0]);
       std::exit(0);
     } else
@@ -95,6 +102,10 @@ Options parse(int argc, char **argv) {
   if (o.resume && o.checkpoint.empty())
     die("--resume needs --checkpoint DIR");
   return o;
+}
+
+long long tokensPerStepFor(const moert_program &p) {
+  return static_cast<long long>(p.batch * p.seq_len);
 }
 
 int64_t numel(const moert_param_info &p) {
@@ -196,6 +207,32 @@ int main(int argc, char **argv) {
   std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
               prog.num_params, (long long)prog.batch, (long long)prog.seq_len,
               firstStep, o.steps - 1);
+  // Validation: the same windows of the held-out split at every evaluation.
+  bool canEval = prog.eval_step && o.valFraction > 0;
+  moert::BatchSampler valSampler(data.tokens, split, data.tokens.size(),
+                                 prog.batch, prog.seq_len, seed + 1);
+  if (canEval && !valSampler.valid(error))
+    die(o.data + ": validation split: " + error +
+        " (use more data or a larger --val-fraction)");
+  auto evaluate = [&](long long step) {
+    valSampler.setPosition(0);
+    std::vector<int32_t> in, tg;
+    double total = 0;
+    for (long long b = 0; b < o.evalBatches; ++b) {
+      valSampler.next(in, tg);
+      float loss = 0;
+      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss) != 0)
+        die("evaluation failed in a kernel");
+      total += loss;
+    }
+    double mean = total / o.evalBatches;
+    std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n",
+                step, mean, (long long)o.evalBatches, tokensPerStepFor(prog));
+    if (metrics)
+      *metrics << nlohmann::json({{"step", step}, {"val_loss", mean}}).dump() << "\n"
+               << std::flush;
+    return mean;
+  };
   std::vector<int32_t> tokens, targets;
   long long tokensPerStep = prog.batch * prog.seq_len;
   for (long long s = firstStep; s < o.steps; ++s) {
@@ -215,7 +252,11 @@ int main(int argc, char **argv) {
     if (metrics)
       *metrics << nlohmann::json({{"step", s + 1}, {"loss", loss}, {"tokens_per_s", tps}}).dump()
                << "\n" << std::flush;
+    if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
+      evaluate(s + 1);
   }
+  if (canEval)
+    evaluate(o.steps);
   if (!o.checkpoint.empty()) {
     moert::TensorMap tensors;
     for (int i = 0; i < prog.num_params; ++i) {

@@ -9,7 +9,8 @@ import sys
 
 def losses(path):
     with open(path) as f:
-        return {json.loads(l)["step"]: json.loads(l)["loss"] for l in f if l.strip()}
+        rows = [json.loads(l) for l in f if l.strip()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
 
 
 a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])

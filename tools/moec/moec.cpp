@@ -18,6 +18,7 @@
 #include "moe/InitAllDialects.h"
 #include "moe/Transforms/Pipelines.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
@@ -121,6 +122,14 @@ int main(int argc, char **argv) {
     if (diags.hasErrors() || !spec || (!clusterFile.empty() && !cluster))
       return 1;
     module = buildModule(*spec, context);
+    // An evaluation copy of the forward step: no gradients, no update.
+    SmallVector<mlir::func::FuncOp> steps(module->getOps<mlir::func::FuncOp>());
+    for (auto fn : steps) {
+      auto eval = fn.clone();
+      eval.setName("eval_step");
+      eval->setAttr("moe.no_grad", mlir::UnitAttr::get(&context));
+      module->push_back(eval);
+    }
     if (cluster)
       (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
                          clusterAttr(*cluster, context));

@@ -28,16 +28,17 @@ echo "== moec: $model -> $build/tiny-train (frontend, training pipeline, Halide 
 echo
 echo "== training $steps steps (ranks: 1, threads: this machine)"
 rm -rf "$build/tiny-ckpt" "$build/tiny-metrics.jsonl"
-"$build/tiny-train" --data "$corpus" --steps "$steps" \
+"$build/tiny-train" --data "$corpus" --steps "$steps" --eval-every 100 \
   --metrics "$build/tiny-metrics.jsonl" --checkpoint "$build/tiny-ckpt"
 
 python3 - "$build/tiny-metrics.jsonl" "$entropy" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-last = rows[-10:]
-mean = sum(r["loss"] for r in last) / len(last)
+train = [r for r in rows if "loss" in r]
+val = [r for r in rows if "val_loss" in r]
 print()
-print("first loss %.3f, mean of the last 10 steps %.3f nats/byte (unigram entropy %s)"
-      % (rows[0]["loss"], mean, sys.argv[2]))
+print("training loss: first %.3f, last %.3f nats/byte" % (train[0]["loss"], train[-1]["loss"]))
+print("final validation loss %.3f nats/byte on held-out text; unigram entropy %s"
+      % (val[-1]["val_loss"], sys.argv[2]))
 print("metrics: %s; checkpoint: %s (safetensors + JSON)" % (sys.argv[1], sys.argv[1].replace("tiny-metrics.jsonl", "tiny-ckpt")))
 PY

@@ -45,6 +45,9 @@ typedef struct {
    * non-zero kernel error code (the message went to the error handler). */
   int (*train_step)(moert_context *ctx, const int32_t *tokens,
                     const int32_t *targets, int32_t step, float *loss);
+  /* The forward loss only (validation); parameters are not changed. */
+  int (*eval_step)(moert_context *ctx, const int32_t *tokens,
+                   const int32_t *targets, float *loss);
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */

@@ -265,3 +265,10 @@ func.func @f(%g: tensor<8x16xf32>) {
   return
 }
 }
+
+// -----
+
+// no_grad: a unit attribute on a function
+// expected-error @+1 {{'moe.no_grad' must be a unit attribute on a function}}
+module attributes {moe.no_grad} {
+}

@@ -8,7 +8,8 @@ include "mlir/Pass/PassBase.td"
 def AutodiffPass : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
   let summary = "Builds the backward graph of the training step";
   let description = [{
-    For every `func.func` returning one `tensor<f32>` (the loss), walks the
+    For every `func.func` returning one `tensor<f32>` (the loss) and not
+    marked `moe.no_grad` (an evaluation step), walks the
     step in reverse and asks each op whose results carry a gradient for its
     gradient rule (`GradientOpInterface`); gradients of a value used several
     times are summed with `moe.add`. Gradients reaching a `moe.get_param` are
