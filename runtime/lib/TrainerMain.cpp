@@ -23,6 +23,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <sys/resource.h>
 #include <string>
 #include <vector>
 
@@ -257,6 +258,22 @@ int main(int argc, char **argv) {
   }
   if (canEval)
     evaluate(o.steps);
+  // Memory: measured peak resident set against the plan's prediction.
+  {
+    long long planned = prog.activation_bytes + prog.gradient_bytes;
+    for (int i = 0; i < prog.num_params; ++i)
+      planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
+    std::printf("memory: peak resident %.1f MB; planned buffers %.1f MB "
+                "(parameters, moments, activations, gradients; the rest is code, "
+                "data and the C++ runtime)\n",
+                peak / 1e6, planned / 1e6);
+    if (metrics)
+      *metrics << nlohmann::json({{"peak_rss_bytes", peak}, {"planned_bytes", planned}}).dump()
+               << "\n" << std::flush;
+  }
   if (!o.checkpoint.empty()) {
     moert::TensorMap tensors;
     for (int i = 0; i < prog.num_params; ++i) {
