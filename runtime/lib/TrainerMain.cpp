@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -197,7 +198,32 @@ int main(int argc, char **argv) {
     momentPtrs.push_back(m.empty() ? nullptr : m.data());
   std::unique_ptr<char[]> act(new char[prog.activation_bytes + 64]),
       grad(new char[prog.gradient_bytes + 64]);
-  moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.get(), grad.get()};
+  int totalExperts = 0;
+  for (int l = 0; l < prog.num_moe_layers; ++l)
+    totalExperts += prog.layer_experts[l];
+  std::vector<int32_t> expertCounts(totalExperts, 0);
+  moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.get(), grad.get(),
+                    expertCounts.data()};
+  // Token-slots routed past an expert's capacity in the last step.
+  auto droppedTokens = [&]() {
+    long long dropped = 0;
+    const int32_t *counts = expertCounts.data();
+    for (int l = 0; l < prog.num_moe_layers; ++l) {
+      for (int e = 0; e < prog.layer_experts[l]; ++e)
+        dropped += std::max(0, counts[e] - prog.layer_capacity[l]);
+      counts += prog.layer_experts[l];
+    }
+    return dropped;
+  };
+  auto expertTokens = [&]() {
+    nlohmann::json layers = nlohmann::json::array();
+    const int32_t *counts = expertCounts.data();
+    for (int l = 0; l < prog.num_moe_layers; ++l) {
+      layers.push_back(std::vector<int32_t>(counts, counts + prog.layer_experts[l]));
+      counts += prog.layer_experts[l];
+    }
+    return layers;
+  };
 
   std::unique_ptr<std::ofstream> metrics;
   if (!o.metrics.empty()) {
@@ -248,10 +274,17 @@ int main(int argc, char **argv) {
     if (!std::isfinite(loss))
       die("step " + std::to_string(s) + ": the loss is not finite");
     double tps = tokensPerStep / seconds;
+    long long dropped = droppedTokens();
     if (s == firstStep || (s + 1) % 10 == 0 || s + 1 == o.steps)
-      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s\n", s + 1, o.steps, loss, tps);
+      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1,
+                  o.steps, loss, tps, dropped);
     if (metrics)
-      *metrics << nlohmann::json({{"step", s + 1}, {"loss", loss}, {"tokens_per_s", tps}}).dump()
+      *metrics << nlohmann::json({{"step", s + 1},
+                                  {"loss", loss},
+                                  {"tokens_per_s", tps},
+                                  {"dropped_tokens", dropped},
+                                  {"expert_tokens", expertTokens()}})
+                      .dump()
                << "\n" << std::flush;
     if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
       evaluate(s + 1);

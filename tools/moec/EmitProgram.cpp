@@ -139,6 +139,9 @@ private:
   llvm::DenseMap<Value, std::string> storage;
   llvm::StringMap<unsigned> paramIndex;
   unsigned viewCounter = 0;
+  bool training = false;
+  /// (experts, capacity) of every fused_gate of the training step, in order.
+  SmallVector<std::pair<int64_t, int64_t>> moeLayers;
 };
 
 void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
@@ -222,7 +225,20 @@ LogicalResult Emitter::launch(LaunchOp op) {
   }
   os << "    int rc = " << kernel.getSymName() << "(";
   llvm::interleaveComma(names, os, [&](const std::string &n) { os << "&" << n << ".b"; });
-  os << ");\n    if (rc) return rc;\n  }\n";
+  os << ");\n    if (rc) return rc;\n";
+  if (training && family == "fused_gate") {
+    // Routed token-slots per expert, for load metrics.
+    int64_t experts = cast<RankedTensorType>(op.getResult(3).getType()).getNumElements();
+    int64_t offset = 0;
+    for (auto &layer : moeLayers)
+      offset += layer.first;
+    moeLayers.push_back(
+        {experts, kernel.getConfig().getAs<IntegerAttr>("capacity").getInt()});
+    os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
+       << "; ++e) ctx->expert_counts[" << offset << " + e] = "
+       << pointer(op.getResult(3)) << "[e];\n";
+  }
+  os << "  }\n";
   return success();
 }
 
@@ -306,21 +322,30 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   int64_t seed = 0;
   if (auto s = module->getAttrOfType<IntegerAttr>("moe.seed"))
     seed = s.getInt();
+  os << "static const int32_t kLayerExperts[] = {0";
+  for (auto &layer : moeLayers)
+    os << ", " << layer.first;
+  os << "};\nstatic const int32_t kLayerCapacity[] = {0";
+  for (auto &layer : moeLayers)
+    os << ", " << layer.second;
+  os << "};\n";
   os << "extern \"C\" const moert_program moec_program = {\n  " << index
      << ", kParams, " << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
      << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n  "
      << tokensType.getShape()[0] << ", " << tokensType.getNumElements() / tokensType.getShape()[0]
      << ", " << vocab << ", " << seed << "ull, trainStep, "
-     << (eval ? "evalStep" : "nullptr") << "};\n";
+     << (eval ? "evalStep" : "nullptr") << ", " << moeLayers.size()
+     << ", kLayerExperts + 1, kLayerCapacity + 1};\n";
   return success();
 }
 
 LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
-                                    bool training) {
+                                    bool isTraining) {
   storage.clear();
+  training = isTraining;
   os << "static int " << name
      << "(moert_context *ctx, const int32_t *tokens, const int32_t *targets, "
-     << (training ? "int32_t step, " : "") << "float *loss) {\n"
+     << (isTraining ? "int32_t step, " : "") << "float *loss) {\n"
      << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n";
   for (BlockArgument arg : step.getArguments()) {
     auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");

@@ -33,6 +33,7 @@ typedef struct {
   float **moments; /* 2 per parameter (m, v); null when adamw == 0 */
   char *activations;
   char *gradients;
+  int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
 } moert_context;
 
 typedef struct {
@@ -48,6 +49,10 @@ typedef struct {
   /* The forward loss only (validation); parameters are not changed. */
   int (*eval_step)(moert_context *ctx, const int32_t *tokens,
                    const int32_t *targets, float *loss);
+  /* MoE layers in order: experts and capacity (slots per expert) each. */
+  int num_moe_layers;
+  const int32_t *layer_experts;
+  const int32_t *layer_capacity;
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
