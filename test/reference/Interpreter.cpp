@@ -290,6 +290,7 @@ public:
 
 private:
   bool step(Operation *op);
+  template <typename OpT> void routeTokens(OpT o);
   Tensor &in(Value v) { return values[v]; }
   void out(Value v, Tensor t) { values[v] = std::move(t); }
   bool fail(Operation *op, const std::string &message) {
@@ -325,6 +326,43 @@ bool Runner::run(func::FuncOp fn, const std::vector<Tensor> &args,
   for (Value v : body.getTerminator()->getOperands())
     results.push_back(values[v]);
   return true;
+}
+
+/// Scores, top-k, gates and the balancing + z losses of a router or fused
+/// gate: sets its gates, experts and aux-loss results.
+template <typename OpT> void Runner::routeTokens(OpT o) {
+  Tensor &x = in(o.getX()), &w = in(o.getWeight());
+  Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
+  int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
+  Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
+  Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
+                               std::vector<int32_t>(t * k));
+  Vec frac(e, 0.0), meanP(e, 0.0);
+  double z = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
+                      o.getRenormalize(),
+                      o.getRoutedScaling().convertToFloat());
+    Vec p = balanceProbs(r, o.getScoring());
+    for (int64_t j = 0; j < k; ++j) {
+      gates.data[i * k + j] = r.gates[j];
+      experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
+      frac[r.sel[j]] += 1.0 / (t * k);
+    }
+    for (int64_t c = 0; c < e; ++c)
+      meanP[c] += p[c] / t;
+    double lse = logSumExp(r.logits);
+    z += lse * lse / t;
+  }
+  double aux = 0;
+  for (int64_t c = 0; c < e; ++c)
+    aux += frac[c] * meanP[c];
+  Tensor loss = Tensor::zeros({});
+  loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
+                 o.getZLossCoef().convertToFloat() * z;
+  out(o.getGates(), gates);
+  out(o.getExperts(), experts);
+  out(o.getAuxLoss(), loss);
 }
 
 bool Runner::step(Operation *op) {
@@ -591,38 +629,7 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](RouterOp o) {
-        Tensor &x = in(o.getX()), &w = in(o.getWeight());
-        Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
-        int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
-        Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
-        Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
-                                     std::vector<int32_t>(t * k));
-        Vec frac(e, 0.0), meanP(e, 0.0);
-        double z = 0;
-        for (int64_t i = 0; i < t; ++i) {
-          Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
-                            o.getRenormalize(),
-                            o.getRoutedScaling().convertToFloat());
-          Vec p = balanceProbs(r, o.getScoring());
-          for (int64_t j = 0; j < k; ++j) {
-            gates.data[i * k + j] = r.gates[j];
-            experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
-            frac[r.sel[j]] += 1.0 / (t * k);
-          }
-          for (int64_t c = 0; c < e; ++c)
-            meanP[c] += p[c] / t;
-          double lse = logSumExp(r.logits);
-          z += lse * lse / t;
-        }
-        double aux = 0;
-        for (int64_t c = 0; c < e; ++c)
-          aux += frac[c] * meanP[c];
-        Tensor loss = Tensor::zeros({});
-        loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
-                       o.getZLossCoef().convertToFloat() * z;
-        out(o.getGates(), gates);
-        out(o.getExperts(), experts);
-        out(o.getAuxLoss(), loss);
+        routeTokens(o);
         return true;
       })
       .Case([&](RouterGradOp o) {
@@ -801,30 +808,11 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](FusedGateOp o) {
-        Tensor &x = in(o.getX()), &w = in(o.getWeight());
-        Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
-        int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
+        routeTokens(o);
+        Tensor &experts = in(o.getExperts());
+        int64_t e = in(o.getWeight()).shape[1], k = o.getTopK(),
+                t = rows(in(o.getX()));
         int64_t cap = o.getCapacity();
-        Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
-        Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
-                                     std::vector<int32_t>(t * k));
-        Vec frac(e, 0.0), meanP(e, 0.0);
-        double z = 0;
-        for (int64_t i = 0; i < t; ++i) {
-          Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
-                            o.getRenormalize(),
-                            o.getRoutedScaling().convertToFloat());
-          Vec p = balanceProbs(r, o.getScoring());
-          for (int64_t j = 0; j < k; ++j) {
-            gates.data[i * k + j] = r.gates[j];
-            experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
-            frac[r.sel[j]] += 1.0 / (t * k);
-          }
-          for (int64_t c = 0; c < e; ++c)
-            meanP[c] += p[c] / t;
-          double lse = logSumExp(r.logits);
-          z += lse * lse / t;
-        }
         std::vector<int64_t> assigned = assignSlots(experts, e, cap, error);
         Tensor slots = Tensor::ids(shapeOf(o.getSlots()),
                                    std::vector<int32_t>(t * k));
@@ -836,17 +824,8 @@ bool Runner::step(Operation *op) {
                               : static_cast<int32_t>(experts.ints[i] * cap +
                                                      assigned[i]);
         }
-        double aux = 0;
-        for (int64_t c = 0; c < e; ++c)
-          aux += frac[c] * meanP[c];
-        Tensor loss = Tensor::zeros({});
-        loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
-                       o.getZLossCoef().convertToFloat() * z;
-        out(o.getGates(), gates);
-        out(o.getExperts(), experts);
         out(o.getSlots(), slots);
         out(o.getCounts(), counts);
-        out(o.getAuxLoss(), loss);
         return true;
       })
       .Case([&](PermuteOp o) {
