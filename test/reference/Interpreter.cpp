@@ -291,6 +291,8 @@ public:
 private:
   bool step(Operation *op);
   template <typename OpT> void routeTokens(OpT o);
+  template <typename OpT> void runFFN(OpT o, bool grouped);
+  template <typename OpT> void runFFNGrad(OpT o, bool grouped);
   Tensor &in(Value v) { return values[v]; }
   void out(Value v, Tensor t) { values[v] = std::move(t); }
   bool fail(Operation *op, const std::string &message) {
@@ -363,6 +365,43 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   out(o.getGates(), gates);
   out(o.getExperts(), experts);
   out(o.getAuxLoss(), loss);
+}
+
+/// ffn (one group of flattened rows) and expert_ffn (one group per expert
+/// of capacity rows) share these.
+template <typename OpT> void Runner::runFFN(OpT o, bool grouped) {
+  Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown());
+  const Tensor *gate = o.getWGate() ? &in(o.getWGate()) : nullptr;
+  int64_t d = x.shape.back(), f = up.shape.back();
+  int64_t groups = grouped ? x.shape[0] : 1, n = grouped ? x.shape[1] : rows(x);
+  Tensor y = Tensor::zeros(x.shape);
+  for (int64_t g = 0; g < groups; ++g)
+    ffnForward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f],
+               &down.data[g * f * d], gate ? &gate->data[g * d * f] : nullptr,
+               &y.data[g * n * d], n, d, f);
+  out(o.getResult(), y);
+}
+
+template <typename OpT> void Runner::runFFNGrad(OpT o, bool grouped) {
+  Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
+         &dy = in(o.getDy());
+  const Tensor *gate = o.getWGate() ? &in(o.getWGate()) : nullptr;
+  int64_t d = x.shape.back(), f = up.shape.back();
+  int64_t groups = grouped ? x.shape[0] : 1, n = grouped ? x.shape[1] : rows(x);
+  Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
+         dd = Tensor::zeros(down.shape),
+         dg = Tensor::zeros(gate ? up.shape : std::vector<int64_t>{0});
+  for (int64_t g = 0; g < groups; ++g)
+    ffnBackward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f],
+                &down.data[g * f * d], gate ? &gate->data[g * d * f] : nullptr,
+                &dy.data[g * n * d], &dx.data[g * n * d], &du.data[g * d * f],
+                &dd.data[g * f * d], gate ? &dg.data[g * d * f] : nullptr, n,
+                d, f);
+  out(o.getDx(), dx);
+  out(o.getDwUp(), du);
+  out(o.getDwDown(), dd);
+  if (gate)
+    out(o.getDwGate(), dg);
 }
 
 bool Runner::step(Operation *op) {
@@ -488,68 +527,19 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](FFNOp o) {
-        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown());
-        const double *gate = o.getWGate() ? in(o.getWGate()).data.data() : nullptr;
-        int64_t d = up.shape[0], f = up.shape[1];
-        Tensor y = Tensor::zeros(x.shape);
-        ffnForward(o.getActivation(), x.data.data(), up.data.data(),
-                   down.data.data(), gate, y.data.data(), rows(x), d, f);
-        out(o.getResult(), y);
+        runFFN(o, false);
         return true;
       })
       .Case([&](FFNGradOp o) {
-        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
-               &dy = in(o.getDy());
-        bool gated = static_cast<bool>(o.getWGate());
-        int64_t d = up.shape[0], f = up.shape[1];
-        Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
-               dd = Tensor::zeros(down.shape),
-               dg = Tensor::zeros(gated ? up.shape : std::vector<int64_t>{0});
-        ffnBackward(o.getActivation(), x.data.data(), up.data.data(),
-                    down.data.data(),
-                    gated ? in(o.getWGate()).data.data() : nullptr,
-                    dy.data.data(), dx.data.data(), du.data.data(),
-                    dd.data.data(), gated ? dg.data.data() : nullptr, rows(x),
-                    d, f);
-        out(o.getDx(), dx);
-        out(o.getDwUp(), du);
-        out(o.getDwDown(), dd);
-        if (gated)
-          out(o.getDwGate(), dg);
+        runFFNGrad(o, false);
         return true;
       })
       .Case([&](ExpertFFNOp o) {
-        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown());
-        int64_t e = x.shape[0], c = x.shape[1], d = x.shape[2], f = up.shape[2];
-        Tensor y = Tensor::zeros(x.shape);
-        for (int64_t i = 0; i < e; ++i)
-          ffnForward(o.getActivation(), &x.data[i * c * d],
-                     &up.data[i * d * f], &down.data[i * f * d],
-                     o.getWGate() ? &in(o.getWGate()).data[i * d * f] : nullptr,
-                     &y.data[i * c * d], c, d, f);
-        out(o.getResult(), y);
+        runFFN(o, true);
         return true;
       })
       .Case([&](ExpertFFNGradOp o) {
-        Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
-               &dy = in(o.getDy());
-        bool gated = static_cast<bool>(o.getWGate());
-        int64_t e = x.shape[0], c = x.shape[1], d = x.shape[2], f = up.shape[2];
-        Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
-               dd = Tensor::zeros(down.shape),
-               dg = Tensor::zeros(gated ? up.shape : std::vector<int64_t>{0});
-        for (int64_t i = 0; i < e; ++i)
-          ffnBackward(o.getActivation(), &x.data[i * c * d],
-                      &up.data[i * d * f], &down.data[i * f * d],
-                      gated ? &in(o.getWGate()).data[i * d * f] : nullptr,
-                      &dy.data[i * c * d], &dx.data[i * c * d],
-                      &du.data[i * d * f], &dd.data[i * f * d],
-                      gated ? &dg.data[i * d * f] : nullptr, c, d, f);
-        out(o.getDx(), dx);
-        out(o.getDwUp(), du);
-        out(o.getDwDown(), dd);
-        if (gated)
-          out(o.getDwGate(), dg);
+        runFFNGrad(o, true);
         return true;
       })
       .Case([&](AttentionOp o) {
