@@ -9,31 +9,15 @@ using namespace mlir::moe;
 using namespace mlir::moe::checks;
 
 LogicalResult FusedGateOp::verify() {
-  ArrayRef<int64_t> x = tensorType(getX()).getShape();
-  if (x.empty())
-    return emitOpError("x must have rank >= 1");
-  if (failed(checkRank(*this, "weight", getWeight(), 2, "[D, E]")))
+  int64_t experts;
+  SmallVector<int64_t> choices;
+  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(),
+                           getGates(), getExperts(), experts, choices)))
     return failure();
-  ArrayRef<int64_t> w = tensorType(getWeight()).getShape();
-  if (w[0] != x.back())
-    return emitOpError() << "weight input dimension " << w[0]
-                         << " does not match x width " << x.back();
-  int64_t experts = w[1], topK = getTopK();
-  if (topK < 1 || topK > experts)
-    return emitOpError() << "top_k (" << topK << ") must be in [1, "
-                         << experts << "], the number of experts";
   if (getCapacity() < 1)
     return emitOpError() << "capacity must be >= 1, got " << getCapacity();
-  SmallVector<int64_t> choices(x.drop_back());
-  choices.push_back(topK);
-  if (getBias() && failed(checkShape(*this, "bias", getBias(), {experts})))
-    return failure();
-  return failure(failed(checkShape(*this, "gates", getGates(), choices)) ||
-                 failed(checkShape(*this, "experts", getExperts(), choices)) ||
-                 failed(checkShape(*this, "slots", getSlots(), choices)) ||
-                 failed(checkShape(*this, "counts", getCounts(), {experts})) ||
-                 failed(checkSameElementType(
-                     *this, {{"x", getX()}, {"gates", getGates()}})));
+  return failure(failed(checkShape(*this, "slots", getSlots(), choices)) ||
+                 failed(checkShape(*this, "counts", getCounts(), {experts})));
 }
 
 /// Slots [..., k] must carry the leading dimensions of tokens [..., D].

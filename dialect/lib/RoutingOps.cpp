@@ -25,29 +25,10 @@ static LogicalResult checkCoefficient(Operation *op, StringRef name,
 }
 
 LogicalResult RouterOp::verify() {
-  ArrayRef<int64_t> x = tensorType(getX()).getShape();
-  if (x.empty())
-    return emitOpError("x must have rank >= 1");
-  if (failed(checkRank(*this, "weight", getWeight(), 2, "[D, E]")))
-    return failure();
-  ArrayRef<int64_t> w = tensorType(getWeight()).getShape();
-  if (w[0] != x.back())
-    return emitOpError() << "weight input dimension " << w[0]
-                         << " does not match x width " << x.back();
-  int64_t experts = w[1];
-  if (getBias() && failed(checkShape(*this, "bias", getBias(), {experts})))
-    return failure();
-  int64_t topK = getTopK();
-  if (topK < 1 || topK > experts)
-    return emitOpError() << "top_k (" << topK << ") must be in [1, "
-                         << experts << "], the number of experts";
-  SmallVector<int64_t> choices = withLast(x, topK);
-  if (failed(checkShape(*this, "gates", getGates(), choices)) ||
-      failed(checkShape(*this, "experts", getExperts(), choices)) ||
-      failed(checkSameElementType(*this, {{"x", getX()},
-                                          {"weight", getWeight()},
-                                          {"bias", getBias()},
-                                          {"gates", getGates()}})))
+  int64_t experts;
+  SmallVector<int64_t> choices;
+  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(),
+                           getGates(), getExperts(), experts, choices)))
     return failure();
   if (std::optional<APFloat> factor = getCapacityFactor())
     if (failed(checkCoefficient(*this, "capacity_factor",

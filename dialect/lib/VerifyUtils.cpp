@@ -127,3 +127,31 @@ LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec,
            << type.getRank();
   return success();
 }
+
+LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight,
+                                    Value bias, int64_t topK, Value gates,
+                                    Value expertIds, int64_t &experts,
+                                    SmallVectorImpl<int64_t> &choices) {
+  ArrayRef<int64_t> xs = tensorType(x).getShape();
+  if (xs.empty())
+    return op->emitOpError("x must have rank >= 1");
+  if (failed(checkRank(op, "weight", weight, 2, "[D, E]")))
+    return failure();
+  ArrayRef<int64_t> w = tensorType(weight).getShape();
+  if (w[0] != xs.back())
+    return op->emitOpError() << "weight input dimension " << w[0]
+                             << " does not match x width " << xs.back();
+  experts = w[1];
+  if (bias && failed(checkShape(op, "bias", bias, {experts})))
+    return failure();
+  if (topK < 1 || topK > experts)
+    return op->emitOpError() << "top_k (" << topK << ") must be in [1, "
+                             << experts << "], the number of experts";
+  choices.assign(xs.begin(), xs.end() - 1);
+  choices.push_back(topK);
+  return failure(
+      failed(checkShape(op, "gates", gates, choices)) ||
+      failed(checkShape(op, "experts", expertIds, choices)) ||
+      failed(checkSameElementType(
+          op, {{"x", x}, {"weight", weight}, {"bias", bias}, {"gates", gates}})));
+}

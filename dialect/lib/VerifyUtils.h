@@ -42,6 +42,13 @@ LogicalResult verifyFFNWeights(Operation *op, Activation activation,
                                ArrayRef<int64_t> group, int64_t d, Value up,
                                Value down, Value gate);
 
+/// Checks what a router and a fused gate share: x [..., D], weight [D, E],
+/// bias [E], 1 <= top_k <= E, gates and experts [..., top_k], one float
+/// element type. Sets `experts` and `choices` ([..., top_k]).
+LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias,
+                            int64_t topK, Value gates, Value expertIds,
+                            int64_t &experts, SmallVectorImpl<int64_t> &choices);
+
 /// Checks a collective's axes against the module grid and returns the group
 /// size through `groupSize`.
 LogicalResult verifyGroup(Operation *op, ArrayAttr axes, int64_t &groupSize);

@@ -310,3 +310,30 @@ func.func @f(%y: tensor<4x5x8xf32>, %g: tensor<2x4x2xf16>, %e: tensor<2x4x2xi32>
   %0 = moe.combine %y, %g, %e : (tensor<4x5x8xf32>, tensor<2x4x2xf16>, tensor<2x4x2xi32>) -> tensor<2x4x8xf32>
   return
 }
+
+// -----
+
+// fused_gate: shares the router's checks (top_k against the experts)
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op top_k (5) must be in [1, 4], the number of experts}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 5 capacity 2 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x5xf32>, tensor<2x4x5xi32>, tensor<2x4x5xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: capacity >= 1
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op capacity must be >= 1, got 0}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 0 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: counts has one entry per expert
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op counts must have shape 4, got 3}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<3xi32>, tensor<f32>)
+  return
+}
