@@ -9,9 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Matmul.h"
 
 using namespace Halide;
+using namespace moec_codegen;
 
 namespace {
 
@@ -74,18 +75,19 @@ public:
   Output<Buffer<float, 3>> y{"y"};
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
-  Func hu{"hu"}, hg{"hg"}, h{"h"};
+  Func hu{"hu"}, hg{"hg"}, h{"h"}, yAcc{"y_acc"};
 
   void generate() {
     RDom rd(0, width), rf(0, hidden);
-    hu(f, c, e) = sum(x(rd, c, e) * up(f, rd, e));
+    defineContraction(hu, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
     if (activation == Act::SwiGLU) {
-      hg(f, c, e) = sum(x(rd, c, e) * gate(f, rd, e));
+      defineContraction(hg, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
       h(f, c, e) = activate(activation, hg(f, c, e)) * hu(f, c, e);
     } else {
       h(f, c, e) = activate(activation, hu(f, c, e));
     }
-    y(d, c, e) = sum(h(rf, c, e) * down(d, rf, e));
+    defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * down(d, rf, e));
+    y(d, c, e) = yAcc(d, c, e);
   }
 
   void schedule() {
@@ -97,12 +99,11 @@ public:
                               gated ? (int)width : 1, gated ? (int)groups : 1);
     constrain3(y, width, rows, groups);
     const int vec = natural_vector_size<float>();
-    h.compute_root().parallel(e).parallel(c);
-    if (hidden >= vec)
-      h.vectorize(f, vec, TailStrategy::GuardWithIf);
-    y.parallel(e).parallel(c);
-    if (width >= vec)
-      y.vectorize(d, vec, TailStrategy::GuardWithIf);
+    if (gated)
+      scheduleMatmul(h, {hu, hg}, f, c, hidden, rows, width, vec, &e, true);
+    else
+      scheduleMatmul(h, {hu}, f, c, hidden, rows, width, vec, &e, true);
+    scheduleMatmul(y, {yAcc}, d, c, width, rows, hidden, vec, &e, false);
   }
 };
 
@@ -125,31 +126,54 @@ public:
   Output<Buffer<float, 3>> dgate{"dgate"};
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
-  Func hu{"hu"}, hg{"hg"}, h{"h"}, dh{"dh"}, dhu{"dhu"}, dhg{"dhg"};
+  // Accumulators of the recomputed pre-activations and of dh; `act` holds,
+  // per (f, c), the activation h and the pre-activation gradients (dhu,
+  // dhg), all from one register block. Transposed operands keep every
+  // contraction's broadcast side contiguous in k.
+  Func huAcc{"hu_acc"}, hgAcc{"hg_acc"}, dhAcc{"dh_acc"}, act{"act"};
+  Func upT{"up_t"}, gateT{"gate_t"}, downT{"down_t"}, xT{"x_t"}, hT{"h_t"};
+  Func dxAcc{"dx_acc"}, dupAcc{"dup_acc"}, dgateAcc{"dgate_acc"}, ddownAcc{"ddown_acc"};
 
   void generate() {
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden), rc(0, rows);
-    hu(f, c, e) = sum(x(rd, c, e) * up(f, rd, e));
+    defineContraction(huAcc, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
+    // dh = dy down^T; down^T is contiguous in f.
+    downT(f, d, e) = down(d, f, e);
+    defineContraction(dhAcc, {f, c, e}, rd, dy(rd, c, e) * downT(f, rd, e));
+    Expr hu = huAcc(f, c, e), dh = dhAcc(f, c, e);
     if (gated) {
-      hg(f, c, e) = sum(x(rd, c, e) * gate(f, rd, e));
-      h(f, c, e) = activate(activation, hg(f, c, e)) * hu(f, c, e);
+      defineContraction(hgAcc, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
+      Expr hg = hgAcc(f, c, e), a = activate(activation, hg);
+      act(f, c, e) = Tuple(a * hu, dh * a, dh * hu * activateGrad(activation, hg));
     } else {
-      h(f, c, e) = activate(activation, hu(f, c, e));
+      act(f, c, e) = Tuple(activate(activation, hu), dh * activateGrad(activation, hu));
     }
-    dh(f, c, e) = sum(dy(rd, c, e) * down(rd, f, e));
-    ddown(d, f, e) = sum(h(f, rc, e) * dy(d, rc, e));
+    auto h = [&](Expr ff, Expr cc) { return act(ff, cc, e)[0]; };
+    auto dhu = [&](Expr ff, Expr cc) { return act(ff, cc, e)[1]; };
+    auto dhg = [&](Expr ff, Expr cc) { return act(ff, cc, e)[2]; };
+    xT(c, d, e) = x(d, c, e);
+    hT(c, f, e) = h(f, c);
+    // ddown(d, f) = sum_c h(f, c) dy(d, c)
+    defineContraction(ddownAcc, {d, f, e}, rc, hT(rc, f, e) * dy(d, rc, e));
+    ddown(d, f, e) = ddownAcc(d, f, e);
+    upT(d, f, e) = up(f, d, e);
+    // dx = dhu up^T (+ dhg gate^T)
+    defineContraction(dxAcc, {d, c, e}, rf, dhu(rf, c) * upT(d, rf, e));
     if (gated) {
-      dhu(f, c, e) = dh(f, c, e) * activate(activation, hg(f, c, e));
-      dhg(f, c, e) = dh(f, c, e) * hu(f, c, e) * activateGrad(activation, hg(f, c, e));
-      dgate(f, d, e) = sum(x(d, rc, e) * dhg(f, rc, e));
-      dx(d, c, e) = sum(dhu(rf, c, e) * up(rf, d, e) + dhg(rf, c, e) * gate(rf, d, e));
+      // A second contraction into the same accumulator: one product per k
+      // keeps the register block free of spills.
+      RDom rf2(0, hidden);
+      gateT(d, f, e) = gate(f, d, e);
+      dxAcc(d, c, e) += dhg(rf2, c) * gateT(d, rf2, e);
+      defineContraction(dgateAcc, {f, d, e}, rc, xT(rc, d, e) * dhg(f, rc));
+      dgate(f, d, e) = dgateAcc(f, d, e);
     } else {
-      dhu(f, c, e) = dh(f, c, e) * activateGrad(activation, hu(f, c, e));
       dgate(f, d, e) = 0.0f;
-      dx(d, c, e) = sum(dhu(rf, c, e) * up(rf, d, e));
     }
-    dup(f, d, e) = sum(x(d, rc, e) * dhu(f, rc, e));
+    dx(d, c, e) = dxAcc(d, c, e);
+    defineContraction(dupAcc, {f, d, e}, rc, xT(rc, d, e) * dhu(f, rc));
+    dup(f, d, e) = dupAcc(f, d, e);
   }
 
   void schedule() {
@@ -166,22 +190,26 @@ public:
     constrain3(gate, gf, gd, ge);
     constrain3(dgate, gf, gd, ge);
     const int vec = natural_vector_size<float>();
-    for (Func *fn : {&hu, &h, &dh, &dhu})
-      fn->compute_root().parallel(e);
+    auto transpose = [&](Func fn, Var inner, int extent) {
+      fn.compute_root().parallel(e);
+      if (extent >= vec)
+        fn.vectorize(inner, vec, TailStrategy::GuardWithIf);
+    };
+    transpose(downT, f, hidden);
+    transpose(upT, d, width);
+    transpose(xT, c, rows);
     if (gated) {
-      hg.compute_root().parallel(e);
-      dhg.compute_root().parallel(e);
+      transpose(gateT, d, width);
+      scheduleMatmul(act, {huAcc, hgAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(dgate, {dgateAcc}, f, d, hidden, width, rows, vec, &e, false);
+    } else {
+      scheduleMatmul(act, {huAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+      Func(dgate).parallel(e);
     }
-    for (Func out : {Func(dx), Func(dup), Func(ddown), Func(dgate)})
-      out.parallel(e);
-    if (hidden >= vec) {
-      h.vectorize(f, vec, TailStrategy::GuardWithIf);
-      dup.vectorize(f, vec, TailStrategy::GuardWithIf);
-    }
-    if (width >= vec) {
-      dx.vectorize(d, vec, TailStrategy::GuardWithIf);
-      ddown.vectorize(d, vec, TailStrategy::GuardWithIf);
-    }
+    transpose(hT, c, rows);
+    scheduleMatmul(dx, {dxAcc}, d, c, width, rows, hidden, vec, &e, false);
+    scheduleMatmul(dup, {dupAcc}, f, d, hidden, width, rows, vec, &e, false);
+    scheduleMatmul(ddown, {ddownAcc}, d, f, width, hidden, rows, vec, &e, false);
   }
 };
 

@@ -6,7 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <new>
+#include <sys/stat.h>
 
 using namespace moert;
 
@@ -17,39 +18,50 @@ static bool endsWith(const std::string &s, const std::string &suffix) {
 
 bool moert::loadTokens(const std::string &path, DataFormat format,
                        TokenStream &out, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    error = path + ": cannot read data file: it is a directory";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     error = path + ": cannot read data file: " + std::strerror(errno);
     return false;
   }
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    error = path + ": error while reading the data file";
+  std::streamoff size = in.tellg();
+  if (size < 0) {
+    error = path + ": cannot tell the size of the data file";
     return false;
   }
-  if (bytes.empty()) {
+  if (size == 0) {
     error = path + ": the data file is empty";
     return false;
   }
   if (format == DataFormat::Auto)
     format = endsWith(path, ".bin") ? DataFormat::Bin : DataFormat::Text;
-  out.tokens.clear();
-  out.maxToken = -1;
-  if (format == DataFormat::Bin) {
-    if (bytes.size() % 2 != 0) {
-      error = path + ": a .bin token file holds uint16 tokens, but its size (" +
-              std::to_string(bytes.size()) + " bytes) is odd";
-      return false;
-    }
-    out.tokens.resize(bytes.size() / 2);
-    for (size_t i = 0; i < out.tokens.size(); ++i)
-      out.tokens[i] = static_cast<int32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
-  } else {
-    out.tokens.assign(bytes.begin(), bytes.end());
+  if (format == DataFormat::Bin && size % 2 != 0) {
+    error = path + ": a .bin token file holds uint16 tokens, but its size (" +
+            std::to_string(size) + " bytes) is odd";
+    return false;
   }
-  for (int32_t t : out.tokens)
-    out.maxToken = std::max(out.maxToken, t);
+  // One read into a buffer of the file's size: no growth, no widening.
+  try {
+    out.raw.resize(static_cast<size_t>(size));
+  } catch (const std::bad_alloc &) {
+    error = path + ": the data file (" + std::to_string(size) +
+            " bytes) does not fit in memory";
+    return false;
+  }
+  out.wide = format == DataFormat::Bin;
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char *>(out.raw.data()), size)) {
+    error = path + ": error while reading the data file";
+    out.raw.clear();
+    return false;
+  }
+  out.maxToken = -1;
+  for (size_t i = 0, n = out.size(); i < n; ++i)
+    out.maxToken = std::max(out.maxToken, out[i]);
   return true;
 }
 
@@ -61,7 +73,7 @@ size_t moert::trainSplitEnd(size_t n, double valFraction) {
   return n - static_cast<size_t>(static_cast<double>(n) * valFraction);
 }
 
-BatchSampler::BatchSampler(const std::vector<int32_t> &tokens, size_t begin,
+BatchSampler::BatchSampler(const TokenStream &tokens, size_t begin,
                            size_t end, int64_t batch, int64_t seqLen,
                            uint64_t seed)
     : tokens(tokens), begin(begin), end(end), batch(batch), seqLen(seqLen),

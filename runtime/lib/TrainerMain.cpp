@@ -2,11 +2,12 @@
 //
 //   ./tiny-train --data corpus.txt --steps 300 [--seed S] [--metrics m.jsonl]
 //                [--checkpoint DIR [--resume]] [--val-fraction F]
+//                [--eval-every N] [--sample N [--prompt TEXT]]
 //
 // Owns parameters, AdamW moments and the planned arenas, initialises the
 // parameters from the seed (the same generator and order as the reference
 // interpreter), draws batches, runs the generated step, reports progress and
-// writes metrics and checkpoints.
+// writes metrics and checkpoints, and samples text at the end.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,9 +23,11 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <malloc.h>
 #include <memory>
 #include <random>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,12 @@ struct Options {
   long long seed = -1;
   bool resume = false;
   double valFraction = 0.1;
+  long long sample = 0; ///< tokens to generate after training
+  std::string prompt;
+  bool hasPrompt = false;
+  double temperature = 0.8;
+  long long topK = 0; ///< 0: sample from the whole vocabulary
+  bool progress = true; ///< a progress bar when stdout is a terminal
 };
 
 [[noreturn]] void die(const std::string &message) {
@@ -89,11 +98,29 @@ Options parse(int argc, char **argv) {
     else if (a == "--eval-batches")
       o.evalBatches = parseInt(a, value(), 1);
     else if (a == "--sample")
-      die(a + " is not available yet: this binary has no sampling step");
+      o.sample = parseInt(a, value(), 0);
+    else if (a == "--prompt") {
+      o.prompt = value();
+      o.hasPrompt = true;
+    } else if (a == "--temperature") {
+      const char *v = value();
+      char *end = nullptr;
+      o.temperature = std::strtod(v, &end);
+      if (!*v || *end || !(o.temperature > 0 && o.temperature <= 100))
+        die(std::string("--temperature expects a number in (0, 100], got '") + v + "'");
+    } else if (a == "--top-k")
+      o.topK = parseInt(a, value(), 0);
+    else if (a == "--no-progress")
+      o.progress = false;
     else if (a == "--help" || a == "-h") {
       std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
                   "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
-                  "          [--eval-every N] [--eval-batches B]\n",
+                  "          [--eval-every N] [--eval-batches B]\n"
+                  "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
+                  "          [--no-progress]\n"
+                  "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
+                  "  --sample N   generate N tokens after training, from --prompt (text;\n"
+                  "               comma-separated token ids for .bin data; default: newline)\n",
                   argv[0]);
       std::exit(0);
     } else
@@ -135,9 +162,81 @@ void initialise(std::vector<std::vector<float>> &params, uint64_t seed) {
   }
 }
 
+/// Resident bytes now (Linux /proc; 0 where unavailable).
+long long residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  long long size = 0, resident = 0;
+  if (!(statm >> size >> resident))
+    return 0;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+/// The prompt as token ids: bytes of text, or comma-separated ids for
+/// token (.bin) data.
+std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data,
+                                  int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::string text = o.hasPrompt ? o.prompt : data.wide ? "0" : "\n";
+  if (!data.wide) {
+    ids.assign(text.begin(), text.end());
+    for (int32_t &t : ids)
+      t &= 0xff;
+  } else {
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t comma = std::min(text.find(',', pos), text.size());
+      std::string item = text.substr(pos, comma - pos);
+      ids.push_back(static_cast<int32_t>(parseInt("--prompt (token ids)", item.c_str(), 0)));
+      pos = comma + 1;
+    }
+  }
+  if (ids.empty())
+    die("--prompt is empty: give at least one token");
+  for (int32_t t : ids)
+    if (t >= vocab)
+      die("--prompt: token id " + std::to_string(t) + " does not fit the vocabulary (" +
+          std::to_string(vocab) + ")");
+  return ids;
+}
+
+/// Draws one token from `logits` at `temperature`, among the `topK` most
+/// likely (all when 0).
+int32_t drawToken(const float *logits, int64_t vocab, double temperature,
+                  long long topK, std::mt19937_64 &rng) {
+  std::vector<std::pair<float, int32_t>> order(vocab);
+  for (int64_t v = 0; v < vocab; ++v)
+    order[v] = {logits[v], static_cast<int32_t>(v)};
+  int64_t keep = topK > 0 && topK < vocab ? topK : vocab;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                    [](auto &a, auto &b) { return a.first > b.first; });
+  std::vector<double> weights(keep);
+  for (int64_t i = 0; i < keep; ++i)
+    weights[i] = std::exp((order[i].first - order[0].first) / temperature);
+  std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
+  return order[pick(rng)].second;
+}
+
+/// One terminal line, redrawn in place.
+void drawProgress(long long done, long long total, float loss, double tps,
+                  double elapsed) {
+  const int width = 28;
+  int filled = static_cast<int>(width * done / std::max(1LL, total));
+  std::string bar(filled, '#');
+  bar.resize(width, '.');
+  double eta = done > 0 ? elapsed / done * (total - done) : 0;
+  std::printf("\r\033[K[%s] %lld/%lld  loss %.4f  %.0f tok/s  eta %.0fs", bar.c_str(),
+              done, total, loss, tps, eta);
+  std::fflush(stdout);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  long long startResident = residentBytes();
+  // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and
+  // unmap exactly, instead of glibc's adaptive threshold moving freed scratch
+  // onto a heap that fragments and never shrinks.
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   Options o = parse(argc, argv);
   const moert_program &prog = moec_program;
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
@@ -149,8 +248,8 @@ int main(int argc, char **argv) {
   if (data.maxToken >= prog.vocab)
     die(o.data + ": token id " + std::to_string(data.maxToken) +
         " does not fit the model's vocabulary (" + std::to_string(prog.vocab) + ")");
-  size_t split = moert::trainSplitEnd(data.tokens.size(), o.valFraction);
-  moert::BatchSampler sampler(data.tokens, 0, split, prog.batch, prog.seq_len, seed);
+  size_t split = moert::trainSplitEnd(data.size(), o.valFraction);
+  moert::BatchSampler sampler(data, 0, split, prog.batch, prog.seq_len, seed);
   if (!sampler.valid(error))
     die(o.data + ": " + error);
 
@@ -236,11 +335,12 @@ int main(int argc, char **argv) {
               firstStep, o.steps - 1);
   // Validation: the same windows of the held-out split at every evaluation.
   bool canEval = prog.eval_step && o.valFraction > 0;
-  moert::BatchSampler valSampler(data.tokens, split, data.tokens.size(),
+  moert::BatchSampler valSampler(data, split, data.size(),
                                  prog.batch, prog.seq_len, seed + 1);
   if (canEval && !valSampler.valid(error))
     die(o.data + ": validation split: " + error +
         " (use more data or a larger --val-fraction)");
+  bool bar = o.progress && isatty(fileno(stdout));
   auto evaluate = [&](long long step) {
     valSampler.setPosition(0);
     std::vector<int32_t> in, tg;
@@ -248,11 +348,13 @@ int main(int argc, char **argv) {
     for (long long b = 0; b < o.evalBatches; ++b) {
       valSampler.next(in, tg);
       float loss = 0;
-      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss) != 0)
+      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss, nullptr) != 0)
         die("evaluation failed in a kernel");
       total += loss;
     }
     double mean = total / o.evalBatches;
+    if (bar)
+      std::printf("\r\033[K");
     std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n",
                 step, mean, (long long)o.evalBatches, tokensPerStepFor(prog));
     if (metrics)
@@ -262,22 +364,31 @@ int main(int argc, char **argv) {
   };
   std::vector<int32_t> tokens, targets;
   long long tokensPerStep = prog.batch * prog.seq_len;
+  auto runStart = std::chrono::steady_clock::now();
   for (long long s = firstStep; s < o.steps; ++s) {
     sampler.next(tokens, targets);
     float loss = 0;
     auto start = std::chrono::steady_clock::now();
     int rc = prog.train_step(&ctx, tokens.data(), targets.data(),
                              static_cast<int32_t>(s), &loss);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto now = std::chrono::steady_clock::now();
+    double seconds = std::chrono::duration<double>(now - start).count();
     if (rc != 0)
       die("step " + std::to_string(s) + " failed in a kernel (code " + std::to_string(rc) + ")");
     if (!std::isfinite(loss))
       die("step " + std::to_string(s) + ": the loss is not finite");
     double tps = tokensPerStep / seconds;
     long long dropped = droppedTokens();
-    if (s == firstStep || (s + 1) % 10 == 0 || s + 1 == o.steps)
-      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1,
-                  o.steps, loss, tps, dropped);
+    if (bar)
+      drawProgress(s + 1 - firstStep, o.steps - firstStep, loss, tps,
+                   std::chrono::duration<double>(now - runStart).count());
+    if (s == firstStep || (s + 1) % 10 == 0 || s + 1 == o.steps) {
+      if (bar)
+        std::printf("\r\033[K");
+      if (!bar || s == firstStep || (s + 1) % 100 == 0 || s + 1 == o.steps)
+        std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1,
+                    o.steps, loss, tps, dropped);
+    }
     if (metrics)
       *metrics << nlohmann::json({{"step", s + 1},
                                   {"loss", loss},
@@ -289,22 +400,88 @@ int main(int argc, char **argv) {
     if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
       evaluate(s + 1);
   }
+  if (bar)
+    std::printf("\r\033[K");
   if (canEval)
     evaluate(o.steps);
-  // Memory: measured peak resident set against the plan's prediction.
+  if (o.sample > 0) {
+    if (!prog.eval_step)
+      die("--sample: this binary has no evaluation step to sample from");
+    // Row 0 holds the context (the last seq_len tokens); positions after it
+    // cannot influence it (causal attention) and come later in routing
+    // priority. The other rows hold held-out text, so the experts see a
+    // typical load.
+    std::vector<int32_t> context = promptTokens(o, data, prog.vocab), in, tg;
+    std::mt19937_64 rng(seed + 2);
+    std::vector<float> logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
+    bool heldOut = moert::BatchSampler(data, split, data.size(), prog.batch,
+                                       prog.seq_len, seed + 3).valid(error);
+    moert::BatchSampler filler(data, heldOut ? split : 0, data.size(), prog.batch,
+                               prog.seq_len, seed + 3);
+    filler.next(in, tg);
+    std::string text;
+    std::vector<int32_t> generated;
+    for (long long i = 0; i < o.sample; ++i) {
+      size_t n = std::min<size_t>(context.size(), static_cast<size_t>(prog.seq_len));
+      std::copy(context.end() - n, context.end(), in.begin());
+      std::fill(in.begin() + n, in.begin() + prog.seq_len, 0);
+      float loss = 0;
+      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss, logits.data()) != 0)
+        die("sampling failed in a kernel");
+      int32_t next = drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab,
+                               o.temperature, o.topK, rng);
+      context.push_back(next);
+      generated.push_back(next);
+    }
+    std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
+                o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");
+    std::vector<int32_t> prompt = promptTokens(o, data, prog.vocab);
+    if (!data.wide) {
+      std::string out;
+      for (const auto *part : {&prompt, &generated})
+        for (int32_t t : *part)
+          out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);
+      std::printf("%s\n", out.c_str());
+    } else {
+      for (int32_t t : prompt)
+        std::printf("%d ", t);
+      std::printf("|");
+      for (int32_t t : generated)
+        std::printf(" %d", t);
+      std::printf("\n");
+    }
+    if (metrics)
+      *metrics << nlohmann::json({{"sample_prompt", prompt}, {"sample", generated}}).dump()
+               << "\n" << std::flush;
+  }
+  // Memory: the peak resident set against the plan's prediction. The plan
+  // covers every tensor buffer; the corpus (as stored) and the kernels'
+  // scratch are reported beside it, and the process's resident size before
+  // main (code, shared libraries) is the baseline.
   {
     long long planned = prog.activation_bytes + prog.gradient_bytes;
     for (int i = 0; i < prog.num_params; ++i)
       planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+    long long scratch = prog.kernel_scratch_peak ? prog.kernel_scratch_peak() : 0;
+    long long dataBytes = static_cast<long long>(data.bytes());
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
     long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
-    std::printf("memory: peak resident %.1f MB; planned buffers %.1f MB "
-                "(parameters, moments, activations, gradients; the rest is code, "
-                "data and the C++ runtime)\n",
-                peak / 1e6, planned / 1e6);
+    long long grown = peak - startResident;
+    long long predicted = planned + dataBytes + scratch;
+    std::printf("memory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
+                "%.1f MB; predicted %.1f MB = %.1f MB planned buffers + %.1f MB data "
+                "+ %.1f MB kernel scratch (%+.0f%%)\n",
+                peak / 1e6, startResident / 1e6, grown / 1e6, predicted / 1e6,
+                planned / 1e6, dataBytes / 1e6, scratch / 1e6,
+                predicted ? 100.0 * (grown - predicted) / predicted : 0.0);
     if (metrics)
-      *metrics << nlohmann::json({{"peak_rss_bytes", peak}, {"planned_bytes", planned}}).dump()
+      *metrics << nlohmann::json({{"peak_rss_bytes", peak},
+                                  {"start_rss_bytes", startResident},
+                                  {"planned_bytes", planned},
+                                  {"data_bytes", dataBytes},
+                                  {"kernel_scratch_bytes", scratch}})
+                      .dump()
                << "\n" << std::flush;
   }
   if (!o.checkpoint.empty()) {

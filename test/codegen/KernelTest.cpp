@@ -22,6 +22,10 @@
 #include "ffn_gelu_grad_k.h"
 #include "ffn_gelu_k.h"
 #include "ffn_relu_grad_k.h"
+#include "expert_ffn_blocked_grad_k.h"
+#include "expert_ffn_blocked_k.h"
+#include "ffn_relu_blocked_grad_k.h"
+#include "ffn_relu_blocked_k.h"
 #include "adamw_k.h"
 #include "attention_mha_grad_k.h"
 #include "attention_mha_k.h"
@@ -293,8 +297,9 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
        bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
        bddown = b3(ddown, d, f, groups),
        bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
-  if (fwd)
+  if (fwd) {
     ASSERT_EQ(fwd(bx, bup, bdown, bgate, by), 0) << lastError;
+  }
   ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bdx, bdup, bddown, bdgate), 0)
       << lastError;
 
@@ -337,6 +342,16 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
 
 TEST(HalideKernelTest, ExpertFFNSwiGLUForwardAndBackward) {
   checkFFN(expert_ffn_k, expert_ffn_grad_k, 3, 4, 8, 12, "swiglu");
+}
+
+// Shapes the register-blocked schedule tiles: 16 = two AVX2 vectors, 24 =
+// three, 12 rows = two blocks of 6 (and, with AVX-512, one-vector blocks).
+TEST(HalideKernelTest, ExpertFFNBlockedForwardAndBackward) {
+  checkFFN(expert_ffn_blocked_k, expert_ffn_blocked_grad_k, 2, 12, 16, 32, "swiglu");
+}
+
+TEST(HalideKernelTest, DenseFFNBlockedReLUForwardAndBackward) {
+  checkFFN(ffn_relu_blocked_k, ffn_relu_blocked_grad_k, 1, 10, 32, 16, "relu");
 }
 
 TEST(HalideKernelTest, DenseFFNGELUForwardAndBackward) {

@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   uint64_t s = seed >= 0 ? static_cast<uint64_t>(seed) : spec->seed;
-  size_t split = moert::trainSplitEnd(tokens.tokens.size(), valFraction);
-  moert::BatchSampler sampler(tokens.tokens, 0, split, spec->batchSize,
+  size_t split = moert::trainSplitEnd(tokens.size(), valFraction);
+  moert::BatchSampler sampler(tokens, 0, split, spec->batchSize,
                               spec->seqLen, s);
   moec::reference::Interpreter interp(*module);
   interp.initParams(s);

@@ -53,17 +53,26 @@ protected:
   std::string dir;
 };
 
+std::vector<int32_t> allTokens(const TokenStream &s) {
+  std::vector<int32_t> v;
+  for (size_t i = 0; i < s.size(); ++i)
+    v.push_back(s[i]);
+  return v;
+}
+
 TEST_F(RuntimeTest, TextIsBytesAndBinIsLittleEndianUint16) {
   TokenStream text, bin;
   std::string error;
   ASSERT_TRUE(loadTokens(write("a.txt", "Hi\n\xff"), DataFormat::Auto, text, error))
       << error;
-  EXPECT_EQ(text.tokens, (std::vector<int32_t>{'H', 'i', '\n', 255}));
+  EXPECT_EQ(allTokens(text), (std::vector<int32_t>{'H', 'i', '\n', 255}));
   EXPECT_EQ(text.maxToken, 255);
   ASSERT_TRUE(loadTokens(write("a.bin", std::string("\x01\x00\xff\xff\x34\x12", 6)),
                          DataFormat::Auto, bin, error))
       << error;
-  EXPECT_EQ(bin.tokens, (std::vector<int32_t>{1, 65535, 0x1234}));
+  EXPECT_EQ(allTokens(bin), (std::vector<int32_t>{1, 65535, 0x1234}));
+  EXPECT_EQ(bin.maxToken, 65535);
+  EXPECT_EQ(bin.bytes(), 6u); // stored as in the file, not widened
 }
 
 TEST_F(RuntimeTest, BadDataFilesAreClearErrors) {
@@ -76,12 +85,17 @@ TEST_F(RuntimeTest, BadDataFilesAreClearErrors) {
   EXPECT_FALSE(loadTokens(write("odd.bin", "abc"), DataFormat::Auto, t, error));
   EXPECT_EQ(error, dir + "/odd.bin: a .bin token file holds uint16 tokens, but "
                          "its size (3 bytes) is odd");
+  EXPECT_FALSE(loadTokens(dir, DataFormat::Auto, t, error));
+  EXPECT_EQ(error, dir + ": cannot read data file: it is a directory");
 }
 
 TEST_F(RuntimeTest, SamplingIsSeededShiftedAndResumable) {
-  std::vector<int32_t> tokens(1000);
-  for (int i = 0; i < 1000; ++i)
-    tokens[i] = i;
+  TokenStream tokens; // 1000 uint16 tokens 0..999
+  tokens.wide = true;
+  for (int i = 0; i < 1000; ++i) {
+    tokens.raw.push_back(static_cast<uint8_t>(i & 255));
+    tokens.raw.push_back(static_cast<uint8_t>(i >> 8));
+  }
   size_t split = trainSplitEnd(tokens.size(), 0.1);
   EXPECT_EQ(split, 900u);
   BatchSampler a(tokens, 0, split, 4, 16, 42), b(tokens, 0, split, 4, 16, 42),
@@ -109,7 +123,8 @@ TEST_F(RuntimeTest, SamplingIsSeededShiftedAndResumable) {
 }
 
 TEST_F(RuntimeTest, TooLittleDataIsAnError) {
-  std::vector<int32_t> tokens(10);
+  TokenStream tokens;
+  tokens.raw.assign(10, 'a');
   BatchSampler s(tokens, 0, 10, 1, 16, 1);
   std::string error;
   EXPECT_FALSE(s.valid(error));

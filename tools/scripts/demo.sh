@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main job: compile the tiny example MoE model into a training
 # binary with moec and train it on the King James Bible (Debian's
-# bible-kjv), printing progress and the final loss.
+# bible-kjv), printing progress, the final validation loss and a text sample.
 set -euo pipefail
 build=${1:-build}
 model=${2:-examples/models/tiny.json}
@@ -29,7 +29,8 @@ echo
 echo "== training $steps steps (ranks: 1, threads: this machine)"
 rm -rf "$build/tiny-ckpt" "$build/tiny-metrics.jsonl"
 "$build/tiny-train" --data "$corpus" --steps "$steps" --eval-every 100 \
-  --metrics "$build/tiny-metrics.jsonl" --checkpoint "$build/tiny-ckpt"
+  --metrics "$build/tiny-metrics.jsonl" --checkpoint "$build/tiny-ckpt" \
+  --sample 300 --prompt "And God said" --temperature 0.8
 
 python3 - "$build/tiny-metrics.jsonl" "$entropy" <<'PY'
 import json, sys

@@ -20,9 +20,21 @@ namespace moert {
 
 enum class DataFormat { Auto, Text, Bin };
 
+/// The corpus as stored in its file: one byte per token (text) or two
+/// (little-endian uint16). Kept in that form, not widened, so the data costs
+/// exactly its file size in memory.
 struct TokenStream {
-  std::vector<int32_t> tokens;
+  std::vector<uint8_t> raw;
+  bool wide = false;     ///< uint16 tokens (.bin) rather than bytes
   int32_t maxToken = -1; ///< largest token id present
+
+  size_t size() const { return wide ? raw.size() / 2 : raw.size(); }
+  int32_t operator[](size_t i) const {
+    return wide ? static_cast<int32_t>(raw[2 * i] | (raw[2 * i + 1] << 8))
+                : static_cast<int32_t>(raw[i]);
+  }
+  /// Bytes of memory the stream holds.
+  size_t bytes() const { return raw.size(); }
 };
 
 /// Reads `path`. `Auto` picks Bin for a `.bin` suffix, Text otherwise.
@@ -35,7 +47,7 @@ bool loadTokens(const std::string &path, DataFormat format, TokenStream &out,
 /// inputs are the first `seqLen`, targets the last `seqLen`.
 class BatchSampler {
 public:
-  BatchSampler(const std::vector<int32_t> &tokens, size_t begin, size_t end,
+  BatchSampler(const TokenStream &tokens, size_t begin, size_t end,
                int64_t batch, int64_t seqLen, uint64_t seed);
 
   /// False (with `error`) when the range is shorter than one window.
@@ -50,7 +62,7 @@ public:
   void setPosition(uint64_t position) { drawn = position; }
 
 private:
-  const std::vector<int32_t> &tokens;
+  const TokenStream &tokens;
   size_t begin, end;
   int64_t batch, seqLen;
   uint64_t seed, drawn = 0;

@@ -46,13 +46,17 @@ typedef struct {
    * non-zero kernel error code (the message went to the error handler). */
   int (*train_step)(moert_context *ctx, const int32_t *tokens,
                     const int32_t *targets, int32_t step, float *loss);
-  /* The forward loss only (validation); parameters are not changed. */
+  /* The forward loss only (validation, sampling); parameters are not
+   * changed. When `logits` is not null it receives the next-token logits,
+   * batch x seq_len x vocab floats (row-major). */
   int (*eval_step)(moert_context *ctx, const int32_t *tokens,
-                   const int32_t *targets, float *loss);
+                   const int32_t *targets, float *loss, float *logits);
   /* MoE layers in order: experts and capacity (slots per expert) each. */
   int num_moe_layers;
   const int32_t *layer_experts;
   const int32_t *layer_capacity;
+  /* Bytes of kernel scratch (Halide's internal buffers): the peak so far. */
+  int64_t (*kernel_scratch_peak)(void);
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */

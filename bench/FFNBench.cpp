@@ -1,0 +1,163 @@
+//===- FFNBench.cpp - grouped expert FFN kernels against OpenBLAS sgemm ---===//
+//
+// For each shape (experts E, capacity C, width D, hidden F), side by side in
+// one process, alternating: our generated SwiGLU expert FFN forward +
+// backward kernels, and OpenBLAS sgemm running the same nine GEMMs per
+// expert (forward: x Wg, x Wu, h Wd; backward: dy Wd^T, h^T dy, dhu Wu^T,
+// dhg Wg^T, x^T dhu, x^T dhg). GFLOP/s counts those nine GEMMs for both
+// (our backward also recomputes x Wg and x Wu; that is our cost, not
+// counted as work). Medians over the repetitions. Both use the same number
+// of threads (argument 1, default: all cores).
+//
+//===----------------------------------------------------------------------===//
+
+#include "HalideBuffer.h"
+#include "HalideRuntime.h"
+#include "bench_ffn_medium.h"
+#include "bench_ffn_medium_grad.h"
+#include "bench_ffn_small.h"
+#include "bench_ffn_small_grad.h"
+#include "bench_ffn_tiny.h"
+#include "bench_ffn_tiny_grad.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int);
+
+using Halide::Runtime::Buffer;
+
+namespace {
+
+using Kernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                       halide_buffer_t *, halide_buffer_t *);
+using GradKernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                           halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                           halide_buffer_t *, halide_buffer_t *, halide_buffer_t *);
+
+struct Shape {
+  const char *name;
+  int E, C, D, F;
+  Kernel fwd;
+  GradKernel bwd;
+};
+
+double seconds(const std::function<void()> &fn) {
+  auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Buffer<float> random3(int a, int b, int c, std::mt19937 &rng) {
+  Buffer<float> buf(a, b, c);
+  std::normal_distribution<float> n(0.0f, 0.1f);
+  buf.for_each_value([&](float &v) { v = n(rng); });
+  return buf;
+}
+
+void sgemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
+           float *c, float beta) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int threads = argc > 1 ? std::atoi(argv[1]) : (int)std::thread::hardware_concurrency();
+  int reps = argc > 2 ? std::atoi(argv[2]) : 15;
+  if (threads < 1 || reps < 1) {
+    std::fprintf(stderr, "usage: %s [threads] [repetitions]\n", argv[0]);
+    return 1;
+  }
+  halide_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  Shape shapes[] = {
+      {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny, bench_ffn_tiny_grad},
+      {"small (examples/models/small.json)", 8, 1280, 256, 512, bench_ffn_small,
+       bench_ffn_small_grad},
+      {"medium", 8, 1024, 512, 1024, bench_ffn_medium, bench_ffn_medium_grad},
+  };
+  std::printf("{\"threads\": %d, \"repetitions\": %d, \"results\": [\n", threads, reps);
+  bool first = true;
+  for (const Shape &s : shapes) {
+    std::mt19937 rng(1);
+    const int E = s.E, C = s.C, D = s.D, F = s.F;
+    Buffer<float> x = random3(D, C, E, rng), up = random3(F, D, E, rng),
+                  gate = random3(F, D, E, rng), down = random3(D, F, E, rng),
+                  dy = random3(D, C, E, rng);
+    Buffer<float> y(D, C, E), dx(D, C, E), dup(F, D, E), dgate(F, D, E), ddown(D, F, E);
+    // OpenBLAS side: the same operands, row-major per expert.
+    std::vector<float> hu(size_t(C) * F), hg(size_t(C) * F), h(size_t(C) * F),
+        yb(size_t(C) * D), dh(size_t(C) * F), dxb(size_t(C) * D),
+        dwu(size_t(D) * F), dwg(size_t(D) * F), dwd(size_t(F) * D);
+    auto oursFwd = [&] {
+      if (s.fwd(x, up, down, gate, y))
+        std::abort();
+    };
+    auto oursBwd = [&] {
+      if (s.bwd(x, up, down, gate, dy, dx, dup, ddown, dgate))
+        std::abort();
+    };
+    auto blasFwd = [&] {
+      for (int e = 0; e < E; ++e) {
+        const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
+                    *wg = gate.data() + size_t(e) * D * F,
+                    *wd = down.data() + size_t(e) * F * D;
+        sgemm(false, false, C, F, D, xe, wg, hg.data(), 0);
+        sgemm(false, false, C, F, D, xe, wu, hu.data(), 0);
+        sgemm(false, false, C, D, F, h.data(), wd, yb.data(), 0);
+      }
+    };
+    auto blasBwd = [&] {
+      for (int e = 0; e < E; ++e) {
+        const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
+                    *wg = gate.data() + size_t(e) * D * F,
+                    *wd = down.data() + size_t(e) * F * D, *dye = dy.data() + size_t(e) * C * D;
+        sgemm(false, true, C, F, D, dye, wd, dh.data(), 0);
+        sgemm(true, false, F, D, C, h.data(), dye, dwd.data(), 0);
+        sgemm(false, true, C, D, F, hu.data(), wu, dxb.data(), 0);
+        sgemm(false, true, C, D, F, hg.data(), wg, dxb.data(), 1);
+        sgemm(true, false, D, F, C, xe, hu.data(), dwu.data(), 0);
+        sgemm(true, false, D, F, C, xe, hg.data(), dwg.data(), 0);
+      }
+    };
+    oursFwd();
+    oursBwd();
+    blasFwd();
+    blasBwd();
+    std::vector<double> oF, oB, bF, bB, oT, bT;
+    for (int r = 0; r < reps; ++r) {
+      oF.push_back(seconds(oursFwd));
+      oB.push_back(seconds(oursBwd));
+      bF.push_back(seconds(blasFwd));
+      bB.push_back(seconds(blasBwd));
+      oT.push_back(oF.back() + oB.back());
+      bT.push_back(bF.back() + bB.back());
+    }
+    double gemm = 2.0 * E * double(C) * D * F; // one of the nine GEMMs
+    auto g = [&](double n, const std::vector<double> &t) { return n * gemm / median(t) / 1e9; };
+    std::printf("%s  {\"shape\": \"%s\", \"E\": %d, \"C\": %d, \"D\": %d, \"F\": %d, "
+                "\"ours_gflops\": %.1f, \"openblas_gflops\": %.1f, \"ratio\": %.3f, "
+                "\"forward\": [%.1f, %.1f], \"backward\": [%.1f, %.1f]}",
+                first ? "" : ",\n", s.name, E, C, D, F, g(9, oT), g(9, bT),
+                g(9, oT) / g(9, bT), g(3, oF), g(3, bF), g(6, oB), g(6, bB));
+    std::fflush(stdout);
+    first = false;
+  }
+  std::printf("\n]}\n");
+  return 0;
+}
