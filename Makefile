@@ -4,7 +4,7 @@
 BUILD_DIR ?= build
 EXAMPLE   ?= examples/models/tiny.json
 
-.PHONY: all deps configure build test demo docs clean
+.PHONY: all deps configure build test demo docs bench clean
 
 all: build
 
@@ -25,6 +25,12 @@ test: build
 # corpus (the King James Bible), printing progress and the final loss.
 demo: build
 	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)
+
+# Benchmarks against OpenBLAS and PyTorch (installs both first); not CI.
+bench: build
+	@./tools/scripts/install-deps.sh --bench
+	@cmake --preset default >/dev/null
+	@./bench/run.sh $(BUILD_DIR)
 
 docs: build
 	@echo "generated dialect reference: $(BUILD_DIR)/docs/Dialects/MoE.md"

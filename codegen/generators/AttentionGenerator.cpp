@@ -53,22 +53,59 @@ Func rotate(Func x, const AttentionParams &p, float sign, const std::string &nam
   return f;
 }
 
-/// Causal probabilities p(j, i, h, b) of query i over keys j <= i.
-Func probabilities(Func qr, Func kr, const AttentionParams &p) {
+/// Keys (or values) x(c, h, j, b) transposed to (j, c, h, b): contiguous
+/// in the key index, so score rows vectorise over keys.
+Func keysMajor(Func x, const std::string &name) {
+  Var j, c, h, b;
+  Func t(name);
+  t(j, c, h, b) = x(c, h, j, b);
+  return t;
+}
+
+/// Row-wise dot products rows(j, i, h, b) = sum_c a(c, h, i, b) bT(j, c,
+/// h / group, b), one query row i at a time, vectorised over keys j.
+Func rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name) {
   Var j, i, h, b;
-  RDom c(0, p.headDim), jj(0, p.seq);
+  RDom c(0, p.headDim);
+  Func r(name);
+  r(j, i, h, b) = 0.0f;
+  r(j, i, h, b) += a(c, h, i, b) * bT(j, c, h / p.group(), b);
+  return r;
+}
+
+/// Schedules `row` (a rowDots) at each query row of `consumer`, vectorised
+/// over keys.
+void scheduleRow(Func row, Func consumer, Var i, int seq, int vec) {
+  Var j = row.args()[0];
+  row.compute_at(consumer, i);
+  if (seq % vec == 0) {
+    row.vectorize(j, vec);
+    row.update().reorder(j, row.rvars()[0]).vectorize(j, vec);
+  }
+}
+
+/// Causal probabilities p(j, i, h, b) of query i over keys j <= i, row by
+/// row: scores against the keys-major keys, then a stable softmax.
+Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
+  Var j, i, h, b;
+  RDom jj(0, p.seq);
   jj.where(jj <= i);
   float scale = 1.0f / std::sqrt((float)p.headDim);
-  Func score("score"), mx("max"), e("exp"), den("den"), prob("prob");
-  score(j, i, h, b) = sum(qr(c, h, i, b) * kr(c, h / p.group(), j, b)) * scale;
+  Func score = rowDots(qr, krT, p, "score");
+  Func mx("max"), e("exp"), den("den"), prob("prob");
   mx(i, h, b) = maximum(score(jj, i, h, b));
-  e(j, i, h, b) = select(j <= i, exp(score(j, i, h, b) - mx(i, h, b)), 0.0f);
+  e(j, i, h, b) = select(j <= i, exp((score(j, i, h, b) - mx(i, h, b)) * scale), 0.0f);
   den(i, h, b) = sum(e(jj, i, h, b));
   prob(j, i, h, b) = e(j, i, h, b) / den(i, h, b);
-  score.compute_at(prob, b);
-  mx.compute_at(prob, b);
-  e.compute_at(prob, b);
-  den.compute_at(prob, b);
+  prob.compute_root().parallel(b).parallel(h);
+  if (p.seq % vec == 0)
+    prob.vectorize(j, vec);
+  scheduleRow(score, prob, i, p.seq, vec);
+  for (Func f : {mx, den})
+    f.compute_at(prob, i);
+  e.compute_at(prob, i);
+  if (p.seq % vec == 0)
+    e.vectorize(e.args()[0], vec);
   return prob;
 }
 
@@ -103,17 +140,22 @@ public:
     Func qr = rotate(split(q, p.headDim, "Q"), p, 1.0f, "qr");
     Func kr = rotate(split(k, p.headDim, "K"), p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V");
-    Func prob = probabilities(qr, kr, p);
+    const int vec = natural_vector_size<float>();
+    Func krT = keysMajor(kr, "kr_t");
+    Func prob = probabilities(qr, krT, p, vec);
     Var c, h, i, b, x;
     RDom j(0, p.seq);
     j.where(j <= i);
     Func out("out");
     out(c, h, i, b) = sum(prob(j, i, h, b) * V(c, h / p.group(), j, b));
     o(x, i, b) = out(x % p.headDim, x / p.headDim, i, b);
-    qr.compute_root();
-    kr.compute_root();
-    prob.compute_root().parallel(prob.args()[3]);
-    out.compute_root().parallel(b);
+    // Every stage runs in parallel over the batch; head-dim loops are
+    // vectorised when the head dimension is a multiple of the vector width.
+    for (Func f : {qr, kr, krT, out})
+      f.compute_root().parallel(f.args()[3]);
+    if (p.headDim % vec == 0)
+      out.vectorize(c, vec);
+    Func(o).parallel(o.args()[2]);
   }
 
   void schedule() {
@@ -143,12 +185,14 @@ public:
     Func qr = rotate(split(q, p.headDim, "Q"), p, 1.0f, "qr");
     Func kr = rotate(split(k, p.headDim, "K"), p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V"), DO = split(dout, p.headDim, "DO");
-    Func prob = probabilities(qr, kr, p);
+    const int vec = natural_vector_size<float>();
+    Func krT = keysMajor(kr, "kr_t"), VT = keysMajor(V, "v_t");
+    Func prob = probabilities(qr, krT, p, vec);
     Var c, h, g, i, j, b, x;
     RDom rc(0, p.headDim), rj(0, p.seq);
     rj.where(rj <= i);
-    Func dp("dp"), dot("dot"), ds("ds"), dqr("dqr"), dkr("dkr"), dV("dV");
-    dp(j, i, h, b) = sum(DO(rc, h, i, b) * V(rc, h / group, j, b));
+    Func dp, dot("dot"), ds("ds"), dqr("dqr"), dkr("dkr"), dV("dV");
+    dp = rowDots(DO, VT, p, "dp");
     dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
     ds(j, i, h, b) = prob(j, i, h, b) * (dp(j, i, h, b) - dot(i, h, b)) * scale;
     dqr(c, h, i, b) = sum(ds(rj, i, h, b) * kr(c, h / group, rj, b));
@@ -162,11 +206,19 @@ public:
     dq(x, i, b) = dqUnrot(x % p.headDim, x / p.headDim, i, b);
     dk(x, j, b) = dkUnrot(x % p.headDim, x / p.headDim, j, b);
     dv(x, j, b) = dV(x % p.headDim, x / p.headDim, j, b);
-    for (Func f : {qr, kr, prob, dp, dot, ds, dqr, dkr, dV})
-      f.compute_root();
-    prob.parallel(prob.args()[3]);
-    dp.parallel(b);
-    ds.parallel(b);
+    for (Func f : {qr, kr, krT, VT, dqr, dkr, dV})
+      f.compute_root().parallel(f.args()[3]);
+    // ds row by row: dp and its dot with the probabilities per query row.
+    ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
+    if (p.seq % vec == 0)
+      ds.vectorize(ds.args()[0], vec);
+    scheduleRow(dp, ds, ds.args()[1], p.seq, vec);
+    dot.compute_at(ds, ds.args()[1]);
+    if (p.headDim % vec == 0)
+      for (Func f : {dqr, dkr, dV})
+        f.vectorize(f.args()[0], vec);
+    for (Func f : {Func(dq), Func(dk), Func(dv)})
+      f.parallel(f.args()[2]);
   }
 
   void schedule() {

@@ -10,9 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Matmul.h"
+
+#include <utility>
 
 using namespace Halide;
+using namespace moec_codegen;
 
 namespace {
 
@@ -86,15 +89,18 @@ public:
   Output<Buffer<float, 2>> dw{"dw"};
 
   Var i{"i"}, j{"j"};
-  Func dxSum{"dx_sum"}, dwSum{"dw_sum"};
+  // Transposed operands keep each contraction's broadcast side contiguous.
+  Func wT{"w_t"}, xT{"x_t"}, dxSum{"dx_sum"}, dwSum{"dw_sum"};
 
   void generate() {
     RDom n(0, out), m(0, rows);
-    dxSum(i, j) = 0.0f; // dx(k = i, m = j)
-    dxSum(i, j) += dy(n, j) * w(n, i);
+    wT(i, j) = w(j, i); // wT(k, n)
+    xT(i, j) = x(j, i); // xT(m, k)
+    // dx(k = i, m = j) = sum_n dy(n, m) w(k, n)
+    defineContraction(dxSum, {i, j}, n, dy(n, j) * wT(i, n));
     dx(i, j) = dxSum(i, j);
-    dwSum(i, j) = 0.0f; // dw(n = i, k = j)
-    dwSum(i, j) += x(j, m) * dy(i, m);
+    // dw(n = i, k = j) = sum_m x(k, m) dy(n, m)
+    defineContraction(dwSum, {i, j}, m, xT(m, j) * dy(i, m));
     dw(i, j) = dwSum(i, j);
   }
 
@@ -105,20 +111,13 @@ public:
     constrain(dx, in, rows);
     constrain(dw, out, in);
     const int vec = natural_vector_size<float>();
-    dx.parallel(j);
-    dxSum.compute_at(dx, j);
-    if (in >= vec) {
-      dx.vectorize(i, vec, TailStrategy::GuardWithIf);
-      dxSum.vectorize(i, vec, TailStrategy::GuardWithIf);
-      dxSum.update().vectorize(i, vec, TailStrategy::GuardWithIf);
+    for (auto [f, inner] : {std::pair<Func, int>{wT, (int)in}, {xT, (int)rows}}) {
+      f.compute_root().parallel(f.args()[1]);
+      if (inner >= vec)
+        f.vectorize(f.args()[0], vec, TailStrategy::GuardWithIf);
     }
-    dw.parallel(j);
-    dwSum.compute_at(dw, j);
-    if (out >= vec) {
-      dw.vectorize(i, vec, TailStrategy::GuardWithIf);
-      dwSum.vectorize(i, vec, TailStrategy::GuardWithIf);
-      dwSum.update().vectorize(i, vec, TailStrategy::GuardWithIf);
-    }
+    scheduleMatmul(dx, {dxSum}, i, j, in, rows, out, vec, nullptr, false);
+    scheduleMatmul(dw, {dwSum}, i, j, out, in, rows, vec, nullptr, false);
   }
 };
 

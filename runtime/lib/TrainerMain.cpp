@@ -112,12 +112,18 @@ Options parse(int argc, char **argv) {
       o.topK = parseInt(a, value(), 0);
     else if (a == "--no-progress")
       o.progress = false;
+    else if (a == "--threads") {
+      // The kernels' thread pool reads HL_NUM_THREADS when it starts.
+      const char *v = value();
+      parseInt(a, v, 1);
+      setenv("HL_NUM_THREADS", v, 1);
+    }
     else if (a == "--help" || a == "-h") {
       std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
                   "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
                   "          [--eval-every N] [--eval-batches B]\n"
                   "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
-                  "          [--no-progress]\n"
+                  "          [--threads N] [--no-progress]\n"
                   "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
                   "  --sample N   generate N tokens after training, from --prompt (text;\n"
                   "               comma-separated token ids for .bin data; default: newline)\n",

@@ -29,6 +29,8 @@
 #include "adamw_k.h"
 #include "attention_mha_grad_k.h"
 #include "attention_mha_k.h"
+#include "attention_vec_grad_k.h"
+#include "attention_vec_k.h"
 #include "attention_rope_grad_k.h"
 #include "attention_rope_k.h"
 #include "add_k.h"
@@ -500,6 +502,12 @@ void checkAttention(Fwd fwd, Bwd bwd, int batch, int seq, int heads, int kvHeads
 
 TEST(HalideKernelTest, GroupedQueryAttentionWithRotaryEmbeddings) {
   checkAttention(attention_rope_k, attention_rope_grad_k, 2, 5, 4, 2, 4, true);
+}
+
+// Sequence and head dimension multiples of the vector width: the
+// vectorised row schedules (keys-major scores, head-dim loops).
+TEST(HalideKernelTest, GroupedQueryAttentionVectorised) {
+  checkAttention(attention_vec_k, attention_vec_grad_k, 2, 16, 4, 2, 8, true);
 }
 
 TEST(HalideKernelTest, MultiHeadAttentionWithoutPositionEncoding) {

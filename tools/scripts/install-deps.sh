@@ -17,6 +17,14 @@ PKGS=(
   bible-kjv          # the demo's corpus: the King James Bible (public domain)
   cmake ninja-build g++ lld ccache python3
 )
+# `install-deps.sh --bench` adds what bench/ compares against (not needed to
+# build or test).
+if [ "${1:-}" = "--bench" ]; then
+  PKGS+=(
+    libopenblas-dev  # OpenBLAS sgemm: the FFN kernel benchmark's baseline
+    python3-torch    # PyTorch (CPU): the whole-step benchmark's baseline
+  )
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make bench`: MoEC against OpenBLAS and PyTorch, side by side in one run,
+# medians. Writes bench/results/*.json (under the build dir) and prints a
+# table. Not part of the test suite.
+#   bench/run.sh [BUILD_DIR]    env: THREADS (default: all cores), ROUNDS (3),
+#                               STEPS (training steps per round, default 12)
+set -euo pipefail
+build=${1:-build}
+threads=${THREADS:-$(nproc)}
+rounds=${ROUNDS:-3}
+steps=${STEPS:-12}
+py=/usr/bin/python3 # Debian's python, where python3-torch lives
+out="$build/bench"
+mkdir -p "$out"
+
+cmake --build "$build" --target moe-bench-ffn >/dev/null
+echo "== grouped expert FFN (SwiGLU, forward + backward) vs OpenBLAS sgemm, $threads threads"
+"$build/bin/moe-bench-ffn" "$threads" 15 | tee "$out/ffn.json"
+
+corpus="$build/kjv.txt"
+[ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
+echo
+echo "== whole training step (forward, backward, AdamW) vs PyTorch, $threads threads, $rounds rounds"
+: > "$out/step.jsonl"
+for model in tiny small; do
+  "$build/bin/moec" "examples/models/$model.json" -o "$out/$model-train" >/dev/null
+  for r in $(seq "$rounds"); do
+    rm -f "$out/$model-metrics.jsonl"
+    "$out/$model-train" --threads "$threads" --data "$corpus" --steps "$steps" \
+      --val-fraction 0 --no-progress --metrics "$out/$model-metrics.jsonl" >/dev/null
+    "$py" - "$out/$model-metrics.jsonl" "$model" "$threads" >> "$out/step.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+tps = statistics.median(r["tokens_per_s"] for r in rows[2:])  # two warm-up steps
+print(json.dumps({"impl": "moec", "model": sys.argv[2], "threads": int(sys.argv[3]),
+                  "steps": len(rows), "tokens_per_s": tps}))
+PY
+    "$py" bench/torch_moe.py "examples/models/$model.json" "$steps" "$threads" >> "$out/step.jsonl"
+  done
+done
+"$py" - "$out/step.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("%-6s %14s %14s %7s" % ("model", "moec tok/s", "pytorch tok/s", "ratio"))
+for model in dict.fromkeys(r["model"] for r in rows):
+    ours = statistics.median(r["tokens_per_s"] for r in rows if r["model"] == model and r["impl"] == "moec")
+    torch = statistics.median(r["tokens_per_s"] for r in rows if r["model"] == model and r["impl"] != "moec")
+    print("%-6s %14.0f %14.0f %6.2fx" % (model, ours, torch, ours / torch))
+PY

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The same MoE model as `moec` compiles, in PyTorch (CPU), for bench/run.sh.
+
+Reads a MoEC model JSON (docs/ModelJSON.md): token embedding; per layer
+RMSNorm, causal attention (grouped KV heads, RoPE), residual, RMSNorm, then a
+dense SwiGLU FFN (`dense_layers`) or an MoE layer (softmax/sigmoid router,
+top-k, renormalised gates, capacity per expert with drops, grouped SwiGLU
+experts via batched matmul, shared experts, load-balancing and z losses);
+final RMSNorm, LM head, cross-entropy; AdamW with clipping. This is the usual
+efficient eager-mode formulation (GShard/Tutel-style capacity dispatch), not
+a reference implementation: only its speed is measured.
+
+usage: torch_moe.py MODEL.json STEPS THREADS  -> JSON line with median tok/s
+"""
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x, g, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def rope(x, theta):
+    # x: [B, H, S, Dh]
+    s, dh = x.shape[-2], x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh))
+    ang = torch.arange(s, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+        d, v = m["d_model"], m["vocab_size"]
+        moe = m.get("moe", {})
+        dense = set(moe.get("dense_layers", [])) if moe else set(range(m["n_layers"]))
+        p = lambda *shape: torch.nn.Parameter(torch.randn(*shape) * 0.02)
+        ones = lambda n: torch.nn.Parameter(torch.ones(n))
+        self.emb = p(v, d)
+        self.layers = []
+        kvd = d // m["n_heads"] * m.get("n_kv_heads", m["n_heads"])
+        for i in range(m["n_layers"]):
+            L = {"attn_norm": ones(d), "wq": p(d, d), "wk": p(d, kvd), "wv": p(d, kvd),
+                 "wo": p(d, d), "ffn_norm": ones(d)}
+            over = m.get("layers", {}).get(str(i), {})
+            if i in dense or not moe:
+                f = m["ffn_dim"]
+                L.update(up=p(d, f), gate=p(d, f), down=p(f, d), moe=None)
+            else:
+                cfg = dict(moe)
+                cfg.update(over)
+                e, f = cfg["num_experts"], cfg["expert_ffn_dim"]
+                L.update(router=p(d, e), eup=p(e, d, f), egate=p(e, d, f), edown=p(e, f, d), moe=cfg)
+                ns = cfg.get("num_shared_experts", 0)
+                if ns:
+                    sf = cfg.get("shared_expert_ffn_dim", f) * ns
+                    L.update(sup=p(d, sf), sgate=p(d, sf), sdown=p(sf, d))
+            for k, t in L.items():
+                if isinstance(t, torch.nn.Parameter):
+                    self.register_parameter(f"l{i}_{k}", t)
+            self.layers.append(L)
+        self.norm_f = ones(d)
+        self.lm_head = p(d, v)
+
+    def moe(self, x, L):
+        cfg = L["moe"]
+        t, d = x.shape
+        e, k = cfg["num_experts"], cfg["top_k"]
+        logits = x @ L["router"]
+        probs = logits.softmax(-1) if cfg.get("router_scoring", "softmax") == "softmax" else logits.sigmoid()
+        gates, idx = probs.topk(k, -1)
+        if cfg.get("renormalize", True):
+            gates = gates / gates.sum(-1, keepdim=True)
+        cap = int(math.ceil(cfg.get("capacity_factor", 1.25) * t * k / e))
+        onehot = F.one_hot(idx.reshape(-1), e)            # [t*k, E]
+        pos = (onehot.cumsum(0) - 1)[torch.arange(t * k), idx.reshape(-1)]
+        keep = pos < cap
+        slot = idx.reshape(-1) * cap + pos.clamp(max=cap - 1)
+        tok = torch.arange(t).repeat_interleave(k)
+        buf = x.new_zeros(e * cap, d)
+        buf = buf.index_add(0, slot[keep], x[tok[keep]])
+        h = buf.view(e, cap, d)
+        h = F.silu(torch.bmm(h, L["egate"])) * torch.bmm(h, L["eup"])
+        y = torch.bmm(h, L["edown"]).reshape(e * cap, d)
+        w = (gates.reshape(-1) * keep)[:, None]
+        out = x.new_zeros(t, d).index_add(0, tok, y[slot] * w)
+        if "sup" in L:
+            out = out + (F.silu(x @ L["sgate"]) * (x @ L["sup"])) @ L["sdown"]
+        frac = onehot.float().mean(0) * e / k
+        aux = cfg.get("aux_loss_coef", 0.0) * (frac * probs.mean(0)).sum() * e / e
+        z = cfg.get("router_z_loss_coef", 0.0) * torch.logsumexp(logits, -1).pow(2).mean()
+        return out, aux + z
+
+    def forward(self, tokens, targets):
+        m = self.m
+        b, s = tokens.shape
+        hq, hk = m["n_heads"], m.get("n_kv_heads", m["n_heads"])
+        dh = m["d_model"] // hq
+        x = self.emb[tokens]
+        extra = 0.0
+        for L in self.layers:
+            a = rms_norm(x, L["attn_norm"])
+            q = (a @ L["wq"]).view(b, s, hq, dh).transpose(1, 2)
+            kk = (a @ L["wk"]).view(b, s, hk, dh).transpose(1, 2)
+            v = (a @ L["wv"]).view(b, s, hk, dh).transpose(1, 2)
+            if m.get("rope_theta"):
+                q, kk = rope(q, m["rope_theta"]), rope(kk, m["rope_theta"])
+            kk = kk.repeat_interleave(hq // hk, 1)
+            v = v.repeat_interleave(hq // hk, 1)
+            att = (q @ kk.transpose(-1, -2)) / math.sqrt(dh)
+            att = att.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+            o = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, s, -1)
+            x = x + o @ L["wo"]
+            f = rms_norm(x, L["ffn_norm"])
+            if L["moe"] is None:
+                x = x + (F.silu(f @ L["gate"]) * (f @ L["up"])) @ L["down"]
+            else:
+                y, aux = self.moe(f.reshape(b * s, -1), L)
+                x = x + y.view(b, s, -1)
+                extra = extra + aux
+        logits = rms_norm(x, self.norm_f) @ self.lm_head
+        return F.cross_entropy(logits.view(b * s, -1), targets.reshape(-1)) + extra
+
+
+def main():
+    model_path, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    m = json.load(open(model_path))
+    model = Model(m)
+    o = m.get("optimizer", {})
+    betas = tuple(o.get("betas", [0.9, 0.95]))
+    opt = torch.optim.AdamW(model.parameters(), lr=o.get("lr", 3e-4), betas=betas,
+                            weight_decay=o.get("weight_decay", 0.1))
+    b, s, v = m["batch_size"], m["seq_len"], m["vocab_size"]
+    times = []
+    for step in range(steps + 2):
+        tokens = torch.randint(0, v, (b, s))
+        targets = torch.randint(0, v, (b, s))
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), o.get("grad_clip", 1.0))
+        opt.step()
+        if step >= 2:  # two warm-up steps
+            times.append(time.perf_counter() - start)
+    print(json.dumps({"impl": "pytorch " + torch.__version__, "model": m["name"],
+                      "threads": threads, "steps": steps,
+                      "tokens_per_s": b * s / statistics.median(times),
+                      "loss": float(loss)}))
+
+
+if __name__ == "__main__":
+    main()
