@@ -2,6 +2,7 @@
 //
 // `linear`:      y[m, n] = sum_k x[m, k] w[k, n] (+ bias[n]) (+ residual[m, n])
 // `linear_grad`: dx[m, k] = sum_n dy[m, n] w[k, n];  dw[k, n] = sum_m x[m, k] dy[m, n]
+// `bias_grad`:   db[n] = sum_m dy[m, n]
 //
 // Tensors are row-major; Halide's dimension 0 is the innermost, so x[m, k]
 // is x(k, m). Shapes are GeneratorParams: every kernel is specialised to
@@ -121,7 +122,36 @@ public:
   }
 };
 
+/// `bias_grad`: db[n] = sum_m dy[m, n], rows accumulated in order.
+class BiasGrad : public Generator<BiasGrad> {
+public:
+  GeneratorParam<int> rows{"rows", 1};
+  GeneratorParam<int> out{"out", 1};
+
+  Input<Buffer<float, 2>> dy{"dy"};
+  Output<Buffer<float, 1>> db{"db"};
+
+  Var n{"n"};
+
+  void generate() {
+    RDom m(0, rows);
+    db(n) = 0.0f;
+    db(n) += dy(n, m);
+  }
+
+  void schedule() {
+    constrain(dy, out, rows);
+    db.dim(0).set_bounds(0, out).set_stride(1);
+    const int vec = natural_vector_size<float>();
+    if (out >= vec) {
+      Func(db).vectorize(n, vec, TailStrategy::GuardWithIf);
+      Func(db).update().vectorize(n, vec, TailStrategy::GuardWithIf);
+    }
+  }
+};
+
 } // namespace
 
 HALIDE_REGISTER_GENERATOR(Linear, linear)
+HALIDE_REGISTER_GENERATOR(BiasGrad, bias_grad)
 HALIDE_REGISTER_GENERATOR(LinearGrad, linear_grad)

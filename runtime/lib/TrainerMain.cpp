@@ -461,8 +461,8 @@ int main(int argc, char **argv) {
                << "\n" << std::flush;
   }
   // Memory: the peak resident set against the plan's prediction. The plan
-  // covers every tensor buffer; the corpus (as stored) and the kernels'
-  // scratch are reported beside it, and the process's resident size before
+  // covers every tensor buffer and bounds the kernels' scratch; the corpus
+  // (as stored) is added to it, and the process's resident size before
   // main (code, shared libraries) is the baseline.
   {
     long long planned = prog.activation_bytes + prog.gradient_bytes;
@@ -474,17 +474,20 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &usage);
     long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
     long long grown = peak - startResident;
-    long long predicted = planned + dataBytes + scratch;
+    long long predicted = planned + prog.planned_scratch_bytes + dataBytes;
     std::printf("memory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
-                "%.1f MB; predicted %.1f MB = %.1f MB planned buffers + %.1f MB data "
-                "+ %.1f MB kernel scratch (%+.0f%%)\n",
-                peak / 1e6, startResident / 1e6, grown / 1e6, predicted / 1e6,
-                planned / 1e6, dataBytes / 1e6, scratch / 1e6,
-                predicted ? 100.0 * (grown - predicted) / predicted : 0.0);
+                "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
+                "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
+                "%.1f MB\n",
+                peak / 1e6, startResident / 1e6, grown / 1e6,
+                predicted ? 100.0 * (grown - predicted) / predicted : 0.0,
+                predicted / 1e6, planned / 1e6, prog.planned_scratch_bytes / 1e6,
+                dataBytes / 1e6, scratch / 1e6);
     if (metrics)
       *metrics << nlohmann::json({{"peak_rss_bytes", peak},
                                   {"start_rss_bytes", startResident},
                                   {"planned_bytes", planned},
+                                  {"planned_scratch_bytes", prog.planned_scratch_bytes},
                                   {"data_bytes", dataBytes},
                                   {"kernel_scratch_bytes", scratch}})
                       .dump()

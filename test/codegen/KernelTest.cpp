@@ -34,6 +34,7 @@
 #include "attention_rope_grad_k.h"
 #include "attention_rope_k.h"
 #include "add_k.h"
+#include "bias_grad_k.h"
 #include "fused_gate_sigmoid_k.h"
 #include "fused_gate_softmax_k.h"
 #include "permute_k.h"
@@ -412,6 +413,19 @@ TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
   lastError.clear();
   EXPECT_NE(permute_k(bx, bs, bbuf), 0);
   EXPECT_NE(lastError.find("slot out of range: 12"), std::string::npos) << lastError;
+}
+
+TEST(HalideKernelTest, BiasGradSumsRows) {
+  auto dy = randomVector(7 * 12, 26);
+  std::vector<float> db(12);
+  Buffer<float> bdy(dy.data(), 12, 7), bdb(db.data(), 12);
+  ASSERT_EQ(bias_grad_k(bdy, bdb), 0) << lastError;
+  auto want = interpret("(%dy: tensor<7x12xf32>) -> tensor<12xf32>",
+                        "  %db = moe.bias_grad %dy : tensor<7x12xf32> -> tensor<12xf32>\n"
+                        "  return %db : tensor<12xf32>",
+                        {tensorOf(dy, {7, 12})});
+  ASSERT_EQ(want.size(), 1u);
+  expectClose(db, want[0], 1);
 }
 
 TEST(HalideKernelTest, Add) {

@@ -354,6 +354,9 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   int64_t seed = 0;
   if (auto s = module->getAttrOfType<IntegerAttr>("moe.seed"))
     seed = s.getInt();
+  int64_t scratch = 0;
+  for (auto kernel : module.getOps<KernelOp>())
+    scratch = std::max(scratch, calls.at(kernel.getSymName().str()).scratchBytes);
   os << "static const int32_t kLayerExperts[] = {0";
   for (auto &layer : moeLayers)
     os << ", " << layer.first;
@@ -367,7 +370,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << tokensType.getShape()[0] << ", " << tokensType.getNumElements() / tokensType.getShape()[0]
      << ", " << vocab << ", " << seed << "ull, trainStep, "
      << (eval ? "evalStep" : "nullptr") << ", " << moeLayers.size()
-     << ", kLayerExperts + 1, kLayerCapacity + 1, kernelScratchPeak};\n";
+     << ", kLayerExperts + 1, kLayerCapacity + 1, kernelScratchPeak, " << scratch
+     << "};\n";
   return success();
 }
 

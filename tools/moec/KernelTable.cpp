@@ -2,6 +2,7 @@
 
 #include "KernelTable.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -78,6 +79,59 @@ const char *activationName(double value) {
   }
 }
 
+/// The value of `key=` in a call's params (0 when absent).
+int64_t paramValue(const moec::KernelCall &call, StringRef key) {
+  for (const std::string &p : call.params) {
+    StringRef text(p);
+    if (text.consume_front(key) && text.consume_front("=")) {
+      int64_t v = 0;
+      if (!text.getAsInteger(10, v))
+        return v;
+      return text == "true" ? 1 : 0;
+    }
+  }
+  return 0;
+}
+
+/// Scratch of one generated kernel: the compute_root intermediates of its
+/// generator's schedule (codegen/generators/*; keep in step with them), all
+/// f32 or i32. KernelTest checks every generator's measured peak against
+/// this bound.
+int64_t scratchBytesOf(const moec::KernelCall &call) {
+  auto v = [&](StringRef key) { return paramValue(call, key); };
+  StringRef g = call.generator;
+  int64_t elements = 0;
+  if (g == "embedding") {
+    elements = v("tokens"); // ids
+  } else if (g == "embedding_grad") {
+    elements = v("tokens") + v("vocab") * v("width"); // ids, accumulator
+  } else if (g == "rms_norm_grad") {
+    elements = v("rows"); // inverse norms
+  } else if (g == "linear_grad") {
+    elements = v("in") * v("out") + v("rows") * v("in"); // w^T, x^T
+  } else if (g == "attention" || g == "attention_grad") {
+    int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"),
+            dh = v("head_dim");
+    int64_t q = b * s * h * dh, k = b * s * hk * dh, probs = b * h * s * s;
+    if (g == "attention")
+      elements = q + 2 * k + probs + q; // qr, kr, kr^T, prob, out
+    else // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dv
+      elements = q + 3 * k + 2 * probs + q + 2 * k;
+  } else if (g == "ffn" || g == "ffn_grad") {
+    int64_t e = v("groups"), c = v("rows"), d = v("width"), f = v("hidden");
+    bool gated = llvm::is_contained(call.params, "activation=swiglu");
+    if (g == "ffn")
+      elements = e * c * f; // h
+    else // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T
+      elements = (gated ? 3 : 2) * e * d * f + e * c * d + (gated ? 4 : 3) * e * c * f;
+  } else if (g == "cross_entropy") {
+    elements = 2 * v("tokens"); // log-sum-exp, target logits
+  } else if (g == "cross_entropy_grad") {
+    elements = v("tokens"); // target ids
+  }
+  return 4 * elements;
+}
+
 } // namespace
 
 FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
@@ -108,6 +162,10 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
     call.generator = "linear_grad";
     p = {param("rows", Spec::numel(s.in(0)) / w[0]), param("in", w[0]),
          param("out", w[1])};
+  } else if (family == "bias_grad") {
+    int64_t n = s.in(0).back();
+    call.generator = "bias_grad";
+    p = {param("rows", Spec::numel(s.in(0)) / n), param("out", n)};
   } else if (family == "attention" || family == "attention_grad") {
     ArrayRef<int64_t> q = s.in(0);
     int64_t heads = static_cast<int64_t>(s.number("num_heads", 1));
@@ -178,5 +236,6 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
            << "' yet (the default pipeline fuses router/dispatch/combine into "
               "fused_gate/permute/unpermute)";
   }
+  call.scratchBytes = scratchBytesOf(call);
   return call;
 }

@@ -23,6 +23,9 @@ struct KernelCall {
   std::vector<std::string> params;
   /// The runtime routine (lr_schedule, global_norm) when generator is empty.
   std::string runtimeRoutine;
+  /// Bytes of scratch the kernel allocates while it runs (its compute_root
+  /// intermediates under the generator's schedule; an upper bound).
+  int64_t scratchBytes = 0;
 };
 
 /// The call producing `kernel`; fails with a diagnostic on the kernel op

@@ -167,7 +167,8 @@ int main(int argc, char **argv) {
     if (call->generator.empty())
       entry["runtime"] = call->runtimeRoutine;
     else
-      entry["generator"] = call->generator, entry["params"] = call->params;
+      entry["generator"] = call->generator, entry["params"] = call->params,
+      entry["scratch_bytes"] = call->scratchBytes;
     manifest[kernel.getSymName().str()] = entry;
     calls.push_back({kernel.getSymName().str(), *call});
   }
@@ -176,6 +177,11 @@ int main(int argc, char **argv) {
     for (auto entry : dict)
       if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(entry.getValue()))
         plan[entry.getName().str()] = i.getInt();
+  // Kernels run one at a time: the scratch peak is the largest kernel's.
+  int64_t scratch = 0;
+  for (auto &entry : calls)
+    scratch = std::max(scratch, entry.second.scratchBytes);
+  plan["kernel_scratch_bytes"] = scratch;
 
   if (emit == Emit::Plan) {
     nlohmann::json out = {{"buffer_plan", plan}, {"kernels", manifest}};

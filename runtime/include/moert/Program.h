@@ -55,8 +55,10 @@ typedef struct {
   int num_moe_layers;
   const int32_t *layer_experts;
   const int32_t *layer_capacity;
-  /* Bytes of kernel scratch (Halide's internal buffers): the peak so far. */
+  /* Bytes of kernel scratch (Halide's internal buffers): the peak so far,
+   * and the compiler's bound (the largest kernel's intermediates). */
   int64_t (*kernel_scratch_peak)(void);
+  int64_t planned_scratch_bytes;
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
