@@ -7,12 +7,14 @@
 // dhg Wg^T, x^T dhu, x^T dhg). GFLOP/s counts those nine GEMMs for both
 // (our backward also recomputes x Wg and x Wu; that is our cost, not
 // counted as work). Medians over the repetitions. Both use the same number
-// of threads (argument 1, default: all cores).
+// of threads (argument 1, default: all cores). Kernel scratch comes from the
+// runtime's pool, as in generated training binaries.
 //
 //===----------------------------------------------------------------------===//
 
 #include "HalideBuffer.h"
 #include "HalideRuntime.h"
+#include "moert/ScratchPool.h"
 #include "bench_ffn_medium.h"
 #include "bench_ffn_medium_grad.h"
 #include "bench_ffn_small.h"
@@ -84,6 +86,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   halide_set_num_threads(threads);
+  // Scratch from the runtime's pool, as in a generated training binary.
+  halide_set_custom_malloc([](void *, size_t size) { return moert_scratch_alloc(size); });
+  halide_set_custom_free([](void *, void *ptr) { moert_scratch_free(ptr); });
+  moert_scratch_set_limit(int64_t(1) << 30);
   openblas_set_num_threads(threads);
   Shape shapes[] = {
       {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny, bench_ffn_tiny_grad},

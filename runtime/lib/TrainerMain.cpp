@@ -14,6 +14,7 @@
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
 #include "moert/Program.h"
+#include "moert/ScratchPool.h"
 
 #include <cerrno>
 #include <chrono>
@@ -243,6 +244,8 @@ int main(int argc, char **argv) {
   // unmap exactly, instead of glibc's adaptive threshold moving freed scratch
   // onto a heap that fragments and never shrinks.
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  // Kernel scratch is reused across steps within the compiler's bound.
+  moert_scratch_set_limit(moec_program.planned_scratch_bytes);
   Options o = parse(argc, argv);
   const moert_program &prog = moec_program;
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
@@ -468,7 +471,7 @@ int main(int argc, char **argv) {
     long long planned = prog.activation_bytes + prog.gradient_bytes;
     for (int i = 0; i < prog.num_params; ++i)
       planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
-    long long scratch = prog.kernel_scratch_peak ? prog.kernel_scratch_peak() : 0;
+    long long scratch = moert_scratch_peak();
     long long dataBytes = static_cast<long long>(data.bytes());
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);

@@ -6,10 +6,12 @@
 
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
+#include "moert/ScratchPool.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <dirent.h>
 #include <fstream>
 #include <random>
@@ -129,6 +131,26 @@ TEST_F(RuntimeTest, TooLittleDataIsAnError) {
   std::string error;
   EXPECT_FALSE(s.valid(error));
   EXPECT_EQ(error, "the data range has 10 tokens; one window needs seq_len + 1 = 17");
+}
+
+TEST_F(RuntimeTest, ScratchPoolReusesBlocksWithinItsLimit) {
+  moert_scratch_set_limit(1 << 20);
+  void *a = moert_scratch_alloc(100000);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 128, 0u);
+  std::memset(a, 1, 100000);
+  moert_scratch_free(a);
+  // The same size again: the cached block comes back.
+  void *b = moert_scratch_alloc(100000);
+  EXPECT_EQ(a, b);
+  // Over the limit nothing is cached: two live blocks past 1 MiB.
+  void *c = moert_scratch_alloc(1 << 20);
+  ASSERT_NE(c, nullptr);
+  EXPECT_GE(moert_scratch_peak(), (1 << 20) + 100000);
+  moert_scratch_free(c);
+  moert_scratch_free(b);
+  moert_scratch_set_limit(0); // releases everything cached
+  moert_scratch_free(nullptr);
 }
 
 TEST_F(RuntimeTest, CheckpointsRoundTripAtomically) {

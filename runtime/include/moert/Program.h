@@ -55,9 +55,8 @@ typedef struct {
   int num_moe_layers;
   const int32_t *layer_experts;
   const int32_t *layer_capacity;
-  /* Bytes of kernel scratch (Halide's internal buffers): the peak so far,
-   * and the compiler's bound (the largest kernel's intermediates). */
-  int64_t (*kernel_scratch_peak)(void);
+  /* The compiler's bound on kernel scratch (the largest kernel's
+   * intermediates); kernels allocate it from moert/ScratchPool.h. */
   int64_t planned_scratch_bytes;
 } moert_program;
 
