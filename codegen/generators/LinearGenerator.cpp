@@ -132,20 +132,26 @@ public:
   Output<Buffer<float, 1>> db{"db"};
 
   Var n{"n"};
+  Func acc{"acc"};
 
   void generate() {
     RDom m(0, rows);
-    db(n) = 0.0f;
-    db(n) += dy(n, m);
+    acc(n) = 0.0f;
+    acc(n) += dy(n, m);
+    db(n) = acc(n);
   }
 
   void schedule() {
     constrain(dy, out, rows);
     db.dim(0).set_bounds(0, out).set_stride(1);
+    // The sum runs vectorised in an internal (aligned) buffer; the output,
+    // one row, is copied out element by element, which assumes nothing
+    // about the caller's alignment.
     const int vec = natural_vector_size<float>();
+    acc.compute_root();
     if (out >= vec) {
-      Func(db).vectorize(n, vec, TailStrategy::GuardWithIf);
-      Func(db).update().vectorize(n, vec, TailStrategy::GuardWithIf);
+      acc.vectorize(n, vec, TailStrategy::GuardWithIf);
+      acc.update().vectorize(n, vec, TailStrategy::GuardWithIf);
     }
   }
 };
