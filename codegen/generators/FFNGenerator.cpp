@@ -3,7 +3,8 @@
 // `ffn` / `expert_ffn` (groups = E): per group e,
 //   swiglu: y = (silu(x Wg) * (x Wu)) Wd;  gelu / relu: y = act(x Wu) Wd
 // `ffn_grad` / `expert_ffn_grad`: dx, dWu, dWd (and dWg), as the reference
-// interpreter computes them. A dense FFN is one group; its rows are the
+// interpreter computes them, from the forward's saved pre-activations
+// (`save` / `saved`) or recomputing them. A dense FFN is one group; its rows are the
 // flattened tokens, an expert's rows are its capacity slots. The gate
 // buffer is always an argument; it is read only for swiglu.
 //
@@ -68,23 +69,38 @@ public:
   GeneratorParam<int> hidden{"hidden", 1}; // F
   GeneratorParam<Act> activation{"activation", Act::SwiGLU, kActivations};
 
+  // save: also write the pre-activations x Wu (and x Wg) for the backward;
+  // without it (or for the gate of an ungated FFN) they are 1x1x1 dummies.
+  GeneratorParam<bool> save{"save", false};
+
   Input<Buffer<float, 3>> x{"x"};       // (d, c, e)
   Input<Buffer<float, 3>> up{"up"};     // (f, d, e)
   Input<Buffer<float, 3>> down{"down"}; // (d, f, e)
   Input<Buffer<float, 3>> gate{"gate"}; // (f, d, e)
   Output<Buffer<float, 3>> y{"y"};
+  Output<Buffer<float, 3>> preUp{"pre_up"};     // (f, c, e)
+  Output<Buffer<float, 3>> preGate{"pre_gate"}; // (f, c, e)
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
   Func hu{"hu"}, hg{"hg"}, h{"h"}, yAcc{"y_acc"};
 
   void generate() {
+    bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden);
     defineContraction(hu, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
-    if (activation == Act::SwiGLU) {
+    if (gated)
       defineContraction(hg, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
-      h(f, c, e) = activate(activation, hg(f, c, e)) * hu(f, c, e);
+    if (save) {
+      preUp(f, c, e) = hu(f, c, e);
+      preGate(f, c, e) = gated ? hg(f, c, e) : Expr(0.0f);
+      Expr u = preUp(f, c, e);
+      h(f, c, e) = gated ? activate(activation, preGate(f, c, e)) * u
+                         : activate(activation, u);
     } else {
-      h(f, c, e) = activate(activation, hu(f, c, e));
+      preUp(f, c, e) = 0.0f;
+      preGate(f, c, e) = 0.0f;
+      h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
+                         : activate(activation, hu(f, c, e));
     }
     defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * down(d, rf, e));
     y(d, c, e) = yAcc(d, c, e);
@@ -98,11 +114,26 @@ public:
     constrain3(gate, gated ? (int)hidden : 1,
                               gated ? (int)width : 1, gated ? (int)groups : 1);
     constrain3(y, width, rows, groups);
+    bool saveGate = save && gated;
+    constrain3(preUp, save ? (int)hidden : 1, save ? (int)rows : 1,
+               save ? (int)groups : 1);
+    constrain3(preGate, saveGate ? (int)hidden : 1, saveGate ? (int)rows : 1,
+               saveGate ? (int)groups : 1);
     const int vec = natural_vector_size<float>();
-    if (gated)
+    if (save) {
+      // The pre-activations are outputs (GEMMs into them); h follows from
+      // them elementwise.
+      scheduleMatmul(preUp, {hu}, f, c, hidden, rows, width, vec, &e, false);
+      if (gated)
+        scheduleMatmul(preGate, {hg}, f, c, hidden, rows, width, vec, &e, false);
+      h.compute_root().parallel(e).parallel(c);
+      if (hidden >= vec)
+        h.vectorize(f, vec, TailStrategy::GuardWithIf);
+    } else if (gated) {
       scheduleMatmul(h, {hu, hg}, f, c, hidden, rows, width, vec, &e, true);
-    else
+    } else {
       scheduleMatmul(h, {hu}, f, c, hidden, rows, width, vec, &e, true);
+    }
     scheduleMatmul(y, {yAcc}, d, c, width, rows, hidden, vec, &e, false);
   }
 };
@@ -120,6 +151,11 @@ public:
   Input<Buffer<float, 3>> down{"down"};
   Input<Buffer<float, 3>> gate{"gate"};
   Input<Buffer<float, 3>> dy{"dy"};
+  // saved: the forward's pre-activations (x Wu, x Wg) instead of recomputing
+  // them; 1x1x1 dummies otherwise.
+  GeneratorParam<bool> saved{"saved", false};
+  Input<Buffer<float, 3>> preUp{"pre_up"};
+  Input<Buffer<float, 3>> preGate{"pre_gate"};
   Output<Buffer<float, 3>> dx{"dx"};
   Output<Buffer<float, 3>> dup{"dup"};
   Output<Buffer<float, 3>> ddown{"ddown"};
@@ -137,14 +173,17 @@ public:
   void generate() {
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden), rc(0, rows);
-    defineContraction(huAcc, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
+    if (!saved)
+      defineContraction(huAcc, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
     // dh = dy down^T; down^T is contiguous in f.
     downT(f, d, e) = down(d, f, e);
     defineContraction(dhAcc, {f, c, e}, rd, dy(rd, c, e) * downT(f, rd, e));
-    Expr hu = huAcc(f, c, e), dh = dhAcc(f, c, e);
+    Expr hu = saved ? preUp(f, c, e) : huAcc(f, c, e), dh = dhAcc(f, c, e);
     if (gated) {
-      defineContraction(hgAcc, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
-      Expr hg = hgAcc(f, c, e), a = activate(activation, hg);
+      if (!saved)
+        defineContraction(hgAcc, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
+      Expr hg = saved ? preGate(f, c, e) : hgAcc(f, c, e);
+      Expr a = activate(activation, hg);
       act(f, c, e) = Tuple(a * hu, dh * a, dh * hu * activateGrad(activation, hg));
     } else {
       act(f, c, e) = Tuple(activate(activation, hu), dh * activateGrad(activation, hu));
@@ -198,12 +237,21 @@ public:
     transpose(downT, f, hidden);
     transpose(upT, d, width);
     transpose(xT, c, rows);
+    bool savedGate = saved && gated;
+    constrain3(preUp, saved ? (int)hidden : 1, saved ? (int)rows : 1,
+               saved ? (int)groups : 1);
+    constrain3(preGate, savedGate ? (int)hidden : 1, savedGate ? (int)rows : 1,
+               savedGate ? (int)groups : 1);
+    if (saved)
+      scheduleMatmul(act, {dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+    else if (gated)
+      scheduleMatmul(act, {huAcc, hgAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+    else
+      scheduleMatmul(act, {huAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
     if (gated) {
       transpose(gateT, d, width);
-      scheduleMatmul(act, {huAcc, hgAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
       scheduleMatmul(dgate, {dgateAcc}, f, d, hidden, width, rows, vec, &e, false);
     } else {
-      scheduleMatmul(act, {huAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
       Func(dgate).parallel(e);
     }
     transpose(hT, c, rows);

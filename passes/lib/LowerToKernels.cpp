@@ -68,9 +68,34 @@ int64_t place(SmallVectorImpl<Buffer *> &buffers) {
   return peak;
 }
 
+/// The gradient op of an FFN forward `op` in the same block: same input and
+/// weights. Null when the step does not differentiate it.
+Operation *gradientOf(Operation *op) {
+  Value x = op->getOperand(0);
+  for (Operation *user : x.getUsers()) {
+    if (user->getBlock() != op->getBlock() || !op->isBeforeInBlock(user))
+      continue;
+    bool matches = false;
+    if (auto g = dyn_cast<FFNGradOp>(user); g && isa<FFNOp>(op)) {
+      auto f = cast<FFNOp>(op);
+      matches = g.getX() == x && g.getWUp() == f.getWUp() &&
+                g.getWDown() == f.getWDown() && g.getWGate() == f.getWGate();
+    } else if (auto g = dyn_cast<ExpertFFNGradOp>(user);
+               g && isa<ExpertFFNOp>(op)) {
+      auto f = cast<ExpertFFNOp>(op);
+      matches = g.getX() == x && g.getWUp() == f.getWUp() &&
+                g.getWDown() == f.getWDown() && g.getWGate() == f.getWGate();
+    }
+    if (matches)
+      return user;
+  }
+  return nullptr;
+}
+
 class Lowering {
 public:
-  explicit Lowering(ModuleOp module) : module(module), builder(module) {}
+  Lowering(ModuleOp module, bool savePreactivations)
+      : module(module), builder(module), savePreactivations(savePreactivations) {}
 
   LogicalResult lowerFunction(func::FuncOp fn);
   void planFunction(func::FuncOp fn);
@@ -87,6 +112,9 @@ private:
   llvm::StringMap<unsigned> familyCount;
   int64_t activationPeak = 0, gradientPeak = 0, stateBytes = 0;
   int64_t numLaunches = 0;
+  bool savePreactivations;
+  /// Gradient op -> the pre-activations its forward launch saved.
+  DenseMap<Operation *, SmallVector<Value>> saved;
 };
 
 FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family,
@@ -152,6 +180,26 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
             last = add;
           }
         }
+    // FFN forward and backward share the pre-activations.
+    Operation *gradient = nullptr;
+    unsigned numPre = 0;
+    if (savePreactivations && isa<FFNOp, ExpertFFNOp>(op)) {
+      gradient = gradientOf(op);
+      if (gradient) {
+        auto x = cast<RankedTensorType>(op->getOperand(0).getType());
+        auto up = cast<RankedTensorType>(op->getOperand(1).getType());
+        SmallVector<int64_t> shape(x.getShape());
+        shape.back() = up.getShape().back();
+        numPre = op->getNumOperands() == 4 ? 2 : 1; // x W_up (, x W_gate)
+        for (unsigned i = 0; i < numPre; ++i)
+          results.push_back(RankedTensorType::get(shape, x.getElementType()));
+        epilogue.push_back("save_preactivations");
+      }
+    }
+    if (auto it = saved.find(op); it != saved.end()) {
+      operands.append(it->second.begin(), it->second.end());
+      epilogue.push_back("saved_preactivations");
+    }
     StringRef family = op->getName().stripDialect();
     SmallVector<NamedAttribute> config;
     FlatSymbolRefAttr updates;
@@ -171,11 +219,14 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
         builder.getDenseI64ArrayAttr(
             SmallVector<int64_t>(3 * results.size(), 0)),
         updates);
+    if (gradient)
+      saved[gradient] = SmallVector<Value>(launch.getResults().take_back(numPre));
     if (last != op) {
       last->replaceAllUsesWith(launch);
       last->erase();
     } else {
-      op->replaceAllUsesWith(launch);
+      op->replaceAllUsesWith(
+          launch.getResults().take_front(op->getNumResults()));
     }
     if (last != op || op->use_empty())
       op->erase();
@@ -276,9 +327,10 @@ void Lowering::finish() {
 
 struct LowerToKernelsPass
     : public moe::impl::LowerToKernelsPassBase<LowerToKernelsPass> {
+  using LowerToKernelsPassBase::LowerToKernelsPassBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    Lowering lowering(module);
+    Lowering lowering(module, savePreactivations);
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
     for (func::FuncOp fn : fns) {
       if (fn.isExternal())

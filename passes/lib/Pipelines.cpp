@@ -14,8 +14,11 @@ void moe::buildTrainPipeline(OpPassManager &pm,
   AutodiffPassOptions autodiff;
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
-  if (options.lower)
-    pm.addPass(createLowerToKernelsPass());
+  if (options.lower) {
+    LowerToKernelsPassOptions lower;
+    lower.savePreactivations = options.savePreactivations;
+    pm.addPass(createLowerToKernelsPass(lower));
+  }
 }
 
 void moe::registerMoEPipelines() {

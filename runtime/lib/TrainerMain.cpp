@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moert/Aligned.h"
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
 #include "moert/Program.h"
@@ -152,7 +153,7 @@ int64_t numel(const moert_param_info &p) {
 }
 
 /// The reference interpreter's initialisation, element for element.
-void initialise(std::vector<std::vector<float>> &params, uint64_t seed) {
+void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < moec_program.num_params; ++i) {
     const moert_param_info &p = moec_program.params[i];
@@ -262,7 +263,7 @@ int main(int argc, char **argv) {
   if (!sampler.valid(error))
     die(o.data + ": " + error);
 
-  std::vector<std::vector<float>> params(prog.num_params), moments(2 * prog.num_params);
+  std::vector<moert::AlignedFloats> params(prog.num_params), moments(2 * prog.num_params);
   for (int i = 0; i < prog.num_params; ++i) {
     params[i].resize(numel(prog.params[i]));
     if (prog.params[i].adamw) {
@@ -280,7 +281,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < prog.num_params; ++i) {
       std::string name = prog.params[i].name;
       for (auto [suffix, target] :
-           {std::pair<std::string, std::vector<float> *>{"", &params[i]},
+           {std::pair<std::string, moert::AlignedFloats *>{"", &params[i]},
             {".adam_m", &moments[2 * i]}, {".adam_v", &moments[2 * i + 1]}}) {
         if (target->empty())
           continue;
@@ -288,7 +289,7 @@ int main(int argc, char **argv) {
         if (it == tensors.end() || it->second.data.size() != target->size())
           die(o.checkpoint + ": tensor '" + name + suffix +
               "' is missing or has another size than the model's");
-        *target = it->second.data;
+        target->assign(it->second.data.begin(), it->second.data.end());
       }
     }
     if (!state.contains("step") || !state["step"].is_number_integer() ||
@@ -304,13 +305,12 @@ int main(int argc, char **argv) {
     paramPtrs.push_back(p.data());
   for (auto &m : moments)
     momentPtrs.push_back(m.empty() ? nullptr : m.data());
-  std::unique_ptr<char[]> act(new char[prog.activation_bytes + 64]),
-      grad(new char[prog.gradient_bytes + 64]);
+  moert::AlignedBytes act(prog.activation_bytes + 64), grad(prog.gradient_bytes + 64);
   int totalExperts = 0;
   for (int l = 0; l < prog.num_moe_layers; ++l)
     totalExperts += prog.layer_experts[l];
   std::vector<int32_t> expertCounts(totalExperts, 0);
-  moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.get(), grad.get(),
+  moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
                     expertCounts.data()};
   // Token-slots routed past an expert's capacity in the last step.
   auto droppedTokens = [&]() {
@@ -350,6 +350,12 @@ int main(int argc, char **argv) {
     die(o.data + ": validation split: " + error +
         " (use more data or a larger --val-fraction)");
   bool bar = o.progress && isatty(fileno(stdout));
+  // Token batches are copied into aligned buffers for the kernels.
+  moert::AlignedInts inA, tgA;
+  auto aligned = [](const std::vector<int32_t> &v, moert::AlignedInts &out) {
+    out.assign(v.begin(), v.end());
+    return static_cast<const int32_t *>(out.data());
+  };
   auto evaluate = [&](long long step) {
     valSampler.setPosition(0);
     std::vector<int32_t> in, tg;
@@ -357,7 +363,7 @@ int main(int argc, char **argv) {
     for (long long b = 0; b < o.evalBatches; ++b) {
       valSampler.next(in, tg);
       float loss = 0;
-      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss, nullptr) != 0)
+      if (prog.eval_step(&ctx, aligned(in, inA), aligned(tg, tgA), &loss, nullptr) != 0)
         die("evaluation failed in a kernel");
       total += loss;
     }
@@ -378,7 +384,7 @@ int main(int argc, char **argv) {
     sampler.next(tokens, targets);
     float loss = 0;
     auto start = std::chrono::steady_clock::now();
-    int rc = prog.train_step(&ctx, tokens.data(), targets.data(),
+    int rc = prog.train_step(&ctx, aligned(tokens, inA), aligned(targets, tgA),
                              static_cast<int32_t>(s), &loss);
     auto now = std::chrono::steady_clock::now();
     double seconds = std::chrono::duration<double>(now - start).count();
@@ -422,7 +428,7 @@ int main(int argc, char **argv) {
     // typical load.
     std::vector<int32_t> context = promptTokens(o, data, prog.vocab), in, tg;
     std::mt19937_64 rng(seed + 2);
-    std::vector<float> logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
+    moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
     bool heldOut = moert::BatchSampler(data, split, data.size(), prog.batch,
                                        prog.seq_len, seed + 3).valid(error);
     moert::BatchSampler filler(data, heldOut ? split : 0, data.size(), prog.batch,
@@ -435,7 +441,8 @@ int main(int argc, char **argv) {
       std::copy(context.end() - n, context.end(), in.begin());
       std::fill(in.begin() + n, in.begin() + prog.seq_len, 0);
       float loss = 0;
-      if (prog.eval_step(&ctx, in.data(), tg.data(), &loss, logits.data()) != 0)
+      if (prog.eval_step(&ctx, aligned(in, inA), aligned(tg, tgA), &loss,
+                         logits.data()) != 0)
         die("sampling failed in a kernel");
       int32_t next = drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab,
                                o.temperature, o.topK, rng);
@@ -501,10 +508,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < prog.num_params; ++i) {
       const moert_param_info &p = prog.params[i];
       std::vector<int64_t> shape(p.shape, p.shape + p.rank);
-      tensors[p.name] = {shape, params[i]};
+      tensors[p.name] = {shape, {params[i].begin(), params[i].end()}};
       if (p.adamw) {
-        tensors[std::string(p.name) + ".adam_m"] = {shape, moments[2 * i]};
-        tensors[std::string(p.name) + ".adam_v"] = {shape, moments[2 * i + 1]};
+        tensors[std::string(p.name) + ".adam_m"] = {shape, {moments[2 * i].begin(), moments[2 * i].end()}};
+        tensors[std::string(p.name) + ".adam_v"] = {shape, {moments[2 * i + 1].begin(), moments[2 * i + 1].end()}};
       }
     }
     nlohmann::json state = {{"step", o.steps}, {"data_position", sampler.position()},

@@ -1,4 +1,5 @@
 // RUN: moe-opt %s --moe-lower-to-kernels --split-input-file --verify-diagnostics | FileCheck %s --implicit-check-not=moe.linear --implicit-check-not=moe.cross_entropy
+// RUN: moe-opt %s --moe-lower-to-kernels=save-preactivations=false --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=RECOMPUTE
 
 // Three identical linears share one kernel; the plan reuses memory.
 // Lifetimes (program positions): x [0,2], t [0,5], a [2,3], b [3,4],
@@ -47,6 +48,32 @@ func.func @residual(%x: tensor<2x4xf32>, %s: tensor<i32>) -> tensor<2x4xf32> {
   %n = moe.global_norm %g : tensor<4x4xf32>
   moe.adamw_update @w, %g, %lr, %n, %s {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<4x4xf32>
   return %r : tensor<2x4xf32>
+}
+
+// -----
+
+// An FFN whose gradient the step computes saves its pre-activations (x W_up,
+// x W_gate) as extra results; the gradient launch reads them. They live
+// from the forward to the backward in the plan.
+// CHECK: moe.kernel @ffn_0 family "ffn" : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<8x16xf32>) -> (tensor<4x8xf32>, tensor<4x16xf32>, tensor<4x16xf32>) {config = {activation = 0 : i32}, epilogue = ["save_preactivations"]}
+// CHECK: moe.kernel @ffn_grad_0 family "ffn_grad" : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> ({{.*}}) {config = {activation = 0 : i32}, epilogue = ["saved_preactivations"]}
+// CHECK-LABEL: func.func @ffn_step
+// CHECK: %[[F:.*]]:3 = moe.launch @ffn_0(
+// CHECK: moe.launch @ffn_grad_0(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[F]]#1, %[[F]]#2)
+// CHECK: return %[[F]]#0
+// Without saving, the backward recomputes them: no extra results.
+// RECOMPUTE: moe.kernel @ffn_0 family "ffn" : ({{.*}}) -> tensor<4x8xf32> {config = {activation = 0 : i32}, epilogue = []}
+// RECOMPUTE: moe.kernel @ffn_grad_0 family "ffn_grad" : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<4x8xf32>, tensor<8x16xf32>) -> ({{.*}}) {config = {activation = 0 : i32}, epilogue = []}
+moe.param @up : tensor<8x16xf32> init <normal, scale = 0.1>
+moe.param @down : tensor<16x8xf32> init <normal, scale = 0.1>
+moe.param @gate : tensor<8x16xf32> init <normal, scale = 0.1>
+func.func @ffn_step(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %u = moe.get_param @up : tensor<8x16xf32>
+  %d = moe.get_param @down : tensor<16x8xf32>
+  %g = moe.get_param @gate : tensor<8x16xf32>
+  %y = moe.ffn swiglu %x, %u, %d gate %g : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<4x8xf32>
+  %dx, %du, %dd, %dg = moe.ffn_grad swiglu %x, %u, %d, %dy gate %g : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<4x8xf32>, tensor<8x16xf32>) -> (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>, tensor<8x16xf32>)
+  return %y, %dx : tensor<4x8xf32>, tensor<4x8xf32>
 }
 
 // -----

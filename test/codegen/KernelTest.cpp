@@ -22,6 +22,10 @@
 #include "ffn_gelu_grad_k.h"
 #include "ffn_gelu_k.h"
 #include "ffn_relu_grad_k.h"
+#include "expert_ffn_saved_grad_k.h"
+#include "expert_ffn_saved_k.h"
+#include "ffn_gelu_saved_grad_k.h"
+#include "ffn_gelu_saved_k.h"
 #include "expert_ffn_blocked_grad_k.h"
 #include "expert_ffn_blocked_k.h"
 #include "ffn_relu_blocked_grad_k.h"
@@ -279,10 +283,11 @@ std::string type3(int a, int b, int c) {
 }
 
 /// Checks an FFN forward and/or backward kernel pair over `groups` groups
-/// (expert_ffn when grouped, ffn otherwise) with activation `act`.
+/// (expert_ffn when grouped, ffn otherwise) with activation `act`. `saved`:
+/// the forward saves its pre-activations and the backward reads them.
 template <typename Fwd, typename Bwd>
 void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
-              const std::string &act) {
+              const std::string &act, bool saved = false) {
   bool gated = act == "swiglu";
   auto x = randomVector(groups * rows * d, 14), up = randomVector(groups * d * f, 15),
        down = randomVector(groups * f * d, 16),
@@ -300,10 +305,14 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
        bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
        bddown = b3(ddown, d, f, groups),
        bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
+  std::vector<float> preUp(saved ? groups * rows * f : 1),
+      preGate(saved && gated ? groups * rows * f : 1);
+  auto bpu = saved ? b3(preUp, f, rows, groups) : b3(preUp, 1, 1, 1),
+       bpg = saved && gated ? b3(preGate, f, rows, groups) : b3(preGate, 1, 1, 1);
   if (fwd) {
-    ASSERT_EQ(fwd(bx, bup, bdown, bgate, by), 0) << lastError;
+    ASSERT_EQ(fwd(bx, bup, bdown, bgate, by, bpu, bpg), 0) << lastError;
   }
-  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bdx, bdup, bddown, bdgate), 0)
+  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bpu, bpg, bdx, bdup, bddown, bdgate), 0)
       << lastError;
 
   bool grouped = groups > 1;
@@ -364,8 +373,20 @@ TEST(HalideKernelTest, DenseFFNGELUForwardAndBackward) {
 TEST(HalideKernelTest, DenseFFNReLUBackward) {
   checkFFN(static_cast<int (*)(halide_buffer_t *, halide_buffer_t *,
                                halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *, halide_buffer_t *,
                                halide_buffer_t *)>(nullptr),
            ffn_relu_grad_k, 1, 6, 8, 12, "relu");
+}
+
+// The backward reading the forward's saved pre-activations instead of
+// recomputing them (the default lowering), blocked and unblocked shapes,
+// gated and not.
+TEST(HalideKernelTest, ExpertFFNSavedPreactivations) {
+  checkFFN(expert_ffn_saved_k, expert_ffn_saved_grad_k, 2, 12, 16, 32, "swiglu", true);
+}
+
+TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
+  checkFFN(ffn_gelu_saved_k, ffn_gelu_saved_grad_k, 1, 6, 8, 12, "gelu", true);
 }
 
 TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {

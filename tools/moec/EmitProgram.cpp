@@ -65,13 +65,19 @@ SmallVector<Arg> argumentsOf(LaunchOp launch, KernelOp kernel) {
     args.push_back(residual ? op(n - 1, view) : dummy(2));
     args.push_back(res(0, view));
   } else if (family == "ffn" || family == "expert_ffn") {
+    // Results: y, then the saved pre-activations (x Wu, x Wg) if any.
     args = {op(0, view), op(1, view), op(2, view), n == 4 ? op(3, view) : dummy(3),
-            res(0, view)};
+            res(0, view), r >= 2 ? res(1, view) : dummy(3),
+            r == 3 ? res(2, view) : dummy(3)};
   } else if (family == "ffn_grad" || family == "expert_ffn_grad") {
-    bool gated = n == 5;
+    // Operands: x, up, down, dy, [gate], then the saved pre-activations.
+    bool gated = r == 4;
+    unsigned base = gated ? 5 : 4;
+    bool saved = n > base;
     args = {op(0, view), op(1, view), op(2, view), gated ? op(4, view) : dummy(3),
-            op(3, view), res(0, view), res(1, view), res(2, view),
-            gated ? res(3, view) : dummy(3)};
+            op(3, view), saved ? op(base, view) : dummy(3),
+            saved && gated ? op(base + 1, view) : dummy(3), res(0, view),
+            res(1, view), res(2, view), gated ? res(3, view) : dummy(3)};
   } else if (family == "fused_gate") {
     args = {op(0, view), op(1, view), n == 3 ? op(2, ViewKind::Flat) : dummy(1)};
     for (unsigned i = 0; i < r; ++i)

@@ -185,6 +185,11 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
          param("rows", grouped ? x[1] : Spec::numel(x) / d), param("width", d),
          param("hidden", f),
          "activation=" + std::string(activationName(s.number("activation")))};
+    // Pre-activations kept by the forward for the backward.
+    if (family.ends_with("_grad"))
+      p.push_back(param("saved", s.hasEpilogue("saved_preactivations")));
+    else
+      p.push_back(param("save", s.hasEpilogue("save_preactivations")));
   } else if (family == "fused_gate" || family == "router_grad") {
     ArrayRef<int64_t> x = s.in(0), w = s.in(1);
     bool isGate = family == "fused_gate";

@@ -58,6 +58,11 @@ static cl::opt<Emit> emit(
                clEnumValN(Emit::Exe, "exe", "the training executable (default)")),
     cl::init(Emit::Exe),
     cl::cat(category));
+static cl::opt<bool> recompute(
+    "recompute-ffn",
+    cl::desc("FFN backward recomputes the pre-activations instead of saving "
+             "them in the forward (less activation memory, slower step)"),
+    cl::init(false));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
                              cl::cat(category));
 
@@ -139,7 +144,9 @@ int main(int argc, char **argv) {
   {
     Stage stage("pipeline");
     mlir::PassManager pm(&context);
-    mlir::moe::buildTrainPipeline(pm, mlir::moe::TrainPipelineOptions());
+    mlir::moe::TrainPipelineOptions pipeline;
+    pipeline.savePreactivations = !recompute;
+    mlir::moe::buildTrainPipeline(pm, pipeline);
     if (mlir::failed(pm.run(*module)))
       return 1;
   }

@@ -73,7 +73,17 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
     `parameter_bytes`, `optimizer_state_bytes` (two f32 moments per
     AdamW-updated parameter), `total_bytes`, `num_kernels` and
     `num_launches`.
+
+    With `save-preactivations` (the default), an FFN (dense or expert)
+    whose gradient the step computes saves its pre-activations (x W_up, and
+    x W_gate when gated) as extra launch results (`save_preactivations`
+    epilogue), and the gradient launch reads them (`saved_preactivations`)
+    instead of recomputing two GEMMs: memory for time, visible in the plan.
   }];
+  let options = [
+    Option<"savePreactivations", "save-preactivations", "bool", "true",
+           "FFN forward launches keep their pre-activations for the backward">
+  ];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 

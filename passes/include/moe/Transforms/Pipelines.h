@@ -25,6 +25,11 @@ struct TrainPipelineOptions
   Option<bool> lower{*this, "lower",
                      llvm::cl::desc("Run moe-lower-to-kernels"),
                      llvm::cl::init(true)};
+  Option<bool> savePreactivations{
+      *this, "save-preactivations",
+      llvm::cl::desc("FFN forward launches keep their pre-activations for "
+                     "the backward (false: recompute them)"),
+      llvm::cl::init(true)};
 };
 
 /// moe-fuse-gating, moe-autodiff, moe-lower-to-kernels: a forward step to a

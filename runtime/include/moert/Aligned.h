@@ -1,0 +1,45 @@
+//===- Aligned.h - 64-byte aligned storage for kernel buffers ---*- C++ -*-===//
+//
+// Generated kernels may use aligned vector loads and stores on the buffers
+// they are given; every buffer the runtime hands them (parameters, moments,
+// arenas, token batches) is therefore 64-byte aligned, like the planner's
+// arena offsets.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_ALIGNED_H
+#define MOERT_ALIGNED_H
+
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+namespace moert {
+
+constexpr size_t kBufferAlignment = 64;
+
+template <typename T> struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U> AlignedAllocator(const AlignedAllocator<U> &) {}
+  T *allocate(size_t n) {
+    size_t bytes = (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment *
+                   kBufferAlignment;
+    void *p = std::aligned_alloc(kBufferAlignment, bytes ? bytes : kBufferAlignment);
+    if (!p)
+      throw std::bad_alloc();
+    return static_cast<T *>(p);
+  }
+  void deallocate(T *p, size_t) { std::free(p); }
+  template <typename U> bool operator==(const AlignedAllocator<U> &) const { return true; }
+  template <typename U> bool operator!=(const AlignedAllocator<U> &) const { return false; }
+};
+
+using AlignedFloats = std::vector<float, AlignedAllocator<float>>;
+using AlignedInts = std::vector<int32_t, AlignedAllocator<int32_t>>;
+using AlignedBytes = std::vector<char, AlignedAllocator<char>>;
+
+} // namespace moert
+
+#endif // MOERT_ALIGNED_H
