@@ -54,10 +54,10 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
                            "function");
     return success();
   }
-  if (name == "moe.buffer_plan") {
+  if (name == "moe.buffer_plan" || name == "moe.plan") {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
-      return op->emitError("'moe.buffer_plan' must be a dictionary on a "
-                           "builtin.module");
+      return op->emitError() << "'" << name
+                             << "' must be a dictionary on a builtin.module";
     return success();
   }
   if (name == kOptimizerAttrName || name == kSeedAttrName ||

@@ -149,11 +149,12 @@ Differentiator::appendOptimizer(Location loc, Value loss,
   auto i32 = RankedTensorType::get({}, builder.getI32Type());
   auto f32 = RankedTensorType::get({}, builder.getF32Type());
   unsigned index = fn.getNumArguments();
-  fn.insertArgument(index, i32,
-                    builder.getDictionaryAttr(builder.getNamedAttr(
-                        MoEDialect::kInputAttrName,
-                        builder.getStringAttr("step"))),
-                    loc);
+  if (failed(fn.insertArgument(index, i32,
+                               builder.getDictionaryAttr(builder.getNamedAttr(
+                                   MoEDialect::kInputAttrName,
+                                   builder.getStringAttr("step"))),
+                               loc)))
+    return fn.emitError("moe-autodiff: cannot add the step argument");
   Value step = fn.getArgument(index);
 
   double lr = setting(dict, "lr", 3e-4);

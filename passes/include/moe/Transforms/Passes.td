@@ -53,6 +53,35 @@ def FuseGatingPass : Pass<"moe-fuse-gating", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 
+def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
+  let summary = "Chooses data- and expert-parallel degrees and expert placement with the cost model";
+  let description = [{
+    Reads the module's `moe.cluster` and the training step, predicts for
+    every candidate grid `dp x ep x tp` (tp a power of two up to 8 dividing
+    the node size and the heads; ep at most the fewest experts of a layer),
+    with the optimiser state replicated or sharded over the replicas
+    (ZeRO-1), the step time (roofline compute of the busiest rank,
+    dispatch/combine all-to-alls, gradient all-reduces, tensor-parallel
+    all-reduces) and the memory per device (docs/CostModel.md), and picks
+    the fastest plan that fits. On mixed clusters tokens are shared in proportion to each
+    device's speed and faster devices hold more experts. Writes
+    `moe.grid` (with the device kind of every rank on mixed clusters), a
+    `placement` on every `moe.expert_ffn`, and `moe.plan` (the predicted
+    costs); `report-table` and `report-json` write the candidates and why
+    the winner won ("-" for stdout). `dp` / `ep` / `tp` force a degree.
+  }];
+  let options = [
+    Option<"dpDegree", "dp", "int64_t", "0", "Force the data-parallel degree (0: choose)">,
+    Option<"epDegree", "ep", "int64_t", "0", "Force the expert-parallel degree (0: choose)">,
+    Option<"tpDegree", "tp", "int64_t", "0", "Force the tensor-parallel degree (0: choose)">,
+    Option<"reportTable", "report-table", "std::string", "\"\"",
+           "Write the readable plan table here ('-': stdout)">,
+    Option<"reportJson", "report-json", "std::string", "\"\"",
+           "Write the JSON plan report here ('-': stdout)">
+  ];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
 def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
   let summary = "Turns compute ops into kernel specs and a planned step program";
   let description = [{

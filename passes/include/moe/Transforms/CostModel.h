@@ -1,0 +1,84 @@
+//===- CostModel.h - step time and memory of a partitioned step -*- C++ -*-===//
+//
+// The analytical model `moe-plan-sharding` ranks plans with (formulas and
+// their sources in docs/CostModel.md):
+//   - compute: per op, roofline max(FLOPs / peak, bytes / memory bandwidth)
+//     on the device kind that runs it;
+//   - collectives: alpha-beta per link, hierarchical (a group within one
+//     node uses the node's link; one spanning nodes is bounded by the
+//     inter-node link), ring all-reduce and pairwise all-to-all;
+//   - memory per device: parameters, gradients and AdamW moments (replicated
+//     or expert-sharded) plus the rank's share of activations.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_TRANSFORMS_COSTMODEL_H
+#define MOE_TRANSFORMS_COSTMODEL_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Operation.h"
+#include "mlir/Support/LLVM.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::moe::cost {
+
+struct Link {
+  double bandwidth = 0; ///< bytes/s per device and direction
+  double latency = 0;   ///< seconds per message
+  std::string topology;
+};
+
+struct DeviceKind {
+  std::string name;
+  double flopsF32 = 0, memoryBandwidth = 0, memoryBytes = 0;
+};
+
+/// The devices of a cluster in rank order: nodes in file order, devices of
+/// a node consecutive (ranks of one node share its intra-node link).
+struct Cluster {
+  std::string name;
+  std::vector<DeviceKind> kinds;
+  std::vector<unsigned> rankKind; ///< rank -> index into kinds
+  std::vector<unsigned> rankNode; ///< rank -> node
+  std::vector<Link> nodeLink;     ///< node -> intra-node link
+  Link interNode;
+
+  int64_t numRanks() const { return static_cast<int64_t>(rankKind.size()); }
+  const DeviceKind &kindOf(int64_t rank) const { return kinds[rankKind[rank]]; }
+
+  /// Reads a `moe.cluster` dictionary (docs/ClusterJSON.md); errors go to
+  /// `emitError` and return failure.
+  static FailureOr<Cluster>
+  fromAttr(DictionaryAttr attr, function_ref<InFlightDiagnostic()> emitError);
+};
+
+/// Work of one op of the unpartitioned step.
+struct OpCost {
+  double flops = 0, bytes = 0;
+  bool expert = false; ///< runs on the expert-parallel side (grouped FFN)
+};
+
+/// FLOPs (matmul-like work, 2 per multiply-add) and bytes moved (operands +
+/// results) of `op`; elementwise and data-movement ops are bytes only.
+OpCost costOf(Operation *op);
+
+/// Roofline time of `c` on `kind`.
+double computeTime(const OpCost &c, const DeviceKind &kind);
+
+/// A communicator group: the ranks taking part.
+using Group = std::vector<int64_t>;
+
+/// Ring all-reduce of `bytes` per rank: 2 (p-1)/p bytes over the group's
+/// slowest link plus 2 (p-1) latencies.
+double allReduceTime(const Cluster &cluster, const Group &group, double bytes);
+
+/// Pairwise all-to-all where each rank sends `bytes` in total, evenly to
+/// the other p-1 ranks: (p-1)/p of it leaves the rank; the part that leaves
+/// the node goes over the inter-node link.
+double allToAllTime(const Cluster &cluster, const Group &group, double bytes);
+
+} // namespace mlir::moe::cost
+
+#endif // MOE_TRANSFORMS_COSTMODEL_H

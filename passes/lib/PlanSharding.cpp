@@ -1,0 +1,624 @@
+//===- PlanSharding.cpp - the moe-plan-sharding pass -----------------------===//
+//
+// Chooses the data-parallel and expert-parallel degrees of the training step
+// on the module's cluster with the cost model (CostModel.h), places experts
+// (faster devices hold more), writes `moe.grid`, per-op `placement` and
+// `moe.plan`, and explains the choice in a report (JSON and a table).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/CostModel.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_PLANSHARDINGPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::cost;
+
+namespace {
+
+/// What the plan needs to know about the step.
+struct StepSummary {
+  double flops = 0;
+  std::vector<double> denseTime, expertTime; ///< per device kind, whole step
+  double denseParamBytes = 0, expertParamBytes = 0, activationBytes = 0;
+  std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
+  std::vector<int64_t> layerExperts;
+  int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
+  bool forwardOnly = true;
+};
+
+/// One candidate plan and its predicted costs.
+struct Candidate {
+  int64_t dp = 1, ep = 1, tp = 1;
+  bool zero = false; ///< optimiser state sharded over the replicas (ZeRO-1)
+  double compute = 0, allToAll = 0, allReduce = 0, tensorParallel = 0, memory = 0;
+  std::string memoryKind;
+  bool fits = true;
+  double step() const { return compute + allToAll + allReduce + tensorParallel; }
+};
+
+/// Ranks of the grid: r = (d * ep + e) * tp + t (GridAttr's order).
+struct Grid {
+  int64_t dp, ep, tp;
+  int64_t rank(int64_t d, int64_t e, int64_t t) const { return (d * ep + e) * tp + t; }
+};
+
+class Planner {
+public:
+  Planner(const Cluster &cluster, const StepSummary &step)
+      : cluster(cluster), step(step) {
+    for (int64_t r = 0; r < cluster.numRanks(); ++r) {
+      denseSpeed.push_back(1.0 / step.denseTime[cluster.rankKind[r]]);
+      expertSpeed.push_back(1.0 / step.expertTime[cluster.rankKind[r]]);
+    }
+  }
+
+  /// Token share of every data-parallel coordinate (d, e): proportional to
+  /// the dense speed of its slowest tensor-parallel rank.
+  std::vector<double> coordinateShares(const Grid &g) const {
+    std::vector<double> share(g.dp * g.ep, 0.0);
+    double total = 0;
+    for (int64_t d = 0; d < g.dp; ++d)
+      for (int64_t e = 0; e < g.ep; ++e) {
+        double slowest = 1e300;
+        for (int64_t t = 0; t < g.tp; ++t)
+          slowest = std::min(slowest, denseSpeed[g.rank(d, e, t)]);
+        share[d * g.ep + e] = slowest;
+        total += slowest;
+      }
+    for (double &v : share)
+      v /= total;
+    return share;
+  }
+
+  /// Experts per rank of one expert-parallel group, proportional to speed
+  /// (largest remainder, at least one each).
+  std::vector<int64_t> expertCounts(const std::vector<double> &speed,
+                                    int64_t experts) const {
+    double total = std::accumulate(speed.begin(), speed.end(), 0.0);
+    size_t n = speed.size();
+    std::vector<int64_t> counts(n, 1);
+    int64_t left = experts - static_cast<int64_t>(n);
+    std::vector<std::pair<double, size_t>> remainders;
+    for (size_t i = 0; i < n; ++i) {
+      double want = speed[i] / total * static_cast<double>(experts) - 1;
+      int64_t whole = std::min(left, std::max<int64_t>(0, static_cast<int64_t>(want)));
+      counts[i] += whole;
+      left -= whole;
+      remainders.push_back({want - std::floor(want), i});
+    }
+    llvm::stable_sort(remainders, [](auto &x, auto &y) { return x.first > y.first; });
+    for (size_t i = 0; left > 0; i = (i + 1) % n, --left)
+      ++counts[remainders[i].second];
+    return counts;
+  }
+
+  /// Expert speed of ep coordinate e in dp group d (its slowest tp rank).
+  std::vector<double> groupSpeeds(const Grid &g, int64_t d) const {
+    std::vector<double> speed;
+    for (int64_t e = 0; e < g.ep; ++e) {
+      double slowest = 1e300;
+      for (int64_t t = 0; t < g.tp; ++t)
+        slowest = std::min(slowest, expertSpeed[g.rank(d, e, t)]);
+      speed.push_back(slowest);
+    }
+    return speed;
+  }
+
+  Candidate evaluate(int64_t dp, int64_t ep, int64_t tp, bool zero) const {
+    Candidate c;
+    c.dp = dp, c.ep = ep, c.tp = tp, c.zero = zero;
+    Grid g{dp, ep, tp};
+    int64_t n = cluster.numRanks();
+    std::vector<double> share = coordinateShares(g);
+    // Fraction of every MoE layer's experts each (d, e) coordinate holds,
+    // averaged over layers; expert tensor parallelism splits them over tp.
+    std::vector<double> expertFraction(dp * ep, 0.0);
+    double layers = std::max<double>(1, static_cast<double>(step.layerExperts.size()));
+    for (int64_t d = 0; d < dp; ++d) {
+      std::vector<double> speed = groupSpeeds(g, d);
+      for (int64_t experts : step.layerExperts) {
+        std::vector<int64_t> counts = expertCounts(speed, experts);
+        for (int64_t e = 0; e < ep; ++e)
+          expertFraction[d * ep + e] += static_cast<double>(counts[e]) / experts / layers;
+      }
+    }
+    double tdp = static_cast<double>(tp);
+    for (int64_t d = 0; d < dp; ++d) {
+      double groupShare = 0;
+      for (int64_t e = 0; e < ep; ++e)
+        groupShare += share[d * ep + e];
+      for (int64_t e = 0; e < ep; ++e)
+        for (int64_t t = 0; t < tp; ++t) {
+          int64_t r = g.rank(d, e, t);
+          unsigned k = cluster.rankKind[r];
+          double time = (share[d * ep + e] * step.denseTime[k] +
+                         groupShare * expertFraction[d * ep + e] * step.expertTime[k]) /
+                        tdp;
+          c.compute = std::max(c.compute, time);
+        }
+      // Dispatch and combine, forward and backward: 4 all-to-alls per MoE
+      // layer among the ep ranks of one tp slice; each sends its tokens'
+      // slots (split over tp).
+      double maxShare = 0;
+      for (int64_t e = 0; e < ep; ++e)
+        maxShare = std::max(maxShare, share[d * ep + e]);
+      for (int64_t t = 0; t < tp; ++t) {
+        Group group;
+        for (int64_t e = 0; e < ep; ++e)
+          group.push_back(g.rank(d, e, t));
+        double a2a = 0;
+        for (double bytes : step.layerDispatchBytes)
+          a2a += 4 * allToAllTime(cluster, group, bytes * maxShare / tdp);
+        c.allToAll = std::max(c.allToAll, a2a);
+      }
+    }
+    // Tensor parallelism: per layer, two all-reduces of the activations
+    // forward and two backward (Megatron), within each tp group.
+    if (tp > 1) {
+      for (int64_t d = 0; d < dp; ++d)
+        for (int64_t e = 0; e < ep; ++e) {
+          Group group;
+          for (int64_t t = 0; t < tp; ++t)
+            group.push_back(g.rank(d, e, t));
+          double bytes = static_cast<double>(step.tokens) * share[d * ep + e] *
+                         static_cast<double>(step.width) * 4;
+          c.tensorParallel =
+              std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) *
+                                             allReduceTime(cluster, group, bytes));
+        }
+    }
+    // Gradients: each tp shard of the replicated parameters over its
+    // dp x ep replicas; each expert shard over its dp replicas.
+    double denseAR = 0, expertAR = 0;
+    for (int64_t t = 0; t < tp; ++t) {
+      Group replicas;
+      for (int64_t d = 0; d < dp; ++d)
+        for (int64_t e = 0; e < ep; ++e)
+          replicas.push_back(g.rank(d, e, t));
+      denseAR = std::max(denseAR, allReduceTime(cluster, replicas,
+                                                step.denseParamBytes / tdp));
+      for (int64_t e = 0; e < ep; ++e) {
+        Group experts;
+        for (int64_t d = 0; d < dp; ++d)
+          experts.push_back(g.rank(d, e, t));
+        expertAR = std::max(
+            expertAR, allReduceTime(cluster, experts,
+                                    step.expertParamBytes * expertFraction[e] / tdp));
+      }
+    }
+    c.allReduce = denseAR + expertAR;
+    // Memory: f32 parameter and gradient (8 bytes per element) and two
+    // AdamW moments (8 more; with ZeRO-1 sharded over the replicas), plus
+    // the rank's share of activations.
+    for (int64_t d = 0; d < dp; ++d)
+      for (int64_t e = 0; e < ep; ++e)
+        for (int64_t t = 0; t < tp; ++t) {
+          int64_t r = g.rank(d, e, t);
+          double dense = step.denseParamBytes / tdp;
+          double expert = step.expertParamBytes * expertFraction[d * ep + e] / tdp;
+          double bytes = 2 * (dense + expert) +
+                         2 * (zero ? dense / static_cast<double>(dp * ep) +
+                                         expert / static_cast<double>(dp)
+                                   : dense + expert) +
+                         step.activationBytes * share[d * ep + e] / tdp;
+          if (bytes > c.memory) {
+            c.memory = bytes;
+            c.memoryKind = cluster.kindOf(r).name;
+          }
+          if (bytes > cluster.kindOf(r).memoryBytes)
+            c.fits = false;
+        }
+    (void)n;
+    return c;
+  }
+
+  /// Placement of a layer's experts over the ep ranks (dp group 0; every
+  /// dp group holds the same placement).
+  std::vector<std::vector<int64_t>> placement(const Grid &g, int64_t experts) const {
+    std::vector<int64_t> counts = expertCounts(groupSpeeds(g, 0), experts);
+    std::vector<std::vector<int64_t>> lists;
+    int64_t next = 0;
+    for (int64_t count : counts) {
+      lists.emplace_back();
+      for (int64_t i = 0; i < count; ++i)
+        lists.back().push_back(next++);
+    }
+    return lists;
+  }
+
+private:
+  const Cluster &cluster;
+  const StepSummary &step;
+  std::vector<double> denseSpeed, expertSpeed;
+};
+
+std::string seconds(double s) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  if (s >= 1)
+    os << llvm::format("%.3f s", s);
+  else if (s >= 1e-3)
+    os << llvm::format("%.3f ms", s * 1e3);
+  else
+    os << llvm::format("%.3f us", s * 1e6);
+  return out;
+}
+
+std::string gigabytes(double b) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::format("%.3f GB", b / 1e9);
+  return out;
+}
+
+/// Writes `text` to `path` ("-": stdout).
+LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
+  if (path == "-") {
+    llvm::outs() << text;
+    return success();
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
+  if (ec)
+    return op->emitError() << "moe-plan-sharding: cannot write '" << path
+                           << "': " << ec.message();
+  os << text;
+  return success();
+}
+
+struct PlanShardingPass : public moe::impl::PlanShardingPassBase<PlanShardingPass> {
+  using PlanShardingPassBase::PlanShardingPassBase;
+
+  void runOnOperation() override;
+};
+
+void PlanShardingPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto clusterAttr = module->getAttrOfType<DictionaryAttr>("moe.cluster");
+  if (!clusterAttr) {
+    module.emitError("moe-plan-sharding needs a cluster: a 'moe.cluster' "
+                     "module attribute (moe-translate --cluster FILE)");
+    return signalPassFailure();
+  }
+  FailureOr<Cluster> cluster =
+      Cluster::fromAttr(clusterAttr, [&] { return module.emitError(); });
+  if (failed(cluster))
+    return signalPassFailure();
+
+  // The training step: the function that is not the evaluation clone.
+  func::FuncOp fn;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (!f.isExternal() && !f->hasAttr("moe.no_grad") && !fn)
+      fn = f;
+  if (!fn) {
+    module.emitError("moe-plan-sharding: no step function to plan");
+    return signalPassFailure();
+  }
+
+  StepSummary step;
+  step.denseTime.assign(cluster->kinds.size(), 0);
+  step.expertTime.assign(cluster->kinds.size(), 0);
+  llvm::DenseSet<StringRef> expertParams;
+  SmallVector<ExpertFFNOp> expertOps;
+  double forwardActivations = 0;
+  fn.walk([&](Operation *op) {
+    if (op->getName().getStringRef().ends_with("_grad"))
+      step.forwardOnly = false;
+    if (auto e = dyn_cast<ExpertFFNOp>(op)) {
+      expertOps.push_back(e);
+      auto x = cast<RankedTensorType>(e->getOperand(0).getType());
+      step.layerExperts.push_back(x.getShape()[0]);
+      step.layerDispatchBytes.push_back(static_cast<double>(x.getNumElements()) * 4);
+      for (Value w : e->getOperands().drop_front())
+        if (auto get = w.getDefiningOp<GetParamOp>())
+          expertParams.insert(get.getName());
+    }
+    if (auto att = dyn_cast<AttentionOp>(op)) {
+      ++step.layers;
+      step.width = cast<RankedTensorType>(att->getOperand(0).getType()).getShape().back();
+      step.heads = att.getNumHeads();
+      step.kvHeads = att.getNumKvHeads();
+    }
+    if (op->getNumResults() && !isa<GetParamOp>(op) &&
+        !op->getName().getStringRef().ends_with("_grad"))
+      for (Value r : op->getResults())
+        if (auto t = dyn_cast<RankedTensorType>(r.getType()))
+          forwardActivations += static_cast<double>(t.getNumElements()) * 4;
+    OpCost c = costOf(op);
+    step.flops += c.flops;
+    for (size_t k = 0; k < cluster->kinds.size(); ++k)
+      (c.expert ? step.expertTime : step.denseTime)[k] +=
+          computeTime(c, cluster->kinds[k]);
+  });
+  for (BlockArgument arg : fn.getArguments())
+    if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
+      if (auto kind = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
+          kind && kind.getValue() == "tokens")
+        step.tokens = t.getNumElements();
+  if (step.forwardOnly) {
+    // A forward-only step: the backward costs about twice the forward.
+    step.flops *= 3;
+    for (auto *times : {&step.denseTime, &step.expertTime})
+      for (double &t : *times)
+        t *= 3;
+  }
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
+    (expertParams.contains(p.getSymName()) ? step.expertParamBytes
+                                           : step.denseParamBytes) += bytes;
+  }
+  if (auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan"))
+    step.activationBytes =
+        static_cast<double>(plan.getAs<IntegerAttr>("activation_bytes").getInt());
+  else
+    step.activationBytes = forwardActivations;
+  for (double &t : step.denseTime)
+    t = std::max(t, 1e-12);
+  for (double &t : step.expertTime)
+    t = std::max(t, 1e-12);
+
+  int64_t n = cluster->numRanks();
+  int64_t minExperts = step.layerExperts.empty()
+                           ? 1
+                           : *llvm::min_element(step.layerExperts);
+  if (step.tokens > 0 && n > step.tokens) {
+    module.emitError() << "moe-plan-sharding: " << n << " devices but only "
+                       << step.tokens << " tokens per step; every rank needs tokens";
+    return signalPassFailure();
+  }
+  // Candidates: tp dividing the smallest node (and the heads), ep dividing
+  // the rest that the experts can fill, dp = n / (ep tp); optimiser state
+  // replicated or sharded (ZeRO-1). Forced degrees narrow the set.
+  int64_t smallestNode = n;
+  {
+    std::map<unsigned, int64_t> perNode;
+    for (int64_t r = 0; r < n; ++r)
+      ++perNode[cluster->rankNode[r]];
+    for (auto &[node, count] : perNode)
+      smallestNode = std::min(smallestNode, count);
+  }
+  Planner planner(*cluster, step);
+  std::vector<Candidate> candidates;
+  for (int64_t tp = 1; tp <= std::min<int64_t>(smallestNode, 8); tp *= 2) {
+    if (smallestNode % tp || n % tp || (tpDegree > 0 && tp != tpDegree))
+      continue;
+    if (tp > 1 && (step.heads % tp || step.kvHeads % tp || step.width % tp))
+      continue;
+    for (int64_t ep = 1; ep <= std::min(n / tp, minExperts); ++ep) {
+      if ((n / tp) % ep != 0 || (epDegree > 0 && ep != epDegree))
+        continue;
+      int64_t dp = n / tp / ep;
+      if (dpDegree > 0 && dp != dpDegree)
+        continue;
+      for (bool zero : {false, true})
+        candidates.push_back(planner.evaluate(dp, ep, tp, zero));
+    }
+  }
+  if (candidates.empty()) {
+    module.emitError() << "moe-plan-sharding: no plan with "
+                       << (dpDegree > 0 ? "dp = " + std::to_string(dpDegree) + " " : "")
+                       << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
+                       << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
+                       << "on " << n << " devices: dp x ep x tp must equal the device "
+                       << "count, ep must be at most " << minExperts
+                       << " (the fewest experts of a layer), tp a power of two "
+                          "dividing the node size and the heads";
+    return signalPassFailure();
+  }
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    const Candidate &x = candidates[a], &y = candidates[b];
+    if (x.fits != y.fits)
+      return x.fits;
+    if (x.step() != y.step())
+      return x.step() < y.step();
+    return !x.zero && y.zero; // the same time: keep state replicated
+  });
+  // ZeRO-1 variants that neither fit where the replicated one does not nor
+  // change the time are noise in the report: list a ZeRO-1 plan only when
+  // it is what makes its grid fit.
+  {
+    std::vector<size_t> kept;
+    for (size_t i : order) {
+      const Candidate &c = candidates[i];
+      if (c.zero) {
+        bool replicatedFits = llvm::any_of(candidates, [&](const Candidate &o) {
+          return !o.zero && o.dp == c.dp && o.ep == c.ep && o.tp == c.tp && o.fits;
+        });
+        if (replicatedFits)
+          continue;
+      }
+      kept.push_back(i);
+    }
+    order = kept;
+  }
+  const Candidate &best = candidates[order.front()];
+  if (!best.fits) {
+    module.emitError() << "moe-plan-sharding: no plan fits in device memory; "
+                       << "the smallest needs " << gigabytes(best.memory)
+                       << " on a " << best.memoryKind << " device";
+    return signalPassFailure();
+  }
+
+  // Why the winner won: against the runner-up, the component that differs
+  // most.
+  std::string why;
+  {
+    llvm::raw_string_ostream os(why);
+    os << "dp=" << best.dp << " x ep=" << best.ep << " x tp=" << best.tp
+       << (best.zero ? " with ZeRO-1" : "") << " has the lowest predicted step time ("
+       << seconds(best.step()) << ")";
+    if (order.size() > 1) {
+      const Candidate &next = candidates[order[1]];
+      if (!next.fits) {
+        os << "; every other plan exceeds device memory";
+      } else {
+        double dc = next.compute - best.compute, da = next.allToAll - best.allToAll,
+               dr = next.allReduce - best.allReduce,
+               dt = next.tensorParallel - best.tensorParallel;
+        os << "; the runner-up dp=" << next.dp << " x ep=" << next.ep << " x tp="
+           << next.tp << (next.zero ? " with ZeRO-1" : "") << " takes "
+           << seconds(next.step()) << ", ";
+        if (dt >= dc && dt >= da && dt >= dr)
+          os << "mostly in tensor-parallel all-reduces (" << seconds(next.tensorParallel)
+             << " vs " << seconds(best.tensorParallel) << ")";
+        else if (da >= dc && da >= dr)
+          os << "mostly in all-to-all (" << seconds(next.allToAll) << " vs "
+             << seconds(best.allToAll) << ")";
+        else if (dr >= dc)
+          os << "mostly in gradient all-reduce (" << seconds(next.allReduce)
+             << " vs " << seconds(best.allReduce) << ")";
+        else
+          os << "mostly in compute (" << seconds(next.compute) << " vs "
+             << seconds(best.compute) << ")";
+      }
+    }
+  }
+
+  // The plan into the IR.
+  Builder b(module.getContext());
+  bool mixed = cluster->kinds.size() > 1;
+  ArrayAttr devices;
+  if (mixed) {
+    SmallVector<Attribute> names;
+    for (int64_t r = 0; r < n; ++r)
+      names.push_back(b.getStringAttr(cluster->kindOf(r).name));
+    devices = b.getArrayAttr(names);
+  }
+  module->setAttr("moe.grid",
+                  GridAttr::get(module.getContext(), best.dp, best.ep, best.tp, devices));
+  Grid grid{best.dp, best.ep, best.tp};
+  for (ExpertFFNOp e : expertOps) {
+    int64_t experts = cast<RankedTensorType>(e->getOperand(0).getType()).getShape()[0];
+    std::vector<std::vector<int64_t>> lists = planner.placement(grid, experts);
+    SmallVector<int64_t> flat, sizes;
+    for (auto &l : lists) {
+      flat.append(l.begin(), l.end());
+      sizes.push_back(static_cast<int64_t>(l.size()));
+    }
+    e.setPlacementAttr(PlacementAttr::get(module.getContext(), flat, sizes));
+  }
+  module->setAttr("moe.plan",
+                  b.getDictionaryAttr({
+                      b.getNamedAttr("predicted_step_s", b.getF64FloatAttr(best.step())),
+                      b.getNamedAttr("compute_s", b.getF64FloatAttr(best.compute)),
+                      b.getNamedAttr("all_to_all_s", b.getF64FloatAttr(best.allToAll)),
+                      b.getNamedAttr("all_reduce_s", b.getF64FloatAttr(best.allReduce)),
+                      b.getNamedAttr("tensor_parallel_s",
+                                     b.getF64FloatAttr(best.tensorParallel)),
+                      b.getNamedAttr("zero_stage", b.getI64IntegerAttr(best.zero ? 1 : 0)),
+                      b.getNamedAttr("max_memory_bytes", b.getF64FloatAttr(best.memory)),
+                      b.getNamedAttr("candidates", b.getI64IntegerAttr(order.size())),
+                  }));
+
+  // Reports.
+  std::map<std::string, int64_t> kindCounts;
+  for (int64_t r = 0; r < n; ++r)
+    ++kindCounts[cluster->kindOf(r).name];
+  std::string devicesText;
+  for (auto &[name, count] : kindCounts)
+    devicesText += (devicesText.empty() ? "" : " + ") + std::to_string(count) + " x " + name;
+  if (!reportTable.empty()) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model")
+       << " on " << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
+       << "step: " << llvm::format("%.4g", step.flops / 1e9) << " GFLOP"
+       << (step.forwardOnly ? " (forward x 3)" : "") << ", parameters "
+       << gigabytes(step.denseParamBytes) << " dense + "
+       << gigabytes(step.expertParamBytes) << " experts, activations "
+       << gigabytes(step.activationBytes) << "\n"
+       << llvm::format("  %-1s %5s %5s %3s %4s %12s %12s %12s %12s %12s %12s  %s\n", "",
+                       "dp", "ep", "tp", "zero", "compute", "all-to-all", "all-reduce",
+                       "tp comm", "step", "memory/dev", "fits");
+    for (size_t i : order) {
+      const Candidate &c = candidates[i];
+      os << llvm::format("  %-1s %5lld %5lld %3lld %4s %12s %12s %12s %12s %12s %12s  %s\n",
+                         &c == &best ? "*" : "", (long long)c.dp, (long long)c.ep,
+                         (long long)c.tp, c.zero ? "1" : "-", seconds(c.compute).c_str(),
+                         seconds(c.allToAll).c_str(), seconds(c.allReduce).c_str(),
+                         seconds(c.tensorParallel).c_str(), seconds(c.step()).c_str(),
+                         gigabytes(c.memory).c_str(), c.fits ? "yes" : "no");
+    }
+    // How the work is shared over device kinds (mixed clusters).
+    std::vector<double> coord = planner.coordinateShares(grid);
+    std::map<std::string, std::pair<double, int64_t>> perKind;
+    for (int64_t r = 0; r < n; ++r) {
+      auto &k = perKind[cluster->kindOf(r).name];
+      k.first = coord[r / best.tp];
+      ++k.second;
+    }
+    os << "token share per replica (dp x ep coordinate):";
+    for (auto &[name, k] : perKind)
+      os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
+    if (!expertOps.empty()) {
+      std::vector<std::vector<int64_t>> lists = planner.placement(
+          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType())
+                    .getShape()[0]);
+      os << "; experts of the first MoE layer per ep rank:";
+      for (auto &l : lists)
+        os << " " << l.size();
+    }
+    os << "\nchosen: " << why << "\n";
+    if (failed(writeTo(reportTable, text, module)))
+      return signalPassFailure();
+  }
+  if (!reportJson.empty()) {
+    llvm::json::Array cands;
+    for (size_t i : order) {
+      const Candidate &c = candidates[i];
+      cands.push_back(llvm::json::Object{
+          {"dp", c.dp}, {"ep", c.ep}, {"tp", c.tp}, {"zero_stage", c.zero ? 1 : 0},
+          {"compute_s", c.compute}, {"all_to_all_s", c.allToAll},
+          {"all_reduce_s", c.allReduce}, {"tensor_parallel_s", c.tensorParallel},
+          {"step_s", c.step()}, {"max_memory_bytes", c.memory},
+          {"max_memory_device", c.memoryKind}, {"fits", c.fits}});
+    }
+    llvm::json::Array shares;
+    std::vector<double> coord = planner.coordinateShares(grid);
+    for (int64_t r = 0; r < n; ++r)
+      shares.push_back(coord[r / best.tp] / static_cast<double>(best.tp));
+    llvm::json::Object report{
+        {"cluster", cluster->name},
+        {"devices", n},
+        {"step_gflop", step.flops / 1e9},
+        {"forward_only", step.forwardOnly},
+        {"dense_parameter_bytes", step.denseParamBytes},
+        {"expert_parameter_bytes", step.expertParamBytes},
+        {"activation_bytes", step.activationBytes},
+        {"candidates", std::move(cands)},
+        {"chosen", llvm::json::Object{{"dp", best.dp}, {"ep", best.ep}, {"tp", best.tp},
+                                      {"zero_stage", best.zero ? 1 : 0}}},
+        {"token_share", std::move(shares)},
+        {"why", why}};
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
+    if (failed(writeTo(reportJson, text, module)))
+      return signalPassFailure();
+  }
+}
+
+} // namespace
