@@ -1,0 +1,92 @@
+/*===- Comm.h - collectives between ranks --------------------------------===*
+ *
+ * The communicator API generated step programs and the trainer use: one C
+ * ABI with two backends, ranks as threads of one process (the default, and
+ * what the tests use) and, later, ranks as MPI processes. Every collective
+ * works on a group: an explicit list of global ranks, the caller included,
+ * in the same order on every member (the order sets the layout of
+ * per-member chunks and the summation order, so results are bit-identical
+ * on every member and independent of timing).
+ *
+ * Members of a group must call its collectives in the same order (as with
+ * MPI communicators). A collective that does not complete within the
+ * communicator's timeout returns non-zero and moert_comm_error() names the
+ * collective, the group and the ranks that did not arrive: a dead or stuck
+ * peer is an error, never a hang.
+ *
+ * Byte counters (moert_comm_bytes) count the payload each rank sends to
+ * other ranks:
+ *   all_reduce     (p-1)/p of the buffer twice (ring reduce-scatter +
+ *                  all-gather), 2 (p-1) * count * 4 / p bytes
+ *   all_to_all_v   the chunks for the other members
+ *   all_gather     its chunk to each of the other p-1 members
+ *   reduce_scatter the chunks of the other members, (p-1) * count * 4
+ *   broadcast      the root sends bytes to p-1 members; others send nothing
+ * so they equal the analytical volumes of docs/CostModel.md.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef MOERT_COMM_H
+#define MOERT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct moert_comm moert_comm;
+
+enum moert_collective {
+  MOERT_ALL_REDUCE = 0,
+  MOERT_ALL_TO_ALL = 1,
+  MOERT_ALL_GATHER = 2,
+  MOERT_REDUCE_SCATTER = 3,
+  MOERT_BROADCAST = 4,
+  MOERT_BARRIER = 5,
+  MOERT_NUM_COLLECTIVES = 6
+};
+
+int moert_comm_rank(const moert_comm *comm);
+int moert_comm_size(const moert_comm *comm);
+
+/* Sum of `count` floats over the group, in place. */
+int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count,
+                         const int32_t *group, int group_size);
+/* Member i sends send_bytes[j] bytes (consecutive in `send`, in member
+ * order) to member j and receives recv_bytes[j] from it (consecutive in
+ * `recv`); what j sends to i must equal what i expects from j. */
+int moert_all_to_all_v(moert_comm *comm, const void *send,
+                       const int64_t *send_bytes, void *recv,
+                       const int64_t *recv_bytes, const int32_t *group,
+                       int group_size);
+/* recv = the members' `bytes`-byte chunks in member order. */
+int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes,
+                     void *recv, const int32_t *group, int group_size);
+/* recv (count floats) = sum over members of their send chunk for this
+ * member (send holds group_size chunks of count floats). */
+int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv,
+                             int64_t count, const int32_t *group,
+                             int group_size);
+/* The root's (a global rank in the group) `bytes` to every member. */
+int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root,
+                    const int32_t *group, int group_size);
+int moert_barrier(moert_comm *comm, const int32_t *group, int group_size);
+
+/* The last failure's message ("" when none). */
+const char *moert_comm_error(const moert_comm *comm);
+/* Bytes this rank sent, per collective kind (see above). */
+int64_t moert_comm_bytes(const moert_comm *comm, int collective);
+
+/* Runs fn(comm, user) on `ranks` threads, one communicator each, with the
+ * given timeout per collective; returns 0 when every rank returned 0, else
+ * the first non-zero result (by rank). */
+int moert_run_threads(int ranks, double timeout_seconds,
+                      int (*fn)(moert_comm *comm, void *user), void *user);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOERT_COMM_H */

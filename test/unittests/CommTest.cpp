@@ -1,0 +1,213 @@
+//===- CommTest.cpp - the threads communicator ----------------------------===//
+//
+// Collectives between ranks that are threads: results against serial
+// references (bit for bit, and the same bits on every member), concurrent
+// sub-groups, ragged all-to-all, byte counters equal to the analytical
+// volumes, and a missing peer that turns into an error naming it instead of
+// a hang.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Comm.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<float> dataOf(int rank, int count) {
+  std::mt19937 rng(100 + rank);
+  std::normal_distribution<float> n;
+  std::vector<float> v(count);
+  for (float &x : v)
+    x = n(rng);
+  return v;
+}
+
+/// Runs `body(comm)` on `ranks` threads; failures are recorded per rank.
+struct Ranks {
+  std::function<int(moert_comm *)> body;
+  std::vector<std::string> errors;
+  std::mutex mutex;
+  static int trampoline(moert_comm *comm, void *user) {
+    auto *run = static_cast<Ranks *>(user);
+    int rc = run->body(comm);
+    if (rc != 0) {
+      std::lock_guard<std::mutex> lock(run->mutex);
+      run->errors.push_back(moert_comm_error(comm));
+    }
+    return rc;
+  }
+  int operator()(int ranks, double timeout = 10) {
+    errors.assign(0, "");
+    return moert_run_threads(ranks, timeout, trampoline, this);
+  }
+};
+
+TEST(CommTest, AllReduceIsTheSerialSumOnEveryRank) {
+  const int ranks = 4, count = 1000;
+  std::vector<std::vector<float>> results(ranks);
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    std::vector<float> data = dataOf(r, count);
+    const int32_t all[] = {0, 1, 2, 3};
+    int rc = moert_all_reduce_f32(comm, data.data(), count, all, ranks);
+    results[r] = data;
+    return rc;
+  };
+  ASSERT_EQ(run(ranks), 0);
+  std::vector<float> want(count, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<float> d = dataOf(r, count);
+    for (int k = 0; k < count; ++k)
+      want[k] += d[k];
+  }
+  for (int r = 0; r < ranks; ++r)
+    EXPECT_EQ(std::memcmp(results[r].data(), want.data(), count * sizeof(float)), 0)
+        << "rank " << r;
+}
+
+TEST(CommTest, SubGroupsRunConcurrentlyAndCountBytes) {
+  const int count = 100;
+  std::vector<float> results(4);
+  std::vector<int64_t> bytes(4);
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    // {0, 2} and {1, 3}: strided groups, as expert replicas over dp.
+    const int32_t even[] = {0, 2}, odd[] = {1, 3};
+    float data[count];
+    for (int k = 0; k < count; ++k)
+      data[k] = static_cast<float>(r);
+    int rc = moert_all_reduce_f32(comm, data, count, r % 2 ? odd : even, 2);
+    results[r] = data[0];
+    bytes[r] = moert_comm_bytes(comm, MOERT_ALL_REDUCE);
+    return rc;
+  };
+  ASSERT_EQ(run(4), 0);
+  EXPECT_EQ(results, (std::vector<float>{2, 4, 2, 4}));
+  // Ring all-reduce: 2 (p-1)/p of 400 bytes.
+  EXPECT_EQ(bytes, (std::vector<int64_t>{400, 400, 400, 400}));
+}
+
+TEST(CommTest, RaggedAllToAllDeliversEveryChunk) {
+  const int ranks = 3;
+  std::vector<std::string> received(ranks);
+  std::vector<int64_t> sent(ranks);
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    // Rank r sends (r + j + 1) bytes of value 'a' + r to rank j.
+    std::vector<int64_t> sendBytes(ranks), recvBytes(ranks);
+    std::string send, recv;
+    for (int j = 0; j < ranks; ++j) {
+      sendBytes[j] = r + j + 1;
+      recvBytes[j] = j + r + 1;
+      send += std::string(sendBytes[j], static_cast<char>('a' + r));
+    }
+    recv.resize(6 + 3 * r); // sum over j of (j + r + 1)
+    const int32_t all[] = {0, 1, 2};
+    int rc = moert_all_to_all_v(comm, send.data(), sendBytes.data(), recv.data(),
+                                recvBytes.data(), all, ranks);
+    received[r] = recv;
+    sent[r] = moert_comm_bytes(comm, MOERT_ALL_TO_ALL);
+    return rc;
+  };
+  ASSERT_EQ(run(ranks), 0);
+  EXPECT_EQ(received[0], "abbccc");
+  EXPECT_EQ(received[1], "aabbbcccc");
+  EXPECT_EQ(received[2], "aaabbbbccccc");
+  // Bytes to the other ranks only: rank 0 sends 2 + 3, rank 1 2 + 4.
+  EXPECT_EQ(sent, (std::vector<int64_t>{5, 6, 7}));
+}
+
+TEST(CommTest, GatherScatterAndBroadcast) {
+  const int ranks = 4;
+  std::vector<std::vector<int32_t>> gathered(ranks);
+  std::vector<std::vector<float>> scattered(ranks);
+  std::vector<double> broadcast(ranks);
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    const int32_t all[] = {0, 1, 2, 3};
+    int32_t mine = 10 * r;
+    gathered[r].resize(ranks);
+    if (moert_all_gather(comm, &mine, sizeof mine, gathered[r].data(), all, ranks))
+      return 1;
+    // Chunk j of rank r holds r + j (2 floats): rank j gets sum_r (r + j).
+    std::vector<float> send(2 * ranks);
+    for (int j = 0; j < ranks; ++j)
+      send[2 * j] = send[2 * j + 1] = static_cast<float>(r + j);
+    scattered[r].resize(2);
+    if (moert_reduce_scatter_f32(comm, send.data(), scattered[r].data(), 2, all, ranks))
+      return 1;
+    double value = r == 2 ? 3.25 : 0;
+    if (moert_broadcast(comm, &value, sizeof value, 2, all, ranks))
+      return 1;
+    broadcast[r] = value;
+    return moert_barrier(comm, all, ranks);
+  };
+  ASSERT_EQ(run(ranks), 0) << (run.errors.empty() ? "" : run.errors[0]);
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(gathered[r], (std::vector<int32_t>{0, 10, 20, 30}));
+    float want = static_cast<float>(6 + 4 * r);
+    EXPECT_EQ(scattered[r], (std::vector<float>{want, want}));
+    EXPECT_EQ(broadcast[r], 3.25);
+  }
+}
+
+TEST(CommTest, AMissingPeerIsAnErrorNamingItNotAHang) {
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    if (r == 2)
+      return 0; // never joins
+    const int32_t all[] = {0, 1, 2};
+    float x = 1;
+    return moert_all_reduce_f32(comm, &x, 1, all, 3);
+  };
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(run(3, 0.2), 0);
+  double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 5.0);
+  ASSERT_EQ(run.errors.size(), 2u);
+  for (const std::string &e : run.errors)
+    EXPECT_NE(e.find("all_reduce #0 on group [0, 1, 2] timed out after 0.2"),
+              std::string::npos)
+        << e;
+  EXPECT_NE(run.errors[0].find("rank(s) 2 did not arrive"), std::string::npos)
+      << run.errors[0];
+}
+
+TEST(CommTest, BadGroupsAreErrors) {
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    if (moert_comm_rank(comm) != 0)
+      return 0;
+    float x = 0;
+    const int32_t notMine[] = {1}, twice[] = {0, 0}, outside[] = {0, 7};
+    int failures = 0;
+    failures += moert_all_reduce_f32(comm, &x, 1, notMine, 1) != 0;
+    std::string a = moert_comm_error(comm);
+    failures += moert_all_reduce_f32(comm, &x, 1, twice, 2) != 0;
+    std::string b = moert_comm_error(comm);
+    failures += moert_all_reduce_f32(comm, &x, 1, outside, 2) != 0;
+    std::string c = moert_comm_error(comm);
+    EXPECT_EQ(a, "rank 0: rank 0 is not in group [1]");
+    EXPECT_EQ(b, "rank 0: group [0, 0] names a rank twice");
+    EXPECT_EQ(c, "rank 0: group [0, 7] names a rank outside [0, 2)");
+    return failures == 3 ? 0 : 1;
+  };
+  EXPECT_EQ(run(2), 0);
+}
+
+} // namespace
