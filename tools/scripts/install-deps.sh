@@ -15,6 +15,7 @@ PKGS=(
   clang-14 libclang-rt-14-dev # libFuzzer + sanitizers for the frontend fuzzer
   libhalide14-0-dev  # Halide 14: kernel generators (moe-halide-gen)
   bible-kjv          # the demo's corpus: the King James Bible (public domain)
+  libopenmpi-dev openmpi-bin # MPI: ranks as processes across nodes (runtime backend, tests)
   cmake ninja-build g++ lld ccache python3
 )
 # `install-deps.sh --bench` adds what bench/ compares against (not needed to

@@ -1,0 +1,125 @@
+//===- Comm.cpp - the communicator C ABI over its backends ----------------===//
+
+#include "CommImpl.h"
+
+#include <algorithm>
+#include <vector>
+
+std::string moert::groupText(const int32_t *group, int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i)
+    s += (i ? ", " : "") + std::to_string(group[i]);
+  return s + "]";
+}
+
+namespace {
+
+/// The caller's index in a valid group, or -1 with comm->error set.
+int validate(moert_comm *comm, const int32_t *group, int n) {
+  auto fail = [&](const std::string &m) {
+    comm->error = "rank " + std::to_string(comm->rank) + ": " + m;
+    return -1;
+  };
+  if (n < 1 || !group)
+    return fail("an empty group");
+  std::vector<int32_t> seen(group, group + n);
+  std::sort(seen.begin(), seen.end());
+  std::string text = moert::groupText(group, n);
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+    return fail("group " + text + " names a rank twice");
+  if (seen.front() < 0 || seen.back() >= comm->size)
+    return fail("group " + text + " names a rank outside [0, " +
+                std::to_string(comm->size) + ")");
+  for (int i = 0; i < n; ++i)
+    if (group[i] == comm->rank)
+      return i;
+  return fail("rank " + std::to_string(comm->rank) + " is not in group " + text);
+}
+
+/// Finishes a backend call: prefixes the error with the rank.
+int finish(moert_comm *comm, bool ok) {
+  if (ok)
+    return 0;
+  comm->error = "rank " + std::to_string(comm->rank) + ": " + comm->error;
+  return 1;
+}
+
+} // namespace
+
+extern "C" {
+
+int moert_comm_rank(const moert_comm *comm) { return comm->rank; }
+int moert_comm_size(const moert_comm *comm) { return comm->size; }
+const char *moert_comm_error(const moert_comm *comm) { return comm->error.c_str(); }
+int64_t moert_comm_bytes(const moert_comm *comm, int collective) {
+  return collective >= 0 && collective < MOERT_NUM_COLLECTIVES ? comm->bytes[collective]
+                                                               : 0;
+}
+
+int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count,
+                         const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  if (i < 0 || finish(comm, comm->allReduce(data, count, group, n, i)))
+    return 1;
+  comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  return 0;
+}
+
+int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBytes,
+                       void *recv, const int64_t *recvBytes, const int32_t *group,
+                       int n) {
+  int i = validate(comm, group, n);
+  if (i < 0 ||
+      finish(comm, comm->allToAllV(send, sendBytes, recv, recvBytes, group, n, i)))
+    return 1;
+  for (int j = 0; j < n; ++j)
+    if (j != i)
+      comm->bytes[MOERT_ALL_TO_ALL] += sendBytes[j];
+  return 0;
+}
+
+int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes, void *recv,
+                     const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  if (i < 0 || finish(comm, comm->allGather(send, bytes, recv, group, n, i)))
+    return 1;
+  comm->bytes[MOERT_ALL_GATHER] += bytes * (n - 1);
+  return 0;
+}
+
+int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv,
+                             int64_t count, const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  if (i < 0 || finish(comm, comm->reduceScatter(send, recv, count, group, n, i)))
+    return 1;
+  comm->bytes[MOERT_REDUCE_SCATTER] += (n - 1) * count * 4;
+  return 0;
+}
+
+int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root,
+                    const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  if (i < 0)
+    return 1;
+  int rootIndex = -1;
+  for (int j = 0; j < n; ++j)
+    if (group[j] == root)
+      rootIndex = j;
+  if (rootIndex < 0) {
+    comm->error = "rank " + std::to_string(comm->rank) + ": broadcast root " +
+                  std::to_string(root) + " is not in group " + moert::groupText(group, n);
+    return 1;
+  }
+  if (finish(comm, comm->broadcast(data, bytes, rootIndex, group, n, i)))
+    return 1;
+  if (i == rootIndex)
+    comm->bytes[MOERT_BROADCAST] += bytes * (n - 1);
+  return 0;
+}
+
+int moert_barrier(moert_comm *comm, const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  return i < 0 || finish(comm, comm->barrier(group, n, i)) ? 1 : 0;
+}
+
+} // extern "C"

@@ -1,0 +1,44 @@
+//===- CommImpl.h - the communicator backends' interface --------*- C++ -*-===//
+//
+// moert_comm is a C++ object behind the C ABI of moert/Comm.h: Comm.cpp
+// checks groups and counts bytes once for all backends, then calls the
+// backend (ThreadComm.cpp, MpiComm.cpp). `index` is the caller's position
+// in the group; groups are validated before a backend sees them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_COMMIMPL_H
+#define MOERT_COMMIMPL_H
+
+#include "moert/Comm.h"
+
+#include <string>
+
+struct moert_comm {
+  virtual ~moert_comm() = default;
+
+  int rank = 0, size = 1;
+  std::string error;
+  int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
+
+  /// Backends return false after setting `error` (without the rank prefix).
+  virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n,
+                         int index) = 0;
+  virtual bool allToAllV(const void *send, const int64_t *sendBytes, void *recv,
+                         const int64_t *recvBytes, const int32_t *group, int n,
+                         int index) = 0;
+  virtual bool allGather(const void *send, int64_t bytes, void *recv,
+                         const int32_t *group, int n, int index) = 0;
+  virtual bool reduceScatter(const float *send, float *recv, int64_t count,
+                             const int32_t *group, int n, int index) = 0;
+  virtual bool broadcast(void *data, int64_t bytes, int rootIndex,
+                         const int32_t *group, int n, int index) = 0;
+  virtual bool barrier(const int32_t *group, int n, int index) = 0;
+};
+
+namespace moert {
+/// "[0, 2, 3]".
+std::string groupText(const int32_t *group, int n);
+} // namespace moert
+
+#endif // MOERT_COMMIMPL_H
