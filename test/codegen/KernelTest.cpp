@@ -51,6 +51,7 @@
 #include "rms_norm_k.h"
 
 #include "moe/InitAllDialects.h"
+#include "moert/Aligned.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -62,6 +63,9 @@
 #include <vector>
 
 using Halide::Runtime::Buffer;
+// Every buffer handed to a kernel is 64-byte aligned, as in generated
+// binaries: Halide may use aligned vector loads and stores on them.
+using Floats = moert::AlignedFloats;
 using ::moec::reference::Interpreter;
 using ::moec::reference::Tensor;
 
@@ -75,16 +79,16 @@ struct InstallHandler {
   InstallHandler() { halide_set_error_handler(recordError); }
 } installHandler;
 
-std::vector<float> randomVector(size_t n, unsigned seed) {
+Floats randomVector(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
+  Floats v(n);
   for (float &x : v)
     x = dist(rng);
   return v;
 }
 
-Tensor tensorOf(const std::vector<float> &v, std::vector<int64_t> shape) {
+Tensor tensorOf(const Floats &v, std::vector<int64_t> shape) {
   Tensor t = Tensor::zeros(std::move(shape));
   t.data.assign(v.begin(), v.end());
   return t;
@@ -112,7 +116,7 @@ std::vector<Tensor> interpret(const std::string &signature,
 
 /// f32 kernel output against the double-precision reference; the tolerance
 /// grows with the length of the reductions involved.
-void expectClose(const std::vector<float> &got, const Tensor &want,
+void expectClose(const Floats &got, const Tensor &want,
                  int reduction) {
   ASSERT_EQ(got.size(), want.data.size());
   for (size_t i = 0; i < got.size(); ++i)
@@ -122,7 +126,7 @@ void expectClose(const std::vector<float> &got, const Tensor &want,
 }
 
 /// A row-major [outer, inner] array as a Halide buffer (dim 0 innermost).
-Buffer<float> view(std::vector<float> &v, int inner, int outer) {
+Buffer<float> view(Floats &v, int inner, int outer) {
   return Buffer<float>(v.data(), inner, outer);
 }
 
@@ -135,7 +139,7 @@ void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
   auto x = randomVector(m * k, 1), w = randomVector(k * n, 2),
        b = randomVector(bias ? n : 1, 3),
        r = randomVector(residual ? m * n : 1, 4);
-  std::vector<float> y(m * n, NAN);
+  Floats y(m * n, NAN);
   Buffer<float> bb(b.data(), (int)b.size());
   auto br = residual ? view(r, n, m) : view(r, 1, 1);
   auto bx = view(x, k, m), bw = view(w, n, k), by = view(y, n, m);
@@ -152,8 +156,8 @@ void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
                 : "  return %y : " + ty);
   auto want = interpret(sig, body,
                         {tensorOf(x, {m, k}), tensorOf(w, {k, n}),
-                         tensorOf(bias ? b : std::vector<float>(n), {n}),
-                         tensorOf(residual ? r : std::vector<float>(m * n), {m, n})});
+                         tensorOf(bias ? b : Floats(n), {n}),
+                         tensorOf(residual ? r : Floats(m * n), {m, n})});
   ASSERT_EQ(want.size(), 1u);
   expectClose(y, want[0], k);
 }
@@ -170,7 +174,7 @@ template <typename Kernel>
 void checkLinearGrad(Kernel kernel, int m, int k, int n) {
   auto x = randomVector(m * k, 5), w = randomVector(k * n, 6),
        dy = randomVector(m * n, 7);
-  std::vector<float> dx(m * k, NAN), dw(k * n, NAN);
+  Floats dx(m * k, NAN), dw(k * n, NAN);
   auto bx = view(x, k, m), bw = view(w, n, k), bdy = view(dy, n, m),
        bdx = view(dx, k, m), bdw = view(dw, n, k);
   ASSERT_EQ(kernel(bx, bw, bdy, bdx, bdw), 0) << lastError;
@@ -198,7 +202,7 @@ TEST(HalideKernelTest, RMSNormForwardAndBackward) {
   const int rows = 5, width = 20;
   auto x = randomVector(rows * width, 8), g = randomVector(width, 9),
        dy = randomVector(rows * width, 10);
-  std::vector<float> y(rows * width), dx(rows * width), dg(width);
+  Floats y(rows * width), dx(rows * width), dg(width);
   auto bx = view(x, width, rows), by = view(y, width, rows),
        bdy = view(dy, width, rows), bdx = view(dx, width, rows);
   Buffer<float> bg(g.data(), width), bdg(dg.data(), width);
@@ -220,9 +224,9 @@ TEST(HalideKernelTest, RMSNormForwardAndBackward) {
 
 TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
   const int tokens = 6, vocab = 10, width = 16;
-  std::vector<int32_t> ids = {3, 0, 9, 3, 7, 3};
+  moert::AlignedInts ids = {3, 0, 9, 3, 7, 3};
   auto table = randomVector(vocab * width, 11), dy = randomVector(tokens * width, 12);
-  std::vector<float> y(tokens * width), dt(vocab * width);
+  Floats y(tokens * width), dt(vocab * width);
   Buffer<int32_t> bids(ids.data(), tokens);
   auto bt = view(table, width, vocab), by = view(y, width, tokens),
        bdy = view(dy, width, tokens), bdt = view(dt, width, vocab);
@@ -249,9 +253,9 @@ TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
 
 TEST(HalideKernelTest, CrossEntropyForwardAndBackward) {
   const int tokens = 6, vocab = 11;
-  std::vector<int32_t> targets = {0, 10, 5, 5, 2, 7};
+  moert::AlignedInts targets = {0, 10, 5, 5, 2, 7};
   auto logits = randomVector(tokens * vocab, 13);
-  std::vector<float> loss(1), dl(tokens * vocab), dloss = {0.5f};
+  Floats loss(1), dl(tokens * vocab), dloss = {0.5f};
   Buffer<int32_t> bt(targets.data(), tokens);
   auto bl = view(logits, vocab, tokens), bdl = view(dl, vocab, tokens);
   Buffer<float> bloss = Buffer<float>::make_scalar(loss.data());
@@ -293,9 +297,9 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
        down = randomVector(groups * f * d, 16),
        gate = randomVector(gated ? groups * d * f : 1, 17),
        dy = randomVector(groups * rows * d, 18);
-  std::vector<float> y(x.size()), dx(x.size()), dup(up.size()), ddown(down.size()),
+  Floats y(x.size()), dx(x.size()), dup(up.size()), ddown(down.size()),
       dgate(gate.size());
-  auto b3 = [](std::vector<float> &v, int a, int b, int c) {
+  auto b3 = [](Floats &v, int a, int b, int c) {
     return Buffer<float>(v.data(), a, b, c);
   };
   auto bx = b3(x, d, rows, groups), bup = b3(up, f, d, groups),
@@ -305,7 +309,7 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
        bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
        bddown = b3(ddown, d, f, groups),
        bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
-  std::vector<float> preUp(saved ? groups * rows * f : 1),
+  Floats preUp(saved ? groups * rows * f : 1),
       preGate(saved && gated ? groups * rows * f : 1);
   auto bpu = saved ? b3(preUp, f, rows, groups) : b3(preUp, 1, 1, 1),
        bpg = saved && gated ? b3(preGate, f, rows, groups) : b3(preGate, 1, 1, 1);
@@ -337,7 +341,7 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
                        sd = grouped ? std::vector<int64_t>{groups, f, d}
                                     : std::vector<int64_t>{f, d};
   std::vector<Tensor> args = {tensorOf(x, sx), tensorOf(up, su), tensorOf(down, sd),
-                              tensorOf(gated ? gate : std::vector<float>(groups * d * f), su),
+                              tensorOf(gated ? gate : Floats(groups * d * f), su),
                               tensorOf(dy, sx)};
   auto want = interpret("(%x: " + tx + ", %u: " + tu + ", %d: " + td + ", %g: " + tu +
                             ", %dy: " + tx + ") -> (" + tx + ", " + gradOutTypes + ")",
@@ -392,17 +396,17 @@ TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
 TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
   // 6 tokens x 2 choices into 4 experts x 3 slots; -1 marks drops.
   const int tokens = 6, k = 2, total = 12, d = 8;
-  std::vector<int32_t> slots = {0, 3, 1, 4, -1, 6, 2, 9, 7, -1, 10, 5};
+  moert::AlignedInts slots = {0, 3, 1, 4, -1, 6, 2, 9, 7, -1, 10, 5};
   auto x = randomVector(tokens * d, 19), w = randomVector(tokens * k, 20),
        y = randomVector(total * d, 21), dout = randomVector(tokens * d, 22);
-  std::vector<float> buf(total * d), out(tokens * d), plain(tokens * d),
+  Floats buf(total * d), out(tokens * d), plain(tokens * d),
       dbuf(total * d), dw(tokens * k);
   Buffer<int32_t> bs(slots.data(), k, tokens);
   auto bx = view(x, d, tokens), bw = view(w, k, tokens), by = view(y, d, total),
        bdout = view(dout, d, tokens), bbuf = view(buf, d, total),
        bout = view(out, d, tokens), bplain = view(plain, d, tokens),
        bdbuf = view(dbuf, d, total), bdw = view(dw, k, tokens);
-  std::vector<float> one(1);
+  Floats one(1);
   auto bone = view(one, 1, 1);
   ASSERT_EQ(permute_k(bx, bs, bbuf), 0) << lastError;
   ASSERT_EQ(unpermute_k(by, bs, bw, bout), 0) << lastError;
@@ -438,7 +442,7 @@ TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
 
 TEST(HalideKernelTest, BiasGradSumsRows) {
   auto dy = randomVector(7 * 12, 26);
-  std::vector<float> db(12);
+  Floats db(12);
   Buffer<float> bdy(dy.data(), 12, 7), bdb(db.data(), 12);
   ASSERT_EQ(bias_grad_k(bdy, bdb), 0) << lastError;
   auto want = interpret("(%dy: tensor<7x12xf32>) -> tensor<12xf32>",
@@ -451,7 +455,7 @@ TEST(HalideKernelTest, BiasGradSumsRows) {
 
 TEST(HalideKernelTest, Add) {
   auto a = randomVector(40, 23), b = randomVector(40, 24);
-  std::vector<float> z(40);
+  Floats z(40);
   Buffer<float> ba(a.data(), 40), bb(b.data(), 40), bz(z.data(), 40);
   ASSERT_EQ(add_k(ba, bb, bz), 0) << lastError;
   auto want = interpret("(%a: tensor<40xf32>, %b: tensor<40xf32>) -> tensor<40xf32>",
@@ -465,7 +469,7 @@ TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {
   // Three steps with clipping active; the kernel updates w, m, v in place.
   const int n = 37;
   auto w = randomVector(n, 25);
-  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  Floats m(n, 0.0f), v(n, 0.0f);
   mlir::DialectRegistry registry;
   mlir::moe::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
@@ -497,7 +501,7 @@ TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {
         << error;
   }
   expectClose(w, interp.params["w"], 3);
-  Tensor mt = tensorOf(std::vector<float>(n), {n}), vt = mt;
+  Tensor mt = tensorOf(Floats(n), {n}), vt = mt;
   mt.data = interp.moments["w"].first;
   vt.data = interp.moments["w"].second;
   expectClose(m, mt, 3);
@@ -510,8 +514,8 @@ void checkAttention(Fwd fwd, Bwd bwd, int batch, int seq, int heads, int kvHeads
   int qw = heads * hd, kw = kvHeads * hd;
   auto q = randomVector(batch * seq * qw, 40), k = randomVector(batch * seq * kw, 41),
        v = randomVector(batch * seq * kw, 42), dout = randomVector(batch * seq * qw, 43);
-  std::vector<float> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
-  auto b3 = [&](std::vector<float> &x, int w) { return Buffer<float>(x.data(), w, seq, batch); };
+  Floats o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  auto b3 = [&](Floats &x, int w) { return Buffer<float>(x.data(), w, seq, batch); };
   auto bq = b3(q, qw), bk = b3(k, kw), bv = b3(v, kw), bdo = b3(dout, qw),
        bo = b3(o, qw), bdq = b3(dq, qw), bdk = b3(dk, kw), bdv = b3(dv, kw);
   ASSERT_EQ(fwd(bq, bk, bv, bo), 0) << lastError;
@@ -559,8 +563,8 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
        b = randomVector(bias ? E : 1, 52), dg = randomVector(T * K, 53);
   for (float &v : b)
     v *= 0.3f;
-  std::vector<float> gates(T * K), aux(1), dx(T * D), dw(D * E), daux = {0.7f};
-  std::vector<int32_t> experts(T * K), slots(T * K), counts(E);
+  Floats gates(T * K), aux(1), dx(T * D), dw(D * E), daux = {0.7f};
+  moert::AlignedInts experts(T * K), slots(T * K), counts(E);
   auto bx = view(x, D, T), bw = view(w, E, D), bdg = view(dg, K, T),
        bgates = view(gates, K, T), bdx = view(dx, D, T), bdw = view(dw, E, D);
   Buffer<float> bb(b.data(), (int)b.size());
@@ -588,7 +592,7 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
           ")\n  return %g, %e, %s, %c, %a, %dx, %dw : " + tg + ", " + ti + ", " + ti +
           ", tensor<4xi32>, tensor<f32>, " + tx + ", " + tw,
       {tensorOf(x, {T, D}), tensorOf(w, {D, E}),
-       tensorOf(bias ? b : std::vector<float>(E), {E}), tensorOf(dg, {T, K}), half});
+       tensorOf(bias ? b : Floats(E), {E}), tensorOf(dg, {T, K}), half});
   ASSERT_EQ(want.size(), 7u);
   expectClose(gates, want[0], E);
   EXPECT_EQ(experts, want[1].ints);
@@ -611,7 +615,7 @@ TEST(HalideKernelTest, SigmoidFusedGateWithBiasAndRouterGrad) {
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {
   // linear_small is specialised to x [3, 5]; a [4, 5] input is refused.
-  std::vector<float> x(4 * 5), w(5 * 6), b(1), r(1), y(3 * 6);
+  Floats x(4 * 5), w(5 * 6), b(1), r(1), y(3 * 6);
   Buffer<float> bx(x.data(), 5, 4), bw(w.data(), 6, 5), bb(b.data(), 1),
       br(r.data(), 1, 1), by(y.data(), 6, 3);
   lastError.clear();
