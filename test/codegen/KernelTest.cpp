@@ -224,7 +224,7 @@ TEST(HalideKernelTest, RMSNormForwardAndBackward) {
 
 TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
   const int tokens = 6, vocab = 10, width = 16;
-  moert::AlignedInts ids = {3, 0, 9, 3, 7, 3};
+  std::vector<int32_t> ids = {3, 0, 9, 3, 7, 3};
   auto table = randomVector(vocab * width, 11), dy = randomVector(tokens * width, 12);
   Floats y(tokens * width), dt(vocab * width);
   Buffer<int32_t> bids(ids.data(), tokens);
@@ -253,7 +253,7 @@ TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
 
 TEST(HalideKernelTest, CrossEntropyForwardAndBackward) {
   const int tokens = 6, vocab = 11;
-  moert::AlignedInts targets = {0, 10, 5, 5, 2, 7};
+  std::vector<int32_t> targets = {0, 10, 5, 5, 2, 7};
   auto logits = randomVector(tokens * vocab, 13);
   Floats loss(1), dl(tokens * vocab), dloss = {0.5f};
   Buffer<int32_t> bt(targets.data(), tokens);
@@ -396,7 +396,7 @@ TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
 TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
   // 6 tokens x 2 choices into 4 experts x 3 slots; -1 marks drops.
   const int tokens = 6, k = 2, total = 12, d = 8;
-  moert::AlignedInts slots = {0, 3, 1, 4, -1, 6, 2, 9, 7, -1, 10, 5};
+  std::vector<int32_t> slots = {0, 3, 1, 4, -1, 6, 2, 9, 7, -1, 10, 5};
   auto x = randomVector(tokens * d, 19), w = randomVector(tokens * k, 20),
        y = randomVector(total * d, 21), dout = randomVector(tokens * d, 22);
   Floats buf(total * d), out(tokens * d), plain(tokens * d),
@@ -564,7 +564,7 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
   for (float &v : b)
     v *= 0.3f;
   Floats gates(T * K), aux(1), dx(T * D), dw(D * E), daux = {0.7f};
-  moert::AlignedInts experts(T * K), slots(T * K), counts(E);
+  std::vector<int32_t> experts(T * K), slots(T * K), counts(E);
   auto bx = view(x, D, T), bw = view(w, E, D), bdg = view(dg, K, T),
        bgates = view(gates, K, T), bdx = view(dx, D, T), bdw = view(dw, E, D);
   Buffer<float> bb(b.data(), (int)b.size());
