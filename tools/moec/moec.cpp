@@ -16,6 +16,7 @@
 #include "moe/Frontend/HFConfig.h"
 #include "moe/Frontend/ModelToMLIR.h"
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,7 +27,9 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -141,14 +144,47 @@ int main(int argc, char **argv) {
   }
 
   // Training pipeline.
+  SmallString<128> planJsonPath, planTablePath;
+  nlohmann::json sharding;
   {
     Stage stage("pipeline");
     mlir::PassManager pm(&context);
     mlir::moe::TrainPipelineOptions pipeline;
-    pipeline.savePreactivations = !recompute;
+    pipeline.lower = false;
     mlir::moe::buildTrainPipeline(pm, pipeline);
+    // With a cluster, the sharding plan (and its report) before lowering.
+    if (!clusterFile.empty()) {
+      for (auto *path : {&planJsonPath, &planTablePath}) {
+        int fd;
+        if (sys::fs::createTemporaryFile("moec-plan", "txt", fd, *path))
+          return fail("cannot create a temporary file for the plan report");
+        sys::Process::SafelyCloseFileDescriptor(fd);
+      }
+      mlir::moe::PlanShardingPassOptions plan;
+      plan.reportJson = planJsonPath.str().str();
+      plan.reportTable = planTablePath.str().str();
+      pm.addPass(mlir::moe::createPlanShardingPass(plan));
+    }
+    mlir::moe::LowerToKernelsPassOptions lower;
+    lower.savePreactivations = !recompute;
+    pm.addPass(mlir::moe::createLowerToKernelsPass(lower));
     if (mlir::failed(pm.run(*module)))
       return 1;
+    if (!clusterFile.empty()) {
+      auto json = MemoryBuffer::getFile(planJsonPath);
+      auto table = MemoryBuffer::getFile(planTablePath);
+      if (json)
+        sharding = nlohmann::json::parse((*json)->getBuffer().str(), nullptr, false);
+      if (table && verbose)
+        errs() << (*table)->getBuffer();
+      sys::fs::remove(planJsonPath);
+      sys::fs::remove(planTablePath);
+      if (auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
+          grid && grid.getNumRanks() > 1 && emit == Emit::Exe)
+        errs() << "moec: note: the plan spreads the step over " << grid.getNumRanks()
+               << " ranks; this binary runs it on one (multi-rank execution is not "
+                  "built yet)\n";
+    }
   }
 
   if (emit == Emit::Mlir) {
@@ -192,6 +228,8 @@ int main(int argc, char **argv) {
 
   if (emit == Emit::Plan) {
     nlohmann::json out = {{"buffer_plan", plan}, {"kernels", manifest}};
+    if (!sharding.is_null() && !sharding.is_discarded())
+      out["sharding"] = sharding;
     std::string error;
     auto file = mlir::openOutputFile(outputPath.empty() ? std::string("-") : std::string(outputPath), &error);
     if (!file)
