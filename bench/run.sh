@@ -14,6 +14,22 @@ out="$build/bench"
 mkdir -p "$out"
 
 cmake --build "$build" --target moe-bench-ffn >/dev/null
+
+echo "== planner: DeepSeek-V3 (4096 tokens) on 2048 H100 (import excluded; pipeline + moe-plan-sharding)"
+"$build/bin/moe-translate" --import-hf-config examples/models/hf/deepseek-v3.json --seq-len 4096 \
+  --batch-size 1 --cluster examples/clusters/h100-2048.json -o "$out/dsv3.mlir" 2>/dev/null
+"$py" - "$build/bin/moe-opt" "$out/dsv3.mlir" "$out/dsv3-plan.txt" <<'PY'
+import statistics, subprocess, sys, time
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    subprocess.run([sys.argv[1], sys.argv[2], "--moe-train-pipeline=lower=false",
+                    "--moe-plan-sharding=report-table=" + sys.argv[3], "-o", "/dev/null"], check=True)
+    times.append(time.perf_counter() - start)
+print("median %.2f s over 3 runs; %s" % (statistics.median(times),
+      [l for l in open(sys.argv[3]) if l.startswith("chosen")][0].strip()))
+PY
+echo
 echo "== grouped expert FFN (SwiGLU, forward + backward) vs OpenBLAS sgemm, $threads threads"
 "$build/bin/moe-bench-ffn" "$threads" 15 | tee "$out/ffn.json"
 

@@ -137,10 +137,14 @@ public:
     double layers = std::max<double>(1, static_cast<double>(step.layerExperts.size()));
     for (int64_t d = 0; d < dp; ++d) {
       std::vector<double> speed = groupSpeeds(g, d);
+      std::map<int64_t, std::vector<int64_t>> byExperts; // layers share counts
       for (int64_t experts : step.layerExperts) {
-        std::vector<int64_t> counts = expertCounts(speed, experts);
+        auto it = byExperts.find(experts);
+        if (it == byExperts.end())
+          it = byExperts.emplace(experts, expertCounts(speed, experts)).first;
         for (int64_t e = 0; e < ep; ++e)
-          expertFraction[d * ep + e] += static_cast<double>(counts[e]) / experts / layers;
+          expertFraction[d * ep + e] +=
+              static_cast<double>(it->second[e]) / experts / layers;
       }
     }
     double tdp = static_cast<double>(tp);
@@ -167,9 +171,15 @@ public:
         Group group;
         for (int64_t e = 0; e < ep; ++e)
           group.push_back(g.rank(d, e, t));
+        // Linear in the bytes: one evaluation for all layers plus the
+        // other layers' latencies.
+        double bytes = std::accumulate(step.layerDispatchBytes.begin(),
+                                       step.layerDispatchBytes.end(), 0.0);
+        double layersA2A = static_cast<double>(step.layerDispatchBytes.size());
         double a2a = 0;
-        for (double bytes : step.layerDispatchBytes)
-          a2a += 4 * allToAllTime(cluster, group, bytes * maxShare / tdp);
+        if (layersA2A > 0)
+          a2a = 4 * (allToAllTime(cluster, group, bytes * maxShare / tdp) +
+                     (layersA2A - 1) * allToAllTime(cluster, group, 1e-30));
         c.allToAll = std::max(c.allToAll, a2a);
       }
     }
