@@ -10,9 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::constrainDense;
 
 namespace {
 
@@ -121,12 +122,6 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
     return {batch, seq, heads, kv_heads, head_dim, rope, theta};               \
   }
 
-void constrain(OutputImageParam x, int width, int seq, int batch) {
-  x.dim(0).set_bounds(0, width).set_stride(1);
-  x.dim(1).set_bounds(0, seq).set_stride(width);
-  x.dim(2).set_bounds(0, batch).set_stride(width * seq);
-}
-
 class Attention : public Generator<Attention> {
 public:
   MOE_ATTENTION_PARAMS
@@ -160,10 +155,10 @@ public:
 
   void schedule() {
     AttentionParams p = params();
-    constrain(q, p.heads * p.headDim, p.seq, p.batch);
-    constrain(k, p.kvHeads * p.headDim, p.seq, p.batch);
-    constrain(v, p.kvHeads * p.headDim, p.seq, p.batch);
-    constrain(o, p.heads * p.headDim, p.seq, p.batch);
+    constrainDense(q, {p.heads * p.headDim, p.seq, p.batch});
+    constrainDense(k, {p.kvHeads * p.headDim, p.seq, p.batch});
+    constrainDense(v, {p.kvHeads * p.headDim, p.seq, p.batch});
+    constrainDense(o, {p.heads * p.headDim, p.seq, p.batch});
   }
 };
 
@@ -223,13 +218,13 @@ public:
 
   void schedule() {
     AttentionParams p = params();
-    constrain(q, p.heads * p.headDim, p.seq, p.batch);
-    constrain(k, p.kvHeads * p.headDim, p.seq, p.batch);
-    constrain(v, p.kvHeads * p.headDim, p.seq, p.batch);
-    constrain(dout, p.heads * p.headDim, p.seq, p.batch);
-    constrain(dq, p.heads * p.headDim, p.seq, p.batch);
-    constrain(dk, p.kvHeads * p.headDim, p.seq, p.batch);
-    constrain(dv, p.kvHeads * p.headDim, p.seq, p.batch);
+    constrainDense(q, {p.heads * p.headDim, p.seq, p.batch});
+    constrainDense(k, {p.kvHeads * p.headDim, p.seq, p.batch});
+    constrainDense(v, {p.kvHeads * p.headDim, p.seq, p.batch});
+    constrainDense(dout, {p.heads * p.headDim, p.seq, p.batch});
+    constrainDense(dq, {p.heads * p.headDim, p.seq, p.batch});
+    constrainDense(dk, {p.kvHeads * p.headDim, p.seq, p.batch});
+    constrainDense(dv, {p.kvHeads * p.headDim, p.seq, p.batch});
   }
 };
 

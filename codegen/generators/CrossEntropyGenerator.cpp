@@ -6,9 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::constrainDense;
 
 namespace {
 
@@ -44,8 +45,7 @@ public:
   }
 
   void schedule() {
-    logits.dim(0).set_bounds(0, vocab).set_stride(1);
-    logits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    constrainDense(logits, {vocab, tokens});
     targets.dim(0).set_bounds(0, tokens);
     lse.compute_root();
     target.compute_root();
@@ -75,11 +75,9 @@ public:
   }
 
   void schedule() {
-    logits.dim(0).set_bounds(0, vocab).set_stride(1);
-    logits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    constrainDense(logits, {vocab, tokens});
     targets.dim(0).set_bounds(0, tokens);
-    dlogits.dim(0).set_bounds(0, vocab).set_stride(1);
-    dlogits.dim(1).set_bounds(0, tokens).set_stride(vocab);
+    constrainDense(dlogits, {vocab, tokens});
     const int vec = natural_vector_size<float>();
     target.compute_root();
     lse.compute_at(dlogits, t);

@@ -7,9 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::constrainDense;
 
 namespace {
 
@@ -34,10 +35,8 @@ public:
 
   void schedule() {
     ids.dim(0).set_bounds(0, tokens);
-    table.dim(0).set_bounds(0, width).set_stride(1);
-    table.dim(1).set_bounds(0, vocab).set_stride(width);
-    y.dim(0).set_bounds(0, width).set_stride(1);
-    y.dim(1).set_bounds(0, tokens).set_stride(width);
+    constrainDense(table, {width, vocab});
+    constrainDense(y, {width, tokens});
     const int vec = natural_vector_size<float>();
     id.compute_root();
     y.parallel(t);
@@ -71,10 +70,8 @@ public:
 
   void schedule() {
     ids.dim(0).set_bounds(0, tokens);
-    dy.dim(0).set_bounds(0, width).set_stride(1);
-    dy.dim(1).set_bounds(0, tokens).set_stride(width);
-    dtable.dim(0).set_bounds(0, width).set_stride(1);
-    dtable.dim(1).set_bounds(0, vocab).set_stride(width);
+    constrainDense(dy, {width, tokens});
+    constrainDense(dtable, {width, vocab});
     const int vec = natural_vector_size<float>();
     id.compute_root();
     acc.compute_root();

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Matmul.h"
+#include "Shapes.h"
 
 using namespace Halide;
 using namespace moec_codegen;
@@ -52,13 +53,6 @@ Expr activateGrad(Act a, Expr z) {
     return select(z > 0.0f, 1.0f, 0.0f);
   }
   return z;
-}
-
-/// A dense row-major 3-d buffer of extents (d0, d1, d2), d0 innermost.
-void constrain3(OutputImageParam b, int d0, int d1, int d2) {
-  b.dim(0).set_bounds(0, d0).set_stride(1);
-  b.dim(1).set_bounds(0, d1).set_stride(d0);
-  b.dim(2).set_bounds(0, d2).set_stride(d0 * d1);
 }
 
 class FFN : public Generator<FFN> {
@@ -108,17 +102,13 @@ public:
 
   void schedule() {
     bool gated = activation == Act::SwiGLU;
-    constrain3(x, width, rows, groups);
-    constrain3(up, hidden, width, groups);
-    constrain3(down, width, hidden, groups);
-    constrain3(gate, gated ? (int)hidden : 1,
-                              gated ? (int)width : 1, gated ? (int)groups : 1);
-    constrain3(y, width, rows, groups);
-    bool saveGate = save && gated;
-    constrain3(preUp, save ? (int)hidden : 1, save ? (int)rows : 1,
-               save ? (int)groups : 1);
-    constrain3(preGate, saveGate ? (int)hidden : 1, saveGate ? (int)rows : 1,
-               saveGate ? (int)groups : 1);
+    constrainDense(x, {width, rows, groups});
+    constrainDense(up, {hidden, width, groups});
+    constrainDense(down, {width, hidden, groups});
+    constrainOptional(gate, gated, {hidden, width, groups});
+    constrainDense(y, {width, rows, groups});
+    constrainOptional(preUp, save, {hidden, rows, groups});
+    constrainOptional(preGate, save && gated, {hidden, rows, groups});
     const int vec = natural_vector_size<float>();
     if (save) {
       // The pre-activations are outputs (GEMMs into them); h follows from
@@ -217,17 +207,15 @@ public:
 
   void schedule() {
     bool gated = activation == Act::SwiGLU;
-    constrain3(x, width, rows, groups);
-    constrain3(dy, width, rows, groups);
-    constrain3(dx, width, rows, groups);
-    constrain3(up, hidden, width, groups);
-    constrain3(dup, hidden, width, groups);
-    constrain3(down, width, hidden, groups);
-    constrain3(ddown, width, hidden, groups);
-    int gf = gated ? (int)hidden : 1, gd = gated ? (int)width : 1,
-        ge = gated ? (int)groups : 1;
-    constrain3(gate, gf, gd, ge);
-    constrain3(dgate, gf, gd, ge);
+    constrainDense(x, {width, rows, groups});
+    constrainDense(dy, {width, rows, groups});
+    constrainDense(dx, {width, rows, groups});
+    constrainDense(up, {hidden, width, groups});
+    constrainDense(dup, {hidden, width, groups});
+    constrainDense(down, {width, hidden, groups});
+    constrainDense(ddown, {width, hidden, groups});
+    constrainOptional(gate, gated, {hidden, width, groups});
+    constrainOptional(dgate, gated, {hidden, width, groups});
     const int vec = natural_vector_size<float>();
     auto transpose = [&](Func fn, Var inner, int extent) {
       fn.compute_root().parallel(e);
@@ -237,11 +225,8 @@ public:
     transpose(downT, f, hidden);
     transpose(upT, d, width);
     transpose(xT, c, rows);
-    bool savedGate = saved && gated;
-    constrain3(preUp, saved ? (int)hidden : 1, saved ? (int)rows : 1,
-               saved ? (int)groups : 1);
-    constrain3(preGate, savedGate ? (int)hidden : 1, savedGate ? (int)rows : 1,
-               savedGate ? (int)groups : 1);
+    constrainOptional(preUp, saved, {hidden, rows, groups});
+    constrainOptional(preGate, saved && gated, {hidden, rows, groups});
     if (saved)
       scheduleMatmul(act, {dhAcc}, f, c, hidden, rows, width, vec, &e, true);
     else if (gated)

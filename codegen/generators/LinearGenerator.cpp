@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Matmul.h"
+#include "Shapes.h"
 
 #include <utility>
 
@@ -19,13 +20,6 @@ using namespace Halide;
 using namespace moec_codegen;
 
 namespace {
-
-/// Shape constraints shared by the family.
-template <typename T>
-void constrain(T &buffer, int inner, int outer) {
-  buffer.dim(0).set_bounds(0, inner).set_stride(1);
-  buffer.dim(1).set_bounds(0, outer).set_stride(inner);
-}
 
 class Linear : public Generator<Linear> {
 public:
@@ -57,11 +51,11 @@ public:
   }
 
   void schedule() {
-    constrain(x, in, rows);
-    constrain(w, out, in);
-    constrain(y, out, rows);
+    constrainDense(x, {in, rows});
+    constrainDense(w, {out, in});
+    constrainDense(y, {out, rows});
     b.dim(0).set_bounds(0, bias ? (int)out : 1);
-    constrain(r, residual ? (int)out : 1, residual ? (int)rows : 1);
+    constrainOptional(r, residual, {out, rows});
     const int vec = natural_vector_size<float>();
     Var no{"no"}, ni{"ni"}, mo{"mo"}, mi{"mi"};
     if (out >= 2 * vec && rows >= 4) {
@@ -106,11 +100,11 @@ public:
   }
 
   void schedule() {
-    constrain(x, in, rows);
-    constrain(w, out, in);
-    constrain(dy, out, rows);
-    constrain(dx, in, rows);
-    constrain(dw, out, in);
+    constrainDense(x, {in, rows});
+    constrainDense(w, {out, in});
+    constrainDense(dy, {out, rows});
+    constrainDense(dx, {in, rows});
+    constrainDense(dw, {out, in});
     const int vec = natural_vector_size<float>();
     for (auto [f, inner] : {std::pair<Func, int>{wT, (int)in}, {xT, (int)rows}}) {
       f.compute_root().parallel(f.args()[1]);
@@ -142,8 +136,8 @@ public:
   }
 
   void schedule() {
-    constrain(dy, out, rows);
-    db.dim(0).set_bounds(0, out).set_stride(1);
+    constrainDense(dy, {out, rows});
+    constrainDense(db, {out});
     // The sum runs vectorised in an internal (aligned) buffer; the output,
     // one row, is copied out element by element, which assumes nothing
     // about the caller's alignment.

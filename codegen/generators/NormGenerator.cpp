@@ -7,9 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::constrainDense;
 
 namespace {
 
@@ -33,11 +34,9 @@ public:
   }
 
   void schedule() {
-    x.dim(0).set_bounds(0, width).set_stride(1);
-    x.dim(1).set_bounds(0, rows).set_stride(width);
+    constrainDense(x, {width, rows});
     g.dim(0).set_bounds(0, width);
-    y.dim(0).set_bounds(0, width).set_stride(1);
-    y.dim(1).set_bounds(0, rows).set_stride(width);
+    constrainDense(y, {width, rows});
     const int vec = natural_vector_size<float>();
     y.parallel(r);
     inv.compute_at(y, r);
@@ -72,12 +71,9 @@ public:
   }
 
   void schedule() {
-    for (auto *b : {&x, &dy}) {
-      b->dim(0).set_bounds(0, width).set_stride(1);
-      b->dim(1).set_bounds(0, rows).set_stride(width);
-    }
-    dx.dim(0).set_bounds(0, width).set_stride(1);
-    dx.dim(1).set_bounds(0, rows).set_stride(width);
+    constrainDense(x, {width, rows});
+    constrainDense(dy, {width, rows});
+    constrainDense(dx, {width, rows});
     g.dim(0).set_bounds(0, width);
     dg.dim(0).set_bounds(0, width);
     const int vec = natural_vector_size<float>();

@@ -9,9 +9,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::constrainDense;
+using moec_codegen::constrainOptional;
 
 namespace {
 
@@ -29,11 +31,6 @@ Func checkedSlots(Func slots, int total) {
   s(j, t) = require(slots(j, t) >= -1 && slots(j, t) < total, slots(j, t),
                     "slot out of range:", slots(j, t));
   return s;
-}
-
-void constrain2(OutputImageParam b, int inner, int outer) {
-  b.dim(0).set_bounds(0, inner).set_stride(1);
-  b.dim(1).set_bounds(0, outer).set_stride(inner);
 }
 
 class Permute : public Generator<Permute> {
@@ -63,9 +60,9 @@ public:
   }
 
   void schedule() {
-    constrain2(x, width, tokens);
-    constrain2(slots, k, tokens);
-    constrain2(buf, width, slots_total);
+    constrainDense(x, {width, tokens});
+    constrainDense(slots, {k, tokens});
+    constrainDense(buf, {width, slots_total});
   }
 };
 
@@ -93,10 +90,10 @@ public:
   }
 
   void schedule() {
-    constrain2(buf, width, slots_total);
-    constrain2(slots, k, tokens);
-    constrain2(weights, weighted ? (int)k : 1, weighted ? (int)tokens : 1);
-    constrain2(out, width, tokens);
+    constrainDense(buf, {width, slots_total});
+    constrainDense(slots, {k, tokens});
+    constrainOptional(weights, weighted, {k, tokens});
+    constrainDense(out, {width, tokens});
   }
 };
 
@@ -135,12 +132,12 @@ public:
   }
 
   void schedule() {
-    constrain2(buf, width, slots_total);
-    constrain2(slots, k, tokens);
-    constrain2(weights, k, tokens);
-    constrain2(dout, width, tokens);
-    constrain2(dbuf, width, slots_total);
-    constrain2(dweights, k, tokens);
+    constrainDense(buf, {width, slots_total});
+    constrainDense(slots, {k, tokens});
+    constrainDense(weights, {k, tokens});
+    constrainDense(dout, {width, tokens});
+    constrainDense(dbuf, {width, slots_total});
+    constrainDense(dweights, {k, tokens});
   }
 };
 

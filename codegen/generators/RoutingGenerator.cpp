@@ -10,11 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 #include <limits>
 
 using namespace Halide;
+using moec_codegen::constrainDense;
 
 namespace {
 
@@ -91,11 +92,6 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
   return r;
 }
 
-void constrain2(OutputImageParam b, int inner, int outer) {
-  b.dim(0).set_bounds(0, inner).set_stride(1);
-  b.dim(1).set_bounds(0, outer).set_stride(inner);
-}
-
 class FusedGate : public Generator<FusedGate> {
 public:
   MOE_ROUTING_PARAMS
@@ -141,12 +137,12 @@ public:
   }
 
   void schedule() {
-    constrain2(x, width, tokens);
-    constrain2(w, num_experts, width);
+    constrainDense(x, {width, tokens});
+    constrainDense(w, {num_experts, width});
     bias.dim(0).set_bounds(0, has_bias ? (int)num_experts : 1);
     for (OutputImageParam p : {OutputImageParam(gates), OutputImageParam(chosen),
                                OutputImageParam(slots)})
-      constrain2(p, top_k, tokens);
+      constrainDense(p, {top_k, tokens});
     counts.dim(0).set_bounds(0, num_experts);
   }
 };
@@ -212,12 +208,12 @@ public:
   }
 
   void schedule() {
-    constrain2(x, width, tokens);
-    constrain2(w, num_experts, width);
+    constrainDense(x, {width, tokens});
+    constrainDense(w, {num_experts, width});
     bias.dim(0).set_bounds(0, has_bias ? (int)num_experts : 1);
-    constrain2(dgates, top_k, tokens);
-    constrain2(dx, width, tokens);
-    constrain2(dw, num_experts, width);
+    constrainDense(dgates, {top_k, tokens});
+    constrainDense(dx, {width, tokens});
+    constrainDense(dw, {num_experts, width});
   }
 };
 

@@ -129,7 +129,6 @@ public:
     Candidate c;
     c.dp = dp, c.ep = ep, c.tp = tp, c.zero = zero;
     Grid g{dp, ep, tp};
-    int64_t n = cluster.numRanks();
     std::vector<double> share = coordinateShares(g);
     // Fraction of every MoE layer's experts each (d, e) coordinate holds,
     // averaged over layers; expert tensor parallelism splits them over tp.
@@ -239,7 +238,6 @@ public:
           if (bytes > cluster.kindOf(r).memoryBytes)
             c.fits = false;
         }
-    (void)n;
     return c;
   }
 

@@ -150,6 +150,12 @@ private:
     return true;
   }
 
+  std::chrono::steady_clock::time_point deadlineFromNow() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(timeout));
+  }
+
   /// Every member sends a token to every other and waits for theirs.
   bool handshake(const int32_t *group, int n, int tag, const std::string &key) {
     std::vector<MPI_Request> requests;
@@ -171,9 +177,7 @@ private:
       MPI_Isend(&one, 1, MPI_INT, group[j], tag, MPI_COMM_WORLD, &r);
       sends.push_back(r);
     }
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(timeout));
+    auto deadline = deadlineFromNow();
     int done = 0;
     while (!done) {
       MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
@@ -202,9 +206,7 @@ private:
     if (started != MPI_SUCCESS)
       return fail(std::string(what) + " on group " + groupText(group, n) +
                   " could not start (MPI error " + std::to_string(started) + ")");
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(timeout));
+    auto deadline = deadlineFromNow();
     int done = 0;
     for (unsigned spin = 0;; ++spin) {
       if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
@@ -212,8 +214,7 @@ private:
       if (done)
         return true;
       if (std::chrono::steady_clock::now() > deadline)
-        return fail(std::string(what) + " #" + std::to_string(++timeouts) +
-                    " on group " + groupText(group, n) + " timed out after " +
+        return fail(std::string(what) + " on group " + groupText(group, n) + " timed out after " +
                     std::to_string(timeout) +
                     " s: a member is dead, stuck or called another collective");
       if (spin > 1000)
@@ -223,7 +224,6 @@ private:
 
   double timeout;
   std::map<std::string, MPI_Comm> comms;
-  int timeouts = 0;
 };
 
 } // namespace

@@ -426,7 +426,8 @@ int main(int argc, char **argv) {
     // cannot influence it (causal attention) and come later in routing
     // priority. The other rows hold held-out text, so the experts see a
     // typical load.
-    std::vector<int32_t> context = promptTokens(o, data, prog.vocab), in, tg;
+    const std::vector<int32_t> prompt = promptTokens(o, data, prog.vocab);
+    std::vector<int32_t> context = prompt, in, tg;
     std::mt19937_64 rng(seed + 2);
     moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
     bool heldOut = moert::BatchSampler(data, split, data.size(), prog.batch,
@@ -451,12 +452,10 @@ int main(int argc, char **argv) {
     }
     std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
                 o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");
-    std::vector<int32_t> prompt = promptTokens(o, data, prog.vocab);
     if (!data.wide) {
       std::string out;
-      for (const auto *part : {&prompt, &generated})
-        for (int32_t t : *part)
-          out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);
+      for (int32_t t : context) // the prompt, then the generated tokens
+        out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);
       std::printf("%s\n", out.c_str());
     } else {
       for (int32_t t : prompt)
