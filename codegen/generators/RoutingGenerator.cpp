@@ -33,17 +33,19 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
   GeneratorParam<bool> has_bias{"has_bias", false};                            \
   GeneratorParam<float> routed_scaling{"routed_scaling", 1.0f};                \
   GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                  \
-  GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};
+  GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                      \
+  GeneratorParam<int> groups{"groups", 1};
 
 /// What the forward and the backward both recompute.
 struct Routing {
   Func logits{"logits"}, lse{"lse"}, score{"score"}, balance{"balance"},
-      scoreSum{"score_sum"}, counts{"counts"}, selectedSum{"selected_sum"};
+      scoreSum{"score_sum"}, counts{"counts"}, selectedSum{"selected_sum"},
+      groupCounts{"group_counts"};
   std::vector<Func> chosen;
 };
 
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
-              int k, Scoring scoring, bool hasBias) {
+              int k, Scoring scoring, bool hasBias, int groups) {
   Routing r;
   Var e, t;
   RDom d(0, width), re(0, experts);
@@ -73,16 +75,21 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
   for (const Func &c : r.chosen)
     total += r.score(clamp(c(t), 0, experts - 1), t);
   r.selectedSum(t) = total;
-  // Token-slots routed to each expert (before capacity).
+  // Token-slots routed to each expert (before capacity), per routing group
+  // of tokens / groups consecutive tokens, and in total.
   RDom rt(0, k, 0, tokens);
   Func chosenAt("chosen_at");
-  Var j;
+  Var j, g;
   Expr which = r.chosen[0](t);
   for (int c = 1; c < k; ++c)
     which = select(j == c, r.chosen[c](t), which);
   chosenAt(j, t) = which;
-  r.counts(e) = 0;
-  r.counts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1)) += 1;
+  int perGroup = tokens / groups;
+  r.groupCounts(e, g) = 0;
+  r.groupCounts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1), rt.y / perGroup) += 1;
+  r.groupCounts.compute_root();
+  RDom rg(0, groups);
+  r.counts(e) = sum(r.groupCounts(e, rg));
   for (Func f : {r.logits, r.lse, r.score, r.scoreSum, r.selectedSum, chosenAt})
     f.compute_root();
   for (Func &c : r.chosen)
@@ -107,8 +114,9 @@ public:
   Output<Buffer<float, 0>> aux{"aux"};
 
   void generate() {
-    int k = top_k, T = tokens, E = num_experts, C = capacity;
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias);
+    int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
+    int Tg = T / G; // tokens per routing group
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
@@ -116,22 +124,26 @@ public:
                   (renormalize ? r.selectedSum(t) : Expr(1.0f));
     chosen(j, t) = chosenAt(j, t);
     counts(e) = r.counts(e);
-    // Prefix counts in token order, then choice order: before(e, i) is the
-    // number of token-slots before flat index i = t * k + j routed to e.
+    // Prefix counts in token order, then choice order, restarting at each
+    // group: before(e, i) is the number of token-slots of i's group before
+    // flat index i = t * k + j routed to e.
     Func before("before");
     RDom ri(0, T * k);
     before(e, i) = 0;
-    before(e, ri + 1) = before(e, ri) + select(chosenAt(ri % k, ri / k) == e, 1, 0);
+    before(e, ri + 1) = select((ri + 1) % (Tg * k) == 0, 0,
+                               before(e, ri) + select(chosenAt(ri % k, ri / k) == e, 1, 0));
     before.compute_root();
     Expr ex = clamp(chosenAt(j, t), 0, E - 1);
     Expr c = before(ex, t * k + j);
-    slots(j, t) = select(c < C, ex * C + c, -1);
-    // Losses.
-    RDom re(0, E), rt(0, T);
+    slots(j, t) = select(c < C, ex * (G * C) + (t / Tg) * C + c, -1);
+    // Losses: the balancing loss is the mean over groups.
+    Var g;
+    RDom re(0, E), rt(0, T), rgt(0, Tg), reg(0, E, 0, G);
     Func meanBalance("mean_balance");
-    meanBalance(e) = sum(r.balance(e, rt)) / (float)T;
+    meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
     meanBalance.compute_root();
-    Expr balanceLoss = sum(cast<float>(r.counts(re)) / (float)(T * k) * meanBalance(re));
+    Expr balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
+                           meanBalance(reg.x, reg.y)) / (float)G;
     Expr zLoss = sum(r.lse(rt) * r.lse(rt)) / (float)T;
     aux() = (float)aux_loss_coef * (float)E * balanceLoss + (float)z_loss_coef * zLoss;
   }
@@ -160,8 +172,8 @@ public:
   Output<Buffer<float, 2>> dw{"dw"};
 
   void generate() {
-    int k = top_k, T = tokens, E = num_experts;
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias);
+    int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
     Var e, t, d;
     float scaling = routed_scaling;
     // Through the selected gates.
@@ -175,19 +187,24 @@ public:
                            : scaling * dgates(j, t);
       gatePart += select(r.chosen[j](t) == e, g, 0.0f);
     }
-    // Through the balancing loss (the fractions are counts: constants).
-    Func gp("gp");
-    gp(e) = daux() * (float)aux_loss_coef * (float)E *
-            cast<float>(r.counts(e)) / (float)(T * k) / (float)T;
+    // Through the balancing loss (the fractions are counts: constants), per
+    // routing group.
+    Func gpg("gp_group"), gp("gp");
+    Var g;
+    gpg(e, g) = daux() * (float)aux_loss_coef * (float)E *
+                cast<float>(r.groupCounts(e, g)) / (float)(Tg * k) / (float)Tg /
+                (float)G;
+    gpg.compute_root();
+    gp(e, t) = gpg(e, t / Tg);
     RDom re(0, E);
     Func ds("ds"), dl("dl");
     if (scoring == Scoring::Softmax) {
-      ds(e, t) = gatePart + gp(e);
+      ds(e, t) = gatePart + gp(e, t);
     } else {
       Func dot("balance_dot");
-      dot(t) = sum(gp(re) * r.balance(re, t));
+      dot(t) = sum(gp(re, t) * r.balance(re, t));
       dot.compute_root();
-      ds(e, t) = gatePart + (gp(e) - dot(t)) / r.scoreSum(t);
+      ds(e, t) = gatePart + (gp(e, t) - dot(t)) / r.scoreSum(t);
     }
     ds.compute_root();
     Expr s = r.score(e, t);

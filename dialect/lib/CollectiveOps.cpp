@@ -2,6 +2,10 @@
 
 #include "VerifyUtils.h"
 
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::checks;
@@ -40,6 +44,8 @@ LogicalResult AllReduceOp::verify() {
   int64_t group;
   if (failed(verifyGroup(*this, getAxes(), group)))
     return failure();
+  if (!std::isfinite(getScale().convertToDouble()))
+    return emitOpError("scale must be finite");
   return verifyCodecUse(*this, getCodecAttr(), getInput(),
                         /*elementwiseOnly=*/false);
 }
@@ -96,4 +102,19 @@ LogicalResult AllToAllOp::verify() {
       return failure();
   }
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
+}
+
+LogicalResult AllToAllOp::buildGradient(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  if (getSendCounts())
+    return emitOpError("the ragged form has no gradient rule; differentiate "
+                       "the dense form");
+  Value dx = AllToAllOp::create(b, getLoc(), TypeRange{getInput().getType()},
+                                resultGrads[0], Value(), getAxesAttr(),
+                                getConcatDimAttr(), getSplitDimAttr(),
+                                getCodecAttr())
+                 .getResult();
+  operandGrads.assign({dx});
+  return success();
 }

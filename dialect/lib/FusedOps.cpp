@@ -16,6 +16,8 @@ LogicalResult FusedGateOp::verify() {
     return failure();
   if (getCapacity() < 1)
     return emitOpError() << "capacity must be >= 1, got " << getCapacity();
+  if (failed(checkRoutingGroups(*this, getGroups(), getX())))
+    return failure();
   return failure(failed(checkShape(*this, "slots", getSlots(), choices)) ||
                  failed(checkShape(*this, "counts", getCounts(), {experts})));
 }
@@ -83,7 +85,7 @@ LogicalResult FusedGateOp::buildGradient(OpBuilder &b,
       b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(),
       getX(), getWeight(), dgates, daux, getBias(), getTopKAttr(),
       getRenormalizeAttr(), getAuxLossCoefAttr(), getZLossCoefAttr(),
-      getRoutedScalingAttr());
+      getRoutedScalingAttr(), getGroupsAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value());

@@ -84,6 +84,7 @@ LogicalResult RouterGradOp::verify() {
   SmallVector<int64_t> choices(x.drop_back());
   choices.push_back(getTopK());
   return failure(
+      failed(checkRoutingGroups(*this, getGroups(), getX())) ||
       failed(checkShape(*this, "dgates", getDgates(), choices)) ||
       failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
       failed(checkGradType(*this, "dweight", getDweight(), "weight",

@@ -48,6 +48,14 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
                            "[arena, offset, bytes] per result");
     return success();
   }
+  if (name == "moe.shard") {
+    // A parameter holding one rank's block along dimension 0 (moe-partition).
+    auto axes = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!isa<ParamOp>(op) || !axes || axes.size() != 1 ||
+        axes[0] != StringAttr::get(op->getContext(), "ep"))
+      return op->emitError("'moe.shard' must be [\"ep\"] on a moe.param");
+    return success();
+  }
   if (name == "moe.no_grad") {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
       return op->emitError("'moe.no_grad' must be a unit attribute on a "

@@ -26,6 +26,16 @@ LogicalResult LRScheduleOp::verify() {
 LogicalResult GlobalNormOp::verify() {
   if (getGrads().empty())
     return emitOpError("needs at least one gradient");
+  if (static_cast<bool>(getSharded()) != static_cast<bool>(getShardAxes()))
+    return emitOpError("sharded and shard_axes come together");
+  if (getSharded() && getSharded()->size() != getGrads().size())
+    return emitOpError() << "sharded has " << getSharded()->size()
+                         << " entries for " << getGrads().size() << " operands";
+  if (getShardAxes()) {
+    int64_t group;
+    if (failed(checks::verifyGroup(*this, *getShardAxes(), group)))
+      return failure();
+  }
   return success();
 }
 

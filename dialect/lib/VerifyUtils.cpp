@@ -107,6 +107,19 @@ LogicalResult checks::verifyGroup(Operation *op, ArrayAttr axes,
   return success();
 }
 
+LogicalResult checks::checkRoutingGroups(Operation *op, int64_t groups,
+                                         Value x) {
+  if (groups < 1)
+    return op->emitOpError() << "groups must be >= 1, got " << groups;
+  ArrayRef<int64_t> shape = tensorType(x).getShape();
+  int64_t lead = shape.size() > 1 ? shape.front() : 1;
+  if (groups > 1 && lead % groups != 0)
+    return op->emitOpError() << "groups (" << groups
+                             << ") must divide the batch dimension (" << lead
+                             << "): a group is whole sequences";
+  return success();
+}
+
 LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec,
                                      Value input, bool elementwiseOnly) {
   if (!codec)

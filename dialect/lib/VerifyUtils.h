@@ -49,6 +49,10 @@ LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias,
                             int64_t topK, Value gates, Value expertIds,
                             int64_t &experts, SmallVectorImpl<int64_t> &choices);
 
+/// Checks routing `groups`: >= 1 and dividing x's leading (batch) dimension
+/// (groups are whole sequences).
+LogicalResult checkRoutingGroups(Operation *op, int64_t groups, Value x);
+
 /// Checks a collective's axes against the module grid and returns the group
 /// size through `groupSize`.
 LogicalResult verifyGroup(Operation *op, ArrayAttr axes, int64_t &groupSize);

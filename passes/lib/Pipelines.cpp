@@ -9,11 +9,17 @@ using namespace mlir;
 
 void moe::buildTrainPipeline(OpPassManager &pm,
                              const TrainPipelineOptions &options) {
-  if (options.fuseGating)
+  if (options.fuseGating) {
     pm.addPass(createFuseGatingPass());
+    RoutingGroupsPassOptions groups;
+    groups.groups = options.routingGroups;
+    pm.addPass(createRoutingGroupsPass(groups));
+    pm.addPass(createPartitionPass());
+  }
   AutodiffPassOptions autodiff;
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
+  pm.addPass(createInsertCollectivesPass());
   if (options.lower) {
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;

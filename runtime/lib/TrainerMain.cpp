@@ -13,7 +13,9 @@
 
 #include "moert/Aligned.h"
 #include "moert/Checkpoint.h"
+#include "moert/Comm.h"
 #include "moert/Data.h"
+#include "moert/MpiComm.h"
 #include "moert/Program.h"
 #include "moert/ScratchPool.h"
 
@@ -35,9 +37,20 @@
 
 extern "C" const moert_program moec_program;
 
+// The MPI backend, when the binary links libmoert_mpi (weak: a binary
+// without it runs ranks as threads only).
+extern "C" {
+int moert_mpi_launched(void) __attribute__((weak));
+moert_comm *moert_mpi_init(int *argc, char ***argv, double timeout_seconds)
+    __attribute__((weak));
+void moert_mpi_finalize(moert_comm *comm) __attribute__((weak));
+}
+
 namespace {
 
 struct Options {
+  int ranks = 0;          ///< 0: the grid the binary was compiled for
+  double timeout = 120.0; ///< seconds a collective may wait for a peer
   std::string data, metrics, checkpoint;
   long long steps = 100;
   long long evalEvery = 0;   ///< 0: evaluate at the end only
@@ -114,6 +127,15 @@ Options parse(int argc, char **argv) {
       o.topK = parseInt(a, value(), 0);
     else if (a == "--no-progress")
       o.progress = false;
+    else if (a == "--ranks")
+      o.ranks = static_cast<int>(parseInt(a, value(), 1));
+    else if (a == "--comm-timeout") {
+      const char *v = value();
+      char *end = nullptr;
+      o.timeout = std::strtod(v, &end);
+      if (!*v || *end || !(o.timeout > 0 && o.timeout <= 86400))
+        die(std::string("--comm-timeout expects seconds in (0, 86400], got '") + v + "'");
+    }
     else if (a == "--threads") {
       // The kernels' thread pool reads HL_NUM_THREADS when it starts.
       const char *v = value();
@@ -125,10 +147,12 @@ Options parse(int argc, char **argv) {
                   "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
                   "          [--eval-every N] [--eval-batches B]\n"
                   "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
-                  "          [--threads N] [--no-progress]\n"
+                  "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
                   "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
                   "  --sample N   generate N tokens after training, from --prompt (text;\n"
-                  "               comma-separated token ids for .bin data; default: newline)\n",
+                  "               comma-separated token ids for .bin data; default: newline)\n"
+                  "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
+                  "               (the compiled grid; under mpirun, one rank per process)\n",
                   argv[0]);
       std::exit(0);
     } else
@@ -152,20 +176,27 @@ int64_t numel(const moert_param_info &p) {
   return n;
 }
 
-/// The reference interpreter's initialisation, element for element.
-void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed) {
+/// The reference interpreter's initialisation, element for element: the
+/// full tensors are drawn in order on every rank, and a shard keeps its
+/// block (ep rank `epIndex`), so every grid starts from the same model.
+void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int epIndex) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < moec_program.num_params; ++i) {
     const moert_param_info &p = moec_program.params[i];
     std::normal_distribution<double> normal(0.0, p.scale > 0 ? p.scale : 1.0);
     std::uniform_real_distribution<double> uniform(-p.scale, p.scale);
-    for (float &v : params[i]) {
+    size_t n = params[i].size(), parts = std::max(p.shard_parts, 1);
+    size_t mine = parts > 1 ? static_cast<size_t>(epIndex) : 0;
+    for (size_t j = 0; j < n * parts; ++j) {
+      float v;
       switch (p.init) {
       case MOERT_INIT_ZEROS: v = 0; break;
       case MOERT_INIT_ONES: v = 1; break;
       case MOERT_INIT_NORMAL: v = static_cast<float>(normal(rng)); break;
       default: v = static_cast<float>(uniform(rng)); break;
       }
+      if (j / n == mine)
+        params[i][j % n] = v;
     }
   }
 }
@@ -237,32 +268,34 @@ void drawProgress(long long done, long long total, float loss, double tps,
   std::fflush(stdout);
 }
 
+/// What every rank reads: the options and the corpus.
+struct Shared {
+  const Options &o;
+  const moert::TokenStream &data;
+  size_t split;
+  uint64_t seed;
+  long long startResident;
+};
+
 } // namespace
 
-int main(int argc, char **argv) {
-  long long startResident = residentBytes();
-  // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and
-  // unmap exactly, instead of glibc's adaptive threshold moving freed scratch
-  // onto a heap that fragments and never shrinks.
-  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-  // Kernel scratch is reused across steps within the compiler's bound.
-  moert_scratch_set_limit(moec_program.planned_scratch_bytes);
-  Options o = parse(argc, argv);
+/// The training loop of one rank (all of it on one rank).
+static int trainRank(const Shared &sh, moert_comm *comm) {
+  const Options &o = sh.o;
   const moert_program &prog = moec_program;
-  uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
-
-  moert::TokenStream data;
+  const moert::TokenStream &data = sh.data;
+  uint64_t seed = sh.seed;
+  size_t split = sh.split;
   std::string error;
-  if (!moert::loadTokens(o.data, moert::DataFormat::Auto, data, error))
-    die(error);
-  if (data.maxToken >= prog.vocab)
-    die(o.data + ": token id " + std::to_string(data.maxToken) +
-        " does not fit the model's vocabulary (" + std::to_string(prog.vocab) + ")");
-  size_t split = moert::trainSplitEnd(data.size(), o.valFraction);
-  moert::BatchSampler sampler(data, 0, split, prog.batch, prog.seq_len, seed);
-  if (!sampler.valid(error))
-    die(o.data + ": " + error);
-
+  int rank = comm ? moert_comm_rank(comm) : 0;
+  int ranks = comm ? moert_comm_size(comm) : 1;
+  int tp = std::max(prog.grid_tp, 1), ep = std::max(prog.grid_ep, 1);
+  int replica = rank / tp, replicas = ranks / tp, epIndex = replica % ep;
+  bool lead = rank == 0;
+  // Every rank draws the global batch (the same windows) and keeps its
+  // replica's rows.
+  int64_t globalBatch = prog.batch * replicas;
+  moert::BatchSampler sampler(data, 0, split, globalBatch, prog.seq_len, seed);
   std::vector<moert::AlignedFloats> params(prog.num_params), moments(2 * prog.num_params);
   for (int i = 0; i < prog.num_params; ++i) {
     params[i].resize(numel(prog.params[i]));
@@ -271,7 +304,7 @@ int main(int argc, char **argv) {
       moments[2 * i + 1].assign(params[i].size(), 0.0f);
     }
   }
-  initialise(params, seed);
+  initialise(params, seed, epIndex);
   long long firstStep = 0;
   if (o.resume) {
     moert::TensorMap tensors;
@@ -285,11 +318,16 @@ int main(int argc, char **argv) {
             {".adam_m", &moments[2 * i]}, {".adam_v", &moments[2 * i + 1]}}) {
         if (target->empty())
           continue;
+        // Checkpoints hold full tensors: a shard reads its block, so a run
+        // resumes on any grid.
+        size_t parts = std::max(prog.params[i].shard_parts, 1), n = target->size();
+        size_t block = parts > 1 ? static_cast<size_t>(epIndex) : 0;
         auto it = tensors.find(name + suffix);
-        if (it == tensors.end() || it->second.data.size() != target->size())
+        if (it == tensors.end() || it->second.data.size() != n * parts)
           die(o.checkpoint + ": tensor '" + name + suffix +
               "' is missing or has another size than the model's");
-        target->assign(it->second.data.begin(), it->second.data.end());
+        target->assign(it->second.data.begin() + block * n,
+                       it->second.data.begin() + (block + 1) * n);
       }
     }
     if (!state.contains("step") || !state["step"].is_number_integer() ||
@@ -297,7 +335,8 @@ int main(int argc, char **argv) {
       die(o.checkpoint + "/state.json: needs step and data_position");
     firstStep = state["step"].get<long long>();
     sampler.setPosition(state["data_position"].get<uint64_t>());
-    std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
+    if (lead)
+      std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
   }
 
   std::vector<float *> paramPtrs, momentPtrs;
@@ -311,7 +350,17 @@ int main(int argc, char **argv) {
     totalExperts += prog.layer_experts[l];
   std::vector<int32_t> expertCounts(totalExperts, 0);
   moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
-                    expertCounts.data()};
+                    expertCounts.data(), comm, rank, prog.grid_dp, prog.grid_ep,
+                    prog.grid_tp};
+  auto commError = [&](const std::string &what) {
+    die(what + (comm ? std::string(": ") + moert_comm_error(comm) : std::string()));
+  };
+  // A rank's rows of a global batch.
+  auto mine = [&](const std::vector<int32_t> &global) {
+    int64_t rows = prog.batch * prog.seq_len;
+    return std::vector<int32_t>(global.begin() + replica * rows,
+                                global.begin() + (replica + 1) * rows);
+  };
   // Token-slots routed past an expert's capacity in the last step.
   auto droppedTokens = [&]() {
     long long dropped = 0;
@@ -334,22 +383,23 @@ int main(int argc, char **argv) {
   };
 
   std::unique_ptr<std::ofstream> metrics;
-  if (!o.metrics.empty()) {
+  if (!o.metrics.empty() && lead) {
     metrics = std::make_unique<std::ofstream>(o.metrics, std::ios::app);
     if (!*metrics)
       die(o.metrics + ": cannot open the metrics file for writing");
   }
-  std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
-              prog.num_params, (long long)prog.batch, (long long)prog.seq_len,
-              firstStep, o.steps - 1);
+  if (lead)
+    std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
+                prog.num_params, (long long)globalBatch, (long long)prog.seq_len,
+                firstStep, o.steps - 1);
   // Validation: the same windows of the held-out split at every evaluation.
   bool canEval = prog.eval_step && o.valFraction > 0;
   moert::BatchSampler valSampler(data, split, data.size(),
-                                 prog.batch, prog.seq_len, seed + 1);
+                                 globalBatch, prog.seq_len, seed + 1);
   if (canEval && !valSampler.valid(error))
     die(o.data + ": validation split: " + error +
         " (use more data or a larger --val-fraction)");
-  bool bar = o.progress && isatty(fileno(stdout));
+  bool bar = lead && o.progress && isatty(fileno(stdout));
   // Token batches are copied into aligned buffers for the kernels.
   moert::AlignedInts inA, tgA;
   auto aligned = [](const std::vector<int32_t> &v, moert::AlignedInts &out) {
@@ -363,37 +413,54 @@ int main(int argc, char **argv) {
     for (long long b = 0; b < o.evalBatches; ++b) {
       valSampler.next(in, tg);
       float loss = 0;
-      if (prog.eval_step(&ctx, aligned(in, inA), aligned(tg, tgA), &loss, nullptr) != 0)
-        die("evaluation failed in a kernel");
+      if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss,
+                         nullptr) != 0)
+        commError("evaluation failed in a kernel or collective");
       total += loss;
     }
     double mean = total / o.evalBatches;
+    if (!lead)
+      return mean;
     if (bar)
       std::printf("\r\033[K");
     std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n",
-                step, mean, (long long)o.evalBatches, tokensPerStepFor(prog));
+                step, mean, (long long)o.evalBatches, tokensPerStepFor(prog) * replicas);
     if (metrics)
       *metrics << nlohmann::json({{"step", step}, {"val_loss", mean}}).dump() << "\n"
                << std::flush;
     return mean;
   };
   std::vector<int32_t> tokens, targets;
-  long long tokensPerStep = prog.batch * prog.seq_len;
+  long long tokensPerStep = globalBatch * prog.seq_len;
   auto runStart = std::chrono::steady_clock::now();
   for (long long s = firstStep; s < o.steps; ++s) {
     sampler.next(tokens, targets);
     float loss = 0;
     auto start = std::chrono::steady_clock::now();
-    int rc = prog.train_step(&ctx, aligned(tokens, inA), aligned(targets, tgA),
+    int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                              static_cast<int32_t>(s), &loss);
     auto now = std::chrono::steady_clock::now();
     double seconds = std::chrono::duration<double>(now - start).count();
     if (rc != 0)
-      die("step " + std::to_string(s) + " failed in a kernel (code " + std::to_string(rc) + ")");
+      commError("step " + std::to_string(s) + " failed in a kernel or collective (code " +
+                std::to_string(rc) + ")");
     if (!std::isfinite(loss))
       die("step " + std::to_string(s) + ": the loss is not finite");
     double tps = tokensPerStep / seconds;
     long long dropped = droppedTokens();
+    if (ranks > 1) {
+      // Load metrics over the whole batch: every replica's counts and drops.
+      std::vector<float> load(expertCounts.begin(), expertCounts.end());
+      load.push_back(static_cast<float>(dropped));
+      if (moert_step_all_reduce(&ctx, load.data(), load.data(),
+                                static_cast<int64_t>(load.size()),
+                                MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
+        commError("step " + std::to_string(s) + ": load metrics");
+      for (size_t e = 0; e < expertCounts.size(); ++e)
+        expertCounts[e] = static_cast<int32_t>(load[e]);
+      dropped = static_cast<long long>(load.back());
+    }
+    if (lead) {
     if (bar)
       drawProgress(s + 1 - firstStep, o.steps - firstStep, loss, tps,
                    std::chrono::duration<double>(now - runStart).count());
@@ -412,6 +479,7 @@ int main(int argc, char **argv) {
                                   {"expert_tokens", expertTokens()}})
                       .dump()
                << "\n" << std::flush;
+    }
     if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
       evaluate(s + 1);
   }
@@ -430,9 +498,9 @@ int main(int argc, char **argv) {
     std::vector<int32_t> context = prompt, in, tg;
     std::mt19937_64 rng(seed + 2);
     moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
-    bool heldOut = moert::BatchSampler(data, split, data.size(), prog.batch,
+    bool heldOut = moert::BatchSampler(data, split, data.size(), globalBatch,
                                        prog.seq_len, seed + 3).valid(error);
-    moert::BatchSampler filler(data, heldOut ? split : 0, data.size(), prog.batch,
+    moert::BatchSampler filler(data, heldOut ? split : 0, data.size(), globalBatch,
                                prog.seq_len, seed + 3);
     filler.next(in, tg);
     std::string text;
@@ -442,14 +510,25 @@ int main(int argc, char **argv) {
       std::copy(context.end() - n, context.end(), in.begin());
       std::fill(in.begin() + n, in.begin() + prog.seq_len, 0);
       float loss = 0;
-      if (prog.eval_step(&ctx, aligned(in, inA), aligned(tg, tgA), &loss,
-                         logits.data()) != 0)
-        die("sampling failed in a kernel");
-      int32_t next = drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab,
-                               o.temperature, o.topK, rng);
+      // Row 0 of the global batch is row 0 of rank 0: it draws the token
+      // and tells the others.
+      if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss,
+                         lead ? logits.data() : nullptr) != 0)
+        commError("sampling failed in a kernel or collective");
+      int32_t next = lead ? drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab,
+                                      o.temperature, o.topK, rng)
+                          : 0;
+      if (ranks > 1) {
+        std::vector<int32_t> all(ranks);
+        int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
+                                    all.data());
+        if (moert_broadcast(comm, &next, sizeof next, 0, all.data(), size) != 0)
+          commError("sampling: broadcasting the next token");
+      }
       context.push_back(next);
       generated.push_back(next);
     }
+    if (lead) {
     std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
                 o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");
     if (!data.wide) {
@@ -468,12 +547,14 @@ int main(int argc, char **argv) {
     if (metrics)
       *metrics << nlohmann::json({{"sample_prompt", prompt}, {"sample", generated}}).dump()
                << "\n" << std::flush;
+    }
   }
   // Memory: the peak resident set against the plan's prediction. The plan
   // covers every tensor buffer and bounds the kernels' scratch; the corpus
   // (as stored) is added to it, and the process's resident size before
-  // main (code, shared libraries) is the baseline.
-  {
+  // main (code, shared libraries) is the baseline. Ranks as threads share
+  // one process: the report is for one-rank runs.
+  if (ranks == 1) {
     long long planned = prog.activation_bytes + prog.gradient_bytes;
     for (int i = 0; i < prog.num_params; ++i)
       planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
@@ -482,19 +563,19 @@ int main(int argc, char **argv) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
     long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
-    long long grown = peak - startResident;
+    long long grown = peak - sh.startResident;
     long long predicted = planned + prog.planned_scratch_bytes + dataBytes;
     std::printf("memory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
                 "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
                 "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
                 "%.1f MB\n",
-                peak / 1e6, startResident / 1e6, grown / 1e6,
+                peak / 1e6, sh.startResident / 1e6, grown / 1e6,
                 predicted ? 100.0 * (grown - predicted) / predicted : 0.0,
                 predicted / 1e6, planned / 1e6, prog.planned_scratch_bytes / 1e6,
                 dataBytes / 1e6, scratch / 1e6);
     if (metrics)
       *metrics << nlohmann::json({{"peak_rss_bytes", peak},
-                                  {"start_rss_bytes", startResident},
+                                  {"start_rss_bytes", sh.startResident},
                                   {"planned_bytes", planned},
                                   {"planned_scratch_bytes", prog.planned_scratch_bytes},
                                   {"data_bytes", dataBytes},
@@ -503,21 +584,98 @@ int main(int argc, char **argv) {
                << "\n" << std::flush;
   }
   if (!o.checkpoint.empty()) {
+    // Full tensors: expert shards are gathered over their ep group (in ep
+    // order), so any grid can resume from the checkpoint.
+    std::vector<int32_t> epGroup(ep);
+    int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+    auto full = [&](const moert::AlignedFloats &local, int parts) {
+      std::vector<float> out(local.size() * parts);
+      if (parts == 1)
+        std::copy(local.begin(), local.end(), out.begin());
+      else if (moert_all_gather(comm, local.data(),
+                                static_cast<int64_t>(local.size() * sizeof(float)),
+                                out.data(), epGroup.data(), epSize) != 0)
+        commError("checkpoint: gathering expert shards");
+      return out;
+    };
     moert::TensorMap tensors;
     for (int i = 0; i < prog.num_params; ++i) {
       const moert_param_info &p = prog.params[i];
+      int parts = std::max(p.shard_parts, 1);
       std::vector<int64_t> shape(p.shape, p.shape + p.rank);
-      tensors[p.name] = {shape, {params[i].begin(), params[i].end()}};
+      shape[0] *= parts;
+      tensors[p.name] = {shape, full(params[i], parts)};
       if (p.adamw) {
-        tensors[std::string(p.name) + ".adam_m"] = {shape, {moments[2 * i].begin(), moments[2 * i].end()}};
-        tensors[std::string(p.name) + ".adam_v"] = {shape, {moments[2 * i + 1].begin(), moments[2 * i + 1].end()}};
+        tensors[std::string(p.name) + ".adam_m"] = {shape, full(moments[2 * i], parts)};
+        tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], parts)};
       }
     }
     nlohmann::json state = {{"step", o.steps}, {"data_position", sampler.position()},
-                            {"seed", seed}};
-    if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error))
-      die(error);
-    std::printf("checkpoint written to %s\n", o.checkpoint.c_str());
+                            {"seed", seed},
+                            {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep},
+                                      {"tp", prog.grid_tp}}}};
+    if (lead) {
+      if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error))
+        die(error);
+      std::printf("checkpoint written to %s\n", o.checkpoint.c_str());
+    }
   }
   return 0;
+}
+
+int main(int argc, char **argv) {
+  long long startResident = residentBytes();
+  // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and
+  // unmap exactly, instead of glibc's adaptive threshold moving freed scratch
+  // onto a heap that fragments and never shrinks.
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  // Kernel scratch is reused across steps within the compiler's bound.
+  moert_scratch_set_limit(moec_program.planned_scratch_bytes *
+                          std::max(1, moec_program.grid_dp * moec_program.grid_ep *
+                                          moec_program.grid_tp));
+  Options o = parse(argc, argv);
+  const moert_program &prog = moec_program;
+  uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
+
+  moert::TokenStream data;
+  std::string error;
+  if (!moert::loadTokens(o.data, moert::DataFormat::Auto, data, error))
+    die(error);
+  if (data.maxToken >= prog.vocab)
+    die(o.data + ": token id " + std::to_string(data.maxToken) +
+        " does not fit the model's vocabulary (" + std::to_string(prog.vocab) + ")");
+  size_t split = moert::trainSplitEnd(data.size(), o.valFraction);
+  {
+    moert::BatchSampler check(data, 0, split, prog.batch, prog.seq_len, seed);
+    if (!check.valid(error))
+      die(o.data + ": " + error);
+  }
+  Shared shared{o, data, split, seed, startResident};
+  int ranks = prog.grid_dp * prog.grid_ep * prog.grid_tp;
+  if (ranks <= 1)
+    return trainRank(shared, nullptr);
+  if (o.ranks && o.ranks != ranks)
+    die("--ranks " + std::to_string(o.ranks) + ": this binary was compiled for " +
+        std::to_string(ranks) + " ranks (dp " + std::to_string(prog.grid_dp) + " x ep " +
+        std::to_string(prog.grid_ep) + "); recompile with moec --ranks");
+  if (moert_mpi_launched && moert_mpi_launched()) {
+    moert_comm *comm = moert_mpi_init(&argc, &argv, o.timeout);
+    if (!comm)
+      die("MPI initialisation failed");
+    if (moert_comm_size(comm) != ranks)
+      die("mpirun started " + std::to_string(moert_comm_size(comm)) +
+          " processes; this binary was compiled for " + std::to_string(ranks) + " ranks");
+    int rc = trainRank(shared, comm);
+    moert_mpi_finalize(comm);
+    return rc;
+  }
+  std::printf("ranks: %d threads (dp %d x ep %d)\n", ranks, prog.grid_dp, prog.grid_ep);
+  return moert_run_threads(
+             ranks, o.timeout,
+             [](moert_comm *comm, void *user) {
+               return trainRank(*static_cast<Shared *>(user), comm);
+             },
+             &shared) == 0
+             ? 0
+             : 1;
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 #include <random>
 
 using namespace mlir;
@@ -339,26 +340,32 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
   Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
                                std::vector<int32_t>(t * k));
-  Vec frac(e, 0.0), meanP(e, 0.0);
+  // Routing groups: the balancing loss is the mean of the groups' losses.
+  int64_t groups = 1;
+  if constexpr (std::is_same_v<OpT, FusedGateOp>)
+    groups = o.getGroups();
+  int64_t tg = t / groups;
+  Vec frac(groups * e, 0.0), meanP(groups * e, 0.0);
   double z = 0;
   for (int64_t i = 0; i < t; ++i) {
     Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
                       o.getRenormalize(),
                       o.getRoutedScaling().convertToFloat());
     Vec p = balanceProbs(r, o.getScoring());
+    int64_t g = i / tg;
     for (int64_t j = 0; j < k; ++j) {
       gates.data[i * k + j] = r.gates[j];
       experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
-      frac[r.sel[j]] += 1.0 / (t * k);
+      frac[g * e + r.sel[j]] += 1.0 / (tg * k);
     }
     for (int64_t c = 0; c < e; ++c)
-      meanP[c] += p[c] / t;
+      meanP[g * e + c] += p[c] / tg;
     double lse = logSumExp(r.logits);
     z += lse * lse / t;
   }
   double aux = 0;
-  for (int64_t c = 0; c < e; ++c)
-    aux += frac[c] * meanP[c];
+  for (int64_t c = 0; c < groups * e; ++c)
+    aux += frac[c] * meanP[c] / groups;
   Tensor loss = Tensor::zeros({});
   loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
                  o.getZLossCoef().convertToFloat() * z;
@@ -632,12 +639,13 @@ bool Runner::step(Operation *op) {
         double coef = o.getAuxLossCoef().convertToFloat();
         double zcoef = o.getZLossCoef().convertToFloat();
         std::vector<Routing> routes;
-        Vec frac(e, 0.0);
+        int64_t groups = o.getGroups(), tg = t / groups;
+        Vec frac(groups * e, 0.0);
         for (int64_t i = 0; i < t; ++i) {
           routes.push_back(route(&x.data[i * d], w, bias, d, e, k,
                                  o.getScoring(), o.getRenormalize(), scaling));
           for (int64_t j : routes.back().sel)
-            frac[j] += 1.0 / (t * k);
+            frac[i / tg * e + j] += 1.0 / (tg * k);
         }
         Tensor dx = Tensor::zeros(x.shape), dw = Tensor::zeros(w.shape);
         Vec dlogits(t * e, 0.0);
@@ -659,7 +667,7 @@ bool Runner::step(Operation *op) {
           // Through the balancing loss (f_e constant).
           Vec gp(e);
           for (int64_t c = 0; c < e; ++c)
-            gp[c] = daux * coef * e * frac[c] / t;
+            gp[c] = daux * coef * e * frac[i / tg * e + c] / tg / groups;
           if (o.getScoring() == Scoring::softmax) {
             for (int64_t c = 0; c < e; ++c)
               ds[c] += gp[c];
@@ -802,17 +810,27 @@ bool Runner::step(Operation *op) {
         Tensor &experts = in(o.getExperts());
         int64_t e = in(o.getWeight()).shape[1], k = o.getTopK(),
                 t = rows(in(o.getX()));
-        int64_t cap = o.getCapacity();
-        std::vector<int64_t> assigned = assignSlots(experts, e, cap, error);
+        // Each group assigns its own `cap` slots per expert; group g's
+        // slots of expert e start at e * (G * cap) + g * cap.
+        int64_t cap = o.getCapacity(), groups = o.getGroups();
+        int64_t per = t * k / groups;
         Tensor slots = Tensor::ids(shapeOf(o.getSlots()),
                                    std::vector<int32_t>(t * k));
         Tensor counts = Tensor::ids({e}, std::vector<int32_t>(e, 0));
-        for (int64_t i = 0; i < t * k; ++i) {
-          counts.ints[experts.ints[i]] += 1;
-          slots.ints[i] = assigned[i] < 0
-                              ? -1
-                              : static_cast<int32_t>(experts.ints[i] * cap +
-                                                     assigned[i]);
+        for (int64_t g = 0; g < groups; ++g) {
+          Tensor part = Tensor::ids({per}, std::vector<int32_t>(
+              experts.ints.begin() + g * per, experts.ints.begin() + (g + 1) * per));
+          std::vector<int64_t> assigned = assignSlots(part, e, cap, error);
+          if (assigned.empty() && per > 0)
+            return fail(op, error);
+          for (int64_t i = 0; i < per; ++i) {
+            int32_t ex = part.ints[i];
+            counts.ints[ex] += 1;
+            slots.ints[g * per + i] =
+                assigned[i] < 0 ? -1
+                                : static_cast<int32_t>(ex * groups * cap +
+                                                       g * cap + assigned[i]);
+          }
         }
         out(o.getSlots(), slots);
         out(o.getCounts(), counts);

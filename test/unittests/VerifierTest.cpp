@@ -50,7 +50,7 @@ TEST_F(VerifierTest, CollectiveWithoutGridIsAnError) {
   auto [fn, b] = function({f32({8, 8})});
   Builder attrs(&context);
   AllReduceOp::create(b, loc, f32({8, 8}), Reduction::sum, fn.getArgument(0),
-                      attrs.getStrArrayAttr({"dp"}), CodecAttr());
+                      attrs.getStrArrayAttr({"dp"}), CodecAttr(), llvm::APFloat(1.0));
   func::ReturnOp::create(b, loc);
   EXPECT_TRUE(failed(verify(*module)));
   ASSERT_FALSE(errors.empty());

@@ -125,6 +125,16 @@ SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
   return {};
 }
 
+/// MOERT_AXIS_* bits of a list of grid axis names.
+int axesMask(ArrayAttr axes) {
+  int mask = 0;
+  for (Attribute a : axes) {
+    StringRef name = cast<StringAttr>(a).getValue();
+    mask |= name == "dp" ? 1 : name == "ep" ? 2 : 4;
+  }
+  return mask;
+}
+
 class Emitter {
 public:
   Emitter(ModuleOp module, const std::map<std::string, moec::KernelCall> &calls,
@@ -137,6 +147,7 @@ private:
   LogicalResult emitFunction(func::FuncOp fn, StringRef name, bool training);
   std::string pointer(Value v) { return storage.lookup(v); }
   LogicalResult launch(LaunchOp op);
+  LogicalResult collective(Operation *op);
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
 
   ModuleOp module;
@@ -189,7 +200,19 @@ LogicalResult Emitter::launch(LaunchOp op) {
     llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << pointer(v); });
     os << "};\n    const int64_t sizes[] = {";
     llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << numel(v); });
-    os << "};\n    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, "
+    os << "};\n";
+    auto sharded = kernel.getConfig().getAs<DenseBoolArrayAttr>("sharded");
+    auto axes = kernel.getConfig().getAs<ArrayAttr>("shard_axes");
+    if (sharded && axes) {
+      // Expert shards: their squares are summed over the shard group.
+      os << "    const unsigned char sharded[] = {";
+      llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
+      os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n
+         << ", " << axesMask(axes) << ", " << pointer(op.getResult(0))
+         << ")) return rc;\n  }\n";
+      return success();
+    }
+    os << "    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, "
        << n << ");\n  }\n";
     return success();
   }
@@ -251,6 +274,35 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << numel(logits) * 4 << ");\n";
   }
   os << "  }\n";
+  return success();
+}
+
+LogicalResult Emitter::collective(Operation *op) {
+  auto plan = op->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+  if (!plan)
+    return op->emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+  setStorage(op, plan.asArrayRef());
+  auto type = cast<RankedTensorType>(op->getOperand(0).getType());
+  if (auto reduce = dyn_cast<AllReduceOp>(op)) {
+    if (reduce.getCodec())
+      return op->emitOpError("compressed collectives are not executable yet");
+    os << "  if (int rc = moert_step_all_reduce(ctx, " << pointer(reduce.getResult())
+       << ", " << pointer(reduce.getInput()) << ", " << type.getNumElements() << ", "
+       << axesMask(reduce.getAxes()) << ", "
+       << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
+       << llvm::format("%.17g", reduce.getScale().convertToDouble())
+       << ")) return rc;\n";
+    return success();
+  }
+  auto exchange = cast<AllToAllOp>(op);
+  if (exchange.getSendCounts() || exchange.getCodec())
+    return op->emitOpError("only the dense, uncompressed all_to_all is executable yet");
+  os << "  {\n    const int64_t shape[] = {";
+  llvm::interleaveComma(type.getShape(), os);
+  os << "};\n    if (int rc = moert_step_all_to_all(ctx, " << pointer(exchange.getResult())
+     << ", " << pointer(exchange.getInput()) << ", shape, " << type.getRank() << ", "
+     << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
+     << axesMask(exchange.getAxes()) << ")) return rc;\n  }\n";
   return success();
 }
 
@@ -326,8 +378,13 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     InitAttr init = p.getInit();
     os << "  {\"" << p.getSymName() << "\", " << p.getTensorType().getRank() << ", {";
     llvm::interleaveComma(p.getTensorType().getShape(), os);
+    int64_t parts = 1;
+    if (p->hasAttr("moe.shard"))
+      if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
+        parts = grid.getEp();
     os << "}, " << static_cast<int>(init.getKind()) << ", "
-       << llvm::format("%.17g", init.getScaleValue()) << ", " << adamw << "},\n";
+       << llvm::format("%.17g", init.getScaleValue()) << ", " << adamw << ", " << parts
+       << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||
@@ -341,6 +398,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   int64_t seed = 0;
   if (auto s = module->getAttrOfType<IntegerAttr>("moe.seed"))
     seed = s.getInt();
+  auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
   int64_t scratch = 0;
   for (auto kernel : module.getOps<KernelOp>())
     scratch = std::max(scratch, calls.at(kernel.getSymName().str()).scratchBytes);
@@ -357,8 +415,9 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << tokensType.getShape()[0] << ", " << tokensType.getNumElements() / tokensType.getShape()[0]
      << ", " << vocab << ", " << seed << "ull, trainStep, "
      << (eval ? "evalStep" : "nullptr") << ", " << moeLayers.size()
-     << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch
-     << "};\n";
+     << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch << ", "
+     << (grid ? grid.getDp() : 1) << ", " << (grid ? grid.getEp() : 1) << ", "
+     << (grid ? grid.getTp() : 1) << "};\n";
   return success();
 }
 
@@ -393,6 +452,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
          << ");\n";
     } else if (auto l = dyn_cast<LaunchOp>(op)) {
       if (failed(launch(l)))
+        return failure();
+    } else if (isa<AllReduceOp, AllToAllOp>(op)) {
+      if (failed(collective(&op)))
         return failure();
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";

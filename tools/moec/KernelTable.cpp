@@ -203,7 +203,8 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
          param("has_bias", s.numInputs() == (isGate ? 3u : 5u)),
          param("routed_scaling", s.number("routed_scaling", 1.0)),
          param("aux_loss_coef", s.number("aux_loss_coef")),
-         param("z_loss_coef", s.number("z_loss_coef"))};
+         param("z_loss_coef", s.number("z_loss_coef")),
+         param("groups", static_cast<int64_t>(s.number("groups", 1)))};
     if (isGate)
       p.push_back(param("capacity", static_cast<int64_t>(s.number("capacity", 1))));
   } else if (family == "permute") {

@@ -4,8 +4,9 @@
 //
 // Stages: frontend (model description -> moe IR), the training pipeline
 // (fused gating, autodiff + AdamW, kernel specs + buffer plan), then kernel
-// generation with moe-halide-gen. `--emit=mlir|plan|kernels` stops after a
-// stage; linking the training executable is the next stage to land.
+// generation with moe-halide-gen, and the step program compiled and linked
+// into a training executable. `--emit=mlir|plan|kernels|cpp` stops after a
+// stage. `--ranks N` partitions the step for N ranks (moe-partition).
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <numeric>
 
 using namespace llvm;
 using namespace moec::frontend;
@@ -68,6 +70,21 @@ static cl::opt<bool> recompute(
     cl::init(false));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
                              cl::cat(category));
+static cl::opt<unsigned> ranks(
+    "ranks",
+    cl::desc("Partition the step over N ranks (data x expert parallel): the "
+             "binary runs them as threads, or one per process under mpirun"),
+    cl::init(1), cl::cat(category));
+static cl::opt<unsigned> expertParallel(
+    "ep",
+    cl::desc("Expert-parallel degree of --ranks (default: the largest divisor "
+             "of N that divides every layer's experts); dp = N / ep"),
+    cl::init(0), cl::cat(category));
+static cl::opt<unsigned> routingGroups(
+    "routing-groups",
+    cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
+             "a one-rank binary with G groups trains exactly as G ranks"),
+    cl::init(0), cl::cat(category));
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -141,6 +158,31 @@ int main(int argc, char **argv) {
     if (cluster)
       (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
                          clusterAttr(*cluster, context));
+    if (ranks < 1)
+      return fail("--ranks must be >= 1");
+    if (ranks > 1) {
+      if (!clusterFile.empty())
+        return fail("--ranks partitions the step for this machine; --cluster plans it "
+                    "for a cluster (report only): give one of them");
+      // The expert count every layer's ep must divide.
+      int64_t experts = 0;
+      (*module)->walk([&](mlir::moe::ExpertFFNOp ffn) {
+        experts = std::gcd(experts, llvm::cast<mlir::RankedTensorType>(
+                                        ffn.getX().getType()).getShape()[0]);
+      });
+      int64_t ep = expertParallel;
+      if (ep == 0)
+        ep = experts ? std::gcd<int64_t>(experts, ranks.getValue()) : 1;
+      if (ranks % ep != 0)
+        return fail("--ep " + Twine(ep) + " does not divide --ranks " + Twine(ranks.getValue()));
+      if (experts && experts % ep != 0)
+        return fail("--ep " + Twine(ep) + " does not divide the " + Twine(experts) +
+                    " experts of a layer");
+      (*module)->setAttr(mlir::moe::MoEDialect::kGridAttrName,
+                         mlir::moe::GridAttr::get(&context, ranks / ep, ep, 1, nullptr));
+    } else if (expertParallel > 1) {
+      return fail("--ep needs --ranks");
+    }
   }
 
   // Training pipeline.
@@ -151,6 +193,7 @@ int main(int argc, char **argv) {
     mlir::PassManager pm(&context);
     mlir::moe::TrainPipelineOptions pipeline;
     pipeline.lower = false;
+    pipeline.routingGroups = routingGroups;
     mlir::moe::buildTrainPipeline(pm, pipeline);
     // With a cluster, the sharding plan (and its report) before lowering.
     if (!clusterFile.empty()) {
@@ -182,8 +225,8 @@ int main(int argc, char **argv) {
       if (auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
           grid && grid.getNumRanks() > 1 && emit == Emit::Exe)
         errs() << "moec: note: the plan spreads the step over " << grid.getNumRanks()
-               << " ranks; this binary runs it on one (multi-rank execution is not "
-                  "built yet)\n";
+               << " ranks of the cluster; this binary runs it on one rank (moec "
+                  "--ranks N partitions a step for N ranks on this machine)\n";
     }
   }
 
@@ -321,6 +364,16 @@ int main(int argc, char **argv) {
       args.push_back((dir + "/" + name + ".a").str());
   args.push_back((dir + "/halide_runtime.a").str());
   args.push_back(MOEC_RUNTIME_MAIN_LIB);
+#ifdef MOEC_RUNTIME_MPI_LIB
+  // A partitioned binary also runs under mpirun, one rank per process.
+  if (ranks > 1) {
+    args.push_back(MOEC_RUNTIME_MPI_LIB);
+    SmallVector<StringRef> libs;
+    StringRef(MOEC_MPI_LIBS).split(libs, ';', -1, false);
+    for (StringRef lib : libs)
+      args.push_back(lib.str());
+  }
+#endif
   args.push_back(MOEC_RUNTIME_LIB);
   args.push_back("-lpthread");
   args.push_back("-ldl");

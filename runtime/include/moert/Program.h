@@ -26,7 +26,14 @@ typedef struct {
   int init;     /* enum moert_init */
   double scale; /* std (normal) or bound (uniform) */
   int adamw;    /* 1 when an AdamW update owns moments for it */
+  /* > 1 when this is one rank's block of a tensor split along dimension 0
+   * over the ep axis (moe-partition's expert shards): `shape` is the block,
+   * the full tensor has shape[0] * shard_parts rows, and ep rank e holds
+   * rows [e * shape[0], (e + 1) * shape[0]). */
+  int shard_parts;
 } moert_param_info;
+
+struct moert_comm;
 
 typedef struct {
   float **params;  /* one buffer per parameter, f32 */
@@ -34,6 +41,10 @@ typedef struct {
   char *activations;
   char *gradients;
   int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
+  /* The rank's communicator (null on one rank) and its grid coordinates:
+   * rank = (d * ep + e) * tp + t. */
+  struct moert_comm *comm;
+  int rank, dp, ep, tp;
 } moert_context;
 
 typedef struct {
@@ -58,6 +69,9 @@ typedef struct {
   /* The compiler's bound on kernel scratch (the largest kernel's
    * intermediates); kernels allocate it from moert/ScratchPool.h. */
   int64_t planned_scratch_bytes;
+  /* The grid the step was partitioned for (moe-partition); 1 x 1 x 1 for a
+   * one-rank program. `batch` above is one rank's share. */
+  int grid_dp, grid_ep, grid_tp;
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
@@ -66,6 +80,28 @@ float moert_lr_schedule(int32_t step, double lr, double min_lr,
 float moert_global_norm(const float *const *grads, const int64_t *sizes,
                         int count);
 void moert_fill(float *data, int64_t count, float value);
+
+/* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
+ * group of ranks that differ from ctx's only in the grid axes of
+ * `axes` (a bit mask of MOERT_AXIS_*). Return 0, or non-zero after a
+ * communicator error (moert_comm_error names it). */
+enum { MOERT_AXIS_DP = 1, MOERT_AXIS_EP = 2, MOERT_AXIS_TP = 4 };
+/* Fills `members` (global ranks, in axis order) and returns the size. */
+int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
+/* out = scale * (sum, or mean when `mean`, over the group of in). */
+int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
+                          int64_t count, int axes, int mean, double scale);
+/* moe.all_to_all (dense): `in` of shape[rank] splits into P chunks along
+ * `split`; chunk p goes to member p; chunks received concatenate along
+ * `concat` in member order into `out`. */
+int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
+                          const int64_t *shape, int rank, int split, int concat,
+                          int axes);
+/* The L2 norm of the gradients; squares of the `sharded` ones are summed
+ * over the group of `axes` (each rank holds a different shard). */
+int moert_step_global_norm(moert_context *ctx, const float *const *grads,
+                           const int64_t *sizes, const unsigned char *sharded,
+                           int count, int axes, float *norm);
 
 #ifdef __cplusplus
 }

@@ -116,4 +116,71 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 
+def RoutingGroupsPass : Pass<"moe-routing-groups", "::mlir::ModuleOp"> {
+  let summary = "Routes tokens in G groups (GShard's group dimension)";
+  let description = [{
+    Sets `groups = G` on every `moe.fused_gate`: capacity, drop order and the
+    balancing loss become per group of `T / G` consecutive tokens (whole
+    sequences). The per-group capacity is `ceil(capacity_factor * (T / G) *
+    top_k / E)` (the token count of a group when the op has no
+    `capacity_factor`: dropless), and the dispatch buffers `permute` ->
+    `expert_ffn` -> `unpermute` become `[E, G * capacity, D]`.
+
+    `groups=0` (the default) takes `G = dp * ep` from the module's
+    `moe.grid` (1 without one): a step partitioned over `dp * ep` ranks then
+    routes exactly as one rank with the same `G`, which is what makes
+    "N ranks equal one rank" testable. Runs after `moe-fuse-gating`, before
+    `moe-autodiff`.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"groups", "groups", "int64_t", /*default=*/"0",
+           "Routing groups (0: dp * ep of the module's moe.grid)">,
+  ];
+}
+
+def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
+  let summary = "Turns the step into one rank's step of the module's grid";
+  let description = [{
+    For a module with `moe.grid<dp = D, ep = E>` (`tp = 1`), rewrites every
+    step function (training and evaluation, before `moe-autodiff`) into the
+    program of one rank:
+
+    - the batch splits over the `N = D * E` data replicas: the tokens,
+      targets and every activation carrying the batch lose `(N-1)/N` of
+      their leading dimension, and each `fused_gate` keeps `groups / N` of
+      its routing groups (run `moe-routing-groups` first);
+    - expert weights split along the expert dimension over `ep`: each
+      `moe.param` feeding an `expert_ffn` becomes its rank's contiguous block
+      of `E / ep` experts, marked `moe.shard = "ep"`;
+    - the dispatch buffer `[E, C, D]` goes to the experts' owners through
+      `moe.all_to_all over [ep] split 0 concat 1` (`[E/ep, ep*C, D]`), and
+      the expert outputs come back through the transposed all_to_all.
+      `moe-autodiff` differentiates both.
+
+    Gradient synchronisation is `moe-insert-collectives`, after autodiff.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
+def InsertCollectivesPass : Pass<"moe-insert-collectives", "::mlir::ModuleOp"> {
+  let summary = "Synchronises gradients, the clipping norm and the loss over the grid";
+  let description = [{
+    After `moe-autodiff` on a step partitioned by `moe-partition`. With
+    `N = dp * ep` replicas and the global loss `L = (1/N) sum_r L_r`:
+
+    - the gradient of a replicated parameter is `moe.all_reduce mean over
+      [dp, ep]` (each rank holds `dL_r/dw`);
+    - the gradient of an expert shard (`moe.shard = "ep"`) already sums its
+      ep group's tokens (the backward all_to_all brought them), so it is
+      `moe.all_reduce sum over [dp]` with `scale = 1/N`; a plain mean over
+      `dp` would be `ep` times too large;
+    - `moe.global_norm` counts replicated gradients once and sums the
+      expert shards' squares over `[ep]` (`sharded` operands);
+    - the returned loss is the mean over `[dp, ep]`, so every rank reports
+      the global loss.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -22,6 +22,11 @@ struct TrainPipelineOptions
   Option<bool> fuseGating{*this, "fuse-gating",
                           llvm::cl::desc("Run moe-fuse-gating"),
                           llvm::cl::init(true)};
+  Option<int64_t> routingGroups{
+      *this, "routing-groups",
+      llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
+                     "module's moe.grid, 1 without one)"),
+      llvm::cl::init(0)};
   Option<bool> lower{*this, "lower",
                      llvm::cl::desc("Run moe-lower-to-kernels"),
                      llvm::cl::init(true)};
@@ -32,8 +37,9 @@ struct TrainPipelineOptions
       llvm::cl::init(true)};
 };
 
-/// moe-fuse-gating, moe-autodiff, moe-lower-to-kernels: a forward step to a
-/// planned training-step program.
+/// moe-fuse-gating, moe-routing-groups, moe-partition, moe-autodiff,
+/// moe-insert-collectives, moe-lower-to-kernels: a forward step to a planned
+/// training-step program (one rank's, when the module has a moe.grid).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 
 /// Registers --moe-train-pipeline.

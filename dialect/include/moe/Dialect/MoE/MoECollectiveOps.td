@@ -4,6 +4,7 @@
 #define MOE_COLLECTIVE_OPS_TD
 
 include "moe/Dialect/MoE/MoEAttributes.td"
+include "moe/Dialect/MoE/MoEInterfaces.td"
 
 // Collectives have no `Pure` trait: they synchronise ranks and must not be
 // removed, duplicated or reordered by generic transforms.
@@ -22,6 +23,10 @@ def MoE_AllReduceOp : MoE_CollectiveOp<"all_reduce", [
     AllTypesMatch<["input", "result"]>]> {
   let summary = "sums (or averages) a tensor over a group";
   let description = commonDescription # [{
+    The reduced tensor is multiplied by `scale` (default 1): gradient
+    synchronisation states its normalisation on the op (for example expert
+    gradients are summed over `dp` and scaled by `1 / (dp * ep)`).
+
     ```mlir
     %g = moe.all_reduce mean %grad over [dp, ep] codec <int8, block_size = 256>
         : tensor<64x64xf32>
@@ -33,7 +38,8 @@ def MoE_AllReduceOp : MoE_CollectiveOp<"all_reduce", [
     - `powersgd` needs a tensor of rank >= 2.
   }];
   let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
-                       StrArrayAttr:$axes, OptionalAttr<MoE_CodecAttr>:$codec);
+                       StrArrayAttr:$axes, OptionalAttr<MoE_CodecAttr>:$codec,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
     $reduction $input `over` custom<GridAxes>($axes) (`codec` $codec^)?
@@ -89,13 +95,17 @@ def MoE_AllGatherOp : MoE_CollectiveOp<"all_gather"> {
   }];
 }
 
-def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all"> {
+def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "exchanges slices among a group (dispatch and combine)";
   let description = commonDescription # [{
     The input is cut into `P` equal chunks along `split_dim`; chunk `p` goes
     to group rank `p`; the chunks received are concatenated in source-rank
     order along `concat_dim`. The result shape is the input's with
     `split_dim` divided by `P` and `concat_dim` multiplied by `P`.
+
+    Gradient (dense form): the all_to_all over the same axes with
+    `split_dim` and `concat_dim` swapped.
 
     Ragged form (token dispatch without padding on the wire): with
     `counts %send` (`tensor<P x i32>`), `split_dim` and `concat_dim` are 0,

@@ -24,6 +24,15 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
     dropped (token order first, then choice order), and `counts[e]`, the
     token-slots routed to `e` before dropping (for load metrics and ragged
     exchanges).
+
+    With `groups = G` (GShard's group dimension; default 1) the tokens split
+    into `G` equal consecutive groups of whole sequences. Each group routes
+    on its own: `capacity` is the slots per expert *per group*, the slot of
+    group `g` is `e * (G * capacity) + g * capacity + c` (so the dispatch
+    buffer is `[E, G * capacity, D]`), drops follow token order within the
+    group, and the balancing loss is the mean of the groups' losses. A step
+    partitioned over `dp * ep` ranks routes exactly as one rank with
+    `G = dp * ep`.
     ```mlir
     %g, %e, %slots, %counts, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 10
         {renormalize = true, aux_loss_coef = 1.0e-02 : f32}
@@ -31,7 +40,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
         -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>, tensor<2x16x2xi32>, tensor<8xi32>, tensor<f32>)
     ```
     Constraints: those of `moe.router`; `capacity >= 1`; `slots` has the
-    shape of `experts`; `counts` is `[E]`.
+    shape of `experts`; `counts` is `[E]` (summed
+    over groups); `groups >= 1` divides the leading (batch) dimension.
   }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
@@ -40,7 +50,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
                        OptionalAttr<F32Attr>:$capacity_factor,
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
-                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling);
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
+                       DefaultValuedAttr<I64Attr, "1">:$groups);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                       MoE_LossTensor:$aux_loss);

@@ -157,7 +157,8 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
     scores (renormalisation and scaling included) and `daux` through the
     load-balancing loss (the token fractions `f_e` are constants) and the
     z-loss. No gradient flows through the expert indices or to the
-    selection bias.
+    selection bias. `groups` is that of the forward `fused_gate` (the
+    balancing loss is the mean over groups of their losses).
     ```mlir
     %dx, %dw = moe.router_grad softmax %x, %w, %dgates, %daux top_k 2 {renormalize = true}
         : (tensor<2x16x64xf32>, tensor<64x8xf32>, tensor<2x16x2xf32>, tensor<f32>)
@@ -173,7 +174,8 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
                        DefaultValuedAttr<BoolAttr, "false">:$renormalize,
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
-                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling);
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
+                       DefaultValuedAttr<I64Attr, "1">:$groups);
   let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dweight);
   let assemblyFormat = [{
     $scoring $x `,` $weight `,` $dgates `,` $daux (`bias` $bias^)? `top_k` $top_k

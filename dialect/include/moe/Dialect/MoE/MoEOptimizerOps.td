@@ -47,10 +47,20 @@ def MoE_GlobalNormOp : MoE_Op<"global_norm", [Pure]> {
   let description = [{
     ```mlir
     %n = moe.global_norm %g0, %g1 : tensor<64x64xf32>, tensor<64xf32>
+    %m = moe.global_norm %g0, %e1 {sharded = array<i1: false, true>, shard_axes = ["ep"]}
+        : tensor<64x64xf32>, tensor<2x64x64xf32>
     ```
-    Constraints: at least one operand.
+    On a partitioned step, `sharded` marks the operands that are one rank's
+    shard of a larger gradient: their squares are summed over the group of
+    `shard_axes` before the root; the other operands are identical on every
+    rank and count once.
+
+    Constraints: at least one operand; `sharded` and `shard_axes` come
+    together, `sharded` has one entry per operand.
   }];
-  let arguments = (ins Variadic<MoE_FloatTensor>:$grads);
+  let arguments = (ins Variadic<MoE_FloatTensor>:$grads,
+                       OptionalAttr<DenseBoolArrayAttr>:$sharded,
+                       OptionalAttr<StrArrayAttr>:$shard_axes);
   let results = (outs MoE_F32Scalar:$result);
   let assemblyFormat = "$grads attr-dict `:` type($grads)";
   let hasVerifier = 1;

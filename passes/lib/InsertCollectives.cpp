@@ -1,0 +1,139 @@
+//===- InsertCollectives.cpp - the moe-insert-collectives pass ------------===//
+//
+// Gradient synchronisation of a partitioned step (after moe-autodiff). The
+// scaling rules are docs/Partitioning.md section 3: with N = dp * ep
+// replicas and L = (1/N) sum_r L_r,
+//   replicated parameter: all_reduce mean over [dp, ep];
+//   expert shard:         all_reduce sum over [dp], scale 1/N
+// (its gradient already sums the ep group's tokens through the backward
+// all_to_all, so a mean over dp alone would be ep times too large).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_INSERTCOLLECTIVESPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+struct Sync {
+  ArrayAttr replicaAxes; ///< [dp, ep] without degree-1 axes
+  ArrayAttr dpAxes, epAxes;
+  double shardScale;     ///< 1 / (dp * ep)
+};
+
+/// The synchronised gradient of `param`, reduced right after `grad` is
+/// final (before its first use).
+Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded,
+                  const Sync &s) {
+  if (sharded)
+    return AllReduceOp::create(b, loc, grad.getType(), ReductionAttr::get(b.getContext(), Reduction::sum), grad,
+                               s.dpAxes, CodecAttr(),
+                               b.getF64FloatAttr(s.shardScale))
+        .getResult();
+  return AllReduceOp::create(b, loc, grad.getType(), ReductionAttr::get(b.getContext(), Reduction::mean), grad,
+                             s.replicaAxes, CodecAttr(), b.getF64FloatAttr(1.0))
+      .getResult();
+}
+
+LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(ret);
+  auto isSharded = [&](StringRef name) {
+    auto param = module.lookupSymbol<ParamOp>(name);
+    return param && param->hasAttr("moe.shard");
+  };
+  // Gradients consumed by optimiser updates: reduce them before the
+  // clipping norm (their first user).
+  SmallVector<AdamWUpdateOp> updates(fn.getOps<AdamWUpdateOp>());
+  GlobalNormOp norm;
+  for (GlobalNormOp n : fn.getOps<GlobalNormOp>())
+    norm = n;
+  DenseMap<Value, Value> synced;
+  SmallVector<bool> shardedOperands;
+  if (norm)
+    b.setInsertionPoint(norm);
+  for (AdamWUpdateOp update : updates) {
+    Value grad = update.getGrad();
+    bool sharded = isSharded(update.getParam());
+    Value &done = synced[grad];
+    if (!done) {
+      if (!norm)
+        b.setInsertionPoint(update);
+      done = synchronise(b, update.getLoc(), grad, sharded, s);
+    }
+    update.getGradMutable().assign(done);
+  }
+  if (norm) {
+    for (OpOperand &operand : norm->getOpOperands()) {
+      Value grad = operand.get();
+      bool sharded = false;
+      for (AdamWUpdateOp update : updates)
+        if (update.getGrad() == synced.lookup(grad))
+          sharded = isSharded(update.getParam());
+      shardedOperands.push_back(sharded);
+      if (Value done = synced.lookup(grad))
+        operand.set(done);
+      else
+        return norm.emitOpError("a gradient of the norm updates no parameter");
+    }
+    if (llvm::is_contained(shardedOperands, true)) {
+      norm.setShardedAttr(b.getDenseBoolArrayAttr(shardedOperands));
+      norm.setShardAxesAttr(s.epAxes);
+    }
+  }
+  // Without an optimiser the step returns gradients: reduce those, and the
+  // loss in every case.
+  b.setInsertionPoint(ret);
+  for (OpOperand &operand : ret->getOpOperands()) {
+    unsigned i = operand.getOperandNumber();
+    if (i == 0) {
+      operand.set(AllReduceOp::create(b, ret.getLoc(), operand.get().getType(),
+                                      ReductionAttr::get(b.getContext(), Reduction::mean), operand.get(),
+                                      s.replicaAxes, CodecAttr(),
+                                      b.getF64FloatAttr(1.0)));
+    } else if (auto of = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, "moe.grad_of")) {
+      operand.set(synchronise(b, ret.getLoc(), operand.get(),
+                              isSharded(of.getValue()), s));
+    }
+  }
+  return success();
+}
+
+struct InsertCollectivesPass
+    : public moe::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    if (!grid || grid.getDp() * grid.getEp() == 1)
+      return;
+    OpBuilder b(module.getContext());
+    SmallVector<StringRef> replica;
+    if (grid.getDp() > 1)
+      replica.push_back("dp");
+    if (grid.getEp() > 1)
+      replica.push_back("ep");
+    Sync s{b.getStrArrayAttr(replica), b.getStrArrayAttr({"dp"}),
+           b.getStrArrayAttr({"ep"}),
+           1.0 / static_cast<double>(grid.getDp() * grid.getEp())};
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal() || fn.getNumResults() == 0)
+        continue;
+      if (failed(run(module, fn, s)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

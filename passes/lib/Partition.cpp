@@ -1,0 +1,187 @@
+//===- Partition.cpp - the moe-partition pass -----------------------------===//
+//
+// One rank's step of a dp x ep grid: the batch split over the N = dp * ep
+// data replicas, expert weights split over ep, and the dispatch buffers sent
+// to the experts' owners and back with all_to_all. See docs/Partitioning.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DispatchBuffers.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
+  auto tensor = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape(tensor.getShape());
+  shape[dim] = size;
+  return RankedTensorType::get(shape, tensor.getElementType());
+}
+
+/// Splits the batch of `fn` over `replicas`.
+LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
+  Block &body = fn.getBody().front();
+  DenseSet<Value> batched;
+  int64_t batch = -1;
+  for (BlockArgument arg : body.getArguments()) {
+    auto kind = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
+    if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets"))
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (type.getRank() < 2)
+      return fn.emitError() << "moe-partition: the " << kind.getValue()
+                            << " input needs a batch dimension";
+    batch = type.getShape()[0];
+    if (batch % replicas != 0)
+      return fn.emitError() << "moe-partition: the batch (" << batch
+                            << " sequences) does not split over " << replicas
+                            << " data replicas (dp * ep)";
+    arg.setType(withDim(type, 0, batch / replicas));
+    batched.insert(arg);
+  }
+  if (batch < 0)
+    return fn.emitError("moe-partition: the step has no tokens input");
+  for (Operation &op : body.without_terminator()) {
+    if (llvm::none_of(op.getOperands(), [&](Value v) { return batched.contains(v); }))
+      continue;
+    if (auto gate = dyn_cast<FusedGateOp>(op)) {
+      if (gate.getGroups() % replicas != 0)
+        return gate.emitOpError()
+               << "routes in " << gate.getGroups() << " groups, which do not "
+               << "split over " << replicas
+               << " replicas (run moe-routing-groups first)";
+      gate.setGroupsAttr(OpBuilder(gate).getI64IntegerAttr(gate.getGroups() / replicas));
+    }
+    if (auto permute = dyn_cast<PermuteOp>(op)) {
+      auto type = cast<RankedTensorType>(permute.getType());
+      if (failed(retypeDispatchBuffer(permute.getResult(),
+                                      type.getShape()[1] / replicas)))
+        return failure();
+      continue;
+    }
+    if (isa<RouterOp, DispatchOp, CombineOp>(op))
+      return op.emitOpError("moe-partition needs fused gating: run "
+                            "moe-fuse-gating first");
+    for (Value result : op.getResults()) {
+      auto type = dyn_cast<RankedTensorType>(result.getType());
+      if (!type || type.getRank() < 2 || type.getShape()[0] != batch)
+        continue;
+      result.setType(withDim(type, 0, batch / replicas));
+      batched.insert(result);
+    }
+  }
+  fn.setFunctionType(FunctionType::get(fn.getContext(), body.getArgumentTypes(),
+                                       fn.getResultTypes()));
+  return success();
+}
+
+/// Gives every rank its block of experts and routes the dispatch buffers of
+/// `fn` to their owners.
+LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
+                           llvm::SetVector<ParamOp> &sharded) {
+  OpBuilder b(fn.getContext());
+  ArrayAttr axes = b.getStrArrayAttr({"ep"});
+  SmallVector<ExpertFFNOp> ffns(fn.getOps<ExpertFFNOp>());
+  for (ExpertFFNOp ffn : ffns) {
+    auto x = cast<RankedTensorType>(ffn.getX().getType());
+    int64_t experts = x.getShape()[0], slots = x.getShape()[1];
+    if (experts % ep != 0)
+      return ffn.emitOpError() << experts << " experts do not split over ep = " << ep;
+    int64_t local = experts / ep;
+    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"))
+      for (int64_t r = 0; r < ep; ++r) {
+        ArrayRef<int64_t> held = placement.getExpertsOf(r);
+        bool block = static_cast<int64_t>(held.size()) == local;
+        for (int64_t i = 0; block && i < local; ++i)
+          block = held[i] == r * local + i;
+        if (!block)
+          return ffn.emitOpError()
+                 << "placement gives ep rank " << r
+                 << " experts other than the contiguous block [" << r * local
+                 << ", " << (r + 1) * local
+                 << "); only equal contiguous blocks are executable";
+      }
+    for (Value w : ffn->getOperands().drop_front()) {
+      auto get = w.getDefiningOp<GetParamOp>();
+      if (!get)
+        return ffn.emitOpError("expert weights must come from moe.get_param");
+      auto param = module.lookupSymbol<ParamOp>(get.getNameAttr());
+      if (!param)
+        return get.emitOpError("refers to no moe.param");
+      sharded.insert(param);
+    }
+    b.setInsertionPoint(ffn);
+    auto local3 = withDim(withDim(x, 0, local), 1, slots * ep);
+    Value in = AllToAllOp::create(b, ffn.getLoc(), TypeRange{local3}, ffn.getX(),
+                                  Value(), axes, b.getI64IntegerAttr(0),
+                                  b.getI64IntegerAttr(1), CodecAttr())
+                   .getResult();
+    ffn.getXMutable().assign(in);
+    Value y = ffn.getResult();
+    y.setType(local3);
+    b.setInsertionPointAfter(ffn);
+    auto back = AllToAllOp::create(b, ffn.getLoc(), TypeRange{x}, y, Value(), axes,
+                                   b.getI64IntegerAttr(1), b.getI64IntegerAttr(0),
+                                   CodecAttr());
+    y.replaceAllUsesExcept(back.getResult(), back);
+  }
+  return success();
+}
+
+struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    if (!grid || grid.getNumRanks() == 1)
+      return;
+    if (grid.getTp() != 1) {
+      module.emitError() << "moe-partition: tensor parallelism (tp = "
+                         << grid.getTp()
+                         << ") is planned by moe-plan-sharding but not "
+                            "executable yet; use a grid with tp = 1";
+      return signalPassFailure();
+    }
+    int64_t replicas = grid.getDp() * grid.getEp();
+    llvm::SetVector<ParamOp> sharded;
+    for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
+      if (fn.isExternal())
+        continue;
+      if (!fn.getBody().hasOneBlock())
+        return signalPassFailure();
+      for (Operation &op : fn.getBody().front())
+        if (isa<RouterGradOp, ExpertFFNGradOp, AdamWUpdateOp>(op)) {
+          op.emitOpError("moe-partition runs before moe-autodiff");
+          return signalPassFailure();
+        }
+      if (failed(splitBatch(fn, replicas)) ||
+          (grid.getEp() > 1 && failed(shardExperts(module, fn, grid.getEp(), sharded))))
+        return signalPassFailure();
+    }
+    // Expert weights: each rank's block along the expert dimension.
+    OpBuilder b(module.getContext());
+    for (ParamOp param : sharded) {
+      RankedTensorType type = param.getTensorType();
+      RankedTensorType local = withDim(type, 0, type.getShape()[0] / grid.getEp());
+      param.setTypeAttr(TypeAttr::get(local));
+      param->setAttr("moe.shard", b.getStrArrayAttr({"ep"}));
+      module.walk([&](GetParamOp get) {
+        if (get.getName() == param.getSymName())
+          get.getResult().setType(local);
+      });
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,140 @@
+//===- StepComm.cpp - the collectives a partitioned step calls ------------===//
+//
+// Grid groups, and moe.all_reduce / moe.all_to_all / a sharded global norm
+// over them, on top of moert/Comm.h. On one rank (no communicator, groups of
+// one) they are local copies, so a one-rank program needs no communicator.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Comm.h"
+#include "moert/Program.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+extern "C" int moert_grid_group(const moert_context *ctx, int axes,
+                                int32_t *members) {
+  int dp = std::max(ctx->dp, 1), ep = std::max(ctx->ep, 1), tp = std::max(ctx->tp, 1);
+  int t = ctx->rank % tp, e = ctx->rank / tp % ep, d = ctx->rank / tp / ep;
+  int n = 0;
+  for (int di = 0; di < dp; ++di)
+    for (int ei = 0; ei < ep; ++ei)
+      for (int ti = 0; ti < tp; ++ti) {
+        if ((!(axes & MOERT_AXIS_DP) && di != d) || (!(axes & MOERT_AXIS_EP) && ei != e) ||
+            (!(axes & MOERT_AXIS_TP) && ti != t))
+          continue;
+        members[n++] = (di * ep + ei) * tp + ti;
+      }
+  return n;
+}
+
+namespace {
+std::vector<int32_t> groupOf(const moert_context *ctx, int axes) {
+  std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) *
+                               std::max(ctx->tp, 1));
+  members.resize(moert_grid_group(ctx, axes, members.data()));
+  return members;
+}
+
+/// Copies a [outer, extent, inner] block: `rows` runs of `run` floats.
+struct Layout {
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+Layout around(const int64_t *shape, int rank, int dim) {
+  Layout l;
+  for (int i = 0; i < dim; ++i)
+    l.outer *= shape[i];
+  l.extent = shape[dim];
+  for (int i = dim + 1; i < rank; ++i)
+    l.inner *= shape[i];
+  return l;
+}
+} // namespace
+
+extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
+                                     int64_t count, int axes, int mean,
+                                     double scale) {
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  if (out != in)
+    std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+  if (group.size() > 1) {
+    if (!ctx->comm)
+      return 1;
+    if (int rc = moert_all_reduce_f32(ctx->comm, out, count, group.data(),
+                                      static_cast<int>(group.size())))
+      return rc;
+  }
+  double factor = scale / (mean ? static_cast<double>(group.size()) : 1.0);
+  if (factor != 1.0)
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = static_cast<float>(out[i] * factor);
+  return 0;
+}
+
+extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
+                                     const int64_t *shape, int rank, int split,
+                                     int concat, int axes) {
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int64_t p = static_cast<int64_t>(group.size());
+  int64_t total = 1;
+  for (int i = 0; i < rank; ++i)
+    total *= shape[i];
+  int64_t chunk = total / p;
+  // Pack: chunk q = the q-th slice of `in` along `split`.
+  std::vector<float> send(static_cast<size_t>(total)), recv(static_cast<size_t>(total));
+  Layout s = around(shape, rank, split);
+  int64_t part = s.extent / p;
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t o = 0; o < s.outer; ++o)
+      std::memcpy(&send[q * chunk + o * part * s.inner],
+                  &in[(o * s.extent + q * part) * s.inner],
+                  static_cast<size_t>(part * s.inner) * sizeof(float));
+  if (p > 1) {
+    if (!ctx->comm)
+      return 1;
+    std::vector<int64_t> bytes(p, chunk * static_cast<int64_t>(sizeof(float)));
+    if (int rc = moert_all_to_all_v(ctx->comm, send.data(), bytes.data(), recv.data(),
+                                    bytes.data(), group.data(), static_cast<int>(p)))
+      return rc;
+  } else {
+    recv.swap(send);
+  }
+  // Unpack: the chunk from member q is the q-th slice of `out` along
+  // `concat`; a chunk has the input's shape with `split` divided by p.
+  std::vector<int64_t> chunkShape(shape, shape + rank), outShape(shape, shape + rank);
+  chunkShape[split] /= p;
+  outShape[split] /= p;
+  outShape[concat] *= p;
+  Layout c = around(chunkShape.data(), rank, concat);
+  Layout o = around(outShape.data(), rank, concat);
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < c.outer; ++i)
+      std::memcpy(&out[(i * o.extent + q * c.extent) * o.inner],
+                  &recv[q * chunk + i * c.extent * c.inner],
+                  static_cast<size_t>(c.extent * c.inner) * sizeof(float));
+  return 0;
+}
+
+extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
+                                      const int64_t *sizes, const unsigned char *sharded,
+                                      int count, int axes, float *norm) {
+  double replicated = 0, shards = 0;
+  for (int i = 0; i < count; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < sizes[i]; ++j)
+      sum += double(grads[i][j]) * grads[i][j];
+    (sharded && sharded[i] ? shards : replicated) += sum;
+  }
+  if (sharded) {
+    // Summed in member order as float pairs (hi, lo) keep double precision.
+    float part[2] = {static_cast<float>(shards),
+                     static_cast<float>(shards - static_cast<float>(shards))};
+    if (int rc = moert_step_all_reduce(ctx, part, part, 2, axes, 0, 1.0))
+      return rc;
+    shards = double(part[0]) + double(part[1]);
+  }
+  *norm = static_cast<float>(std::sqrt(replicated + shards));
+  return 0;
+}
