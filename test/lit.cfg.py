@@ -18,3 +18,10 @@ config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "exa
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train"], [config.moe_tools_dir])
+
+# Partitioned binaries also run under mpiexec (OpenMPI, when CMake found it).
+if config.mpiexec and os.path.exists(config.mpiexec):
+    config.available_features.add("mpi")
+    config.substitutions.append(("%mpiexec", "env OMPI_ALLOW_RUN_AS_ROOT=1 "
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+        + config.mpiexec + " --oversubscribe"))

@@ -348,9 +348,10 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   int totalExperts = 0;
   for (int l = 0; l < prog.num_moe_layers; ++l)
     totalExperts += prog.layer_experts[l];
-  std::vector<int32_t> expertCounts(totalExperts, 0);
+  std::vector<int32_t> expertCounts(totalExperts, 0),
+      droppedSlots(std::max(prog.num_moe_layers, 1), 0);
   moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
-                    expertCounts.data(), comm, rank, prog.grid_dp, prog.grid_ep,
+                    expertCounts.data(), droppedSlots.data(), comm, rank, prog.grid_dp, prog.grid_ep,
                     prog.grid_tp};
   auto commError = [&](const std::string &what) {
     die(what + (comm ? std::string(": ") + moert_comm_error(comm) : std::string()));
@@ -364,12 +365,8 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   // Token-slots routed past an expert's capacity in the last step.
   auto droppedTokens = [&]() {
     long long dropped = 0;
-    const int32_t *counts = expertCounts.data();
-    for (int l = 0; l < prog.num_moe_layers; ++l) {
-      for (int e = 0; e < prog.layer_experts[l]; ++e)
-        dropped += std::max(0, counts[e] - prog.layer_capacity[l]);
-      counts += prog.layer_experts[l];
-    }
+    for (int32_t n : droppedSlots)
+      dropped += n;
     return dropped;
   };
   auto expertTokens = [&]() {

@@ -27,11 +27,11 @@ using namespace moec::frontend;
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: moe-ref-train model.json --data FILE --steps N [--seed S]\n");
+    std::fprintf(stderr, "usage: moe-ref-train model.json --data FILE --steps N [--seed S] [--routing-groups G]\n");
     return 2;
   }
   std::string model = argv[1], data;
-  long steps = 1, seed = -1;
+  long steps = 1, seed = -1, groups = 0;
   double valFraction = 0.1;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -43,6 +43,8 @@ int main(int argc, char **argv) {
       seed = std::atol(argv[i + 1]);
     else if (flag == "--val-fraction")
       valFraction = std::atof(argv[i + 1]);
+    else if (flag == "--routing-groups")
+      groups = std::atol(argv[i + 1]);
   }
   DiagnosticList diags;
   std::optional<ModelSpec> spec;
@@ -59,6 +61,7 @@ int main(int argc, char **argv) {
   mlir::PassManager pm(&context);
   mlir::moe::TrainPipelineOptions options;
   options.lower = false; // the interpreter runs the ops themselves
+  options.routingGroups = groups;
   mlir::moe::buildTrainPipeline(pm, options);
   if (mlir::failed(pm.run(*module)))
     return 1;

@@ -31,12 +31,17 @@ protected:
   /// `args` are the step's inputs (ids); parameters get seeded values, with
   /// `scale` widening the normal initialisers so routing is not flat.
   void check(StringRef source, std::vector<Tensor> args, double scale = 1.0,
-             bool fuseGating = false) {
+             bool fuseGating = false, int64_t routingGroups = 1) {
     OwningOpRef<ModuleOp> module = parse(source);
     ASSERT_TRUE(module) << (errors.empty() ? "" : errors[0]);
     PassManager pm(&context);
     if (fuseGating)
       pm.addPass(mlir::moe::createFuseGatingPass());
+    if (routingGroups > 1) {
+      mlir::moe::RoutingGroupsPassOptions groups;
+      groups.groups = routingGroups;
+      pm.addPass(mlir::moe::createRoutingGroupsPass(groups));
+    }
     mlir::moe::AutodiffPassOptions options;
     options.optimizer = "none"; // return the gradients
     pm.addPass(mlir::moe::createAutodiffPass(options));
@@ -254,6 +259,16 @@ TEST_F(GradientTest, FusedGatingDroplessSigmoidWithBias) {
   check(moeStep("sigmoid", "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}",
                 6, true),
         {ids({2, 3}, 4, 12)}, 1.0, /*fuseGating=*/true);
+}
+
+TEST_F(GradientTest, FusedGatingInTwoRoutingGroupsWithDropsAndLosses) {
+  // Two groups of one sequence (3 tokens) each: capacity, drops and the
+  // balancing loss per group, the loss the mean over groups.
+  check(moeStep("softmax",
+                "{renormalize = true, capacity_factor = 0.7 : f32, aux_loss_coef = 0.1 : f32, "
+                "z_loss_coef = 0.01 : f32}",
+                3, false),
+        {ids({2, 3}, 4, 13)}, 1.0, /*fuseGating=*/true, /*routingGroups=*/2);
 }
 
 TEST_F(GradientTest, FusedGatingComputesWhatItReplaces) {

@@ -266,6 +266,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
        << "; ++e) ctx->expert_counts[" << offset << " + e] = "
        << pointer(op.getResult(3)) << "[e];\n";
+    // Dropped token-slots are the slots -1 (exact with routing groups).
+    os << "    if (ctx->dropped_slots) {\n      int32_t n = 0;\n      for (int64_t i = 0; i < "
+       << numel(op.getResult(2)) << "; ++i) n += " << pointer(op.getResult(2))
+       << "[i] < 0;\n      ctx->dropped_slots[" << moeLayers.size() - 1 << "] = n;\n    }\n";
   }
   if (!training && family == "cross_entropy") {
     // Sampling reads the next-token logits of the evaluation step.

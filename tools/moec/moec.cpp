@@ -178,6 +178,16 @@ int main(int argc, char **argv) {
       if (experts && experts % ep != 0)
         return fail("--ep " + Twine(ep) + " does not divide the " + Twine(experts) +
                     " experts of a layer");
+      // Each data replica takes whole sequences of the batch.
+      for (auto fn : module->getOps<mlir::func::FuncOp>()) {
+        auto tokens = llvm::dyn_cast<mlir::RankedTensorType>(fn.getArgument(0).getType());
+        if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % ranks != 0)
+          return fail("--ranks " + Twine(ranks.getValue()) + ": the batch of " +
+                      Twine(tokens.getShape()[0]) + " sequences does not split over " +
+                      Twine(ranks.getValue()) + " data replicas (dp x ep); choose a "
+                      "divisor of the batch size");
+        break;
+      }
       (*module)->setAttr(mlir::moe::MoEDialect::kGridAttrName,
                          mlir::moe::GridAttr::get(&context, ranks / ep, ep, 1, nullptr));
     } else if (expertParallel > 1) {
@@ -367,7 +377,10 @@ int main(int argc, char **argv) {
 #ifdef MOEC_RUNTIME_MPI_LIB
   // A partitioned binary also runs under mpirun, one rank per process.
   if (ranks > 1) {
+    // The trainer refers to the MPI backend weakly: pull it in whole.
+    args.push_back("-Wl,--whole-archive");
     args.push_back(MOEC_RUNTIME_MPI_LIB);
+    args.push_back("-Wl,--no-whole-archive");
     SmallVector<StringRef> libs;
     StringRef(MOEC_MPI_LIBS).split(libs, ';', -1, false);
     for (StringRef lib : libs)

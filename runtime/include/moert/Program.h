@@ -41,6 +41,7 @@ typedef struct {
   char *activations;
   char *gradients;
   int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
+  int32_t *dropped_slots; /* per MoE layer, token-slots past the capacity */
   /* The rank's communicator (null on one rank) and its grid coordinates:
    * rank = (d * ep + e) * tp + t. */
   struct moert_comm *comm;
@@ -62,7 +63,8 @@ typedef struct {
    * batch x seq_len x vocab floats (row-major). */
   int (*eval_step)(moert_context *ctx, const int32_t *tokens,
                    const int32_t *targets, float *loss, float *logits);
-  /* MoE layers in order: experts and capacity (slots per expert) each. */
+  /* MoE layers in order: experts and capacity (slots per expert and routing
+   * group) each. */
   int num_moe_layers;
   const int32_t *layer_experts;
   const int32_t *layer_capacity;

@@ -1,0 +1,33 @@
+// moe-insert-collectives: gradient synchronisation after autodiff. The
+// global loss is the mean of the N = dp * ep replicas' losses, so
+// replicated gradients are averaged over [dp, ep], and expert shards (whose
+// gradient already sums their ep group's tokens, brought by the backward
+// all_to_all) are summed over [dp] and scaled by 1/N. A mean over dp alone
+// would be ep times too large.
+// RUN: moe-opt --moe-train-pipeline=lower=false %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=EP2
+// EP2: moe.all_to_all {{.*}} over [ep] split 0 concat 1
+// EP2: moe.expert_ffn_grad
+// EP2: %[[R:.*]] = moe.all_reduce mean %{{.*}} over [ep] : tensor<4x4xf32>
+// EP2: %[[U:.*]] = moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+// EP2: moe.global_norm {{.*}} {shard_axes = ["ep"], sharded = array<i1: false, false, true, true, true, false>}
+// EP2: moe.adamw_update @router, %[[R]],
+// EP2: moe.adamw_update @up, %[[U]],
+// EP2: %[[L:.*]] = moe.all_reduce mean %{{.*}} over [ep] : tensor<f32>
+// EP2: return %[[L]] : tensor<f32>
+
+// ep = 4: 1/4, and dp = 2 x ep = 2: also 1/4, summed over dp.
+// RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 4/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=EP4
+// EP4: moe.all_reduce mean %{{.*}} over [ep] : tensor<4x4xf32>
+// EP4: moe.all_reduce sum %{{.*}} over [dp] {scale = 2.500000e-01 : f64} : tensor<1x4x5xf32>
+// RUN: sed 's/dp = 1, ep = 2/dp = 2, ep = 2/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=DP2EP2
+// DP2EP2: moe.all_reduce mean %{{.*}} over [dp, ep] : tensor<4x4xf32>
+// DP2EP2: moe.all_reduce sum %{{.*}} over [dp] {scale = 2.500000e-01 : f64} : tensor<2x4x5xf32>
+
+// Without an optimiser the step returns synchronised gradients.
+// RUN: moe-opt --moe-train-pipeline="lower=false optimizer=none" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=NONE
+// NONE: %[[G:.*]] = moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+// NONE: return {{.*}}%[[G]]
+
+// One rank: nothing to synchronise.
+// RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=ONE
+// ONE-NOT: moe.all_

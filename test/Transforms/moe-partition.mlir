@@ -1,0 +1,32 @@
+// moe-partition: one rank's step of the module's grid. With ep = 2 the
+// batch of 4 sequences splits in 2, the expert weights keep 2 of 4
+// experts, and the dispatch buffer [E, C, D] = [4, 3, 4] goes to the
+// experts' owners as [E/ep, ep*C, D] = [2, 6, 4] and comes back.
+// RUN: moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition %S/Inputs/routed-step.mlir | FileCheck %s
+// CHECK: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"]}
+// CHECK: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"]}
+// CHECK: moe.param @head : tensor<4x8xf32> init <normal, scale = 1.000000e+00>{{$}}
+// CHECK: func.func @step(%arg0: tensor<2x3xi32> {moe.input = "tokens"}, %arg1: tensor<2x3xi32> {moe.input = "targets"})
+// CHECK: moe.fused_gate softmax {{.*}} top_k 2 capacity 3 {{.*}} : (tensor<2x3x4xf32>, tensor<4x4xf32>)
+// CHECK-NOT: groups =
+// CHECK: %[[BUF:.*]] = moe.permute {{.*}} -> tensor<4x3x4xf32>
+// CHECK: %[[IN:.*]] = moe.all_to_all %[[BUF]] over [ep] split 0 concat 1 : (tensor<4x3x4xf32>) -> tensor<2x6x4xf32>
+// CHECK: %[[OUT:.*]] = moe.expert_ffn swiglu %[[IN]], {{.*}} -> tensor<2x6x4xf32>
+// CHECK: %[[BACK:.*]] = moe.all_to_all %[[OUT]] over [ep] split 1 concat 0 : (tensor<2x6x4xf32>) -> tensor<4x3x4xf32>
+// CHECK: moe.unpermute %[[BACK]]
+// CHECK: moe.cross_entropy {{.*}} : tensor<2x3x8xf32>, tensor<2x3xi32> -> tensor<f32>
+
+// dp = 2 x ep = 2: 4 replicas of one sequence each; experts still split in 2.
+// RUN: sed 's/dp = 1, ep = 2/dp = 2, ep = 2/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=DP
+// DP: moe.param @up : tensor<2x4x5xf32>
+// DP: func.func @step(%arg0: tensor<1x3xi32>
+// DP: moe.fused_gate softmax {{.*}} top_k 2 capacity 2
+// DP: moe.all_to_all {{.*}} over [ep] split 0 concat 1 : (tensor<4x2x4xf32>) -> tensor<2x4x4xf32>
+
+// What cannot be partitioned is an error.
+// RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 1, tp = 2/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-partition 2>&1 | FileCheck %s --check-prefix=TP
+// TP: error: moe-partition: tensor parallelism (tp = 2) is planned by moe-plan-sharding but not executable yet
+// RUN: not moe-opt --moe-fuse-gating --moe-partition %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=GROUPS
+// GROUPS: error: 'moe.fused_gate' op routes in 1 groups, which do not split over 2 replicas (run moe-routing-groups first)
+// RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 8/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=SPLIT
+// SPLIT: error: 'moe.fused_gate' op cannot route in 8 groups: the batch (4 sequences) does not divide into whole-sequence groups
