@@ -430,9 +430,12 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   std::vector<int32_t> tokens, targets;
   long long tokensPerStep = globalBatch * prog.seq_len;
   auto runStart = std::chrono::steady_clock::now();
+  int64_t lastSent[2] = {0, 0};
   for (long long s = firstStep; s < o.steps; ++s) {
     sampler.next(tokens, targets);
     float loss = 0;
+    int64_t sentBefore[2] = {comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) : 0,
+                             comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) : 0};
     auto start = std::chrono::steady_clock::now();
     int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                              static_cast<int32_t>(s), &loss);
@@ -444,6 +447,11 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
     if (!std::isfinite(loss))
       die("step " + std::to_string(s) + ": the loss is not finite");
     double tps = tokensPerStep / seconds;
+    // Bytes this rank sent in the step, per collective (Comm.h counters).
+    int64_t sent[2] = {comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - sentBefore[0] : 0,
+                       comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - sentBefore[1] : 0};
+    lastSent[0] = sent[0];
+    lastSent[1] = sent[1];
     long long dropped = droppedTokens();
     if (ranks > 1) {
       // Load metrics over the whole batch: every replica's counts and drops.
@@ -473,6 +481,11 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                                   {"loss", loss},
                                   {"tokens_per_s", tps},
                                   {"dropped_tokens", dropped},
+                                  {"comm_bytes", {{"all_reduce", sent[0]},
+                                                  {"all_to_all", sent[1]}}},
+                                  {"comm_bytes_analytical",
+                                   {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
+                                    {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
                                   {"expert_tokens", expertTokens()}})
                       .dump()
                << "\n" << std::flush;
@@ -482,6 +495,12 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   }
   if (bar)
     std::printf("\r\033[K");
+  if (lead && ranks > 1 && firstStep < o.steps)
+    std::printf("communication per step and rank: all_to_all %lld bytes, all_reduce %lld "
+                "bytes (analytical: %lld, %lld)\n",
+                (long long)lastSent[1], (long long)lastSent[0],
+                (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
+                (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
   if (canEval)
     evaluate(o.steps);
   if (o.sample > 0) {

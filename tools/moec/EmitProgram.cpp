@@ -157,6 +157,13 @@ private:
   llvm::StringMap<unsigned> paramIndex;
   unsigned viewCounter = 0;
   bool training = false;
+  /// Analytical bytes one rank sends per training step: all_reduce (ring:
+  /// 2 (p-1)/p of the buffer) and all_to_all ((p-1)/p of it).
+  int64_t allReduceBytes = 0, allToAllBytes = 0;
+  int64_t groupSize(ArrayAttr axes) {
+    auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    return grid ? grid.getGroupSize(axes.getValue()) : 1;
+  }
   /// (experts, capacity) of every fused_gate of the training step, in order.
   SmallVector<std::pair<int64_t, int64_t>> moeLayers;
 };
@@ -205,6 +212,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
     auto axes = kernel.getConfig().getAs<ArrayAttr>("shard_axes");
     if (sharded && axes) {
       // Expert shards: their squares are summed over the shard group.
+      if (training)
+        if (int64_t p = groupSize(axes); p > 1)
+          allReduceBytes += 2 * (p - 1) * 2 * 4 / p; // the shards' squares
       os << "    const unsigned char sharded[] = {";
       llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
       os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n
@@ -288,6 +298,8 @@ LogicalResult Emitter::collective(Operation *op) {
   setStorage(op, plan.asArrayRef());
   auto type = cast<RankedTensorType>(op->getOperand(0).getType());
   if (auto reduce = dyn_cast<AllReduceOp>(op)) {
+    if (int64_t p = groupSize(reduce.getAxes()); training && p > 1)
+      allReduceBytes += 2 * (p - 1) * type.getNumElements() * 4 / p;
     if (reduce.getCodec())
       return op->emitOpError("compressed collectives are not executable yet");
     os << "  if (int rc = moert_step_all_reduce(ctx, " << pointer(reduce.getResult())
@@ -299,6 +311,8 @@ LogicalResult Emitter::collective(Operation *op) {
     return success();
   }
   auto exchange = cast<AllToAllOp>(op);
+  if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
+    allToAllBytes += type.getNumElements() * 4 / p * (p - 1);
   if (exchange.getSendCounts() || exchange.getCodec())
     return op->emitOpError("only the dense, uncompressed all_to_all is executable yet");
   os << "  {\n    const int64_t shape[] = {";
@@ -421,7 +435,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << (eval ? "evalStep" : "nullptr") << ", " << moeLayers.size()
      << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch << ", "
      << (grid ? grid.getDp() : 1) << ", " << (grid ? grid.getEp() : 1) << ", "
-     << (grid ? grid.getTp() : 1) << "};\n";
+     << (grid ? grid.getTp() : 1) << ",\n  {" << allReduceBytes << ", " << allToAllBytes
+     << ", 0, 0, 0, 0}};\n";
   return success();
 }
 

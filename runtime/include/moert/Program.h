@@ -74,6 +74,11 @@ typedef struct {
   /* The grid the step was partitioned for (moe-partition); 1 x 1 x 1 for a
    * one-rank program. `batch` above is one rank's share. */
   int grid_dp, grid_ep, grid_tp;
+  /* Bytes one rank sends per training step, by collective kind (the
+   * MOERT_ALL_REDUCE and MOERT_ALL_TO_ALL counters of moert/Comm.h): the
+   * compiler's analytical volume, for the trainer to check the counters
+   * against. Indexed by enum moert_collective. */
+  int64_t step_comm_bytes[6];
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
