@@ -63,3 +63,6 @@ for model in dict.fromkeys(r["model"] for r in rows):
     torch = statistics.median(r["tokens_per_s"] for r in rows if r["model"] == model and r["impl"] != "moec")
     print("%-6s %14.0f %14.0f %6.2fx" % (model, ours, torch, ours / torch))
 PY
+
+echo
+bench/ranks.sh "$build"
