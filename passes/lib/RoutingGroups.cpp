@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mlir::moe {
@@ -37,7 +38,8 @@ LogicalResult regroup(FusedGateOp gate, int64_t groups) {
         gate.getTopK() / experts));
   else // dropless: a group's token count
     capacity = perGroup;
-  capacity = std::max<int64_t>(capacity, 1);
+  // As the frontend sizes it: at least 1, at most the group's tokens.
+  capacity = std::clamp<int64_t>(capacity, 1, perGroup);
   OpBuilder b(gate);
   gate.setGroupsAttr(b.getI64IntegerAttr(groups));
   gate.setCapacityAttr(b.getI64IntegerAttr(capacity));

@@ -70,6 +70,13 @@ static cl::opt<bool> recompute(
     cl::init(false));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
                              cl::cat(category));
+static cl::opt<unsigned> hfSeqLen(
+    "seq-len", cl::desc("With --hf: tokens per sequence (default: "
+                        "min(max_position_embeddings, 4096))"),
+    cl::init(0), cl::cat(category));
+static cl::opt<unsigned> hfBatch("batch-size",
+                                 cl::desc("With --hf: sequences per step (default 1)"),
+                                 cl::init(1), cl::cat(category));
 static cl::opt<unsigned> ranks(
     "ranks",
     cl::desc("Partition the step over N ranks (data x expert parallel): the "
@@ -137,8 +144,17 @@ int main(int argc, char **argv) {
     DiagnosticList diags;
     std::optional<ModelSpec> spec;
     if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(modelFile, diags))
-      spec = hfConfig ? importHFConfig(doc, HFImportOptions(), diags)
-                      : readModelJson(doc, diags);
+    {
+      HFImportOptions hf;
+      hf.seqLen = hfSeqLen;
+      hf.batchSize = hfBatch;
+      if (!hfConfig && (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences()))
+        return fail("--seq-len and --batch-size apply to --hf configs (a MoEC model "
+                    "JSON states seq_len and batch_size itself)");
+      if (hfBatch < 1 || hfBatch > 1048576 || hfSeqLen > 1048576)
+        return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
+      spec = hfConfig ? importHFConfig(doc, hf, diags) : readModelJson(doc, diags);
+    }
     std::optional<ClusterSpec> cluster;
     if (!clusterFile.empty())
       if (std::shared_ptr<const JsonDoc> doc = JsonDoc::load(clusterFile, diags))
