@@ -34,7 +34,8 @@ for r in $(seq "$rounds"); do
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][2:]
 print(json.dumps({"binary": sys.argv[2], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
-                  "bytes": rows[-1]["comm_bytes"], "analytical": rows[-1]["comm_bytes_analytical"]}))
+                  "bytes": rows[-1]["comm_bytes"], "analytical": rows[-1]["comm_bytes_analytical"],
+                  "ragged_bound": rows[-1]["comm_bytes_ragged_bound"]}))
 PY
   done
 done
@@ -42,12 +43,16 @@ done
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 base = None
-print("%-12s %9s %6s  %-28s %-28s" % ("binary", "tok/s", "vs 1", "all_to_all B/step/rank", "all_reduce B/step/rank"))
+print("%-12s %9s %6s  %-30s %-28s" % ("binary", "tok/s", "vs 1", "all_to_all B/step/rank", "all_reduce B/step/rank"))
 for b in dict.fromkeys(r["binary"] for r in rows):
     mine = [r for r in rows if r["binary"] == b]
     tps = statistics.median(r["tokens_per_s"] for r in mine)
     base = base or tps
-    m, a = mine[-1]["bytes"], mine[-1]["analytical"]
-    cell = lambda k: "%d (%s analytical)" % (m[k], "=" if m[k] == a[k] else "!=")
-    print("%-12s %9.0f %5.2fx  %-28s %-28s" % (b, tps, tps / base, cell("all_to_all"), cell("all_reduce")))
+    m, a, bound = mine[-1]["bytes"], mine[-1]["analytical"], mine[-1]["ragged_bound"]
+    ar = "%d (%s analytical)" % (m["all_reduce"], "=" if m["all_reduce"] == a["all_reduce"] else "!=")
+    if bound:  # ragged: routed token-slots only, against full capacity
+        a2a = "%d (%.0f%% of full capacity)" % (m["all_to_all"], 100.0 * m["all_to_all"] / (bound + a["all_to_all"]))
+    else:
+        a2a = "%d (%s analytical)" % (m["all_to_all"], "=" if m["all_to_all"] == a["all_to_all"] else "!=")
+    print("%-12s %9.0f %5.2fx  %-30s %-28s" % (b, tps, tps / base, a2a, ar))
 PY

@@ -92,13 +92,24 @@ LogicalResult AllToAllOp::verify() {
   if (sends != static_cast<bool>(getRecvCounts()))
     return emitOpError("counts operand and recv_counts result must come "
                        "together (ragged form)");
-  if (sends) {
-    if (split != 0 || concat != 0)
-      return emitOpError() << "ragged all_to_all requires split 0 and "
-                              "concat 0, got split "
-                           << split << " and concat " << concat;
+  if (sends && split == 0 && concat == 0) {
     if (failed(checkShape(*this, "counts", getSendCounts(), {group})) ||
         failed(checkShape(*this, "recv_counts", getRecvCounts(), {group})))
+      return failure();
+  } else if (sends) {
+    // Dispatch buffers: [E, C, D] <-> [E/P, P*C, D], valid leading rows per
+    // block, E counts each way.
+    ArrayRef<int64_t> in = tensorType(getInput()).getShape();
+    if (!((split == 0 && concat == 1) || (split == 1 && concat == 0)) ||
+        in.size() != 3)
+      return emitOpError() << "ragged all_to_all is split 0 concat 0 (rows), or "
+                              "split 0 concat 1 / split 1 concat 0 on a rank-3 "
+                              "dispatch buffer; got split "
+                           << split << " and concat " << concat << " on rank "
+                           << in.size();
+    int64_t blocks = split == 0 ? in[0] : in[0] * group;
+    if (failed(checkShape(*this, "counts", getSendCounts(), {blocks})) ||
+        failed(checkShape(*this, "recv_counts", getRecvCounts(), {blocks})))
       return failure();
   }
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
@@ -107,14 +118,24 @@ LogicalResult AllToAllOp::verify() {
 LogicalResult AllToAllOp::buildGradient(OpBuilder &b,
                                         ArrayRef<Value> resultGrads,
                                         SmallVectorImpl<Value> &operandGrads) {
-  if (getSendCounts())
-    return emitOpError("the ragged form has no gradient rule; differentiate "
-                       "the dense form");
-  Value dx = AllToAllOp::create(b, getLoc(), TypeRange{getInput().getType()},
-                                resultGrads[0], Value(), getAxesAttr(),
-                                getConcatDimAttr(), getSplitDimAttr(),
-                                getCodecAttr())
-                 .getResult();
-  operandGrads.assign({dx});
+  Value counts = getSendCounts();
+  if (counts && getSplitDim() == 0 && getConcatDim() == 0)
+    return emitOpError("the ragged row form has no gradient rule");
+  if (!resultGrads[0]) {
+    operandGrads.assign({Value(), Value()});
+    operandGrads.resize(getNumOperands());
+    return success();
+  }
+  // The transposed exchange; a ragged one sends back along the blocks it
+  // received (its counts are this op's recv_counts).
+  SmallVector<Type> types = {getInput().getType()};
+  if (counts)
+    types.push_back(counts.getType());
+  auto back = AllToAllOp::create(b, getLoc(), types, resultGrads[0],
+                                 counts ? getRecvCounts() : Value(), getAxesAttr(),
+                                 getConcatDimAttr(), getSplitDimAttr(), getCodecAttr());
+  operandGrads.assign({back.getResult()});
+  if (counts)
+    operandGrads.push_back(Value()); // counts are integers
   return success();
 }

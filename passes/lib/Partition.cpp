@@ -124,15 +124,28 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
     }
     b.setInsertionPoint(ffn);
     auto local3 = withDim(withDim(x, 0, local), 1, slots * ep);
-    Value in = AllToAllOp::create(b, ffn.getLoc(), TypeRange{local3}, ffn.getX(),
-                                  Value(), axes, b.getI64IntegerAttr(0),
-                                  b.getI64IntegerAttr(1), CodecAttr())
-                   .getResult();
-    ffn.getXMutable().assign(in);
+    // Ragged when the buffer holds one routing group: expert e's routed
+    // token-slots are its leading min(counts[e], C) rows (the rest are
+    // zero), so only those travel.
+    Value counts;
+    if (auto permute = ffn.getX().getDefiningOp<PermuteOp>())
+      if (auto gate = permute.getSlots().getDefiningOp<FusedGateOp>())
+        if (gate.getGroups() == 1)
+          counts = gate.getCounts();
+    SmallVector<Type> inTypes = {local3}, backTypes = {x};
+    if (counts) {
+      inTypes.push_back(counts.getType());
+      backTypes.push_back(counts.getType());
+    }
+    auto forth = AllToAllOp::create(b, ffn.getLoc(), inTypes, ffn.getX(), counts, axes,
+                                    b.getI64IntegerAttr(0), b.getI64IntegerAttr(1),
+                                    CodecAttr());
+    ffn.getXMutable().assign(forth.getResult());
     Value y = ffn.getResult();
     y.setType(local3);
     b.setInsertionPointAfter(ffn);
-    auto back = AllToAllOp::create(b, ffn.getLoc(), TypeRange{x}, y, Value(), axes,
+    auto back = AllToAllOp::create(b, ffn.getLoc(), backTypes, y,
+                                   counts ? forth.getRecvCounts() : Value(), axes,
                                    b.getI64IntegerAttr(1), b.getI64IntegerAttr(0),
                                    CodecAttr());
     y.replaceAllUsesExcept(back.getResult(), back);

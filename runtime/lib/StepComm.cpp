@@ -117,6 +117,96 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
   return 0;
 }
 
+extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
+                                            const float *in, const int64_t *shape,
+                                            int split, int concat, int axes,
+                                            const int32_t *counts, int32_t *recv) {
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int64_t p = static_cast<int64_t>(group.size());
+  int me = 0;
+  while (group[me] != ctx->rank)
+    ++me;
+  bool toOwners = split == 0 && concat == 1;
+  if (!toOwners && !(split == 1 && concat == 0))
+    return 1;
+  // Blocks of C rows of D floats. Going to the owners, destination q gets
+  // blocks e in [q * A/p, (q + 1) * A/p) of [A, C, D]; coming back, it gets
+  // blocks (a, q) of [A, p * C, D] for every a.
+  int64_t a = shape[0], d = shape[2];
+  int64_t c = toOwners ? shape[1] : shape[1] / p;
+  int64_t perDest = toOwners ? a / p : a; // blocks sent to each member
+  auto inBlock = [&](int64_t q, int64_t i) { // i-th block for member q
+    return toOwners ? (q * perDest + i) : (i * p + q);
+  };
+  auto inRows = [&](int64_t block) { // offset in floats of a block of `in`
+    return toOwners ? block * c * d : (block / p * p * c + block % p * c) * d;
+  };
+  auto outBlock = [&](int64_t q, int64_t i) { // i-th block from member q
+    return toOwners ? (i * p + q) : (q * perDest + i);
+  };
+  auto outRows = [&](int64_t block) {
+    return toOwners ? (block / p * p * c + block % p * c) * d : block * c * d;
+  };
+  // 1. Counts: member q gets the valid rows of its blocks.
+  std::vector<int32_t> sendCounts(p * perDest), recvCounts(p * perDest);
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < perDest; ++i)
+      sendCounts[q * perDest + i] =
+          std::clamp<int32_t>(counts[inBlock(q, i)], 0, static_cast<int32_t>(c));
+  std::vector<int64_t> countBytes(p, perDest * static_cast<int64_t>(sizeof(int32_t)));
+  if (p > 1) {
+    if (!ctx->comm)
+      return 1;
+    if (int rc = moert_all_to_all_v(ctx->comm, sendCounts.data(), countBytes.data(),
+                                    recvCounts.data(), countBytes.data(), group.data(),
+                                    static_cast<int>(p)))
+      return rc;
+  } else {
+    recvCounts = sendCounts;
+  }
+  // 2. Rows: each member's valid rows, block after block.
+  std::vector<int64_t> sendBytes(p, 0), recvBytes(p, 0);
+  int64_t sendTotal = 0, recvTotal = 0;
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < perDest; ++i) {
+      sendBytes[q] += sendCounts[q * perDest + i] * d * 4;
+      recvBytes[q] += recvCounts[q * perDest + i] * d * 4;
+    }
+  for (int64_t q = 0; q < p; ++q) {
+    sendTotal += sendBytes[q];
+    recvTotal += recvBytes[q];
+  }
+  std::vector<float> send(static_cast<size_t>(sendTotal / 4)),
+      got(static_cast<size_t>(recvTotal / 4));
+  float *cursor = send.data();
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < perDest; ++i) {
+      int64_t n = sendCounts[q * perDest + i] * d;
+      std::memcpy(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
+      cursor += n;
+    }
+  if (p > 1) {
+    if (int rc = moert_all_to_all_v(ctx->comm, send.data(), sendBytes.data(), got.data(),
+                                    recvBytes.data(), group.data(), static_cast<int>(p)))
+      return rc;
+  } else {
+    got.swap(send);
+  }
+  // 3. Unpack: valid rows, zeros after them.
+  const float *from = got.data();
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t i = 0; i < perDest; ++i) {
+      int64_t block = outBlock(q, i), n = recvCounts[q * perDest + i];
+      float *to = out + outRows(block);
+      std::memcpy(to, from, static_cast<size_t>(n * d) * 4);
+      std::memset(to + n * d, 0, static_cast<size_t>((c - n) * d) * 4);
+      from += n * d;
+      recv[block] = static_cast<int32_t>(n);
+    }
+  (void)me;
+  return 0;
+}
+
 extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
                                       const int64_t *sizes, const unsigned char *sharded,
                                       int count, int axes, float *norm) {

@@ -486,6 +486,7 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                                   {"comm_bytes_analytical",
                                    {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
                                     {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
+                                  {"comm_bytes_ragged_bound", prog.step_ragged_bound},
                                   {"expert_tokens", expertTokens()}})
                       .dump()
                << "\n" << std::flush;
@@ -495,12 +496,21 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   }
   if (bar)
     std::printf("\r\033[K");
-  if (lead && ranks > 1 && firstStep < o.steps)
-    std::printf("communication per step and rank: all_to_all %lld bytes, all_reduce %lld "
-                "bytes (analytical: %lld, %lld)\n",
-                (long long)lastSent[1], (long long)lastSent[0],
-                (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
-                (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+  if (lead && ranks > 1 && firstStep < o.steps) {
+    if (prog.step_ragged_bound > 0)
+      std::printf("communication per step and rank: all_to_all %lld bytes (ragged: at most "
+                  "%lld with every expert's capacity full), all_reduce %lld bytes "
+                  "(analytical: %lld)\n",
+                  (long long)lastSent[1],
+                  (long long)(prog.step_ragged_bound + prog.step_comm_bytes[MOERT_ALL_TO_ALL]),
+                  (long long)lastSent[0], (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+    else
+      std::printf("communication per step and rank: all_to_all %lld bytes, all_reduce %lld "
+                  "bytes (analytical: %lld, %lld)\n",
+                  (long long)lastSent[1], (long long)lastSent[0],
+                  (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
+                  (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+  }
   if (canEval)
     evaluate(o.steps);
   if (o.sample > 0) {

@@ -10,9 +10,11 @@
 // CHECK: moe.fused_gate softmax {{.*}} top_k 2 capacity 3 {{.*}} : (tensor<2x3x4xf32>, tensor<4x4xf32>)
 // CHECK-NOT: groups =
 // CHECK: %[[BUF:.*]] = moe.permute {{.*}} -> tensor<4x3x4xf32>
-// CHECK: %[[IN:.*]] = moe.all_to_all %[[BUF]] over [ep] split 0 concat 1 : (tensor<4x3x4xf32>) -> tensor<2x6x4xf32>
+// One routing group per rank: the exchanges are ragged, counted by the
+// gate's per-expert counts, and the way back by what arrived.
+// CHECK: %[[IN:.*]], %[[RECV:.*]] = moe.all_to_all %[[BUF]] over [ep] split 0 concat 1 counts %counts : (tensor<4x3x4xf32>, tensor<4xi32>) -> (tensor<2x6x4xf32>, tensor<4xi32>)
 // CHECK: %[[OUT:.*]] = moe.expert_ffn swiglu %[[IN]], {{.*}} -> tensor<2x6x4xf32>
-// CHECK: %[[BACK:.*]] = moe.all_to_all %[[OUT]] over [ep] split 1 concat 0 : (tensor<2x6x4xf32>) -> tensor<4x3x4xf32>
+// CHECK: %[[BACK:.*]], %{{.*}} = moe.all_to_all %[[OUT]] over [ep] split 1 concat 0 counts %[[RECV]] : (tensor<2x6x4xf32>, tensor<4xi32>) -> (tensor<4x3x4xf32>, tensor<4xi32>)
 // CHECK: moe.unpermute %[[BACK]]
 // CHECK: moe.cross_entropy {{.*}} : tensor<2x3x8xf32>, tensor<2x3xi32> -> tensor<f32>
 
@@ -21,7 +23,12 @@
 // DP: moe.param @up : tensor<2x4x5xf32>
 // DP: func.func @step(%arg0: tensor<1x3xi32>
 // DP: moe.fused_gate softmax {{.*}} top_k 2 capacity 2
-// DP: moe.all_to_all {{.*}} over [ep] split 0 concat 1 : (tensor<4x2x4xf32>) -> tensor<2x4x4xf32>
+// DP: moe.all_to_all {{.*}} over [ep] split 0 concat 1 counts {{.*}} : (tensor<4x2x4xf32>, tensor<4xi32>) -> (tensor<2x4x4xf32>, tensor<4xi32>)
+
+// Two routing groups per rank interleave their slots in the buffer: dense.
+// RUN: moe-opt --moe-fuse-gating --moe-routing-groups=groups=4 --moe-partition %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=DENSE
+// DENSE: moe.fused_gate {{.*}} capacity 2 {{{.*}}groups = 2 : i64
+// DENSE: moe.all_to_all {{.*}} over [ep] split 0 concat 1 : (tensor<4x4x4xf32>) -> tensor<2x8x4xf32>
 
 // What cannot be partitioned is an error.
 // RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 1, tp = 2/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-partition 2>&1 | FileCheck %s --check-prefix=TP

@@ -160,6 +160,8 @@ private:
   /// Analytical bytes one rank sends per training step: all_reduce (ring:
   /// 2 (p-1)/p of the buffer) and all_to_all ((p-1)/p of it).
   int64_t allReduceBytes = 0, allToAllBytes = 0;
+  /// Ragged all_to_alls: the bytes with every block full (counts included).
+  int64_t raggedBound = 0;
   int64_t groupSize(ArrayAttr axes) {
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     return grid ? grid.getGroupSize(axes.getValue()) : 1;
@@ -311,10 +313,27 @@ LogicalResult Emitter::collective(Operation *op) {
     return success();
   }
   auto exchange = cast<AllToAllOp>(op);
+  if (exchange.getCodec())
+    return op->emitOpError("compressed collectives are not executable yet");
+  if (Value counts = exchange.getSendCounts()) {
+    if (exchange.getSplitDim() == exchange.getConcatDim())
+      return op->emitOpError("the ragged row form is not executable yet");
+    // Ragged: the bytes depend on the routing; the dense volume bounds them.
+    if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
+      raggedBound += type.getNumElements() * 4 / p * (p - 1) +
+                     (p - 1) * type.getShape()[0] * (exchange.getSplitDim() == 0 ? 1 : p) /
+                         p * 4;
+    os << "  {\n    const int64_t shape[] = {";
+    llvm::interleaveComma(type.getShape(), os);
+    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, "
+       << pointer(exchange.getResult()) << ", " << pointer(exchange.getInput())
+       << ", shape, " << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
+       << axesMask(exchange.getAxes()) << ", " << pointer(counts) << ", "
+       << pointer(exchange.getRecvCounts()) << ")) return rc;\n  }\n";
+    return success();
+  }
   if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
     allToAllBytes += type.getNumElements() * 4 / p * (p - 1);
-  if (exchange.getSendCounts() || exchange.getCodec())
-    return op->emitOpError("only the dense, uncompressed all_to_all is executable yet");
   os << "  {\n    const int64_t shape[] = {";
   llvm::interleaveComma(type.getShape(), os);
   os << "};\n    if (int rc = moert_step_all_to_all(ctx, " << pointer(exchange.getResult())
@@ -436,7 +455,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch << ", "
      << (grid ? grid.getDp() : 1) << ", " << (grid ? grid.getEp() : 1) << ", "
      << (grid ? grid.getTp() : 1) << ",\n  {" << allReduceBytes << ", " << allToAllBytes
-     << ", 0, 0, 0, 0}};\n";
+     << ", 0, 0, 0, 0}, " << raggedBound << "};\n";
   return success();
 }
 

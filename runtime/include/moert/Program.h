@@ -79,6 +79,10 @@ typedef struct {
    * compiler's analytical volume, for the trainer to check the counters
    * against. Indexed by enum moert_collective. */
   int64_t step_comm_bytes[6];
+  /* Ragged all_to_alls (dispatch and combine without capacity padding) send
+   * a routing-dependent volume: at most this many bytes per step and rank
+   * (every block full, counts included), on top of step_comm_bytes. */
+  int64_t step_ragged_bound;
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
@@ -104,6 +108,15 @@ int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
 int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                           const int64_t *shape, int rank, int split, int concat,
                           int axes);
+/* The ragged form on a dispatch buffer (moe.all_to_all ... counts): `shape`
+ * is [E, C, D] (split 0, concat 1) or [E/P, P*C, D] (split 1, concat 0);
+ * counts[i] (capped at C) are the valid leading rows of input block i, and
+ * only they travel, after the counts; recv[i] receives the valid rows of
+ * output block i; other rows of `out` are zero. Indexing: for [E, C, D] block
+ * e; for [A, P*C, D] block (a, q) at a * P + q. */
+int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in,
+                                 const int64_t *shape, int split, int concat,
+                                 int axes, const int32_t *counts, int32_t *recv);
 /* The L2 norm of the gradients; squares of the `sharded` ones are summed
  * over the group of `axes` (each rank holds a different shard). */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads,

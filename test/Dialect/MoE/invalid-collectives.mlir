@@ -242,11 +242,22 @@ func.func @f(%g: tensor<8x16xf32>, %c: tensor<2xi32>) {
 
 // -----
 
-// all_to_all: ragged form splits and concatenates dim 0
+// all_to_all: ragged forms: rows (split 0 concat 0) or dispatch buffers
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
 func.func @f(%g: tensor<8x16xf32>, %c: tensor<2xi32>) {
-  // expected-error @+1 {{'moe.all_to_all' op ragged all_to_all requires split 0 and concat 0, got split 1 and concat 1}}
+  // expected-error @+1 {{'moe.all_to_all' op ragged all_to_all is split 0 concat 0 (rows), or split 0 concat 1 / split 1 concat 0 on a rank-3 dispatch buffer; got split 1 and concat 1 on rank 2}}
   %0, %1 = moe.all_to_all %g over [ep] split 1 concat 1 counts %c : (tensor<8x16xf32>, tensor<2xi32>) -> (tensor<8x16xf32>, tensor<2xi32>)
+  return
+}
+}
+
+// -----
+
+// all_to_all: the ragged dispatch form counts the E blocks of C rows
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<4x3x8xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{'moe.all_to_all' op counts must have shape 4, got 2}}
+  %0, %1 = moe.all_to_all %g over [ep] split 0 concat 1 counts %c : (tensor<4x3x8xf32>, tensor<2xi32>) -> (tensor<2x6x8xf32>, tensor<2xi32>)
   return
 }
 }

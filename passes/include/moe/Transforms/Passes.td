@@ -156,7 +156,9 @@ def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
     - the dispatch buffer `[E, C, D]` goes to the experts' owners through
       `moe.all_to_all over [ep] split 0 concat 1` (`[E/ep, ep*C, D]`), and
       the expert outputs come back through the transposed all_to_all.
-      `moe-autodiff` differentiates both.
+      When a rank routes one group, both are ragged: `counts` are the
+      `fused_gate`'s per-expert counts, so only routed token-slots travel,
+      not the capacity padding. `moe-autodiff` differentiates both.
 
     Gradient synchronisation is `moe-insert-collectives`, after autodiff.
   }];

@@ -104,8 +104,19 @@ def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
     order along `concat_dim`. The result shape is the input's with
     `split_dim` divided by `P` and `concat_dim` multiplied by `P`.
 
-    Gradient (dense form): the all_to_all over the same axes with
-    `split_dim` and `concat_dim` swapped.
+    Ragged dispatch form: on a rank-3 dispatch buffer `[E, C, D]` with
+    `split 0 concat 1` (to the experts' owners, `[E/P, P*C, D]`) or `split 1
+    concat 0` (back), `counts %n` (`tensor<E x i32>`) gives the valid leading
+    rows of each block of `C` rows (capped at `C`): block `e` of the input for
+    split 0, block `(a, q)` at index `a * P + q` for split 1. Only valid rows
+    travel (with the counts first); the other rows of the result are zero,
+    and `recv` gives the valid rows of the result's blocks in the same
+    indexing. When the rows beyond the counts are zero (as `moe.permute`
+    leaves them), the result equals the dense form's.
+
+    Gradient: the all_to_all over the same axes with `split_dim` and
+    `concat_dim` swapped; the ragged dispatch form sends back along the
+    blocks it received (counts = its `recv`).
 
     Ragged form (token dispatch without padding on the wire): with
     `counts %send` (`tensor<P x i32>`), `split_dim` and `concat_dim` are 0,
@@ -126,8 +137,10 @@ def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
     - `split_dim` and `concat_dim` are dimensions of the input; the input's
       `split_dim` is divisible by `P`; the result shape follows the rule
       above with the input's element type;
-    - `counts` and the `recv` result come together, both `tensor<P x i32>`,
-      and require `split_dim == concat_dim == 0`;
+    - `counts` and the `recv` result come together: both `tensor<P x i32>`
+      with `split_dim == concat_dim == 0`, or both `tensor<E x i32>` on a
+      rank-3 `[E, C, D]` / `[E/P, P*C, D]` buffer with `split 0 concat 1` /
+      `split 1 concat 0`;
     - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
   }];
   let arguments = (ins MoE_FloatTensor:$input, Optional<MoE_IndexTensor>:$send_counts,
