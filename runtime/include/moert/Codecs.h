@@ -1,0 +1,75 @@
+//===- Codecs.h - compression of collective payloads ------------*- C++ -*-===//
+//
+// The codecs of compressed collectives (issue 7): each turns a float tensor
+// into bytes and back, with an exact encoded size. Lossy codecs that drop
+// information (top-k, 1-bit sign, PowerSGD) keep an error-feedback residual
+// per tensor and rank: what was not sent is added to the next step's input,
+// so nothing is lost over time (as in DGC, 1-bit Adam and PowerSGD).
+//
+//   fp16, bf16   2 bytes per element (round to nearest even)
+//   int8         1 byte per element + one f32 scale per block of
+//                `blockSize` elements (scale = max |x| / 127)
+//   topk         k = max(1, ceil(ratio * n)) (int32 index, f32 value) pairs
+//   sign         1 bit per element + one f32 scale (mean |x|)
+//   powersgd     rank r factors P [rows, r] and Q [cols, r] in f32; Q is
+//                warm-started from the previous step
+//
+// Plain C++ (no MLIR, LLVM or Halide), part of libmoert.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_CODECS_H
+#define MOERT_CODECS_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+enum class CodecKind { FP16, BF16, Int8, TopK, Sign, PowerSGD };
+
+struct CodecSpec {
+  CodecKind kind = CodecKind::FP16;
+  int64_t blockSize = 256; ///< int8: elements per scale
+  double ratio = 0.01;     ///< topk: fraction of elements sent
+  int64_t rank = 4;        ///< powersgd: rank of the factors
+  bool errorFeedback = true; ///< topk, sign, powersgd: keep a residual
+};
+
+/// Parses "fp16", "bf16", "int8[:block]", "topk[:ratio]", "sign",
+/// "powersgd[:rank]"; false with `error` on anything else.
+bool parseCodec(const std::string &text, CodecSpec &spec, std::string &error);
+
+/// The exact bytes `encode` produces for a tensor of `n` elements (PowerSGD:
+/// a [rows, cols] matrix, rows * cols = n).
+int64_t encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows = 0,
+                     int64_t cols = 0);
+
+/// The state one tensor's codec keeps on one rank across steps.
+struct CodecState {
+  std::vector<float> residual; ///< error feedback: input not yet sent
+  std::vector<float> q;        ///< powersgd: the warm-started right factor
+  uint64_t seed = 0x9e3779b97f4a7c15ull; ///< powersgd: initial Q
+};
+
+/// Encodes `n` floats (with the residual of `state` added when the codec
+/// keeps one, and the new residual stored) into `out`, which gets exactly
+/// encodedBytes(...) bytes. PowerSGD needs rows * cols = n.
+void encode(const CodecSpec &spec, const float *data, int64_t n,
+            std::vector<uint8_t> &out, CodecState &state, int64_t rows = 0,
+            int64_t cols = 0);
+
+/// Decodes what `encode` wrote into `n` floats.
+void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
+            int64_t rows = 0, int64_t cols = 0);
+
+/// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
+uint16_t floatToHalf(float value);
+float halfToFloat(uint16_t bits);
+uint16_t floatToBF16(float value);
+float bf16ToFloat(uint16_t bits);
+
+} // namespace moert
+
+#endif // MOERT_CODECS_H

@@ -1,0 +1,364 @@
+//===- Codecs.cpp - compression of collective payloads --------------------===//
+
+#include "moert/Codecs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+using namespace moert;
+
+namespace {
+
+int64_t topkCount(double ratio, int64_t n) {
+  return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ratio * n))));
+}
+
+int64_t powerRank(const CodecSpec &spec, int64_t rows, int64_t cols) {
+  return std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
+}
+
+template <typename T> void put(std::vector<uint8_t> &out, size_t &at, T value) {
+  std::memcpy(out.data() + at, &value, sizeof(T));
+  at += sizeof(T);
+}
+
+template <typename T> T get(const uint8_t *bytes, size_t &at) {
+  T value;
+  std::memcpy(&value, bytes + at, sizeof(T));
+  at += sizeof(T);
+  return value;
+}
+
+/// data + residual (the residual starts at zero).
+std::vector<float> withResidual(const CodecSpec &spec, const float *data, int64_t n,
+                                CodecState &state) {
+  std::vector<float> y(data, data + n);
+  if (spec.errorFeedback) {
+    if (static_cast<int64_t>(state.residual.size()) != n)
+      state.residual.assign(n, 0.0f);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] += state.residual[i];
+  }
+  return y;
+}
+
+/// Keeps what was not sent for the next step.
+void keepResidual(const CodecSpec &spec, const std::vector<float> &y,
+                  const float *sent, CodecState &state) {
+  if (!spec.errorFeedback)
+    return;
+  for (size_t i = 0; i < y.size(); ++i)
+    state.residual[i] = y[i] - sent[i];
+}
+
+/// Orthonormalises the r columns of P [rows, r] (modified Gram-Schmidt); a
+/// column with no norm left becomes zero.
+void orthonormalise(std::vector<float> &p, int64_t rows, int64_t r) {
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        dot += double(p[i * r + j]) * p[i * r + k];
+      for (int64_t i = 0; i < rows; ++i)
+        p[i * r + j] -= static_cast<float>(dot * p[i * r + k]);
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      norm += double(p[i * r + j]) * p[i * r + j];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < rows; ++i)
+      p[i * r + j] = norm > 1e-30 ? static_cast<float>(p[i * r + j] / norm) : 0.0f;
+  }
+}
+
+} // namespace
+
+uint16_t moert::floatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, mant = x & 0x7fffff;
+  if (exp == 0xff) // infinity, or NaN (kept quiet)
+    return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
+  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
+  if (e >= 31)
+    return static_cast<uint16_t>(sign | 0x7c00); // overflow: infinity
+  if (e <= 0) {                                  // subnormal half, or zero
+    if (e < -10)
+      return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    int shift = 14 - e;
+    uint32_t half = mant >> shift, rest = mant & ((1u << shift) - 1),
+             halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1)))
+      ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13), rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1)))
+    ++half; // a carry into the exponent is still the right rounding
+  return static_cast<uint16_t>(sign | half);
+}
+
+float moert::halfToFloat(uint16_t bits) {
+  uint32_t sign = (bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1f, mant = bits & 0x3ff;
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  uint32_t x = exp == 31 ? (sign | 0x7f800000u | (mant << 13))
+                         : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  float v;
+  std::memcpy(&v, &x, 4);
+  return v;
+}
+
+uint16_t moert::floatToBF16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet
+    return static_cast<uint16_t>((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float moert::bf16ToFloat(uint16_t bits) {
+  uint32_t x = static_cast<uint32_t>(bits) << 16;
+  float v;
+  std::memcpy(&v, &x, 4);
+  return v;
+}
+
+bool moert::parseCodec(const std::string &text, CodecSpec &spec, std::string &error) {
+  size_t colon = text.find(':');
+  std::string name = text.substr(0, colon);
+  std::string arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  spec = CodecSpec();
+  // name, kind, its parameter ("" when none), the parameter's range, whether
+  // it is an integer, and where it goes.
+  struct Entry {
+    const char *name;
+    CodecKind kind;
+    const char *label, *param;
+    double lo, hi;
+    bool integer;
+    void (*set)(CodecSpec &, double);
+  };
+  static const Entry entries[] = {
+      {"fp16", CodecKind::FP16, "", "", 0, 0, false, nullptr},
+      {"bf16", CodecKind::BF16, "", "", 0, 0, false, nullptr},
+      {"sign", CodecKind::Sign, "", "", 0, 0, false, nullptr},
+      {"int8", CodecKind::Int8, "BLOCK", "a block size in [1, 16777216]", 1, 1 << 24, true,
+       [](CodecSpec &s, double v) { s.blockSize = static_cast<int64_t>(v); }},
+      {"topk", CodecKind::TopK, "RATIO", "a ratio in (0, 1]", 0, 1, false,
+       [](CodecSpec &s, double v) { s.ratio = v; }},
+      {"powersgd", CodecKind::PowerSGD, "RANK", "a rank in [1, 65536]", 1, 1 << 16, true,
+       [](CodecSpec &s, double v) { s.rank = static_cast<int64_t>(v); }},
+  };
+  for (const Entry &e : entries) {
+    if (name != e.name)
+      continue;
+    spec.kind = e.kind;
+    if (arg.empty() && colon == std::string::npos)
+      return true;
+    if (!e.set) {
+      error = "codec " + name + " takes no parameter, got '" + text + "'";
+      return false;
+    }
+    char *end = nullptr;
+    double v = std::strtod(arg.c_str(), &end);
+    if (arg.empty() || *end || !(v > e.lo || (e.integer && v == e.lo)) || v > e.hi ||
+        (e.integer && v != std::floor(v))) {
+      error = "codec " + name + ":" + e.label + " needs " + e.param + ", got '" + arg + "'";
+      return false;
+    }
+    e.set(spec, v);
+    return true;
+  }
+  error = "unknown codec '" + text + "' (expected fp16, bf16, int8[:block], topk[:ratio], "
+          "sign or powersgd[:rank])";
+  return false;
+}
+
+int64_t moert::encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows, int64_t cols) {
+  switch (spec.kind) {
+  case CodecKind::FP16:
+  case CodecKind::BF16:
+    return 2 * n;
+  case CodecKind::Int8:
+    return n + 4 * ((n + spec.blockSize - 1) / spec.blockSize);
+  case CodecKind::TopK:
+    return 8 * topkCount(spec.ratio, n);
+  case CodecKind::Sign:
+    return 4 + (n + 7) / 8;
+  case CodecKind::PowerSGD:
+    return 4 * powerRank(spec, rows, cols) * (rows + cols);
+  }
+  return 0;
+}
+
+void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
+                   std::vector<uint8_t> &out, CodecState &state, int64_t rows,
+                   int64_t cols) {
+  out.assign(static_cast<size_t>(encodedBytes(spec, n, rows, cols)), 0);
+  size_t at = 0;
+  switch (spec.kind) {
+  case CodecKind::FP16:
+  case CodecKind::BF16:
+    for (int64_t i = 0; i < n; ++i)
+      put<uint16_t>(out, at, spec.kind == CodecKind::FP16 ? floatToHalf(data[i])
+                                                          : floatToBF16(data[i]));
+    return;
+  case CodecKind::Int8: {
+    // Scales first, then the values.
+    int64_t blocks = (n + spec.blockSize - 1) / spec.blockSize;
+    size_t values = 4 * static_cast<size_t>(blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      int64_t lo = b * spec.blockSize, hi = std::min(n, lo + spec.blockSize);
+      float peak = 0;
+      for (int64_t i = lo; i < hi; ++i)
+        peak = std::max(peak, std::fabs(data[i]));
+      float scale = peak / 127.0f;
+      put<float>(out, at, scale);
+      for (int64_t i = lo; i < hi; ++i) {
+        long q = scale > 0 ? std::lrint(data[i] / scale) : 0;
+        out[values + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127L, 127L)));
+      }
+    }
+    return;
+  }
+  case CodecKind::TopK: {
+    std::vector<float> y = withResidual(spec, data, n, state);
+    int64_t k = topkCount(spec.ratio, n);
+    std::vector<int32_t> index(n);
+    std::iota(index.begin(), index.end(), 0);
+    // The k largest magnitudes (ties: the lower index), sent in index order.
+    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(), [&](int32_t a, int32_t b) {
+      float fa = std::fabs(y[a]), fb = std::fabs(y[b]);
+      return fa > fb || (fa == fb && a < b);
+    });
+    std::sort(index.begin(), index.begin() + k);
+    std::vector<float> sent(n, 0.0f);
+    for (int64_t j = 0; j < k; ++j)
+      put<int32_t>(out, at, index[j]);
+    for (int64_t j = 0; j < k; ++j) {
+      put<float>(out, at, y[index[j]]);
+      sent[index[j]] = y[index[j]];
+    }
+    keepResidual(spec, y, sent.data(), state);
+    return;
+  }
+  case CodecKind::Sign: {
+    std::vector<float> y = withResidual(spec, data, n, state);
+    double total = 0;
+    for (float v : y)
+      total += std::fabs(v);
+    float scale = n ? static_cast<float>(total / n) : 0.0f;
+    put<float>(out, at, scale);
+    std::vector<float> sent(n);
+    for (int64_t i = 0; i < n; ++i) {
+      bool negative = y[i] < 0;
+      if (negative)
+        out[at + i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      sent[i] = negative ? -scale : scale;
+    }
+    keepResidual(spec, y, sent.data(), state);
+    return;
+  }
+  case CodecKind::PowerSGD: {
+    std::vector<float> m = withResidual(spec, data, n, state);
+    int64_t r = powerRank(spec, rows, cols);
+    // Q [cols, r]: the previous step's, or a seeded normal start.
+    if (static_cast<int64_t>(state.q.size()) != cols * r) {
+      std::mt19937_64 rng(state.seed);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      state.q.resize(cols * r);
+      for (float &v : state.q)
+        v = normal(rng);
+    }
+    std::vector<float> p(rows * r, 0.0f), q(cols * r, 0.0f);
+    for (int64_t i = 0; i < rows; ++i) // P = M Q
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t j = 0; j < r; ++j)
+          p[i * r + j] += m[i * cols + c] * state.q[c * r + j];
+    orthonormalise(p, rows, r);
+    for (int64_t i = 0; i < rows; ++i) // Q = M^T P
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t j = 0; j < r; ++j)
+          q[c * r + j] += m[i * cols + c] * p[i * r + j];
+    state.q = q;
+    for (float v : p)
+      put<float>(out, at, v);
+    for (float v : q)
+      put<float>(out, at, v);
+    if (spec.errorFeedback) {
+      std::vector<float> sent(n);
+      decode(spec, out.data(), n, sent.data(), rows, cols);
+      keepResidual(spec, m, sent.data(), state);
+    }
+    return;
+  }
+  }
+}
+
+void moert::decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
+                   int64_t rows, int64_t cols) {
+  size_t at = 0;
+  switch (spec.kind) {
+  case CodecKind::FP16:
+  case CodecKind::BF16:
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h = get<uint16_t>(bytes, at);
+      out[i] = spec.kind == CodecKind::FP16 ? halfToFloat(h) : bf16ToFloat(h);
+    }
+    return;
+  case CodecKind::Int8: {
+    int64_t blocks = (n + spec.blockSize - 1) / spec.blockSize;
+    size_t values = 4 * static_cast<size_t>(blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      float scale = get<float>(bytes, at);
+      int64_t lo = b * spec.blockSize, hi = std::min(n, lo + spec.blockSize);
+      for (int64_t i = lo; i < hi; ++i)
+        out[i] = static_cast<int8_t>(bytes[values + i]) * scale;
+    }
+    return;
+  }
+  case CodecKind::TopK: {
+    int64_t k = topkCount(spec.ratio, n);
+    std::fill(out, out + n, 0.0f);
+    size_t values = 4 * static_cast<size_t>(k);
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t i = get<int32_t>(bytes, at);
+      size_t v = values + 4 * static_cast<size_t>(j);
+      if (i >= 0 && i < n)
+        out[i] = get<float>(bytes, v);
+    }
+    return;
+  }
+  case CodecKind::Sign: {
+    float scale = get<float>(bytes, at);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (bytes[at + i / 8] >> (i % 8)) & 1 ? -scale : scale;
+    return;
+  }
+  case CodecKind::PowerSGD: {
+    int64_t r = powerRank(spec, rows, cols);
+    const uint8_t *p = bytes, *q = bytes + 4 * rows * r;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c) {
+        double sum = 0;
+        for (int64_t j = 0; j < r; ++j) {
+          float pv, qv;
+          std::memcpy(&pv, p + 4 * (i * r + j), 4);
+          std::memcpy(&qv, q + 4 * (c * r + j), 4);
+          sum += double(pv) * qv;
+        }
+        out[i * cols + c] = static_cast<float>(sum);
+      }
+    return;
+  }
+  }
+}
