@@ -48,6 +48,12 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
                            "[arena, offset, bytes] per result");
     return success();
   }
+  if (name == "moe.compression") {
+    // moe-compress-collectives' settings (warm-up steps, compressed count).
+    if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
+      return op->emitError("'moe.compression' must be a dictionary on a module");
+    return success();
+  }
   if (name == "moe.shard") {
     // A parameter holding one rank's block along dimension 0 (moe-partition).
     auto axes = dyn_cast<ArrayAttr>(attr.getValue());

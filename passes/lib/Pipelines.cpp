@@ -20,6 +20,13 @@ void moe::buildTrainPipeline(OpPassManager &pm,
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
   pm.addPass(createInsertCollectivesPass());
+  if (options.compressGrad != "none") {
+    CompressCollectivesPassOptions compress;
+    compress.grad = options.compressGrad;
+    compress.warmupSteps = options.compressWarmup;
+    compress.errorFeedback = options.errorFeedback;
+    pm.addPass(createCompressCollectivesPass(compress));
+  }
   if (options.lower) {
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;

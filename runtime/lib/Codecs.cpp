@@ -14,7 +14,7 @@ using namespace moert;
 namespace {
 
 int64_t topkCount(double ratio, int64_t n) {
-  return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ratio * n))));
+  return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio * n))));
 }
 
 int64_t powerRank(const CodecSpec &spec, int64_t rows, int64_t cols) {
@@ -55,9 +55,9 @@ void keepResidual(const CodecSpec &spec, const std::vector<float> &y,
     state.residual[i] = y[i] - sent[i];
 }
 
-/// Orthonormalises the r columns of P [rows, r] (modified Gram-Schmidt); a
-/// column with no norm left becomes zero.
-void orthonormalise(std::vector<float> &p, int64_t rows, int64_t r) {
+} // namespace
+
+void moert::orthonormaliseColumns(std::vector<float> &p, int64_t rows, int64_t r) {
   for (int64_t j = 0; j < r; ++j) {
     for (int64_t k = 0; k < j; ++k) {
       double dot = 0;
@@ -74,8 +74,6 @@ void orthonormalise(std::vector<float> &p, int64_t rows, int64_t r) {
       p[i * r + j] = norm > 1e-30 ? static_cast<float>(p[i * r + j] / norm) : 0.0f;
   }
 }
-
-} // namespace
 
 uint16_t moert::floatToHalf(float value) {
   uint32_t x;
@@ -284,7 +282,7 @@ void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
       for (int64_t c = 0; c < cols; ++c)
         for (int64_t j = 0; j < r; ++j)
           p[i * r + j] += m[i * cols + c] * state.q[c * r + j];
-    orthonormalise(p, rows, r);
+    orthonormaliseColumns(p, rows, r);
     for (int64_t i = 0; i < rows; ++i) // Q = M^T P
       for (int64_t c = 0; c < cols; ++c)
         for (int64_t j = 0; j < r; ++j)

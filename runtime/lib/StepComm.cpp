@@ -6,12 +6,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/Program.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <random>
 #include <vector>
 
 extern "C" int moert_grid_group(const moert_context *ctx, int axes,
@@ -227,4 +230,195 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
   }
   *norm = static_cast<float>(std::sqrt(replicated + shards));
   return 0;
+}
+
+namespace {
+
+moert::CodecSpec specOf(const moert_codec *c) {
+  moert::CodecSpec s;
+  s.kind = static_cast<moert::CodecKind>(c->kind);
+  s.blockSize = std::max<int64_t>(c->block_size, 1);
+  s.ratio = c->ratio;
+  s.rank = std::max<int64_t>(c->rank, 1);
+  s.errorFeedback = c->error_feedback != 0;
+  return s;
+}
+
+using CodecStates = std::map<int, moert::CodecState>;
+
+moert::CodecState &stateOf(moert_context *ctx, int site) {
+  if (!ctx->codec_states)
+    ctx->codec_states = new CodecStates();
+  return (*static_cast<CodecStates *>(ctx->codec_states))[site];
+}
+
+std::vector<int64_t> sentBy(const moert_comm *comm) {
+  std::vector<int64_t> sent(MOERT_NUM_COLLECTIVES, 0);
+  for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+    sent[k] = comm ? moert_comm_bytes(comm, k) : 0;
+  return sent;
+}
+
+/// The compressed sum over `group` of every member's `in` into `out`.
+int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
+                  const moert::CodecSpec &spec, moert::CodecState &state,
+                  const std::vector<int32_t> &group, int me, int64_t rows,
+                  int64_t cols) {
+  int64_t p = static_cast<int64_t>(group.size());
+  int size = static_cast<int>(p);
+  moert_comm *comm = ctx->comm;
+  if (p > 1 && !comm)
+    return 1;
+  switch (spec.kind) {
+  case moert::CodecKind::FP16:
+  case moert::CodecKind::BF16:
+  case moert::CodecKind::Int8: {
+    // Reduce-scatter of encoded chunks, then all-gather of encoded sums.
+    int64_t chunk = (n + p - 1) / p, bytes = moert::encodedBytes(spec, chunk);
+    std::vector<float> padded(in, in + n);
+    padded.resize(chunk * p, 0.0f);
+    std::vector<uint8_t> send(bytes * p), recv(bytes * p), piece;
+    moert::CodecState none;
+    for (int64_t j = 0; j < p; ++j) {
+      moert::encode(spec, padded.data() + j * chunk, chunk, piece, none);
+      std::memcpy(send.data() + j * bytes, piece.data(), bytes);
+    }
+    std::vector<int64_t> counts(p, bytes);
+    if (p > 1) {
+      if (int rc = moert_all_to_all_v(comm, send.data(), counts.data(), recv.data(),
+                                      counts.data(), group.data(), size))
+        return rc;
+    } else {
+      recv = send;
+    }
+    std::vector<float> sum(chunk, 0.0f), part(chunk);
+    for (int64_t j = 0; j < p; ++j) {
+      moert::decode(spec, recv.data() + j * bytes, chunk, part.data());
+      for (int64_t i = 0; i < chunk; ++i)
+        sum[i] += part[i];
+    }
+    moert::encode(spec, sum.data(), chunk, piece, none);
+    std::vector<uint8_t> all(bytes * p);
+    if (p > 1) {
+      if (int rc = moert_all_gather(comm, piece.data(), bytes, all.data(), group.data(), size))
+        return rc;
+    } else {
+      all = piece;
+    }
+    for (int64_t j = 0; j < p; ++j) {
+      moert::decode(spec, all.data() + j * bytes, chunk, part.data());
+      std::memcpy(out + j * chunk, part.data(),
+                  static_cast<size_t>(std::max<int64_t>(0, std::min(chunk, n - j * chunk))) * 4);
+    }
+    return 0;
+  }
+  case moert::CodecKind::TopK:
+  case moert::CodecKind::Sign: {
+    // Every member's sparse or 1-bit encoding, summed in member order.
+    std::vector<uint8_t> mine;
+    moert::encode(spec, in, n, mine, state);
+    int64_t bytes = static_cast<int64_t>(mine.size());
+    std::vector<uint8_t> all(bytes * p);
+    if (p > 1) {
+      if (int rc = moert_all_gather(comm, mine.data(), bytes, all.data(), group.data(), size))
+        return rc;
+    } else {
+      all = mine;
+    }
+    std::vector<float> part(n);
+    std::fill(out, out + n, 0.0f);
+    for (int64_t j = 0; j < p; ++j) {
+      moert::decode(spec, all.data() + j * bytes, n, part.data());
+      for (int64_t i = 0; i < n; ++i)
+        out[i] += part[i];
+    }
+    return 0;
+  }
+  case moert::CodecKind::PowerSGD: {
+    int64_t r = std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
+    std::vector<float> m(in, in + n);
+    if (spec.errorFeedback) {
+      if (static_cast<int64_t>(state.residual.size()) != n)
+        state.residual.assign(n, 0.0f);
+      for (int64_t i = 0; i < n; ++i)
+        m[i] += state.residual[i];
+    }
+    if (static_cast<int64_t>(state.q.size()) != cols * r) {
+      // The same seeded start on every member.
+      state.q.assign(cols * r, 0.0f);
+      std::mt19937_64 rng(state.seed);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float &v : state.q)
+        v = normal(rng);
+    }
+    std::vector<float> pm(rows * r, 0.0f), qm(cols * r, 0.0f);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t j = 0; j < r; ++j)
+          pm[i * r + j] += m[i * cols + c] * state.q[c * r + j];
+    if (p > 1)
+      if (int rc = moert_all_reduce_f32(comm, pm.data(), rows * r, group.data(), size))
+        return rc;
+    moert::orthonormaliseColumns(pm, rows, r);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t j = 0; j < r; ++j)
+          qm[c * r + j] += m[i * cols + c] * pm[i * r + j];
+    if (p > 1)
+      if (int rc = moert_all_reduce_f32(comm, qm.data(), cols * r, group.data(), size))
+        return rc;
+    // The sum is P Q^T; the warm start and the residual use the mean.
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c) {
+        double v = 0;
+        for (int64_t j = 0; j < r; ++j)
+          v += double(pm[i * r + j]) * qm[c * r + j];
+        out[i * cols + c] = static_cast<float>(v);
+      }
+    for (float &v : qm)
+      v /= static_cast<float>(p);
+    state.q = qm;
+    if (spec.errorFeedback)
+      for (int64_t i = 0; i < n; ++i)
+        state.residual[i] = m[i] - out[i] / static_cast<float>(p);
+    return 0;
+  }
+  }
+  return 1;
+}
+
+} // namespace
+
+extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const float *in,
+                                           int64_t count, int axes, int mean, double scale,
+                                           const moert_codec *codec, int site, int64_t rows,
+                                           int64_t cols) {
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int me = 0;
+  while (group[me] != ctx->rank)
+    ++me;
+  int64_t p = static_cast<int64_t>(group.size());
+  moert::CodecSpec spec = specOf(codec);
+  if (spec.kind == moert::CodecKind::PowerSGD && rows * cols != count) {
+    rows = count;
+    cols = 1;
+  }
+  std::vector<int64_t> before = sentBy(ctx->comm);
+  std::vector<float> result(count);
+  if (int rc = compressedSum(ctx, result.data(), in, count, spec, stateOf(ctx, site), group,
+                             me, rows, cols))
+    return rc;
+  std::vector<int64_t> after = sentBy(ctx->comm);
+  for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+    ctx->codec_sent[k] += after[k] - before[k];
+  ctx->codec_uncompressed += p > 1 ? 2 * (p - 1) * count * 4 / p : 0;
+  double factor = scale / (mean ? static_cast<double>(p) : 1.0);
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = static_cast<float>(result[i] * factor);
+  return 0;
+}
+
+extern "C" void moert_codec_states_free(moert_context *ctx) {
+  delete static_cast<CodecStates *>(ctx->codec_states);
+  ctx->codec_states = nullptr;
 }

@@ -352,7 +352,7 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
       droppedSlots(std::max(prog.num_moe_layers, 1), 0);
   moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
                     expertCounts.data(), droppedSlots.data(), comm, rank, prog.grid_dp, prog.grid_ep,
-                    prog.grid_tp};
+                    prog.grid_tp, nullptr, {0, 0, 0, 0, 0, 0}, 0};
   auto commError = [&](const std::string &what) {
     die(what + (comm ? std::string(": ") + moert_comm_error(comm) : std::string()));
   };
@@ -430,12 +430,15 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   std::vector<int32_t> tokens, targets;
   long long tokensPerStep = globalBatch * prog.seq_len;
   auto runStart = std::chrono::steady_clock::now();
-  int64_t lastSent[2] = {0, 0};
+  int64_t lastSent[2] = {0, 0}, lastCodec[2] = {0, 0};
   for (long long s = firstStep; s < o.steps; ++s) {
     sampler.next(tokens, targets);
     float loss = 0;
     int64_t sentBefore[2] = {comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) : 0,
                              comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) : 0};
+    int64_t codecBefore[MOERT_NUM_COLLECTIVES + 1];
+    std::copy(ctx.codec_sent, ctx.codec_sent + MOERT_NUM_COLLECTIVES, codecBefore);
+    codecBefore[MOERT_NUM_COLLECTIVES] = ctx.codec_uncompressed;
     auto start = std::chrono::steady_clock::now();
     int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                              static_cast<int32_t>(s), &loss);
@@ -447,11 +450,25 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
     if (!std::isfinite(loss))
       die("step " + std::to_string(s) + ": the loss is not finite");
     double tps = tokensPerStep / seconds;
-    // Bytes this rank sent in the step, per collective (Comm.h counters).
-    int64_t sent[2] = {comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - sentBefore[0] : 0,
-                       comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - sentBefore[1] : 0};
+    // Bytes this rank sent in the step, per collective (Comm.h counters),
+    // without what compressed all-reduces sent (reported on their own).
+    int64_t codecBy[MOERT_NUM_COLLECTIVES], codecSent = 0;
+    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+      codecSent += codecBy[k] = ctx.codec_sent[k] - codecBefore[k];
+    int64_t codecPlain = ctx.codec_uncompressed - codecBefore[MOERT_NUM_COLLECTIVES];
+    int64_t sent[2] = {comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - sentBefore[0] -
+                                  codecBy[MOERT_ALL_REDUCE]
+                            : 0,
+                       comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - sentBefore[1] -
+                                  codecBy[MOERT_ALL_TO_ALL]
+                            : 0};
     lastSent[0] = sent[0];
     lastSent[1] = sent[1];
+    // Compressed all-reduces: bytes sent, what uncompressed ones would have
+    // sent, and the codecs' formula (nothing compressed in the warm-up).
+    int64_t codecExpected = s < prog.codec_warmup_steps ? 0 : prog.step_codec_bytes;
+    if (codecSent)
+      lastCodec[0] = codecSent, lastCodec[1] = codecPlain;
     long long dropped = droppedTokens();
     if (ranks > 1) {
       // Load metrics over the whole batch: every replica's counts and drops.
@@ -487,6 +504,9 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                                    {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
                                     {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
                                   {"comm_bytes_ragged_bound", prog.step_ragged_bound},
+                                  {"codec_bytes", {{"sent", codecSent},
+                                                   {"uncompressed", codecPlain},
+                                                   {"expected", codecExpected}}},
                                   {"expert_tokens", expertTokens()}})
                       .dump()
                << "\n" << std::flush;
@@ -511,6 +531,11 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                   (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
                   (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
   }
+  if (lead && lastCodec[0] > 0)
+    std::printf("compressed all-reduces: %lld bytes per step and rank instead of %lld "
+                "(%.1fx less; the codecs' formula: %lld)\n",
+                (long long)lastCodec[0], (long long)lastCodec[1],
+                double(lastCodec[1]) / double(lastCodec[0]), (long long)prog.step_codec_bytes);
   if (canEval)
     evaluate(o.steps);
   if (o.sample > 0) {
@@ -609,6 +634,7 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                       .dump()
                << "\n" << std::flush;
   }
+  moert_codec_states_free(&ctx);
   if (!o.checkpoint.empty()) {
     // Full tensors: expert shards are gathered over their ep group (in ep
     // order), so any grid can resume from the checkpoint.

@@ -105,6 +105,8 @@ TEST(CodecTest, TopKKeepsTheLargestAndFeedsBackTheRest) {
   int64_t n = 10000;
   CodecSpec spec = parsed("topk:0.01");
   EXPECT_EQ(encodedBytes(spec, n), 8 * 100); // indices included
+  EXPECT_EQ(encodedBytes(spec, 10099), 8 * 100); // at most the ratio
+  EXPECT_EQ(encodedBytes(spec, 50), 8); // at least one
   EXPECT_GE(4.0 * n / encodedBytes(spec, n), 50.0);
   std::vector<float> x = randomData(n, 3);
   CodecState state;

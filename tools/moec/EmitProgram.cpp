@@ -6,6 +6,9 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Format.h"
 
+#include <algorithm>
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -135,6 +138,51 @@ int axesMask(ArrayAttr axes) {
   return mask;
 }
 
+/// The bytes one member sends in a compressed all-reduce over `p` members
+/// (runtime/lib/StepComm.cpp): fp16/bf16/int8 an all-to-all of encoded
+/// chunks and an all-gather of encoded sums; topk/sign an all-gather of the
+/// encoding; powersgd ring all-reduces of P [rows, r] and Q [cols, r].
+int64_t codecAllReduceBytes(CodecAttr codec, int64_t n, int64_t rows, int64_t cols,
+                            int64_t p) {
+  if (p <= 1)
+    return 0;
+  auto encoded = [&](int64_t count) -> int64_t {
+    switch (codec.getKind()) {
+    case CodecKind::fp16:
+    case CodecKind::bf16:
+      return 2 * count;
+    case CodecKind::int8: {
+      int64_t block = std::max<int64_t>(codec.getBlockSize(), 1);
+      return count + 4 * ((count + block - 1) / block);
+    }
+    case CodecKind::topk: {
+      double ratio = codec.getRatio().convertToDouble();
+      return 8 * std::min<int64_t>(count, std::max<int64_t>(1, static_cast<int64_t>(
+                                                                   std::floor(ratio * count))));
+    }
+    case CodecKind::sign:
+      return 4 + (count + 7) / 8;
+    case CodecKind::powersgd:
+      return 0;
+    }
+    return 0;
+  };
+  switch (codec.getKind()) {
+  case CodecKind::fp16:
+  case CodecKind::bf16:
+  case CodecKind::int8:
+    return 2 * (p - 1) * encoded((n + p - 1) / p);
+  case CodecKind::topk:
+  case CodecKind::sign:
+    return (p - 1) * encoded(n);
+  case CodecKind::powersgd: {
+    int64_t r = std::max<int64_t>(1, std::min({codec.getRank(), rows, cols}));
+    return 2 * (p - 1) * rows * r * 4 / p + 2 * (p - 1) * cols * r * 4 / p;
+  }
+  }
+  return 0;
+}
+
 class Emitter {
 public:
   Emitter(ModuleOp module, const std::map<std::string, moec::KernelCall> &calls,
@@ -162,6 +210,9 @@ private:
   int64_t allReduceBytes = 0, allToAllBytes = 0;
   /// Ragged all_to_alls: the bytes with every block full (counts included).
   int64_t raggedBound = 0;
+  /// Compressed all-reduces: what they send, what they replace, how many.
+  int64_t codecBytes = 0, codecUncompressed = 0, codecWarmup = 0;
+  int codecSites = 0;
   int64_t groupSize(ArrayAttr axes) {
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     return grid ? grid.getGroupSize(axes.getValue()) : 1;
@@ -300,10 +351,34 @@ LogicalResult Emitter::collective(Operation *op) {
   setStorage(op, plan.asArrayRef());
   auto type = cast<RankedTensorType>(op->getOperand(0).getType());
   if (auto reduce = dyn_cast<AllReduceOp>(op)) {
-    if (int64_t p = groupSize(reduce.getAxes()); training && p > 1)
-      allReduceBytes += 2 * (p - 1) * type.getNumElements() * 4 / p;
-    if (reduce.getCodec())
-      return op->emitOpError("compressed collectives are not executable yet");
+    int64_t p = groupSize(reduce.getAxes()), n = type.getNumElements();
+    int64_t ring = p > 1 ? 2 * (p - 1) * n * 4 / p : 0;
+    if (CodecAttr codec = reduce.getCodecAttr()) {
+      if (!training)
+        return op->emitOpError("compressed all_reduce runs in the training step only");
+      // Compressed after the warm-up steps. moe.all_reduce views a tensor
+      // of rank >= 2 as [numel / last, last] for powersgd.
+      int64_t cols = type.getShape().empty() ? 1 : type.getShape().back(), rows = n / cols;
+      codecUncompressed += ring;
+      codecBytes += codecAllReduceBytes(codec, n, rows, cols, p);
+      os << "  {\n    static const moert_codec codec = {" << static_cast<int>(codec.getKind())
+         << ", " << codec.getBlockSize() << ", "
+         << llvm::format("%.17g", codec.getRatio().convertToDouble()) << ", "
+         << codec.getRank() << ", " << (codec.getErrorFeedback() ? 1 : 0) << "};\n"
+         << "    int rc = step < " << codecWarmup << " ? moert_step_all_reduce(ctx, "
+         << pointer(reduce.getResult()) << ", " << pointer(reduce.getInput()) << ", " << n
+         << ", " << axesMask(reduce.getAxes()) << ", "
+         << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
+         << llvm::format("%.17g", reduce.getScale().convertToDouble())
+         << ")\n      : moert_step_all_reduce_codec(ctx, " << pointer(reduce.getResult()) << ", "
+         << pointer(reduce.getInput()) << ", " << n << ", " << axesMask(reduce.getAxes())
+         << ", " << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
+         << llvm::format("%.17g", reduce.getScale().convertToDouble()) << ", &codec, "
+         << codecSites++ << ", " << rows << ", " << cols << ");\n    if (rc) return rc;\n  }\n";
+      return success();
+    }
+    if (training)
+      allReduceBytes += ring;
     os << "  if (int rc = moert_step_all_reduce(ctx, " << pointer(reduce.getResult())
        << ", " << pointer(reduce.getInput()) << ", " << type.getNumElements() << ", "
        << axesMask(reduce.getAxes()) << ", "
@@ -344,6 +419,9 @@ LogicalResult Emitter::collective(Operation *op) {
 }
 
 LogicalResult Emitter::run() {
+  if (auto compression = module->getAttrOfType<DictionaryAttr>("moe.compression"))
+    if (auto warmup = compression.getAs<IntegerAttr>("warmup_steps"))
+      codecWarmup = warmup.getInt();
   func::FuncOp step, eval;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())
@@ -455,7 +533,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch << ", "
      << (grid ? grid.getDp() : 1) << ", " << (grid ? grid.getEp() : 1) << ", "
      << (grid ? grid.getTp() : 1) << ",\n  {" << allReduceBytes << ", " << allToAllBytes
-     << ", 0, 0, 0, 0}, " << raggedBound << "};\n";
+     << ", 0, 0, 0, 0}, " << raggedBound << ", " << codecWarmup << ", " << codecBytes << ", "
+     << codecUncompressed << "};\n";
   return success();
 }
 

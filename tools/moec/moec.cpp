@@ -87,6 +87,18 @@ static cl::opt<unsigned> expertParallel(
     cl::desc("Expert-parallel degree of --ranks (default: the largest divisor "
              "of N that divides every layer's experts); dp = N / ep"),
     cl::init(0), cl::cat(category));
+static cl::opt<std::string> compressGrad(
+    "compress-grad",
+    cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
+             "int8[:block], topk[:ratio], sign, powersgd[:rank]; error feedback on)"),
+    cl::value_desc("codec"), cl::init("none"), cl::cat(category));
+static cl::opt<unsigned> compressWarmup("compress-warmup",
+                                        cl::desc("Uncompressed steps before the codec applies"),
+                                        cl::init(0), cl::cat(category));
+static cl::opt<bool> noErrorFeedback(
+    "no-error-feedback",
+    cl::desc("Drop what topk, sign and powersgd do not send (for comparison)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<unsigned> routingGroups(
     "routing-groups",
     cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
@@ -220,6 +232,12 @@ int main(int argc, char **argv) {
     mlir::moe::TrainPipelineOptions pipeline;
     pipeline.lower = false;
     pipeline.routingGroups = routingGroups;
+    pipeline.compressGrad = compressGrad;
+    pipeline.compressWarmup = compressWarmup;
+    pipeline.errorFeedback = !noErrorFeedback;
+    if (compressGrad != "none" && ranks <= 1)
+      return fail("--compress-grad compresses the collectives of a partitioned step: give "
+                  "--ranks N (N > 1)");
     mlir::moe::buildTrainPipeline(pm, pipeline);
     // With a cluster, the sharding plan (and its report) before lowering.
     if (!clusterFile.empty()) {

@@ -9,7 +9,7 @@
 //   fp16, bf16   2 bytes per element (round to nearest even)
 //   int8         1 byte per element + one f32 scale per block of
 //                `blockSize` elements (scale = max |x| / 127)
-//   topk         k = max(1, ceil(ratio * n)) (int32 index, f32 value) pairs
+//   topk         k = max(1, floor(ratio * n)) (int32 index, f32 value) pairs
 //   sign         1 bit per element + one f32 scale (mean |x|)
 //   powersgd     rank r factors P [rows, r] and Q [cols, r] in f32; Q is
 //                warm-started from the previous step
@@ -63,6 +63,10 @@ void encode(const CodecSpec &spec, const float *data, int64_t n,
 /// Decodes what `encode` wrote into `n` floats.
 void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
             int64_t rows = 0, int64_t cols = 0);
+
+/// Orthonormalises the r columns of a row-major [rows, r] matrix (modified
+/// Gram-Schmidt); a column with no norm left becomes zero.
+void orthonormaliseColumns(std::vector<float> &p, int64_t rows, int64_t r);
 
 /// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
 uint16_t floatToHalf(float value);

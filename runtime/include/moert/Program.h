@@ -46,6 +46,13 @@ typedef struct {
    * rank = (d * ep + e) * tp + t. */
   struct moert_comm *comm;
   int rank, dp, ep, tp;
+  /* Compressed collectives: their per-tensor state (error-feedback
+   * residuals, PowerSGD factors; created on first use, freed by
+   * moert_codec_states_free), the bytes they sent, and the bytes the
+   * uncompressed collective would have sent (ring volume). */
+  void *codec_states;
+  int64_t codec_sent[6]; /* by enum moert_collective (moert/Comm.h) */
+  int64_t codec_uncompressed;
 } moert_context;
 
 typedef struct {
@@ -83,6 +90,10 @@ typedef struct {
    * a routing-dependent volume: at most this many bytes per step and rank
    * (every block full, counts included), on top of step_comm_bytes. */
   int64_t step_ragged_bound;
+  /* Compressed all-reduces: steps before `codec_warmup_steps` run them
+   * uncompressed; after that they send step_codec_bytes per step and rank
+   * instead of step_codec_uncompressed (both in step_comm_bytes' terms). */
+  int64_t codec_warmup_steps, step_codec_bytes, step_codec_uncompressed;
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
@@ -108,6 +119,28 @@ int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
 int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                           const int64_t *shape, int rank, int split, int concat,
                           int axes);
+/* A codec of moe.all_reduce (moert/Codecs.h): kind 0 fp16, 1 bf16, 2 int8,
+ * 3 topk, 4 sign, 5 powersgd. */
+typedef struct {
+  int kind;
+  int64_t block_size;
+  double ratio;
+  int64_t rank;
+  int error_feedback;
+} moert_codec;
+/* moert_step_all_reduce with the payload compressed by `codec`: fp16, bf16
+ * and int8 by an all-to-all of encoded chunks (each member sums its chunk's
+ * decoded partials in member order) and an all-gather of the encoded sums;
+ * topk and sign by an all-gather of every member's encoding (with
+ * error feedback); powersgd by all-reducing P = M Q and Q = M^T P (rank r,
+ * Q warm-started, error feedback), M viewed as [rows, cols]. `site` names
+ * the tensor's state. Results are bit-identical on every member. */
+int moert_step_all_reduce_codec(moert_context *ctx, float *out, const float *in,
+                                int64_t count, int axes, int mean, double scale,
+                                const moert_codec *codec, int site, int64_t rows,
+                                int64_t cols);
+void moert_codec_states_free(moert_context *ctx);
+
 /* The ragged form on a dispatch buffer (moe.all_to_all ... counts): `shape`
  * is [E, C, D] (split 0, concat 1) or [E/P, P*C, D] (split 1, concat 0);
  * counts[i] (capped at C) are the valid leading rows of input block i, and

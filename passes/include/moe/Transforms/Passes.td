@@ -185,4 +185,32 @@ def InsertCollectivesPass : Pass<"moe-insert-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 
+def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp"> {
+  let summary = "Compresses the gradient all-reduces of a partitioned step";
+  let description = [{
+    After `moe-insert-collectives`: attaches a `#moe.codec` to every gradient
+    all-reduce (those feeding `moe.adamw_update`), per parameter group:
+    `grad=` for all, `dense-grad=` / `expert-grad=` for replicated parameters
+    and expert shards. Codecs: `none`, `fp16`, `bf16`, `int8[:block]`
+    (default block 256), `topk[:ratio]` (default 0.01), `sign`,
+    `powersgd[:rank]` (default 4; vectors stay uncompressed).
+    `error-feedback` (default true) keeps the residual of topk, sign and
+    powersgd. The first `warmup-steps` steps run uncompressed, as DGC and
+    1-bit Adam do; the module records them in `moe.compression`.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"grad", "grad", "std::string", /*default=*/"\"none\"",
+           "Codec of every gradient all-reduce">,
+    Option<"denseGrad", "dense-grad", "std::string", /*default=*/"\"\"",
+           "Codec of replicated parameters' gradients (default: grad)">,
+    Option<"expertGrad", "expert-grad", "std::string", /*default=*/"\"\"",
+           "Codec of expert shards' gradients (default: grad)">,
+    Option<"errorFeedback", "error-feedback", "bool", /*default=*/"true",
+           "Keep the residual of topk, sign and powersgd">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",
+           "Uncompressed steps first">,
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

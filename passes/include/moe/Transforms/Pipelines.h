@@ -27,6 +27,19 @@ struct TrainPipelineOptions
       llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
                      "module's moe.grid, 1 without one)"),
       llvm::cl::init(0)};
+  Option<std::string> compressGrad{
+      *this, "compress-grad",
+      llvm::cl::desc("Codec of the gradient all-reduces of a partitioned step "
+                     "(moe-compress-collectives grad=; none by default)"),
+      llvm::cl::init("none")};
+  Option<int64_t> compressWarmup{
+      *this, "compress-warmup",
+      llvm::cl::desc("Uncompressed steps before the codecs apply"),
+      llvm::cl::init(0)};
+  Option<bool> errorFeedback{
+      *this, "error-feedback",
+      llvm::cl::desc("Keep the residual of topk, sign and powersgd"),
+      llvm::cl::init(true)};
   Option<bool> lower{*this, "lower",
                      llvm::cl::desc("Run moe-lower-to-kernels"),
                      llvm::cl::init(true)};

@@ -1,0 +1,137 @@
+//===- CompressCollectives.cpp - the moe-compress-collectives pass --------===//
+//
+// Attaches codecs to the gradient all-reduces of a partitioned step (after
+// moe-insert-collectives). The runtime runs them compressed after
+// `warmup-steps` uncompressed steps (runtime/lib/StepComm.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <cstdlib>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_COMPRESSCOLLECTIVESPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// "none", or a codec: fp16, bf16, sign, int8[:block], topk[:ratio],
+/// powersgd[:rank]. Null with an error for anything else.
+FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef text,
+                                bool errorFeedback) {
+  auto [name, arg] = text.split(':');
+  MLIRContext *ctx = module.getContext();
+  auto bad = [&](const Twine &why) -> FailureOr<CodecAttr> {
+    module.emitError() << "moe-compress-collectives: " << option << "=" << text << ": "
+                       << why;
+    return failure();
+  };
+  double value = 0;
+  bool hasArg = text.contains(':');
+  if (hasArg) {
+    std::string s = arg.str();
+    char *end = nullptr;
+    value = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end)
+      return bad("the parameter after ':' must be a number");
+  }
+  auto integer = [&](int64_t fallback) -> int64_t {
+    return hasArg ? static_cast<int64_t>(value) : fallback;
+  };
+  auto emitError = [&]() { return module.emitError() << "moe-compress-collectives: "; };
+  if (name == "fp16" || name == "bf16" || name == "sign") {
+    if (hasArg)
+      return bad("this codec takes no parameter");
+    CodecKind kind = name == "fp16" ? CodecKind::fp16
+                     : name == "bf16" ? CodecKind::bf16 : CodecKind::sign;
+    return CodecAttr::get(ctx, kind, 0, 0.0, 0, kind == CodecKind::sign && errorFeedback);
+  }
+  if (name == "int8") {
+    if (hasArg && (value < 1 || value != static_cast<double>(integer(0))))
+      return bad("int8:BLOCK needs a whole block size >= 1");
+    return CodecAttr::getChecked(emitError, ctx, CodecKind::int8, integer(256),
+                                 llvm::APFloat(0.0), int64_t(0), false);
+  }
+  if (name == "topk") {
+    if (hasArg && !(value > 0 && value <= 1))
+      return bad("topk:RATIO needs a ratio in (0, 1]");
+    return CodecAttr::getChecked(emitError, ctx, CodecKind::topk, int64_t(0),
+                                 llvm::APFloat(hasArg ? value : 0.01), int64_t(0), errorFeedback);
+  }
+  if (name == "powersgd") {
+    if (hasArg && (value < 1 || value != static_cast<double>(integer(0))))
+      return bad("powersgd:RANK needs a whole rank >= 1");
+    return CodecAttr::getChecked(emitError, ctx, CodecKind::powersgd, int64_t(0),
+                                 llvm::APFloat(0.0), integer(4), errorFeedback);
+  }
+  return bad("unknown codec (expected none, fp16, bf16, int8[:block], topk[:ratio], sign "
+             "or powersgd[:rank])");
+}
+
+struct CompressCollectivesPass
+    : public moe::impl::CompressCollectivesPassBase<CompressCollectivesPass> {
+  using CompressCollectivesPassBase::CompressCollectivesPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (warmupSteps < 0) {
+      module.emitError() << "moe-compress-collectives: warmup-steps must be >= 0, got "
+                         << warmupSteps;
+      return signalPassFailure();
+    }
+    // Per parameter group: expert shards and replicated parameters.
+    FailureOr<CodecAttr> codecs[2];
+    StringRef texts[2] = {denseGrad.empty() ? StringRef(grad) : StringRef(denseGrad),
+                          expertGrad.empty() ? StringRef(grad) : StringRef(expertGrad)};
+    StringRef names[2] = {denseGrad.empty() ? "grad" : "dense-grad",
+                          expertGrad.empty() ? "grad" : "expert-grad"};
+    for (int g = 0; g < 2; ++g) {
+      if (texts[g] == "none") {
+        codecs[g] = CodecAttr();
+        continue;
+      }
+      codecs[g] = parseCodec(module, names[g], texts[g], errorFeedback);
+      if (failed(codecs[g]))
+        return signalPassFailure();
+    }
+    int compressed = 0;
+    for (auto fn : module.getOps<func::FuncOp>())
+      fn.walk([&](AdamWUpdateOp update) {
+        auto reduce = update.getGrad().getDefiningOp<AllReduceOp>();
+        if (!reduce || reduce.getCodecAttr())
+          return;
+        auto param = module.lookupSymbol<ParamOp>(update.getParamAttr());
+        CodecAttr codec = *codecs[param && param->hasAttr("moe.shard") ? 1 : 0];
+        if (!codec)
+          return;
+        // PowerSGD factors matrices: vectors (gains, biases) stay exact.
+        if (codec.getKind() == CodecKind::powersgd &&
+            cast<RankedTensorType>(reduce.getType()).getRank() < 2)
+          return;
+        reduce.setCodecAttr(codec);
+        ++compressed;
+      });
+    if (compressed == 0 && (*codecs[0] || *codecs[1])) {
+      module.emitError("moe-compress-collectives: no gradient all-reduce to compress (run "
+                       "after moe-insert-collectives on a partitioned step)");
+      return signalPassFailure();
+    }
+    OpBuilder b(module.getContext());
+    module->setAttr("moe.compression",
+                    b.getDictionaryAttr({b.getNamedAttr("warmup_steps",
+                                                        b.getI64IntegerAttr(warmupSteps)),
+                                         b.getNamedAttr("compressed",
+                                                        b.getI64IntegerAttr(compressed))}));
+  }
+};
+
+} // namespace
