@@ -66,3 +66,4 @@ PY
 
 echo
 bench/ranks.sh "$build"
+bench/compression.sh "$build"
