@@ -1,0 +1,30 @@
+// moe-compress-collectives: codecs on the gradient all-reduces of a
+// partitioned step, per parameter group; the loss and the norm stay exact.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=int8 compress-warmup=5" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=INT8
+// INT8: moe.compression = {compressed = 6 : i64, warmup_steps = 5 : i64}
+// INT8: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<4x4xf32>
+// INT8: moe.all_reduce sum %{{.*}} over [dp] codec <int8, block_size = 256> {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+// INT8: moe.global_norm
+// INT8: %[[L:.*]] = moe.all_reduce mean %{{.*}} over [ep] : tensor<f32>
+// INT8: return %[[L]]
+
+// PowerSGD factors matrices only; sparsifiers keep a residual unless told.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=PSGD
+// PSGD: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 2, error_feedback> : tensor<8x4xf32>
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=topk:0.05 error-feedback=false" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=TOPK
+// TOPK: codec <topk, ratio = 5.000000e-02> : tensor<4x4xf32>
+
+// Per parameter group: expert shards in bf16, replicated parameters exact.
+// RUN: moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=none expert-grad=bf16" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=GROUPS
+// GROUPS: moe.all_reduce mean %{{.*}} over [ep] : tensor<4x4xf32>
+// GROUPS: moe.all_reduce sum %{{.*}} over [dp] codec <bf16> {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+
+// Bad options are diagnostics.
+// RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=int4" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: moe-compress-collectives: grad=int4: unknown codec (expected none, fp16, bf16, int8[:block], topk[:ratio], sign or powersgd[:rank])
+// RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=topk:2" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=RATIO
+// RATIO: error: moe-compress-collectives: grad=topk:2: topk:RATIO needs a ratio in (0, 1]
+// RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=int8:x" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=NUMBER
+// NUMBER: error: moe-compress-collectives: grad=int8:x: the parameter after ':' must be a number
+// RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %S/Inputs/routed-step.mlir | not moe-opt --moe-train-pipeline="lower=false compress-grad=int8" 2>&1 | FileCheck %s --check-prefix=ONE
+// ONE: error: moe-compress-collectives: no gradient all-reduce to compress (run after moe-insert-collectives on a partitioned step)
