@@ -704,12 +704,12 @@ int main(int argc, char **argv) {
   }
   Shared shared{o, data, split, seed, startResident};
   int ranks = prog.grid_dp * prog.grid_ep * prog.grid_tp;
-  if (ranks <= 1)
-    return trainRank(shared, nullptr);
   if (o.ranks && o.ranks != ranks)
     die("--ranks " + std::to_string(o.ranks) + ": this binary was compiled for " +
-        std::to_string(ranks) + " ranks (dp " + std::to_string(prog.grid_dp) + " x ep " +
+        std::to_string(ranks) + (ranks == 1 ? " rank (dp " : " ranks (dp ") + std::to_string(prog.grid_dp) + " x ep " +
         std::to_string(prog.grid_ep) + "); recompile with moec --ranks");
+  if (ranks <= 1)
+    return trainRank(shared, nullptr);
   if (moert_mpi_launched && moert_mpi_launched()) {
     moert_comm *comm = moert_mpi_init(&argc, &argv, o.timeout);
     if (!comm)
