@@ -56,3 +56,29 @@ for b in dict.fromkeys(r["binary"] for r in rows):
         a2a = "%d (%s analytical)" % (m["all_to_all"], "=" if m["all_to_all"] == a["all_to_all"] else "!=")
     print("%-12s %9.0f %5.2fx  %-30s %-28s" % (b, tps, tps / base, a2a, ar))
 PY
+
+echo
+echo "== the small model: 1 rank vs 2 ranks (ep 2), $rounds rounds interleaved, 6 steps each"
+"$build/bin/moec" examples/models/small.json --routing-groups 2 -o "$out/small-r1" >/dev/null
+"$build/bin/moec" examples/models/small.json --ranks 2 -o "$out/small-r2" >/dev/null
+: > "$out/ranks-small.jsonl"
+for r in $(seq "$rounds"); do
+  for bin in small-r1 small-r2; do
+    rm -f "$out/$bin.jsonl"
+    "$out/$bin" --data "$corpus" --steps 6 --val-fraction 0 --no-progress \
+      --metrics "$out/$bin.jsonl" >/dev/null
+    "$py" - "$out/$bin.jsonl" "$bin" >> "$out/ranks-small.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][2:]
+print(json.dumps({"binary": sys.argv[2], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows)}))
+PY
+  done
+done
+"$py" - "$out/ranks-small.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tps = {b: statistics.median(r["tokens_per_s"] for r in rows if r["binary"] == b)
+       for b in dict.fromkeys(r["binary"] for r in rows)}
+for b, t in tps.items():
+    print("%-10s %8.0f tok/s  %.2fx" % (b, t, t / tps["small-r1"]))
+PY
