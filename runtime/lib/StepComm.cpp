@@ -244,12 +244,10 @@ moert::CodecSpec specOf(const moert_codec *c) {
   return s;
 }
 
-using CodecStates = std::map<int, moert::CodecState>;
+using moert::CodecStates;
 
 moert::CodecState &stateOf(moert_context *ctx, int site) {
-  if (!ctx->codec_states)
-    ctx->codec_states = new CodecStates();
-  return (*static_cast<CodecStates *>(ctx->codec_states))[site];
+  return moert::codecStates(ctx)[site];
 }
 
 std::vector<int64_t> sentBy(const moert_comm *comm) {
@@ -416,6 +414,12 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
   for (int64_t i = 0; i < count; ++i)
     out[i] = static_cast<float>(result[i] * factor);
   return 0;
+}
+
+moert::CodecStates &moert::codecStates(moert_context *ctx) {
+  if (!ctx->codec_states)
+    ctx->codec_states = new CodecStates();
+  return *static_cast<CodecStates *>(ctx->codec_states);
 }
 
 extern "C" void moert_codec_states_free(moert_context *ctx) {

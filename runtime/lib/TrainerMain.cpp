@@ -13,6 +13,7 @@
 
 #include "moert/Aligned.h"
 #include "moert/Checkpoint.h"
+#include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/Data.h"
 #include "moert/MpiComm.h"
@@ -306,6 +307,7 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   }
   initialise(params, seed, epIndex);
   long long firstStep = 0;
+  moert::CodecStates restoredCodec; // filled by --resume
   if (o.resume) {
     moert::TensorMap tensors;
     nlohmann::json state;
@@ -330,6 +332,28 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                        it->second.data.begin() + (block + 1) * n);
       }
     }
+    // Codec state, when the checkpoint has it for this many ranks.
+    bool codecSkipped = false;
+    for (auto &[name, tensor] : tensors) {
+      if (name.rfind("codec.", 0) != 0)
+        continue;
+      size_t dot = name.find('.', 6);
+      std::string what = dot == std::string::npos ? "" : name.substr(dot + 1);
+      if (tensor.shape.size() != 2 || tensor.shape[0] != ranks ||
+          (what != "residual" && what != "q")) {
+        codecSkipped = true;
+        continue;
+      }
+      int site = std::atoi(name.substr(6, dot - 6).c_str());
+      int64_t n = tensor.shape[1];
+      std::vector<float> mine(tensor.data.begin() + rank * n,
+                              tensor.data.begin() + (rank + 1) * n);
+      moert::CodecState &codec = restoredCodec[site];
+      (what == "residual" ? codec.residual : codec.q) = std::move(mine);
+    }
+    if (codecSkipped && lead)
+      std::printf("note: %s holds codec state for another number of ranks; error "
+                  "feedback restarts from zero\n", o.checkpoint.c_str());
     if (!state.contains("step") || !state["step"].is_number_integer() ||
         !state.contains("data_position"))
       die(o.checkpoint + "/state.json: needs step and data_position");
@@ -353,6 +377,8 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
   moert_context ctx{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
                     expertCounts.data(), droppedSlots.data(), comm, rank, prog.grid_dp, prog.grid_ep,
                     prog.grid_tp, nullptr, {0, 0, 0, 0, 0, 0}, 0};
+  if (!restoredCodec.empty())
+    moert::codecStates(&ctx) = std::move(restoredCodec);
   auto commError = [&](const std::string &what) {
     die(what + (comm ? std::string(": ") + moert_comm_error(comm) : std::string()));
   };
@@ -634,7 +660,6 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
                       .dump()
                << "\n" << std::flush;
   }
-  moert_codec_states_free(&ctx);
   if (!o.checkpoint.empty()) {
     // Full tensors: expert shards are gathered over their ep group (in ep
     // order), so any grid can resume from the checkpoint.
@@ -662,6 +687,28 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
         tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], parts)};
       }
     }
+    // Codec state (error-feedback residuals, PowerSGD's Q) differs per
+    // rank: [ranks, n] tensors, so a resume on the same grid continues
+    // exactly.
+    if (ranks > 1 && ctx.codec_states) {
+      std::vector<int32_t> everyone(ranks);
+      int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
+                                  everyone.data());
+      for (auto &[site, codec] : moert::codecStates(&ctx))
+        for (auto [suffix, values] :
+             {std::pair<const char *, std::vector<float> *>{"residual", &codec.residual},
+              {"q", &codec.q}}) {
+          if (values->empty())
+            continue;
+          std::vector<float> all(values->size() * ranks);
+          if (moert_all_gather(comm, values->data(),
+                               static_cast<int64_t>(values->size() * sizeof(float)),
+                               all.data(), everyone.data(), size) != 0)
+            commError("checkpoint: gathering codec state");
+          tensors["codec." + std::to_string(site) + "." + suffix] = {
+              {ranks, static_cast<int64_t>(values->size())}, all};
+        }
+    }
     nlohmann::json state = {{"step", o.steps}, {"data_position", sampler.position()},
                             {"seed", seed},
                             {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep},
@@ -672,6 +719,7 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
       std::printf("checkpoint written to %s\n", o.checkpoint.c_str());
     }
   }
+  moert_codec_states_free(&ctx);
   return 0;
 }
 

@@ -21,7 +21,10 @@
 #ifndef MOERT_CODECS_H
 #define MOERT_CODECS_H
 
+#include "moert/Program.h"
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,11 @@ struct CodecState {
   std::vector<float> q;        ///< powersgd: the warm-started right factor
   uint64_t seed = 0x9e3779b97f4a7c15ull; ///< powersgd: initial Q
 };
+
+/// A step context's codec states by site (its compressed all-reduces in
+/// program order); created on first use (runtime/lib/StepComm.cpp).
+using CodecStates = std::map<int, CodecState>;
+CodecStates &codecStates(moert_context *ctx);
 
 /// Encodes `n` floats (with the residual of `state` added when the codec
 /// keeps one, and the new residual stored) into `out`, which gets exactly
