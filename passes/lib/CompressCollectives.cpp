@@ -104,6 +104,20 @@ struct CompressCollectivesPass
         return signalPassFailure();
     }
     int compressed = 0;
+    if (dispatch != "none") {
+      FailureOr<CodecAttr> codec = parseCodec(module, "dispatch", dispatch, false);
+      if (failed(codec))
+        return signalPassFailure();
+      if (!codec->isElementwise()) {
+        module.emitError() << "moe-compress-collectives: dispatch=" << dispatch
+                           << ": token payloads take fp16, bf16 or int8";
+        return signalPassFailure();
+      }
+      module.walk([&](AllToAllOp exchange) {
+        exchange.setCodecAttr(*codec);
+        ++compressed;
+      });
+    }
     for (auto fn : module.getOps<func::FuncOp>())
       fn.walk([&](AdamWUpdateOp update) {
         auto reduce = update.getGrad().getDefiningOp<AllReduceOp>();
@@ -120,9 +134,9 @@ struct CompressCollectivesPass
         reduce.setCodecAttr(codec);
         ++compressed;
       });
-    if (compressed == 0 && (*codecs[0] || *codecs[1])) {
-      module.emitError("moe-compress-collectives: no gradient all-reduce to compress (run "
-                       "after moe-insert-collectives on a partitioned step)");
+    if (compressed == 0 && (*codecs[0] || *codecs[1] || dispatch != "none")) {
+      module.emitError("moe-compress-collectives: no collective to compress (run after "
+                       "moe-insert-collectives on a partitioned step)");
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());

@@ -20,9 +20,10 @@ void moe::buildTrainPipeline(OpPassManager &pm,
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
   pm.addPass(createInsertCollectivesPass());
-  if (options.compressGrad != "none") {
+  if (options.compressGrad != "none" || options.compressDispatch != "none") {
     CompressCollectivesPassOptions compress;
     compress.grad = options.compressGrad;
+    compress.dispatch = options.compressDispatch;
     compress.warmupSteps = options.compressWarmup;
     compress.errorFeedback = options.errorFeedback;
     pm.addPass(createCompressCollectivesPass(compress));

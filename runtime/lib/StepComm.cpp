@@ -54,6 +54,62 @@ Layout around(const int64_t *shape, int rank, int dim) {
     l.inner *= shape[i];
   return l;
 }
+moert::CodecSpec specOf(const moert_codec *c);
+
+/// Sends segment q of `send` (sendElems[q] floats, consecutive) to member q
+/// and receives recvElems[q] floats from each into `recv`, compressed on the
+/// wire by `codec` (fp16, bf16, int8; null: raw floats).
+int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group,
+                     const float *send, const std::vector<int64_t> &sendElems,
+                     float *recv, const std::vector<int64_t> &recvElems,
+                     const moert_codec *codec) {
+  int64_t p = static_cast<int64_t>(group.size());
+  if (p == 1) {
+    std::memcpy(recv, send, static_cast<size_t>(sendElems[0]) * 4);
+    if (codec) { // the same rounding as a remote chunk
+      moert::CodecSpec spec = specOf(codec);
+      moert::CodecState none;
+      std::vector<uint8_t> bytes;
+      moert::encode(spec, send, sendElems[0], bytes, none);
+      moert::decode(spec, bytes.data(), sendElems[0], recv);
+    }
+    return 0;
+  }
+  if (!ctx->comm)
+    return 1;
+  std::vector<int64_t> sendBytes(p), recvBytes(p);
+  if (!codec) {
+    for (int64_t q = 0; q < p; ++q)
+      sendBytes[q] = sendElems[q] * 4, recvBytes[q] = recvElems[q] * 4;
+    return moert_all_to_all_v(ctx->comm, send, sendBytes.data(), recv, recvBytes.data(),
+                              group.data(), static_cast<int>(p));
+  }
+  moert::CodecSpec spec = specOf(codec);
+  moert::CodecState none;
+  std::vector<uint8_t> wire, piece;
+  for (int64_t q = 0; q < p; ++q) {
+    moert::encode(spec, send, sendElems[q], piece, none);
+    wire.insert(wire.end(), piece.begin(), piece.end());
+    sendBytes[q] = static_cast<int64_t>(piece.size());
+    recvBytes[q] = moert::encodedBytes(spec, recvElems[q]);
+    send += sendElems[q];
+  }
+  int64_t total = 0;
+  for (int64_t b : recvBytes)
+    total += b;
+  std::vector<uint8_t> got(static_cast<size_t>(total));
+  if (int rc = moert_all_to_all_v(ctx->comm, wire.data(), sendBytes.data(), got.data(),
+                                  recvBytes.data(), group.data(), static_cast<int>(p)))
+    return rc;
+  const uint8_t *from = got.data();
+  for (int64_t q = 0; q < p; ++q) {
+    moert::decode(spec, from, recvElems[q], recv);
+    from += recvBytes[q];
+    recv += recvElems[q];
+  }
+  return 0;
+}
+
 } // namespace
 
 extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
@@ -78,7 +134,7 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
 
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                                      const int64_t *shape, int rank, int split,
-                                     int concat, int axes) {
+                                     int concat, int axes, const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   int64_t total = 1;
@@ -94,16 +150,9 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
       std::memcpy(&send[q * chunk + o * part * s.inner],
                   &in[(o * s.extent + q * part) * s.inner],
                   static_cast<size_t>(part * s.inner) * sizeof(float));
-  if (p > 1) {
-    if (!ctx->comm)
-      return 1;
-    std::vector<int64_t> bytes(p, chunk * static_cast<int64_t>(sizeof(float)));
-    if (int rc = moert_all_to_all_v(ctx->comm, send.data(), bytes.data(), recv.data(),
-                                    bytes.data(), group.data(), static_cast<int>(p)))
-      return rc;
-  } else {
-    recv.swap(send);
-  }
+  std::vector<int64_t> elems(p, chunk);
+  if (int rc = exchangeSegments(ctx, group, send.data(), elems, recv.data(), elems, codec))
+    return rc;
   // Unpack: the chunk from member q is the q-th slice of `out` along
   // `concat`; a chunk has the input's shape with `split` divided by p.
   std::vector<int64_t> chunkShape(shape, shape + rank), outShape(shape, shape + rank);
@@ -123,7 +172,8 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
 extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
                                             const float *in, const int64_t *shape,
                                             int split, int concat, int axes,
-                                            const int32_t *counts, int32_t *recv) {
+                                            const int32_t *counts, int32_t *recv,
+                                            const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   int me = 0;
@@ -168,19 +218,18 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
     recvCounts = sendCounts;
   }
   // 2. Rows: each member's valid rows, block after block.
-  std::vector<int64_t> sendBytes(p, 0), recvBytes(p, 0);
+  std::vector<int64_t> sendElems(p, 0), recvElems(p, 0);
   int64_t sendTotal = 0, recvTotal = 0;
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < perDest; ++i) {
-      sendBytes[q] += sendCounts[q * perDest + i] * d * 4;
-      recvBytes[q] += recvCounts[q * perDest + i] * d * 4;
+      sendElems[q] += sendCounts[q * perDest + i] * d;
+      recvElems[q] += recvCounts[q * perDest + i] * d;
     }
   for (int64_t q = 0; q < p; ++q) {
-    sendTotal += sendBytes[q];
-    recvTotal += recvBytes[q];
+    sendTotal += sendElems[q];
+    recvTotal += recvElems[q];
   }
-  std::vector<float> send(static_cast<size_t>(sendTotal / 4)),
-      got(static_cast<size_t>(recvTotal / 4));
+  std::vector<float> send(static_cast<size_t>(sendTotal)), got(static_cast<size_t>(recvTotal));
   float *cursor = send.data();
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < perDest; ++i) {
@@ -188,13 +237,9 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
       std::memcpy(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
       cursor += n;
     }
-  if (p > 1) {
-    if (int rc = moert_all_to_all_v(ctx->comm, send.data(), sendBytes.data(), got.data(),
-                                    recvBytes.data(), group.data(), static_cast<int>(p)))
-      return rc;
-  } else {
-    got.swap(send);
-  }
+  if (int rc = exchangeSegments(ctx, group, send.data(), sendElems, got.data(), recvElems,
+                                codec))
+    return rc;
   // 3. Unpack: valid rows, zeros after them.
   const float *from = got.data();
   for (int64_t q = 0; q < p; ++q)

@@ -19,6 +19,12 @@
 // GROUPS: moe.all_reduce mean %{{.*}} over [ep] : tensor<4x4xf32>
 // GROUPS: moe.all_reduce sum %{{.*}} over [dp] codec <bf16> {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
 
+// Dispatch and combine (forward and backward) in bf16.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-dispatch=bf16" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=DISPATCH
+// DISPATCH-COUNT-4: moe.all_to_all {{.*}} codec <bf16>
+// DISPATCH-NOT: moe.all_to_all
+// DISPATCH-NOT: all_reduce {{.*}} codec
+
 // Bad options are diagnostics.
 // RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=int4" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: error: moe-compress-collectives: grad=int4: unknown codec (expected none, fp16, bf16, int8[:block], topk[:ratio], sign or powersgd[:rank])
@@ -27,4 +33,4 @@
 // RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=int8:x" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=NUMBER
 // NUMBER: error: moe-compress-collectives: grad=int8:x: the parameter after ':' must be a number
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %S/Inputs/routed-step.mlir | not moe-opt --moe-train-pipeline="lower=false compress-grad=int8" 2>&1 | FileCheck %s --check-prefix=ONE
-// ONE: error: moe-compress-collectives: no gradient all-reduce to compress (run after moe-insert-collectives on a partitioned step)
+// ONE: error: moe-compress-collectives: no collective to compress (run after moe-insert-collectives on a partitioned step)

@@ -92,6 +92,11 @@ static cl::opt<std::string> compressGrad(
     cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
              "int8[:block], topk[:ratio], sign, powersgd[:rank]; error feedback on)"),
     cl::value_desc("codec"), cl::init("none"), cl::cat(category));
+static cl::opt<std::string> compressDispatch(
+    "compress-dispatch",
+    cl::desc("With --ranks: send the dispatch/combine token payloads as fp16, bf16 or "
+             "int8[:block]"),
+    cl::value_desc("codec"), cl::init("none"), cl::cat(category));
 static cl::opt<unsigned> compressWarmup("compress-warmup",
                                         cl::desc("Uncompressed steps before the codec applies"),
                                         cl::init(0), cl::cat(category));
@@ -233,11 +238,12 @@ int main(int argc, char **argv) {
     pipeline.lower = false;
     pipeline.routingGroups = routingGroups;
     pipeline.compressGrad = compressGrad;
+    pipeline.compressDispatch = compressDispatch;
     pipeline.compressWarmup = compressWarmup;
     pipeline.errorFeedback = !noErrorFeedback;
-    if (compressGrad != "none" && ranks <= 1)
-      return fail("--compress-grad compresses the collectives of a partitioned step: give "
-                  "--ranks N (N > 1)");
+    if ((compressGrad != "none" || compressDispatch != "none") && ranks <= 1)
+      return fail("--compress-grad and --compress-dispatch compress the collectives of a "
+                  "partitioned step: give --ranks N (N > 1)");
     mlir::moe::buildTrainPipeline(pm, pipeline);
     // With a cluster, the sharding plan (and its report) before lowering.
     if (!clusterFile.empty()) {

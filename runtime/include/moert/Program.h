@@ -34,6 +34,7 @@ typedef struct {
 } moert_param_info;
 
 struct moert_comm;
+struct moert_codec;
 
 typedef struct {
   float **params;  /* one buffer per parameter, f32 */
@@ -118,10 +119,10 @@ int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
  * `concat` in member order into `out`. */
 int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                           const int64_t *shape, int rank, int split, int concat,
-                          int axes);
+                          int axes, const struct moert_codec *codec);
 /* A codec of moe.all_reduce (moert/Codecs.h): kind 0 fp16, 1 bf16, 2 int8,
  * 3 topk, 4 sign, 5 powersgd. */
-typedef struct {
+typedef struct moert_codec {
   int kind;
   int64_t block_size;
   double ratio;
@@ -149,7 +150,10 @@ void moert_codec_states_free(moert_context *ctx);
  * e; for [A, P*C, D] block (a, q) at a * P + q. */
 int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in,
                                  const int64_t *shape, int split, int concat,
-                                 int axes, const int32_t *counts, int32_t *recv);
+                                 int axes, const int32_t *counts, int32_t *recv,
+                                 const struct moert_codec *codec);
+/* Both all_to_alls take an optional `codec` (fp16, bf16 or int8; null: raw
+ * floats): each member's payload for each peer is encoded on the wire. */
 /* The L2 norm of the gradients; squares of the `sharded` ones are summed
  * over the group of `axes` (each rank holds a different shard). */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads,

@@ -197,6 +197,9 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
     `error-feedback` (default true) keeps the residual of topk, sign and
     powersgd. The first `warmup-steps` steps run uncompressed, as DGC and
     1-bit Adam do; the module records them in `moe.compression`.
+    `dispatch=` (fp16, bf16, int8[:block]) compresses the token payloads of
+    every all_to_all (dispatch and combine, forward and backward) from the
+    first step.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
@@ -206,6 +209,8 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
            "Codec of replicated parameters' gradients (default: grad)">,
     Option<"expertGrad", "expert-grad", "std::string", /*default=*/"\"\"",
            "Codec of expert shards' gradients (default: grad)">,
+    Option<"dispatch", "dispatch", "std::string", /*default=*/"\"none\"",
+           "Codec of the dispatch and combine all_to_alls: fp16, bf16 or int8[:block]">,
     Option<"errorFeedback", "error-feedback", "bool", /*default=*/"true",
            "Keep the residual of topk, sign and powersgd">,
     Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"0",

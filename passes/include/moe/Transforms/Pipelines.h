@@ -32,6 +32,10 @@ struct TrainPipelineOptions
       llvm::cl::desc("Codec of the gradient all-reduces of a partitioned step "
                      "(moe-compress-collectives grad=; none by default)"),
       llvm::cl::init("none")};
+  Option<std::string> compressDispatch{
+      *this, "compress-dispatch",
+      llvm::cl::desc("Codec of the dispatch/combine all_to_alls (fp16, bf16, int8)"),
+      llvm::cl::init("none")};
   Option<int64_t> compressWarmup{
       *this, "compress-warmup",
       llvm::cl::desc("Uncompressed steps before the codecs apply"),
