@@ -17,9 +17,6 @@ int64_t topkCount(double ratio, int64_t n) {
   return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio * n))));
 }
 
-int64_t powerRank(const CodecSpec &spec, int64_t rows, int64_t cols) {
-  return std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
-}
 
 template <typename T> void put(std::vector<uint8_t> &out, size_t &at, T value) {
   std::memcpy(out.data() + at, &value, sizeof(T));
@@ -33,9 +30,10 @@ template <typename T> T get(const uint8_t *bytes, size_t &at) {
   return value;
 }
 
-/// data + residual (the residual starts at zero).
-std::vector<float> withResidual(const CodecSpec &spec, const float *data, int64_t n,
-                                CodecState &state) {
+} // namespace
+
+std::vector<float> moert::withResidual(const CodecSpec &spec, const float *data, int64_t n,
+                                       CodecState &state) {
   std::vector<float> y(data, data + n);
   if (spec.errorFeedback) {
     if (static_cast<int64_t>(state.residual.size()) != n)
@@ -45,6 +43,42 @@ std::vector<float> withResidual(const CodecSpec &spec, const float *data, int64_
   }
   return y;
 }
+
+int64_t moert::powerRank(const CodecSpec &spec, int64_t rows, int64_t cols) {
+  return std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
+}
+
+void moert::powerStart(CodecState &state, int64_t cols, int64_t r) {
+  if (static_cast<int64_t>(state.q.size()) == cols * r)
+    return;
+  std::mt19937_64 rng(state.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  state.q.resize(cols * r);
+  for (float &v : state.q)
+    v = normal(rng);
+}
+
+std::vector<float> moert::powerLeft(const std::vector<float> &m, const std::vector<float> &q,
+                                    int64_t rows, int64_t cols, int64_t r) {
+  std::vector<float> p(rows * r, 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t j = 0; j < r; ++j)
+        p[i * r + j] += m[i * cols + c] * q[c * r + j];
+  return p;
+}
+
+std::vector<float> moert::powerRight(const std::vector<float> &m, const std::vector<float> &p,
+                                     int64_t rows, int64_t cols, int64_t r) {
+  std::vector<float> q(cols * r, 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t j = 0; j < r; ++j)
+        q[c * r + j] += m[i * cols + c] * p[i * r + j];
+  return q;
+}
+
+namespace {
 
 /// Keeps what was not sent for the next step.
 void keepResidual(const CodecSpec &spec, const std::vector<float> &y,
@@ -269,24 +303,10 @@ void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
   case CodecKind::PowerSGD: {
     std::vector<float> m = withResidual(spec, data, n, state);
     int64_t r = powerRank(spec, rows, cols);
-    // Q [cols, r]: the previous step's, or a seeded normal start.
-    if (static_cast<int64_t>(state.q.size()) != cols * r) {
-      std::mt19937_64 rng(state.seed);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      state.q.resize(cols * r);
-      for (float &v : state.q)
-        v = normal(rng);
-    }
-    std::vector<float> p(rows * r, 0.0f), q(cols * r, 0.0f);
-    for (int64_t i = 0; i < rows; ++i) // P = M Q
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t j = 0; j < r; ++j)
-          p[i * r + j] += m[i * cols + c] * state.q[c * r + j];
+    powerStart(state, cols, r); // Q [cols, r]: the previous step's, or seeded
+    std::vector<float> p = powerLeft(m, state.q, rows, cols, r);
     orthonormaliseColumns(p, rows, r);
-    for (int64_t i = 0; i < rows; ++i) // Q = M^T P
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t j = 0; j < r; ++j)
-          q[c * r + j] += m[i * cols + c] * p[i * r + j];
+    std::vector<float> q = powerRight(m, p, rows, cols, r);
     state.q = q;
     for (float v : p)
       put<float>(out, at, v);

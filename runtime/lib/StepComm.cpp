@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <random>
 #include <vector>
 
 extern "C" int moert_grid_group(const moert_context *ctx, int axes,
@@ -302,6 +301,18 @@ std::vector<int64_t> sentBy(const moert_comm *comm) {
   return sent;
 }
 
+/// Every member's `piece` (the same size on all), in member order.
+int gatherPieces(moert_comm *comm, const std::vector<uint8_t> &piece,
+                 const std::vector<int32_t> &group, std::vector<uint8_t> &all) {
+  if (group.size() == 1) {
+    all = piece;
+    return 0;
+  }
+  all.resize(piece.size() * group.size());
+  return moert_all_gather(comm, piece.data(), static_cast<int64_t>(piece.size()), all.data(),
+                          group.data(), static_cast<int>(group.size()));
+}
+
 /// The compressed sum over `group` of every member's `in` into `out`.
 int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
                   const moert::CodecSpec &spec, moert::CodecState &state,
@@ -341,13 +352,9 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
         sum[i] += part[i];
     }
     moert::encode(spec, sum.data(), chunk, piece, none);
-    std::vector<uint8_t> all(bytes * p);
-    if (p > 1) {
-      if (int rc = moert_all_gather(comm, piece.data(), bytes, all.data(), group.data(), size))
-        return rc;
-    } else {
-      all = piece;
-    }
+    std::vector<uint8_t> all;
+    if (int rc = gatherPieces(comm, piece, group, all))
+      return rc;
     for (int64_t j = 0; j < p; ++j) {
       moert::decode(spec, all.data() + j * bytes, chunk, part.data());
       std::memcpy(out + j * chunk, part.data(),
@@ -361,13 +368,9 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
     std::vector<uint8_t> mine;
     moert::encode(spec, in, n, mine, state);
     int64_t bytes = static_cast<int64_t>(mine.size());
-    std::vector<uint8_t> all(bytes * p);
-    if (p > 1) {
-      if (int rc = moert_all_gather(comm, mine.data(), bytes, all.data(), group.data(), size))
-        return rc;
-    } else {
-      all = mine;
-    }
+    std::vector<uint8_t> all;
+    if (int rc = gatherPieces(comm, mine, group, all))
+      return rc;
     std::vector<float> part(n);
     std::fill(out, out + n, 0.0f);
     for (int64_t j = 0; j < p; ++j) {
@@ -378,35 +381,15 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
     return 0;
   }
   case moert::CodecKind::PowerSGD: {
-    int64_t r = std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
-    std::vector<float> m(in, in + n);
-    if (spec.errorFeedback) {
-      if (static_cast<int64_t>(state.residual.size()) != n)
-        state.residual.assign(n, 0.0f);
-      for (int64_t i = 0; i < n; ++i)
-        m[i] += state.residual[i];
-    }
-    if (static_cast<int64_t>(state.q.size()) != cols * r) {
-      // The same seeded start on every member.
-      state.q.assign(cols * r, 0.0f);
-      std::mt19937_64 rng(state.seed);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float &v : state.q)
-        v = normal(rng);
-    }
-    std::vector<float> pm(rows * r, 0.0f), qm(cols * r, 0.0f);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t j = 0; j < r; ++j)
-          pm[i * r + j] += m[i * cols + c] * state.q[c * r + j];
+    int64_t r = moert::powerRank(spec, rows, cols);
+    std::vector<float> m = moert::withResidual(spec, in, n, state);
+    moert::powerStart(state, cols, r); // the same seeded start on every member
+    std::vector<float> pm = moert::powerLeft(m, state.q, rows, cols, r);
     if (p > 1)
       if (int rc = moert_all_reduce_f32(comm, pm.data(), rows * r, group.data(), size))
         return rc;
     moert::orthonormaliseColumns(pm, rows, r);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t j = 0; j < r; ++j)
-          qm[c * r + j] += m[i * cols + c] * pm[i * r + j];
+    std::vector<float> qm = moert::powerRight(m, pm, rows, cols, r);
     if (p > 1)
       if (int rc = moert_all_reduce_f32(comm, qm.data(), cols * r, group.data(), size))
         return rc;

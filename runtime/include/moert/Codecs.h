@@ -72,6 +72,21 @@ void encode(const CodecSpec &spec, const float *data, int64_t n,
 void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
             int64_t rows = 0, int64_t cols = 0);
 
+/// `data` plus the residual of `state` when the codec keeps one (created at
+/// zero on first use).
+std::vector<float> withResidual(const CodecSpec &spec, const float *data, int64_t n,
+                                CodecState &state);
+
+/// PowerSGD's pieces, shared with the distributed all-reduce: the rank used
+/// for a [rows, cols] matrix, the right factor Q [cols, r] (kept, or a
+/// seeded start the same on every rank), P = M Q and Q = M^T P.
+int64_t powerRank(const CodecSpec &spec, int64_t rows, int64_t cols);
+void powerStart(CodecState &state, int64_t cols, int64_t r);
+std::vector<float> powerLeft(const std::vector<float> &m, const std::vector<float> &q,
+                             int64_t rows, int64_t cols, int64_t r);
+std::vector<float> powerRight(const std::vector<float> &m, const std::vector<float> &p,
+                              int64_t rows, int64_t cols, int64_t r);
+
 /// Orthonormalises the r columns of a row-major [rows, r] matrix (modified
 /// Gram-Schmidt); a column with no norm left becomes zero.
 void orthonormaliseColumns(std::vector<float> &p, int64_t rows, int64_t r);
