@@ -54,6 +54,13 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'moe.compression' must be a dictionary on a module");
     return success();
   }
+  if (name == "moe.codec_choice") {
+    // moe-compress-collectives' cost-model judgement of a collective.
+    if (!isa<AllReduceOp, AllToAllOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
+      return op->emitError("'moe.codec_choice' must be a dictionary on a moe.all_reduce "
+                           "or moe.all_to_all");
+    return success();
+  }
   if (name == "moe.shard") {
     // A parameter holding one rank's block along dimension 0 (moe-partition).
     auto axes = dyn_cast<ArrayAttr>(attr.getValue());

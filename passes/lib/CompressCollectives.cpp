@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/CostModel.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -77,6 +78,56 @@ FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef tex
              "or powersgd[:rank])");
 }
 
+/// `auto`: the cost model's choice for one collective of `elems` f32 values
+/// over `axes` of the grid. Candidates go from exact to lossier (none,
+/// bf16, int8 with blocks of 256); a lossier codec is taken only when its
+/// predicted time (wire bytes on the group's links plus the encode/decode
+/// kernels, CostModel.h) beats the incumbent's by at least 10%. Sparsifying
+/// codecs (topk, sign, powersgd) change convergence and stay opt-in.
+struct CodecChooser {
+  const cost::Cluster &cluster;
+  GridAttr grid;
+
+  CodecAttr choose(Operation *op, ArrayAttr axes, int64_t elems, bool allReduce) const {
+    SmallVector<StringRef> names;
+    for (Attribute a : axes)
+      names.push_back(cast<StringAttr>(a).getValue());
+    cost::Group group = cost::gridGroup(grid.getDp(), grid.getEp(), grid.getTp(), names);
+    if (group.size() <= 1)
+      return {}; // nothing travels
+    // The slowest memory of the group runs the codec kernels.
+    const cost::DeviceKind *kind = &cluster.kindOf(group.front());
+    for (int64_t r : group)
+      if (cluster.kindOf(r).memoryBandwidth < kind->memoryBandwidth)
+        kind = &cluster.kindOf(r);
+    double n = static_cast<double>(elems);
+    auto wire = [&](double bytes) {
+      return allReduce ? cost::allReduceTime(cluster, group, bytes)
+                       : cost::allToAllTime(cluster, group, bytes);
+    };
+    MLIRContext *ctx = op->getContext();
+    double plain = wire(4 * n), best = plain;
+    CodecAttr chosen;
+    for (CodecKind k : {CodecKind::bf16, CodecKind::int8}) {
+      double bytes = k == CodecKind::bf16 ? 2 * n : n + 4 * std::ceil(n / 256);
+      double t = wire(bytes) + cost::codecTime(*kind, n, bytes, allReduce ? 4 : 2);
+      if (t < 0.9 * best) {
+        best = t;
+        chosen = CodecAttr::get(ctx, k, k == CodecKind::int8 ? 256 : 0, 0.0, 0, false);
+      }
+    }
+    Builder b(ctx);
+    op->setAttr("moe.codec_choice",
+                b.getDictionaryAttr(
+                    {b.getNamedAttr("codec", b.getStringAttr(chosen ? stringifyCodecKind(
+                                                                          chosen.getKind())
+                                                                    : "none")),
+                     b.getNamedAttr("uncompressed_s", b.getF64FloatAttr(plain)),
+                     b.getNamedAttr("predicted_s", b.getF64FloatAttr(best))}));
+    return chosen;
+  }
+};
+
 struct CompressCollectivesPass
     : public moe::impl::CompressCollectivesPassBase<CompressCollectivesPass> {
   using CompressCollectivesPassBase::CompressCollectivesPassBase;
@@ -94,8 +145,9 @@ struct CompressCollectivesPass
                           expertGrad.empty() ? StringRef(grad) : StringRef(expertGrad)};
     StringRef names[2] = {denseGrad.empty() ? "grad" : "dense-grad",
                           expertGrad.empty() ? "grad" : "expert-grad"};
+    bool automatic[2] = {texts[0] == "auto", texts[1] == "auto"};
     for (int g = 0; g < 2; ++g) {
-      if (texts[g] == "none") {
+      if (texts[g] == "none" || automatic[g]) {
         codecs[g] = CodecAttr();
         continue;
       }
@@ -103,8 +155,42 @@ struct CompressCollectivesPass
       if (failed(codecs[g]))
         return signalPassFailure();
     }
+    // `auto` asks the cost model, on the module's cluster and grid.
+    std::optional<cost::Cluster> cluster;
+    GridAttr grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    if (automatic[0] || automatic[1] || dispatch == "auto") {
+      auto attr = module->getAttrOfType<DictionaryAttr>(MoEDialect::kClusterAttrName);
+      if (!attr || !grid) {
+        module.emitError("moe-compress-collectives: 'auto' chooses codecs with the cost "
+                         "model and needs the module's moe.cluster and moe.grid (moec "
+                         "--cluster, or moe-translate --cluster and moe-plan-sharding)");
+        return signalPassFailure();
+      }
+      FailureOr<cost::Cluster> read =
+          cost::Cluster::fromAttr(attr, [&] { return module.emitError(); });
+      if (failed(read))
+        return signalPassFailure();
+      if (read->numRanks() < grid.getNumRanks()) {
+        module.emitError() << "moe-compress-collectives: the grid has " << grid.getNumRanks()
+                           << " ranks but the cluster only " << read->numRanks();
+        return signalPassFailure();
+      }
+      cluster = std::move(*read);
+    }
+    std::optional<CodecChooser> chooser;
+    if (cluster)
+      chooser.emplace(CodecChooser{*cluster, grid});
     int compressed = 0;
-    if (dispatch != "none") {
+    if (dispatch == "auto") {
+      module.walk([&](AllToAllOp exchange) {
+        auto type = cast<RankedTensorType>(exchange.getInput().getType());
+        if (CodecAttr codec = chooser->choose(exchange, exchange.getAxes(),
+                                              type.getNumElements(), false)) {
+          exchange.setCodecAttr(codec);
+          ++compressed;
+        }
+      });
+    } else if (dispatch != "none") {
       FailureOr<CodecAttr> codec = parseCodec(module, "dispatch", dispatch, false);
       if (failed(codec))
         return signalPassFailure();
@@ -124,7 +210,12 @@ struct CompressCollectivesPass
         if (!reduce || reduce.getCodecAttr())
           return;
         auto param = module.lookupSymbol<ParamOp>(update.getParamAttr());
-        CodecAttr codec = *codecs[param && param->hasAttr("moe.shard") ? 1 : 0];
+        int g = param && param->hasAttr("moe.shard") ? 1 : 0;
+        CodecAttr codec = *codecs[g];
+        if (automatic[g])
+          codec = chooser->choose(reduce, reduce.getAxes(),
+                                  cast<RankedTensorType>(reduce.getType()).getNumElements(),
+                                  true);
         if (!codec)
           return;
         // PowerSGD factors matrices: vectors (gains, biases) stay exact.
@@ -134,7 +225,7 @@ struct CompressCollectivesPass
         reduce.setCodecAttr(codec);
         ++compressed;
       });
-    if (compressed == 0 && (*codecs[0] || *codecs[1] || dispatch != "none")) {
+    if (compressed == 0 && (*codecs[0] || *codecs[1] || (dispatch != "none" && dispatch != "auto"))) {
       module.emitError("moe-compress-collectives: no collective to compress (run after "
                        "moe-insert-collectives on a partitioned step)");
       return signalPassFailure();

@@ -4,6 +4,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
 #include <map>
@@ -204,4 +205,21 @@ double mlir::moe::cost::allToAllTime(const Cluster &cluster, const Group &group,
     worst = std::max(worst, std::max(intra, inter) + latency);
   }
   return worst;
+}
+
+mlir::moe::cost::Group mlir::moe::cost::gridGroup(int64_t dp, int64_t ep, int64_t tp,
+                                                  ArrayRef<StringRef> axes) {
+  auto in = [&](StringRef a) { return llvm::is_contained(axes, a); };
+  Group group;
+  for (int64_t d = 0; d < (in("dp") ? dp : 1); ++d)
+    for (int64_t e = 0; e < (in("ep") ? ep : 1); ++e)
+      for (int64_t t = 0; t < (in("tp") ? tp : 1); ++t)
+        group.push_back((d * ep + e) * tp + t);
+  llvm::sort(group);
+  return group;
+}
+
+double mlir::moe::cost::codecTime(const DeviceKind &kind, double elems,
+                                  double encodedBytes, int passes) {
+  return passes * ((4 * elems + encodedBytes) / kind.memoryBandwidth + kCodecLaunch);
 }

@@ -113,6 +113,8 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
                  << ", " << (r + 1) * local
                  << "); only equal contiguous blocks are executable";
       }
+    // The placement is now the shape of the shards: this op holds `local`.
+    ffn->removeAttr("placement");
     for (Value w : ffn->getOperands().drop_front()) {
       auto get = w.getDefiningOp<GetParamOp>();
       if (!get)

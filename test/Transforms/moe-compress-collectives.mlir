@@ -34,3 +34,17 @@
 // NUMBER: error: moe-compress-collectives: grad=int8:x: the parameter after ':' must be a number
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %S/Inputs/routed-step.mlir | not moe-opt --moe-train-pipeline="lower=false compress-grad=int8" 2>&1 | FileCheck %s --check-prefix=ONE
 // ONE: error: moe-compress-collectives: no collective to compress (run after moe-insert-collectives on a partitioned step)
+
+// auto: the cost model chooses per collective on the module's cluster. Two
+// H100 boxes on 10 GbE, the tiny model planned as ep = 2: the dispatch and
+// combine buffers and the big gradients go int8 (the wire saving beats the
+// encode/decode kernels by more than 10%), the small ones stay exact (a
+// codec kernel launch costs more than their bytes), and nothing is chosen
+// where nothing travels (expert shards over dp = 1).
+// RUN: moe-translate --import-model %examples/models/tiny.json --cluster %S/Inputs/two-nodes-10gbe.json | moe-opt --moe-fuse-gating --moe-plan-sharding=ep=2 --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=auto dispatch=auto" | FileCheck %s --check-prefix=AUTO
+// AUTO: moe.all_to_all %{{.*}} over [ep] split 0 concat 1 counts %{{.*}} codec <int8, block_size = 256> {moe.codec_choice = {codec = "int8", predicted_s = {{.*}}, uncompressed_s = {{.*}}}} : (tensor<4x160x64xf32>
+// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> {moe.codec_choice = {codec = "int8", {{.*}}}} : tensor<256x64xf32>
+// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] {moe.codec_choice = {codec = "none", {{.*}}}} : tensor<64xf32>
+// AUTO-DAG: moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x128x64xf32>
+// RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=auto" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=NOCLUSTER
+// NOCLUSTER: error: moe-compress-collectives: 'auto' chooses codecs with the cost model and needs the module's moe.cluster and moe.grid (moec --cluster, or moe-translate --cluster and moe-plan-sharding)

@@ -85,8 +85,15 @@ static cl::opt<unsigned> ranks(
 static cl::opt<unsigned> expertParallel(
     "ep",
     cl::desc("Expert-parallel degree of --ranks (default: the largest divisor "
-             "of N that divides every layer's experts); dp = N / ep"),
+             "of N that divides every layer's experts; dp = N / ep), or forced "
+             "on a --cluster plan"),
     cl::init(0), cl::cat(category));
+static cl::opt<unsigned> dataParallel(
+    "dp", cl::desc("With --cluster: force the plan's data-parallel degree"), cl::init(0),
+    cl::cat(category));
+static cl::opt<unsigned> tensorParallel(
+    "tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"), cl::init(0),
+    cl::cat(category));
 static cl::opt<std::string> compressGrad(
     "compress-grad",
     cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
@@ -142,6 +149,91 @@ std::string generatorPath(const char *argv0) {
 }
 } // namespace
 
+/// Plans the sharding of `module` on its cluster (moe-plan-sharding after
+/// moe-fuse-gating), reads the JSON report into `sharding`, prints the table
+/// with -v, and keeps the plan's grid when the runtime executes it. A plan
+/// it cannot execute is an error when emitting a binary or kernels, and a
+/// note (the step stays on one rank) for --emit=plan|mlir|cpp.
+static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &sharding) {
+  SmallString<128> jsonPath, tablePath;
+  for (auto *path : {&jsonPath, &tablePath}) {
+    int fd;
+    if (sys::fs::createTemporaryFile("moec-plan", "txt", fd, *path))
+      return fail("cannot create a temporary file for the plan report"), mlir::failure();
+    sys::Process::SafelyCloseFileDescriptor(fd);
+  }
+  mlir::PassManager pm(module.getContext());
+  pm.addPass(mlir::moe::createFuseGatingPass());
+  mlir::moe::PlanShardingPassOptions plan;
+  plan.reportJson = jsonPath.str().str();
+  plan.reportTable = tablePath.str().str();
+  plan.dpDegree = dataParallel;
+  plan.epDegree = expertParallel;
+  plan.tpDegree = tensorParallel;
+  pm.addPass(mlir::moe::createPlanShardingPass(plan));
+  mlir::LogicalResult ran = pm.run(module);
+  auto json = MemoryBuffer::getFile(jsonPath);
+  auto table = MemoryBuffer::getFile(tablePath);
+  if (json && mlir::succeeded(ran))
+    sharding = nlohmann::json::parse((*json)->getBuffer().str(), nullptr, false);
+  if (table && verbose && mlir::succeeded(ran))
+    errs() << (*table)->getBuffer();
+  sys::fs::remove(jsonPath);
+  sys::fs::remove(tablePath);
+  if (mlir::failed(ran))
+    return mlir::failure();
+  auto grid = module->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
+  if (!grid || grid.getNumRanks() == 1)
+    return mlir::success();
+  // Why the runtime cannot run this plan, if it cannot.
+  std::string why;
+  int64_t replicas = grid.getDp() * grid.getEp();
+  if (grid.getTp() > 1)
+    why = "it uses tensor parallelism (tp = " + std::to_string(grid.getTp()) +
+          "), which moe-partition does not execute yet";
+  else if (grid.getDevices())
+    why = "it gives the device kinds of a mixed cluster unequal shares of tokens and "
+          "experts; the runtime executes equal shares only";
+  for (auto fn : module.getOps<mlir::func::FuncOp>()) {
+    auto tokens = llvm::dyn_cast<mlir::RankedTensorType>(fn.getArgument(0).getType());
+    if (why.empty() && tokens && tokens.getRank() == 2 && tokens.getShape()[0] % replicas)
+      why = "the batch of " + std::to_string(tokens.getShape()[0]) +
+            " sequences does not split over its " + std::to_string(replicas) +
+            " data replicas (dp x ep)";
+    break;
+  }
+  module.walk([&](mlir::moe::ExpertFFNOp ffn) {
+    int64_t experts =
+        llvm::cast<mlir::RankedTensorType>(ffn.getX().getType()).getShape()[0];
+    if (why.empty() && experts % grid.getEp())
+      why = std::to_string(experts) + " experts do not split evenly over ep = " +
+            std::to_string(grid.getEp());
+  });
+  std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
+                      std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
+  if (!why.empty()) {
+    if (emit == Emit::Exe || emit == Emit::Kernels)
+      return fail("the cluster's plan (" + shape + ") is not executable: " + why +
+                  "; force degrees the runtime runs with --dp/--ep/--tp, or use "
+                  "--emit=plan for the report alone"),
+             mlir::failure();
+    errs() << "moec: note: the cluster's plan (" << shape << ") is not executable (" << why
+           << "); the emitted step stays on one rank\n";
+    module->removeAttr("moe.grid");
+    module.walk([](mlir::moe::ExpertFFNOp ffn) { ffn->removeAttr("placement"); });
+    return mlir::success();
+  }
+  if (auto zero = module->getAttrOfType<mlir::DictionaryAttr>("moe.plan"))
+    if (auto stage = zero.getAs<mlir::IntegerAttr>("zero_stage"); stage && stage.getInt())
+      errs() << "moec: note: the plan shards the optimiser state (ZeRO-1); the runtime "
+                "keeps it replicated, so each rank holds more than the plan's memory\n";
+  if (emit == Emit::Exe)
+    errs() << "moec: the step is partitioned for the plan's " << grid.getNumRanks()
+           << " ranks (" << shape << "): run it with --ranks " << grid.getNumRanks()
+           << " (threads) or under mpirun -n " << grid.getNumRanks() << "\n";
+  return mlir::success();
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
@@ -195,8 +287,9 @@ int main(int argc, char **argv) {
       return fail("--ranks must be >= 1");
     if (ranks > 1) {
       if (!clusterFile.empty())
-        return fail("--ranks partitions the step for this machine; --cluster plans it "
-                    "for a cluster (report only): give one of them");
+        return fail("--ranks partitions the step for N ranks of this machine; with "
+                    "--cluster the plan chooses the ranks (force degrees with "
+                    "--dp/--ep/--tp): give one of them");
       // The expert count every layer's ep must divide.
       int64_t experts = 0;
       (*module)->walk([&](mlir::moe::ExpertFFNOp ffn) {
@@ -223,16 +316,24 @@ int main(int argc, char **argv) {
       }
       (*module)->setAttr(mlir::moe::MoEDialect::kGridAttrName,
                          mlir::moe::GridAttr::get(&context, ranks / ep, ep, 1, nullptr));
-    } else if (expertParallel > 1) {
-      return fail("--ep needs --ranks");
+    } else if (clusterFile.empty() && expertParallel > 1) {
+      return fail("--ep needs --ranks or --cluster");
     }
+    if (clusterFile.empty() && (dataParallel || tensorParallel))
+      return fail("--dp and --tp force the degrees of a --cluster plan");
   }
 
   // Training pipeline.
-  SmallString<128> planJsonPath, planTablePath;
   nlohmann::json sharding;
   {
     Stage stage("pipeline");
+    // With a cluster, moe-plan-sharding chooses the grid on the fused
+    // forward step first; moe-partition then executes it when the runtime
+    // can (tp = 1, one device kind, whole sequences per replica).
+    if (!clusterFile.empty()) {
+      if (failed(planOnCluster(*module, sharding)))
+        return 1;
+    }
     mlir::PassManager pm(&context);
     mlir::moe::TrainPipelineOptions pipeline;
     pipeline.lower = false;
@@ -241,43 +342,18 @@ int main(int argc, char **argv) {
     pipeline.compressDispatch = compressDispatch;
     pipeline.compressWarmup = compressWarmup;
     pipeline.errorFeedback = !noErrorFeedback;
-    if ((compressGrad != "none" || compressDispatch != "none") && ranks <= 1)
+    auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
+    if ((compressGrad != "none" || compressDispatch != "none") &&
+        (!grid || grid.getNumRanks() <= 1))
       return fail("--compress-grad and --compress-dispatch compress the collectives of a "
-                  "partitioned step: give --ranks N (N > 1)");
+                  "partitioned step: give --ranks N (N > 1), or a --cluster whose plan "
+                  "has more than one rank");
     mlir::moe::buildTrainPipeline(pm, pipeline);
-    // With a cluster, the sharding plan (and its report) before lowering.
-    if (!clusterFile.empty()) {
-      for (auto *path : {&planJsonPath, &planTablePath}) {
-        int fd;
-        if (sys::fs::createTemporaryFile("moec-plan", "txt", fd, *path))
-          return fail("cannot create a temporary file for the plan report");
-        sys::Process::SafelyCloseFileDescriptor(fd);
-      }
-      mlir::moe::PlanShardingPassOptions plan;
-      plan.reportJson = planJsonPath.str().str();
-      plan.reportTable = planTablePath.str().str();
-      pm.addPass(mlir::moe::createPlanShardingPass(plan));
-    }
     mlir::moe::LowerToKernelsPassOptions lower;
     lower.savePreactivations = !recompute;
     pm.addPass(mlir::moe::createLowerToKernelsPass(lower));
     if (mlir::failed(pm.run(*module)))
       return 1;
-    if (!clusterFile.empty()) {
-      auto json = MemoryBuffer::getFile(planJsonPath);
-      auto table = MemoryBuffer::getFile(planTablePath);
-      if (json)
-        sharding = nlohmann::json::parse((*json)->getBuffer().str(), nullptr, false);
-      if (table && verbose)
-        errs() << (*table)->getBuffer();
-      sys::fs::remove(planJsonPath);
-      sys::fs::remove(planTablePath);
-      if (auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
-          grid && grid.getNumRanks() > 1 && emit == Emit::Exe)
-        errs() << "moec: note: the plan spreads the step over " << grid.getNumRanks()
-               << " ranks of the cluster; this binary runs it on one rank (moec "
-                  "--ranks N partitions a step for N ranks on this machine)\n";
-    }
   }
 
   if (emit == Emit::Mlir) {

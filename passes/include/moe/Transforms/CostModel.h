@@ -79,6 +79,20 @@ double allReduceTime(const Cluster &cluster, const Group &group, double bytes);
 /// the node goes over the inter-node link.
 double allToAllTime(const Cluster &cluster, const Group &group, double bytes);
 
+/// The ranks of the group over grid `axes` ("dp", "ep", "tp") that holds
+/// rank 0, in the grid's rank order r = (d * ep + e) * tp + t.
+Group gridGroup(int64_t dp, int64_t ep, int64_t tp, ArrayRef<StringRef> axes);
+
+/// Time of `passes` codec kernels over `elems` f32 values that each read or
+/// write the f32 data and its `encodedBytes` encoding once (memory bound),
+/// plus a launch overhead per pass: an encode and a decode for an
+/// all-to-all payload, two of each for an all-reduce (partial sums are
+/// re-encoded).
+double codecTime(const DeviceKind &kind, double elems, double encodedBytes, int passes);
+
+/// Seconds one codec kernel launch costs on top of its memory traffic.
+inline constexpr double kCodecLaunch = 5e-6;
+
 } // namespace mlir::moe::cost
 
 #endif // MOE_TRANSFORMS_COSTMODEL_H

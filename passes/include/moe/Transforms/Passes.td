@@ -200,6 +200,12 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
     `dispatch=` (fp16, bf16, int8[:block]) compresses the token payloads of
     every all_to_all (dispatch and combine, forward and backward) from the
     first step.
+    `auto` (for `grad`, `dense-grad`, `expert-grad` and `dispatch`) lets the
+    cost model choose per collective on the module's `moe.cluster` and
+    `moe.grid`: none, bf16 or int8, a lossier codec only where its predicted
+    time (wire bytes on the group's links plus encode/decode kernels) beats
+    the incumbent's by 10% (docs/CostModel.md). Every collective it judged
+    gets `moe.codec_choice = {codec, uncompressed_s, predicted_s}`.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
