@@ -13,7 +13,7 @@ py=/usr/bin/python3 # Debian's python, where python3-torch lives
 out="$build/bench"
 mkdir -p "$out"
 
-cmake --build "$build" --target moe-bench-ffn >/dev/null
+cmake --build "$build" --target moe-bench-ffn moe-bench-comm >/dev/null
 
 echo "== planner: DeepSeek-V3 (4096 tokens) on 2048 H100 (import excluded; pipeline + moe-plan-sharding)"
 "$build/bin/moe-translate" --import-hf-config examples/models/hf/deepseek-v3.json --seq-len 4096 \
@@ -65,5 +65,8 @@ for model in dict.fromkeys(r["model"] for r in rows):
 PY
 
 echo
+echo "== the thread communicator (the local-cpu preset's shared-memory link)"
+"$build/bin/moe-bench-comm"
 bench/ranks.sh "$build"
+bench/plan-ranking.sh "$build"
 bench/compression.sh "$build"

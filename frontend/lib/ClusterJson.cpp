@@ -181,7 +181,9 @@ moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
                                      kind->intraNode, kIntraTopologies);
         c.kinds[kind->name] = *kind;
       }
-      g.finish({"count", "device", "devices_per_node", "intra_node_link"});
+      if (g.has("host_cores"))
+        group.hostCores = g.getInt("host_cores", 0, 1, 1 << 16);
+      g.finish({"count", "device", "devices_per_node", "intra_node_link", "host_cores"});
       c.nodes.push_back(group);
     }
 

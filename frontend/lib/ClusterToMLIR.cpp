@@ -20,13 +20,16 @@ namespace moec::frontend {
 DictionaryAttr clusterAttr(const ClusterSpec &c, MLIRContext &context) {
   Builder b(&context);
   SmallVector<Attribute> groups;
-  for (const NodeGroup &g : c.nodes)
-    groups.push_back(b.getDictionaryAttr({
+  for (const NodeGroup &g : c.nodes) {
+    SmallVector<NamedAttribute> fields = {
         b.getNamedAttr("count", b.getI64IntegerAttr(g.count)),
         b.getNamedAttr("device", b.getStringAttr(g.device)),
         b.getNamedAttr("devices_per_node", b.getI64IntegerAttr(g.devicesPerNode)),
-        b.getNamedAttr("intra_node_link", linkAttr(b, g.intraNode)),
-    }));
+        b.getNamedAttr("intra_node_link", linkAttr(b, g.intraNode))};
+    if (g.hostCores > 0)
+      fields.push_back(b.getNamedAttr("host_cores", b.getI64IntegerAttr(g.hostCores)));
+    groups.push_back(b.getDictionaryAttr(fields));
+  }
   SmallVector<NamedAttribute> kinds;
   for (const auto &[name, k] : c.kinds)
     kinds.push_back(b.getNamedAttr(

@@ -7,6 +7,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -61,6 +62,24 @@ std::map<unsigned, int64_t> nodesOf(const Cluster &c, const Group &group) {
   return nodes;
 }
 
+/// A collective of `p` members all on one shared host, each member moving
+/// `perMember` bytes through the host's memory while every rank of the host
+/// does the same in its own group; -1 when the group is not on one shared
+/// host.
+double sharedHostTime(const Cluster &c, const std::map<unsigned, int64_t> &nodes, int64_t p,
+                      double perMember) {
+  if (nodes.size() != 1)
+    return -1;
+  unsigned node = nodes.begin()->first;
+  if (node >= c.nodeCores.size() || c.nodeCores[node] <= 0)
+    return -1;
+  int64_t cores = c.nodeCores[node];
+  const Link &l = c.nodeLink[node];
+  double s = static_cast<double>(c.nodeRanks[node]);
+  double oversubscribed = std::max(1.0, s / static_cast<double>(cores));
+  return s * perMember / l.bandwidth + static_cast<double>(p) * l.latency * oversubscribed;
+}
+
 } // namespace
 
 FailureOr<Cluster>
@@ -98,8 +117,11 @@ Cluster::fromAttr(DictionaryAttr attr,
       return emitError() << "moe.cluster node entry needs count and "
                             "devices_per_node >= 1";
     Link intra = linkOf(d.getAs<DictionaryAttr>("intra_node_link"));
+    int64_t cores = static_cast<int64_t>(number(d, "host_cores"));
     for (int64_t n = 0; n < count; ++n, ++node) {
       c.nodeLink.push_back(intra);
+      c.nodeCores.push_back(std::max<int64_t>(cores, 0));
+      c.nodeRanks.push_back(perNode);
       for (int64_t i = 0; i < perNode; ++i) {
         c.rankKind.push_back(kindIndex[device.str()]);
         c.rankNode.push_back(node);
@@ -160,6 +182,8 @@ double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group
   if (p <= 1 || bytes <= 0)
     return 0;
   auto nodes = nodesOf(cluster, group);
+  if (double t = sharedHostTime(cluster, nodes, p, bytes * static_cast<double>(p)); t >= 0)
+    return t;
   double intraBw = 0, intraLat = 0;
   int64_t local = 0;
   for (auto [node, count] : nodes) {
@@ -168,8 +192,15 @@ double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group
     intraLat = std::max(intraLat, l.latency);
     local = std::max(local, count);
   }
+  // The faster of a ring (2 (n-1)/n of the bytes, 2 (n-1) latencies) and
+  // a pipelined double binary tree (2x the bytes, 2 log2 n latencies), as
+  // NCCL chooses between them by message size.
   auto ring = [](double n, double b, double bw, double lat) {
-    return n <= 1 ? 0.0 : 2 * (n - 1) / n * b / bw + 2 * (n - 1) * lat;
+    if (n <= 1)
+      return 0.0;
+    double ringTime = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * lat;
+    double treeTime = 2 * b / bw + 2 * std::ceil(std::log2(n)) * lat;
+    return std::min(ringTime, treeTime);
   };
   if (nodes.size() == 1)
     return ring(static_cast<double>(p), bytes, intraBw, intraLat);
@@ -188,6 +219,10 @@ double mlir::moe::cost::allToAllTime(const Cluster &cluster, const Group &group,
   if (p <= 1 || bytes <= 0)
     return 0;
   auto nodes = nodesOf(cluster, group);
+  if (double t = sharedHostTime(cluster, nodes, p,
+                                bytes * static_cast<double>(p - 1) / static_cast<double>(p));
+      t >= 0)
+    return t;
   double worst = 0;
   double perPeer = bytes / static_cast<double>(p);
   for (auto [node, local] : nodes) {

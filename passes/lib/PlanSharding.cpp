@@ -41,6 +41,8 @@ struct StepSummary {
   double flops = 0;
   std::vector<double> denseTime, expertTime; ///< per device kind, whole step
   double denseParamBytes = 0, expertParamBytes = 0, activationBytes = 0;
+  /// Parameter tensors: one gradient all-reduce each.
+  int64_t denseParams = 0, expertParams = 0;
   std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
   std::vector<int64_t> layerExperts;
   int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
@@ -158,7 +160,19 @@ public:
           double time = (share[d * ep + e] * step.denseTime[k] +
                          groupShare * expertFraction[d * ep + e] * step.expertTime[k]) /
                         tdp;
-          c.compute = std::max(c.compute, time);
+          // AdamW on every element the rank updates: read w, m, v, g and
+          // write w, m, v (28 bytes per f32 element, 7x the parameter
+          // bytes); replicated parameters are updated on every replica.
+          double updated =
+              (zero ? step.denseParamBytes / static_cast<double>(dp * ep) +
+                          step.expertParamBytes * expertFraction[d * ep + e] /
+                              static_cast<double>(dp)
+                    : step.denseParamBytes +
+                          step.expertParamBytes * expertFraction[d * ep + e]) /
+              tdp;
+          time += 7 * updated / cluster.kinds[k].memoryBandwidth;
+          // Ranks sharing a host share its compute and memory.
+          c.compute = std::max(c.compute, time * static_cast<double>(cluster.sharing(r)));
         }
       // Dispatch and combine, forward and backward: 4 all-to-alls per MoE
       // layer among the ep ranks of one tp slice; each sends its tokens'
@@ -205,15 +219,22 @@ public:
       for (int64_t d = 0; d < dp; ++d)
         for (int64_t e = 0; e < ep; ++e)
           replicas.push_back(g.rank(d, e, t));
+      // One all-reduce per parameter tensor: the bytes once, the latency
+      // of every call.
       denseAR = std::max(denseAR, allReduceTime(cluster, replicas,
-                                                step.denseParamBytes / tdp));
+                                                step.denseParamBytes / tdp) +
+                                      static_cast<double>(std::max<int64_t>(
+                                          step.denseParams - 1, 0)) *
+                                          allReduceTime(cluster, replicas, 1e-30));
       for (int64_t e = 0; e < ep; ++e) {
         Group experts;
         for (int64_t d = 0; d < dp; ++d)
           experts.push_back(g.rank(d, e, t));
         expertAR = std::max(
             expertAR, allReduceTime(cluster, experts,
-                                    step.expertParamBytes * expertFraction[e] / tdp));
+                                    step.expertParamBytes * expertFraction[e] / tdp) +
+                          static_cast<double>(std::max<int64_t>(step.expertParams - 1, 0)) *
+                              allReduceTime(cluster, experts, 1e-30));
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -353,6 +374,8 @@ void PlanShardingPass::runOnOperation() {
       for (Value r : op->getResults())
         if (auto t = dyn_cast<RankedTensorType>(r.getType()))
           forwardActivations += static_cast<double>(t.getNumElements()) * 4;
+    if (isa<AdamWUpdateOp>(op))
+      return; // the optimiser is costed per rank from the parameters
     OpCost c = costOf(op);
     step.flops += c.flops;
     for (size_t k = 0; k < cluster->kinds.size(); ++k)
@@ -373,8 +396,9 @@ void PlanShardingPass::runOnOperation() {
   }
   for (ParamOp p : module.getOps<ParamOp>()) {
     double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
-    (expertParams.contains(p.getSymName()) ? step.expertParamBytes
-                                           : step.denseParamBytes) += bytes;
+    bool expert = expertParams.contains(p.getSymName());
+    (expert ? step.expertParamBytes : step.denseParamBytes) += bytes;
+    ++(expert ? step.expertParams : step.denseParams);
   }
   if (auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan"))
     step.activationBytes =

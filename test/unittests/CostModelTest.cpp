@@ -45,6 +45,24 @@ TEST(CostModelTest, HierarchicalAllReduceAcrossNodes) {
   EXPECT_DOUBLE_EQ(allReduceTime(c, {0, 1, 2, 3, 4, 5, 6, 7}, 1e8), intra + inter);
 }
 
+TEST(CostModelTest, SharedHostRendezvous) {
+  // 8 thread ranks on a 2-core host: every member of an all-reduce reads all
+  // p buffers while the host's 8 ranks do the same; each rendezvous costs p
+  // latencies, 8 / 2 = 4 times over for the oversubscribed cores.
+  Cluster c = makeCluster(1, 8, 1e10, "shared-memory");
+  c.nodeCores = {2};
+  c.nodeRanks = {8};
+  std::vector<int64_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_DOUBLE_EQ(allReduceTime(c, all, 1e6), 8 * 8 * 1e6 / 1e10 + 8 * 1e-6 * 4);
+  EXPECT_DOUBLE_EQ(allReduceTime(c, {0, 4}, 1e6), 8 * 2 * 1e6 / 1e10 + 2 * 1e-6 * 4);
+  EXPECT_DOUBLE_EQ(allToAllTime(c, all, 8e6), 8 * 7e6 / 1e10 + 8 * 1e-6 * 4);
+  EXPECT_EQ(c.sharing(3), 8);
+  // The same devices on their own: the ring formula, no sharing.
+  Cluster own = makeCluster(1, 8, 1e10, "shared-memory");
+  EXPECT_DOUBLE_EQ(allReduceTime(own, all, 1e6), 2 * 7.0 / 8 * 1e6 / 1e10 + 14e-6);
+  EXPECT_EQ(own.sharing(3), 1);
+}
+
 TEST(CostModelTest, AllToAllSwitchMeshAndNetwork) {
   // Switch: 3 peers of 1/4 of the bytes each share the device's link.
   Cluster sw = makeCluster(1, 4, 1e11);

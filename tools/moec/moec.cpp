@@ -152,8 +152,9 @@ std::string generatorPath(const char *argv0) {
 /// Plans the sharding of `module` on its cluster (moe-plan-sharding after
 /// moe-fuse-gating), reads the JSON report into `sharding`, prints the table
 /// with -v, and keeps the plan's grid when the runtime executes it. A plan
-/// it cannot execute is an error when emitting a binary or kernels, and a
-/// note (the step stays on one rank) for --emit=plan|mlir|cpp.
+/// it cannot execute is an error when emitting a step program (binary,
+/// kernels, C++), whose plans are chosen with tp = 1 unless --tp is given,
+/// and a note (the step stays on one rank) for --emit=plan|mlir.
 static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &sharding) {
   SmallString<128> jsonPath, tablePath;
   for (auto *path : {&jsonPath, &tablePath}) {
@@ -169,7 +170,10 @@ static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &
   plan.reportTable = tablePath.str().str();
   plan.dpDegree = dataParallel;
   plan.epDegree = expertParallel;
-  plan.tpDegree = tensorParallel;
+  // A step program runs on the runtime, which has no tensor parallelism
+  // yet: its plans are chosen among tp = 1 unless --tp says otherwise.
+  bool program = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
+  plan.tpDegree = tensorParallel ? tensorParallel : (program ? 1 : 0);
   pm.addPass(mlir::moe::createPlanShardingPass(plan));
   mlir::LogicalResult ran = pm.run(module);
   auto json = MemoryBuffer::getFile(jsonPath);
@@ -212,7 +216,7 @@ static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &
   std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
                       std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
   if (!why.empty()) {
-    if (emit == Emit::Exe || emit == Emit::Kernels)
+    if (program)
       return fail("the cluster's plan (" + shape + ") is not executable: " + why +
                   "; force degrees the runtime runs with --dp/--ep/--tp, or use "
                   "--emit=plan for the report alone"),

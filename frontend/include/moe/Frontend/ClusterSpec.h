@@ -42,6 +42,10 @@ struct NodeGroup {
   int64_t devicesPerNode = 1;
   std::string device;         ///< a DeviceKind name
   LinkSpec intraNode;
+  /// > 0: each node is one host with this many cores whose devices are
+  /// ranks (threads or processes) sharing it; the device kind describes the
+  /// whole host.
+  int64_t hostCores = 0;
 };
 
 struct ClusterSpec {

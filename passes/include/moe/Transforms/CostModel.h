@@ -43,9 +43,19 @@ struct Cluster {
   std::vector<unsigned> rankKind; ///< rank -> index into kinds
   std::vector<unsigned> rankNode; ///< rank -> node
   std::vector<Link> nodeLink;     ///< node -> intra-node link
+  /// node -> cores of the host its ranks share (`host_cores`; 0: each rank
+  /// is a device of its own).
+  std::vector<int64_t> nodeCores;
+  std::vector<int64_t> nodeRanks; ///< node -> ranks on it
   Link interNode;
 
   int64_t numRanks() const { return static_cast<int64_t>(rankKind.size()); }
+  /// Ranks sharing `rank`'s host and its kind's compute and memory (1 for a
+  /// dedicated device).
+  int64_t sharing(int64_t rank) const {
+    unsigned node = rankNode[rank];
+    return node < nodeCores.size() && nodeCores[node] ? nodeRanks[node] : 1;
+  }
   const DeviceKind &kindOf(int64_t rank) const { return kinds[rankKind[rank]]; }
 
   /// Reads a `moe.cluster` dictionary (docs/ClusterJSON.md); errors go to
@@ -71,12 +81,17 @@ double computeTime(const OpCost &c, const DeviceKind &kind);
 using Group = std::vector<int64_t>;
 
 /// Ring all-reduce of `bytes` per rank: 2 (p-1)/p bytes over the group's
-/// slowest link plus 2 (p-1) latencies.
+/// slowest link plus 2 (p-1) latencies. On a shared host (ranks as threads
+/// of one machine, `host_cores`) the runtime's rendezvous algorithm instead:
+/// every member reads all p buffers, so the s ranks of the host move
+/// s p bytes through its memory, plus one rendezvous of p members costing
+/// p latencies, times s / cores when the ranks oversubscribe the cores.
 double allReduceTime(const Cluster &cluster, const Group &group, double bytes);
 
 /// Pairwise all-to-all where each rank sends `bytes` in total, evenly to
 /// the other p-1 ranks: (p-1)/p of it leaves the rank; the part that leaves
-/// the node goes over the inter-node link.
+/// the node goes over the inter-node link. On a shared host: the s ranks'
+/// (p-1)/p bytes each through the host's memory plus the rendezvous.
 double allToAllTime(const Cluster &cluster, const Group &group, double bytes);
 
 /// The ranks of the group over grid `axes` ("dp", "ep", "tp") that holds
