@@ -139,14 +139,19 @@ struct CompressCollectivesPass
                          << warmupSteps;
       return signalPassFailure();
     }
-    // Per parameter group: expert shards and replicated parameters.
-    FailureOr<CodecAttr> codecs[2];
-    StringRef texts[2] = {denseGrad.empty() ? StringRef(grad) : StringRef(denseGrad),
-                          expertGrad.empty() ? StringRef(grad) : StringRef(expertGrad)};
-    StringRef names[2] = {denseGrad.empty() ? "grad" : "dense-grad",
-                          expertGrad.empty() ? "grad" : "expert-grad"};
-    bool automatic[2] = {texts[0] == "auto", texts[1] == "auto"};
-    for (int g = 0; g < 2; ++g) {
+    // Per parameter group: replicated parameters, expert shards, and the
+    // vocabulary matrices (token embedding table and the LM head).
+    FailureOr<CodecAttr> codecs[3];
+    StringRef dense = denseGrad.empty() ? StringRef(grad) : StringRef(denseGrad);
+    StringRef texts[3] = {dense, expertGrad.empty() ? StringRef(grad) : StringRef(expertGrad),
+                          embeddingGrad.empty() ? dense : StringRef(embeddingGrad)};
+    StringRef names[3] = {denseGrad.empty() ? "grad" : "dense-grad",
+                          expertGrad.empty() ? "grad" : "expert-grad",
+                          !embeddingGrad.empty() ? "embedding-grad"
+                          : denseGrad.empty()    ? "grad"
+                                                 : "dense-grad"};
+    bool automatic[3] = {texts[0] == "auto", texts[1] == "auto", texts[2] == "auto"};
+    for (int g = 0; g < 3; ++g) {
       if (texts[g] == "none" || automatic[g]) {
         codecs[g] = CodecAttr();
         continue;
@@ -158,7 +163,7 @@ struct CompressCollectivesPass
     // `auto` asks the cost model, on the module's cluster and grid.
     std::optional<cost::Cluster> cluster;
     GridAttr grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
-    if (automatic[0] || automatic[1] || dispatch == "auto") {
+    if (automatic[0] || automatic[1] || automatic[2] || dispatch == "auto") {
       auto attr = module->getAttrOfType<DictionaryAttr>(MoEDialect::kClusterAttrName);
       if (!attr || !grid) {
         module.emitError("moe-compress-collectives: 'auto' chooses codecs with the cost "
@@ -204,13 +209,36 @@ struct CompressCollectivesPass
         ++compressed;
       });
     }
+    // The vocabulary matrices: tables of moe.embedding, and weights of the
+    // linears whose logits feed moe.cross_entropy.
+    llvm::DenseSet<StringAttr> vocabulary;
+    auto paramOf = [](Value v) -> StringAttr {
+      auto get = v.getDefiningOp<GetParamOp>();
+      return get ? get.getNameAttr().getAttr() : StringAttr();
+    };
+    module.walk([&](Operation *op) {
+      StringAttr name;
+      if (auto e = dyn_cast<EmbeddingOp>(op))
+        name = paramOf(e.getTable());
+      else if (auto ce = dyn_cast<CrossEntropyOp>(op))
+        if (auto head = ce.getLogits().getDefiningOp<LinearOp>())
+          name = paramOf(head.getWeight());
+      if (name)
+        vocabulary.insert(name);
+    });
     for (auto fn : module.getOps<func::FuncOp>())
       fn.walk([&](AdamWUpdateOp update) {
         auto reduce = update.getGrad().getDefiningOp<AllReduceOp>();
         if (!reduce || reduce.getCodecAttr())
           return;
+        // Over a group of one nothing travels: a codec would only lose
+        // precision (expert shards when dp = 1).
+        if (grid && grid.getGroupSize(reduce.getAxes().getValue()) <= 1)
+          return;
         auto param = module.lookupSymbol<ParamOp>(update.getParamAttr());
-        int g = param && param->hasAttr("moe.shard") ? 1 : 0;
+        int g = param && param->hasAttr("moe.shard")              ? 1
+                : vocabulary.contains(update.getParamAttr().getAttr()) ? 2
+                                                                       : 0;
         CodecAttr codec = *codecs[g];
         if (automatic[g])
           codec = chooser->choose(reduce, reduce.getAxes(),
@@ -225,7 +253,8 @@ struct CompressCollectivesPass
         reduce.setCodecAttr(codec);
         ++compressed;
       });
-    if (compressed == 0 && (*codecs[0] || *codecs[1] || (dispatch != "none" && dispatch != "auto"))) {
+    if (compressed == 0 &&
+        (*codecs[0] || *codecs[1] || *codecs[2] || (dispatch != "none" && dispatch != "auto"))) {
       module.emitError("moe-compress-collectives: no collective to compress (run after "
                        "moe-insert-collectives on a partitioned step)");
       return signalPassFailure();

@@ -20,9 +20,11 @@ void moe::buildTrainPipeline(OpPassManager &pm,
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
   pm.addPass(createInsertCollectivesPass());
-  if (options.compressGrad != "none" || options.compressDispatch != "none") {
+  if (options.compressGrad != "none" || options.compressDispatch != "none" ||
+      (!options.compressEmbedding.empty() && options.compressEmbedding != "none")) {
     CompressCollectivesPassOptions compress;
     compress.grad = options.compressGrad;
+    compress.embeddingGrad = options.compressEmbedding;
     compress.dispatch = options.compressDispatch;
     compress.warmupSteps = options.compressWarmup;
     compress.errorFeedback = options.errorFeedback;

@@ -1,12 +1,17 @@
 // moe-compress-collectives: codecs on the gradient all-reduces of a
 // partitioned step, per parameter group; the loss and the norm stay exact.
-// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=int8 compress-warmup=5" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=INT8
+// RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.grid = #moe.grid<dp = 2, ep = 2>/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline="lower=false compress-grad=int8 compress-warmup=5" | FileCheck %s --check-prefix=INT8
 // INT8: moe.compression = {compressed = 6 : i64, warmup_steps = 5 : i64}
-// INT8: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<4x4xf32>
-// INT8: moe.all_reduce sum %{{.*}} over [dp] codec <int8, block_size = 256> {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+// INT8: moe.all_reduce mean %{{.*}} over [dp, ep] codec <int8, block_size = 256> : tensor<4x4xf32>
+// INT8: moe.all_reduce sum %{{.*}} over [dp] codec <int8, block_size = 256> {scale = 2.500000e-01 : f64} : tensor<2x4x5xf32>
 // INT8: moe.global_norm
-// INT8: %[[L:.*]] = moe.all_reduce mean %{{.*}} over [ep] : tensor<f32>
+// INT8: %[[L:.*]] = moe.all_reduce mean %{{.*}} over [dp, ep] : tensor<f32>
 // INT8: return %[[L]]
+// Over a group of one nothing travels, so nothing is encoded: with dp = 1
+// the expert shards' reduction stays exact.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=int8" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=DP1
+// DP1: moe.compression = {compressed = 3 : i64, warmup_steps = 0 : i64}
+// DP1: moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
 
 // PowerSGD factors matrices only; sparsifiers keep a residual unless told.
 // RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=PSGD
@@ -15,9 +20,16 @@
 // TOPK: codec <topk, ratio = 5.000000e-02> : tensor<4x4xf32>
 
 // Per parameter group: expert shards in bf16, replicated parameters exact.
-// RUN: moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=none expert-grad=bf16" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=GROUPS
-// GROUPS: moe.all_reduce mean %{{.*}} over [ep] : tensor<4x4xf32>
-// GROUPS: moe.all_reduce sum %{{.*}} over [dp] codec <bf16> {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
+// RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.grid = #moe.grid<dp = 2, ep = 2>/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=none expert-grad=bf16" | FileCheck %s --check-prefix=GROUPS
+// GROUPS: moe.all_reduce mean %{{.*}} over [dp, ep] : tensor<4x4xf32>
+// GROUPS: moe.all_reduce sum %{{.*}} over [dp] codec <bf16> {scale = 2.500000e-01 : f64} : tensor<2x4x5xf32>
+
+// The vocabulary matrices (the embedding table, the LM head feeding the
+// cross-entropy) have a group of their own: PowerSGD elsewhere, int8 there.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2 compress-embedding=int8" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=VOCAB
+// VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<4x8xf32>
+// VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 2, error_feedback> : tensor<4x4xf32>
+// VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<8x4xf32>
 
 // Dispatch and combine (forward and backward) in bf16.
 // RUN: moe-opt --moe-train-pipeline="lower=false compress-dispatch=bf16" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=DISPATCH

@@ -99,6 +99,11 @@ static cl::opt<std::string> compressGrad(
     cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
              "int8[:block], topk[:ratio], sign, powersgd[:rank]; error feedback on)"),
     cl::value_desc("codec"), cl::init("none"), cl::cat(category));
+static cl::opt<std::string> compressEmbedding(
+    "compress-embedding",
+    cl::desc("With --compress-grad: another codec for the token embedding and LM head "
+             "gradients (row-sparse, not low-rank; e.g. int8 or none beside powersgd)"),
+    cl::value_desc("codec"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> compressDispatch(
     "compress-dispatch",
     cl::desc("With --ranks: send the dispatch/combine token payloads as fp16, bf16 or "
@@ -344,10 +349,12 @@ int main(int argc, char **argv) {
     pipeline.routingGroups = routingGroups;
     pipeline.compressGrad = compressGrad;
     pipeline.compressDispatch = compressDispatch;
+    pipeline.compressEmbedding = compressEmbedding;
     pipeline.compressWarmup = compressWarmup;
     pipeline.errorFeedback = !noErrorFeedback;
     auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
-    if ((compressGrad != "none" || compressDispatch != "none") &&
+    if ((compressGrad != "none" || compressDispatch != "none" ||
+         (!compressEmbedding.empty() && compressEmbedding != "none")) &&
         (!grid || grid.getNumRanks() <= 1))
       return fail("--compress-grad and --compress-dispatch compress the collectives of a "
                   "partitioned step: give --ranks N (N > 1), or a --cluster whose plan "

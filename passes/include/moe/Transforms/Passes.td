@@ -191,7 +191,10 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
     After `moe-insert-collectives`: attaches a `#moe.codec` to every gradient
     all-reduce (those feeding `moe.adamw_update`), per parameter group:
     `grad=` for all, `dense-grad=` / `expert-grad=` for replicated parameters
-    and expert shards. Codecs: `none`, `fp16`, `bf16`, `int8[:block]`
+    and expert shards, `embedding-grad=` for the vocabulary matrices (the
+    tables of `moe.embedding` and the weight of the linear whose logits feed
+    `moe.cross_entropy`): their gradients are row-sparse, not low-rank, and
+    PowerSGD loses on them what it saves. Codecs: `none`, `fp16`, `bf16`, `int8[:block]`
     (default block 256), `topk[:ratio]` (default 0.01), `sign`,
     `powersgd[:rank]` (default 4; vectors stay uncompressed).
     `error-feedback` (default true) keeps the residual of topk, sign and
@@ -215,6 +218,9 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
            "Codec of replicated parameters' gradients (default: grad)">,
     Option<"expertGrad", "expert-grad", "std::string", /*default=*/"\"\"",
            "Codec of expert shards' gradients (default: grad)">,
+    Option<"embeddingGrad", "embedding-grad", "std::string", /*default=*/"\"\"",
+           "Codec of the vocabulary matrices' gradients: the token embedding "
+           "table and the LM head (default: dense-grad)">,
     Option<"dispatch", "dispatch", "std::string", /*default=*/"\"none\"",
            "Codec of the dispatch and combine all_to_alls: fp16, bf16 or int8[:block]">,
     Option<"errorFeedback", "error-feedback", "bool", /*default=*/"true",

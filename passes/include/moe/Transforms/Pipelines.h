@@ -32,6 +32,11 @@ struct TrainPipelineOptions
       llvm::cl::desc("Codec of the gradient all-reduces of a partitioned step "
                      "(moe-compress-collectives grad=; none by default)"),
       llvm::cl::init("none")};
+  Option<std::string> compressEmbedding{
+      *this, "compress-embedding",
+      llvm::cl::desc("Codec of the vocabulary matrices' gradients (moe-compress-collectives "
+                     "embedding-grad=; default: compress-grad)"),
+      llvm::cl::init("")};
   Option<std::string> compressDispatch{
       *this, "compress-dispatch",
       llvm::cl::desc("Codec of the dispatch/combine all_to_alls (fp16, bf16, int8)"),
