@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -263,15 +264,32 @@ public:
   }
 
   /// Placement of a layer's experts over the ep ranks (dp group 0; every
-  /// dp group holds the same placement).
-  std::vector<std::vector<int64_t>> placement(const Grid &g, int64_t experts) const {
+  /// dp group holds the same placement): each rank's speed-proportional
+  /// count, pinned experts (expert -> ep rank) first, the rest in order.
+  /// Fails (empty) when the pins ask a rank for more than its count.
+  std::vector<std::vector<int64_t>>
+  placement(const Grid &g, int64_t experts,
+            const std::map<int64_t, int64_t> &pins = {}) const {
     std::vector<int64_t> counts = expertCounts(groupSpeeds(g, 0), experts);
-    std::vector<std::vector<int64_t>> lists;
+    std::vector<std::vector<int64_t>> lists(counts.size());
+    std::vector<bool> placed(experts, false);
+    for (auto [expert, rank] : pins) {
+      if (expert >= experts)
+        continue;
+      lists[rank].push_back(expert);
+      placed[expert] = true;
+    }
     int64_t next = 0;
-    for (int64_t count : counts) {
-      lists.emplace_back();
-      for (int64_t i = 0; i < count; ++i)
-        lists.back().push_back(next++);
+    for (size_t r = 0; r < counts.size(); ++r) {
+      if (static_cast<int64_t>(lists[r].size()) > counts[r])
+        return {};
+      while (static_cast<int64_t>(lists[r].size()) < counts[r]) {
+        while (placed[next])
+          ++next;
+        lists[r].push_back(next);
+        placed[next] = true;
+      }
+      llvm::sort(lists[r]);
     }
     return lists;
   }
@@ -410,6 +428,39 @@ void PlanShardingPass::runOnOperation() {
   for (double &t : step.expertTime)
     t = std::max(t, 1e-12);
 
+  // Pins: "EXPERT@RANK,..." (the expert of every MoE layer that has it,
+  // on that ep rank).
+  std::map<int64_t, int64_t> pins;
+  for (StringRef item : llvm::split(StringRef(pinExperts), ',')) {
+    item = item.trim();
+    if (item.empty())
+      continue;
+    auto [expertText, rankText] = item.split('@');
+    int64_t expert, rank;
+    if (expertText.trim().getAsInteger(10, expert) || rankText.trim().getAsInteger(10, rank) ||
+        expert < 0 || rank < 0) {
+      module.emitError() << "moe-plan-sharding: pin '" << item
+                         << "' is not EXPERT@RANK (whole numbers, e.g. 3@0)";
+      return signalPassFailure();
+    }
+    if (!pins.emplace(expert, rank).second) {
+      module.emitError() << "moe-plan-sharding: expert " << expert << " is pinned twice";
+      return signalPassFailure();
+    }
+  }
+
+  int64_t maxPinnedRank = -1, maxExperts = 0;
+  for (auto [expert, rank] : pins)
+    maxPinnedRank = std::max(maxPinnedRank, rank);
+  for (int64_t e : step.layerExperts)
+    maxExperts = std::max(maxExperts, e);
+  for (auto [expert, rank] : pins)
+    if (expert >= maxExperts) {
+      module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
+                         << " names an expert no layer has (at most " << maxExperts << ")";
+      return signalPassFailure();
+    }
+
   int64_t n = cluster->numRanks();
   int64_t minExperts = step.layerExperts.empty()
                            ? 1
@@ -438,7 +489,7 @@ void PlanShardingPass::runOnOperation() {
     if (tp > 1 && (step.heads % tp || step.kvHeads % tp || step.width % tp))
       continue;
     for (int64_t ep = 1; ep <= std::min(n / tp, minExperts); ++ep) {
-      if ((n / tp) % ep != 0 || (epDegree > 0 && ep != epDegree))
+      if ((n / tp) % ep != 0 || (epDegree > 0 && ep != epDegree) || ep <= maxPinnedRank)
         continue;
       int64_t dp = n / tp / ep;
       if (dpDegree > 0 && dp != dpDegree)
@@ -452,6 +503,9 @@ void PlanShardingPass::runOnOperation() {
                        << (dpDegree > 0 ? "dp = " + std::to_string(dpDegree) + " " : "")
                        << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
                        << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
+                       << (maxPinnedRank >= 0
+                               ? "ep > " + std::to_string(maxPinnedRank) + " (the pins) "
+                               : "")
                        << "on " << n << " devices: dp x ep x tp must equal the device "
                        << "count, ep must be at most " << minExperts
                        << " (the fewest experts of a layer), tp a power of two "
@@ -544,7 +598,22 @@ void PlanShardingPass::runOnOperation() {
   Grid grid{best.dp, best.ep, best.tp};
   for (ExpertFFNOp e : expertOps) {
     int64_t experts = cast<RankedTensorType>(e->getOperand(0).getType()).getShape()[0];
-    std::vector<std::vector<int64_t>> lists = planner.placement(grid, experts);
+    std::vector<std::vector<int64_t>> lists = planner.placement(grid, experts, pins);
+    if (lists.empty()) {
+      std::vector<int64_t> counts(best.ep, 0);
+      for (auto [expert, rank] : pins)
+        if (expert < experts)
+          ++counts[rank];
+      std::vector<std::vector<int64_t>> free = planner.placement(grid, experts);
+      for (int64_t r = 0; r < best.ep; ++r)
+        if (counts[r] > static_cast<int64_t>(free[r].size())) {
+          e.emitOpError() << "moe-plan-sharding: " << counts[r]
+                          << " experts are pinned to ep rank " << r << ", which holds "
+                          << free[r].size() << " of this layer's " << experts;
+          break;
+        }
+      return signalPassFailure();
+    }
     SmallVector<int64_t> flat, sizes;
     for (auto &l : lists) {
       flat.append(l.begin(), l.end());

@@ -94,6 +94,10 @@ static cl::opt<unsigned> dataParallel(
 static cl::opt<unsigned> tensorParallel(
     "tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"), cl::init(0),
     cl::cat(category));
+static cl::opt<std::string> pinExperts(
+    "pin-experts",
+    cl::desc("With --cluster: pin experts to ep ranks, EXPERT@RANK,... (moe-plan-sharding pin=)"),
+    cl::value_desc("list"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> compressGrad(
     "compress-grad",
     cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
@@ -175,6 +179,7 @@ static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &
   plan.reportTable = tablePath.str().str();
   plan.dpDegree = dataParallel;
   plan.epDegree = expertParallel;
+  plan.pinExperts = pinExperts;
   // A step program runs on the runtime, which has no tensor parallelism
   // yet: its plans are chosen among tp = 1 unless --tp says otherwise.
   bool program = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
@@ -328,8 +333,8 @@ int main(int argc, char **argv) {
     } else if (clusterFile.empty() && expertParallel > 1) {
       return fail("--ep needs --ranks or --cluster");
     }
-    if (clusterFile.empty() && (dataParallel || tensorParallel))
-      return fail("--dp and --tp force the degrees of a --cluster plan");
+    if (clusterFile.empty() && (dataParallel || tensorParallel || !pinExperts.empty()))
+      return fail("--dp, --tp and --pin-experts shape a --cluster plan");
   }
 
   // Training pipeline.

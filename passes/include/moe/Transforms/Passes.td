@@ -68,12 +68,17 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     `moe.grid` (with the device kind of every rank on mixed clusters), a
     `placement` on every `moe.expert_ffn`, and `moe.plan` (the predicted
     costs); `report-table` and `report-json` write the candidates and why
-    the winner won ("-" for stdout). `dp` / `ep` / `tp` force a degree.
+    the winner won ("-" for stdout). `dp` / `ep` / `tp` force a degree;
+    `pin=3@0,5@1` pins experts to ep ranks (each rank keeps its
+    speed-proportional count, pinned experts first; only grids with an ep
+    rank for every pin are candidates).
   }];
   let options = [
     Option<"dpDegree", "dp", "int64_t", "0", "Force the data-parallel degree (0: choose)">,
     Option<"epDegree", "ep", "int64_t", "0", "Force the expert-parallel degree (0: choose)">,
     Option<"tpDegree", "tp", "int64_t", "0", "Force the tensor-parallel degree (0: choose)">,
+    Option<"pinExperts", "pin", "std::string", "\"\"",
+           "Pin experts to ep ranks: EXPERT@RANK,... (every MoE layer's expert of that index)">,
     Option<"reportTable", "report-table", "std::string", "\"\"",
            "Write the readable plan table here ('-': stdout)">,
     Option<"reportJson", "report-json", "std::string", "\"\"",
