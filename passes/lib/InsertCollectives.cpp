@@ -13,6 +13,7 @@
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/Passes.h"
 
+#include <algorithm>
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -64,6 +65,11 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
   SmallVector<bool> shardedOperands;
   if (norm)
     b.setInsertionPoint(norm);
+  // Replicated parameters' reductions first, then the expert shards': each
+  // kind is one run of equal collectives, which the step program sends as
+  // one bucket.
+  std::stable_partition(updates.begin(), updates.end(),
+                        [&](AdamWUpdateOp u) { return !isSharded(u.getParam()); });
   for (AdamWUpdateOp update : updates) {
     Value grad = update.getGrad();
     bool sharded = isSharded(update.getParam());

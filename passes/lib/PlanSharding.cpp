@@ -42,8 +42,6 @@ struct StepSummary {
   double flops = 0;
   std::vector<double> denseTime, expertTime; ///< per device kind, whole step
   double denseParamBytes = 0, expertParamBytes = 0, activationBytes = 0;
-  /// Parameter tensors: one gradient all-reduce each.
-  int64_t denseParams = 0, expertParams = 0;
   std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
   std::vector<int64_t> layerExperts;
   int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
@@ -220,22 +218,17 @@ public:
       for (int64_t d = 0; d < dp; ++d)
         for (int64_t e = 0; e < ep; ++e)
           replicas.push_back(g.rank(d, e, t));
-      // One all-reduce per parameter tensor: the bytes once, the latency
-      // of every call.
+      // One bucketed all-reduce per kind (the step program sends each run
+      // of equal reductions as one collective).
       denseAR = std::max(denseAR, allReduceTime(cluster, replicas,
-                                                step.denseParamBytes / tdp) +
-                                      static_cast<double>(std::max<int64_t>(
-                                          step.denseParams - 1, 0)) *
-                                          allReduceTime(cluster, replicas, 1e-30));
+                                                step.denseParamBytes / tdp));
       for (int64_t e = 0; e < ep; ++e) {
         Group experts;
         for (int64_t d = 0; d < dp; ++d)
           experts.push_back(g.rank(d, e, t));
         expertAR = std::max(
             expertAR, allReduceTime(cluster, experts,
-                                    step.expertParamBytes * expertFraction[e] / tdp) +
-                          static_cast<double>(std::max<int64_t>(step.expertParams - 1, 0)) *
-                              allReduceTime(cluster, experts, 1e-30));
+                                    step.expertParamBytes * expertFraction[e] / tdp));
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -414,9 +407,8 @@ void PlanShardingPass::runOnOperation() {
   }
   for (ParamOp p : module.getOps<ParamOp>()) {
     double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
-    bool expert = expertParams.contains(p.getSymName());
-    (expert ? step.expertParamBytes : step.denseParamBytes) += bytes;
-    ++(expert ? step.expertParams : step.denseParams);
+    (expertParams.contains(p.getSymName()) ? step.expertParamBytes
+                                           : step.denseParamBytes) += bytes;
   }
   if (auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan"))
     step.activationBytes =

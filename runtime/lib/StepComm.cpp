@@ -131,6 +131,23 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
   return 0;
 }
 
+extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
+                                            const float *const *ins, const int64_t *counts,
+                                            int axes, int mean, double scale) {
+  int64_t total = 0;
+  for (int t = 0; t < n; ++t)
+    total += counts[t];
+  std::vector<float> bucket(static_cast<size_t>(total));
+  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
+    std::memcpy(&bucket[at], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+  if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean,
+                                     scale))
+    return rc;
+  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
+    std::memcpy(outs[t], &bucket[at], static_cast<size_t>(counts[t]) * sizeof(float));
+  return 0;
+}
+
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                                      const int64_t *shape, int rank, int split,
                                      int concat, int axes, const moert_codec *codec) {

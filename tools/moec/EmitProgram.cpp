@@ -196,6 +196,7 @@ private:
   std::string pointer(Value v) { return storage.lookup(v); }
   LogicalResult launch(LaunchOp op);
   LogicalResult collective(Operation *op);
+  LogicalResult bucket(ArrayRef<AllReduceOp> reduces);
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
 
   ModuleOp module;
@@ -341,6 +342,34 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << numel(logits) * 4 << ");\n";
   }
   os << "  }\n";
+  return success();
+}
+
+LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
+  int64_t total = 0;
+  std::string outs, ins, counts;
+  for (AllReduceOp r : reduces) {
+    auto plan = r->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+    if (!plan)
+      return r.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+    setStorage(r, plan.asArrayRef());
+    int64_t n = cast<RankedTensorType>(r.getType()).getNumElements();
+    total += n;
+    outs += (outs.empty() ? "" : ", ") + pointer(r.getResult());
+    ins += (ins.empty() ? "" : ", ") + pointer(r.getInput());
+    counts += (counts.empty() ? "" : ", ") + std::to_string(n);
+  }
+  AllReduceOp first = reduces.front();
+  int64_t p = groupSize(first.getAxes());
+  if (training && p > 1)
+    allReduceBytes += 2 * (p - 1) * total * 4 / p;
+  os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {"
+     << ins << "};\n    const int64_t counts[] = {" << counts
+     << "};\n    if (int rc = moert_step_all_reduce_bucket(ctx, " << reduces.size()
+     << ", outs, ins, counts, " << axesMask(first.getAxes()) << ", "
+     << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
+     << llvm::format("%.17g", first.getScale().convertToDouble())
+     << ")) return rc;\n  }\n";
   return success();
 }
 
@@ -573,7 +602,30 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
                                                   : "(&step)";
   }
   // The tokens and targets are read-only: views take const away.
+  llvm::DenseSet<Operation *> bucketed;
   for (Operation &op : step.getBody().front()) {
+    if (bucketed.contains(&op))
+      continue;
+    // Adjacent uncompressed all-reduces of one group, reduction and scale
+    // (the gradients) go as one bucket: one collective instead of one per
+    // tensor.
+    if (auto first = dyn_cast<AllReduceOp>(op); first && !first.getCodecAttr()) {
+      SmallVector<AllReduceOp> run = {first};
+      for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
+        auto r = dyn_cast<AllReduceOp>(next);
+        if (!r || r.getCodecAttr() || r.getAxes() != first.getAxes() ||
+            r.getReduction() != first.getReduction() || r.getScale() != first.getScale())
+          break;
+        run.push_back(r);
+      }
+      if (run.size() > 1) {
+        for (AllReduceOp r : run)
+          bucketed.insert(r);
+        if (failed(bucket(run)))
+          return failure();
+        continue;
+      }
+    }
     if (auto get = dyn_cast<GetParamOp>(op)) {
       storage[get.getResult()] =
           "ctx->params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";

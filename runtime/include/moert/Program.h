@@ -114,6 +114,12 @@ int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
 /* out = scale * (sum, or mean when `mean`, over the group of in). */
 int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
                           int64_t count, int axes, int mean, double scale);
+/* `n` all-reduces of the same group, reduction and scale as one bucket: the
+ * inputs are packed, reduced by one collective (one rendezvous, one
+ * latency), and unpacked into the outputs, as DDP buckets gradients. */
+int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
+                                 const float *const *ins, const int64_t *counts, int axes,
+                                 int mean, double scale);
 /* moe.all_to_all (dense): `in` of shape[rank] splits into P chunks along
  * `split`; chunk p goes to member p; chunks received concatenate along
  * `concat` in member order into `out`. */
