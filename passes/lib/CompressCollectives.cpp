@@ -256,7 +256,9 @@ struct CompressCollectivesPass
     if (compressed == 0 &&
         (*codecs[0] || *codecs[1] || *codecs[2] || (dispatch != "none" && dispatch != "auto"))) {
       module.emitError("moe-compress-collectives: no collective to compress (run after "
-                       "moe-insert-collectives on a partitioned step)");
+                       "moe-insert-collectives on a partitioned step; reductions over a "
+                       "group of one rank, such as expert shards at dp = 1, send nothing "
+                       "and stay exact)");
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());

@@ -250,7 +250,8 @@ public:
             c.memory = bytes;
             c.memoryKind = cluster.kindOf(r).name;
           }
-          if (bytes > cluster.kindOf(r).memoryBytes)
+          // Ranks sharing a host share its memory.
+          if (bytes * static_cast<double>(cluster.sharing(r)) > cluster.kindOf(r).memoryBytes)
             c.fits = false;
         }
     return c;
@@ -269,16 +270,21 @@ public:
     for (auto [expert, rank] : pins) {
       if (expert >= experts)
         continue;
+      if (rank >= static_cast<int64_t>(lists.size()))
+        return {};
       lists[rank].push_back(expert);
       placed[expert] = true;
     }
-    int64_t next = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
+    for (size_t r = 0; r < counts.size(); ++r)
       if (static_cast<int64_t>(lists[r].size()) > counts[r])
         return {};
+    int64_t next = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
       while (static_cast<int64_t>(lists[r].size()) < counts[r]) {
-        while (placed[next])
+        while (next < experts && placed[next])
           ++next;
+        if (next >= experts)
+          return {};
         lists[r].push_back(next);
         placed[next] = true;
       }
@@ -448,8 +454,13 @@ void PlanShardingPass::runOnOperation() {
     maxExperts = std::max(maxExperts, e);
   for (auto [expert, rank] : pins)
     if (expert >= maxExperts) {
-      module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
-                         << " names an expert no layer has (at most " << maxExperts << ")";
+      if (maxExperts == 0)
+        module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
+                           << ": the model has no MoE layer";
+      else
+        module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
+                           << " names an expert no layer has (experts are numbered 0 to "
+                           << maxExperts - 1 << ")";
       return signalPassFailure();
     }
 
@@ -486,6 +497,11 @@ void PlanShardingPass::runOnOperation() {
       int64_t dp = n / tp / ep;
       if (dpDegree > 0 && dp != dpDegree)
         continue;
+      // Pins that ask a rank for more experts than its share rule it out.
+      if (!pins.empty() && llvm::any_of(step.layerExperts, [&](int64_t experts) {
+            return planner.placement(Grid{dp, ep, tp}, experts, pins).empty();
+          }))
+        continue;
       for (bool zero : {false, true})
         candidates.push_back(planner.evaluate(dp, ep, tp, zero));
     }
@@ -496,7 +512,8 @@ void PlanShardingPass::runOnOperation() {
                        << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
                        << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
                        << (maxPinnedRank >= 0
-                               ? "ep > " + std::to_string(maxPinnedRank) + " (the pins) "
+                               ? "ep > " + std::to_string(maxPinnedRank) +
+                                     " and room for the pinned experts "
                                : "")
                        << "on " << n << " devices: dp x ep x tp must equal the device "
                        << "count, ep must be at most " << minExperts

@@ -139,12 +139,12 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
     total += counts[t];
   std::vector<float> bucket(static_cast<size_t>(total));
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    std::memcpy(&bucket[at], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+    std::memcpy(bucket.data() + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
   if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean,
                                      scale))
     return rc;
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    std::memcpy(outs[t], &bucket[at], static_cast<size_t>(counts[t]) * sizeof(float));
+    std::memcpy(outs[t], bucket.data() + at, static_cast<size_t>(counts[t]) * sizeof(float));
   return 0;
 }
 

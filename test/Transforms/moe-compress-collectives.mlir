@@ -45,7 +45,7 @@
 // RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=int8:x" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=NUMBER
 // NUMBER: error: moe-compress-collectives: grad=int8:x: the parameter after ':' must be a number
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %S/Inputs/routed-step.mlir | not moe-opt --moe-train-pipeline="lower=false compress-grad=int8" 2>&1 | FileCheck %s --check-prefix=ONE
-// ONE: error: moe-compress-collectives: no collective to compress (run after moe-insert-collectives on a partitioned step)
+// ONE: error: moe-compress-collectives: no collective to compress (run after moe-insert-collectives on a partitioned step; reductions over a group of one rank, such as expert shards at dp = 1, send nothing and stay exact)
 
 // auto: the cost model chooses per collective on the module's cluster. Two
 // H100 boxes on 10 GbE, the tiny model planned as ep = 2: the dispatch and

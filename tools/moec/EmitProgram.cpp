@@ -611,10 +611,22 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
     // tensor.
     if (auto first = dyn_cast<AllReduceOp>(op); first && !first.getCodecAttr()) {
       SmallVector<AllReduceOp> run = {first};
+      // A bucket packs every input before it writes any output: a member
+      // reading an earlier member's result ends it, and so does size (one
+      // collective's count stays far below 2^31 floats).
+      int64_t total = cast<RankedTensorType>(first.getType()).getNumElements();
       for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
         auto r = dyn_cast<AllReduceOp>(next);
         if (!r || r.getCodecAttr() || r.getAxes() != first.getAxes() ||
             r.getReduction() != first.getReduction() || r.getScale() != first.getScale())
+          break;
+        Operation *producer = r.getInput().getDefiningOp();
+        if (producer && llvm::any_of(run, [&](AllReduceOp member) {
+              return member.getOperation() == producer;
+            }))
+          break;
+        total += cast<RankedTensorType>(r.getType()).getNumElements();
+        if (total > (int64_t(1) << 28))
           break;
         run.push_back(r);
       }

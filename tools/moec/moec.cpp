@@ -222,6 +222,18 @@ static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &
     if (why.empty() && experts % grid.getEp())
       why = std::to_string(experts) + " experts do not split evenly over ep = " +
             std::to_string(grid.getEp());
+    // moe-partition executes equal contiguous blocks of experts only.
+    auto placement = ffn->getAttrOfType<mlir::moe::PlacementAttr>("placement");
+    int64_t local = experts / grid.getEp();
+    for (int64_t r = 0; why.empty() && placement && r < grid.getEp(); ++r) {
+      llvm::ArrayRef<int64_t> held = placement.getExpertsOf(r);
+      bool block = static_cast<int64_t>(held.size()) == local;
+      for (int64_t i = 0; block && i < local; ++i)
+        block = held[i] == r * local + i;
+      if (!block)
+        why = "its placement (pinned experts) gives ep rank " + std::to_string(r) +
+              " experts other than an equal contiguous block";
+    }
   });
   std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
                       std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
@@ -361,9 +373,9 @@ int main(int argc, char **argv) {
     if ((compressGrad != "none" || compressDispatch != "none" ||
          (!compressEmbedding.empty() && compressEmbedding != "none")) &&
         (!grid || grid.getNumRanks() <= 1))
-      return fail("--compress-grad and --compress-dispatch compress the collectives of a "
-                  "partitioned step: give --ranks N (N > 1), or a --cluster whose plan "
-                  "has more than one rank");
+      return fail("--compress-grad, --compress-embedding and --compress-dispatch compress "
+                  "the collectives of a partitioned step: give --ranks N (N > 1), or a "
+                  "--cluster whose executable plan has more than one rank");
     mlir::moe::buildTrainPipeline(pm, pipeline);
     mlir::moe::LowerToKernelsPassOptions lower;
     lower.savePreactivations = !recompute;
