@@ -101,18 +101,11 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
       return ffn.emitOpError() << experts << " experts do not split over ep = " << ep;
     int64_t local = experts / ep;
     if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"))
-      for (int64_t r = 0; r < ep; ++r) {
-        ArrayRef<int64_t> held = placement.getExpertsOf(r);
-        bool block = static_cast<int64_t>(held.size()) == local;
-        for (int64_t i = 0; block && i < local; ++i)
-          block = held[i] == r * local + i;
-        if (!block)
-          return ffn.emitOpError()
-                 << "placement gives ep rank " << r
-                 << " experts other than the contiguous block [" << r * local
-                 << ", " << (r + 1) * local
-                 << "); only equal contiguous blocks are executable";
-      }
+      if (int64_t r = placement.firstNonBlockRank(experts, ep); r >= 0)
+        return ffn.emitOpError()
+               << "placement gives ep rank " << r
+               << " experts other than the contiguous block [" << r * local << ", "
+               << (r + 1) * local << "); only equal contiguous blocks are executable";
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
     for (Value w : ffn->getOperands().drop_front()) {

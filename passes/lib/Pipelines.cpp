@@ -20,8 +20,7 @@ void moe::buildTrainPipeline(OpPassManager &pm,
   autodiff.optimizer = options.optimizer;
   pm.addPass(createAutodiffPass(autodiff));
   pm.addPass(createInsertCollectivesPass());
-  if (options.compressGrad != "none" || options.compressDispatch != "none" ||
-      (!options.compressEmbedding.empty() && options.compressEmbedding != "none")) {
+  if (options.compresses()) {
     CompressCollectivesPassOptions compress;
     compress.grad = options.compressGrad;
     compress.embeddingGrad = options.compressEmbedding;

@@ -223,17 +223,10 @@ static mlir::LogicalResult planOnCluster(mlir::ModuleOp module, nlohmann::json &
       why = std::to_string(experts) + " experts do not split evenly over ep = " +
             std::to_string(grid.getEp());
     // moe-partition executes equal contiguous blocks of experts only.
-    auto placement = ffn->getAttrOfType<mlir::moe::PlacementAttr>("placement");
-    int64_t local = experts / grid.getEp();
-    for (int64_t r = 0; why.empty() && placement && r < grid.getEp(); ++r) {
-      llvm::ArrayRef<int64_t> held = placement.getExpertsOf(r);
-      bool block = static_cast<int64_t>(held.size()) == local;
-      for (int64_t i = 0; block && i < local; ++i)
-        block = held[i] == r * local + i;
-      if (!block)
+    if (auto placement = ffn->getAttrOfType<mlir::moe::PlacementAttr>("placement"); why.empty() && placement)
+      if (int64_t r = placement.firstNonBlockRank(experts, grid.getEp()); r >= 0)
         why = "its placement (pinned experts) gives ep rank " + std::to_string(r) +
               " experts other than an equal contiguous block";
-    }
   });
   std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
                       std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
@@ -370,9 +363,7 @@ int main(int argc, char **argv) {
     pipeline.compressWarmup = compressWarmup;
     pipeline.errorFeedback = !noErrorFeedback;
     auto grid = (*module)->getAttrOfType<mlir::moe::GridAttr>("moe.grid");
-    if ((compressGrad != "none" || compressDispatch != "none" ||
-         (!compressEmbedding.empty() && compressEmbedding != "none")) &&
-        (!grid || grid.getNumRanks() <= 1))
+    if (pipeline.compresses() && (!grid || grid.getNumRanks() <= 1))
       return fail("--compress-grad, --compress-embedding and --compress-dispatch compress "
                   "the collectives of a partitioned step: give --ranks N (N > 1), or a "
                   "--cluster whose executable plan has more than one rank");

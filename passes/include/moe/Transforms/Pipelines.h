@@ -57,6 +57,12 @@ struct TrainPipelineOptions
       llvm::cl::desc("FFN forward launches keep their pre-activations for "
                      "the backward (false: recompute them)"),
       llvm::cl::init(true)};
+
+  /// Whether moe-compress-collectives runs (some codec other than none).
+  bool compresses() const {
+    return compressGrad != "none" || compressDispatch != "none" ||
+           (!compressEmbedding.empty() && compressEmbedding != "none");
+  }
 };
 
 /// moe-fuse-gating, moe-routing-groups, moe-partition, moe-autodiff,
