@@ -147,8 +147,17 @@ int main(int argc, char **argv) {
     blasBwd();
     std::vector<double> oF, oB, bF, bB, oT, bT;
     for (int r = 0; r < reps; ++r) {
+      // OpenBLAS's idle threads spin for about 2^28 cycles (its
+      // THREAD_TIMEOUT) after a call and would take the cores from ours:
+      // let them go to sleep first (no training step runs beside BLAS),
+      // then warm each side's caches and threads with one untimed call.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      oursFwd();
+      oursBwd();
       oF.push_back(seconds(oursFwd));
       oB.push_back(seconds(oursBwd));
+      blasFwd();
+      blasBwd();
       bF.push_back(seconds(blasFwd));
       bB.push_back(seconds(blasBwd));
       oT.push_back(oF.back() + oB.back());

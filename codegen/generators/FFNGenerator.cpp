@@ -113,18 +113,18 @@ public:
     if (save) {
       // The pre-activations are outputs (GEMMs into them); h follows from
       // them elementwise.
-      scheduleMatmul(preUp, {hu}, f, c, hidden, rows, width, vec, &e, false);
+      scheduleMatmul(preUp, {hu}, f, c, hidden, rows, width, vec, &e, false, groups);
       if (gated)
-        scheduleMatmul(preGate, {hg}, f, c, hidden, rows, width, vec, &e, false);
+        scheduleMatmul(preGate, {hg}, f, c, hidden, rows, width, vec, &e, false, groups);
       h.compute_root().parallel(e).parallel(c);
       if (hidden >= vec)
         h.vectorize(f, vec, TailStrategy::GuardWithIf);
     } else if (gated) {
-      scheduleMatmul(h, {hu, hg}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(h, {hu, hg}, f, c, hidden, rows, width, vec, &e, true, groups);
     } else {
-      scheduleMatmul(h, {hu}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(h, {hu}, f, c, hidden, rows, width, vec, &e, true, groups);
     }
-    scheduleMatmul(y, {yAcc}, d, c, width, rows, hidden, vec, &e, false);
+    scheduleMatmul(y, {yAcc}, d, c, width, rows, hidden, vec, &e, false, groups);
   }
 };
 
@@ -217,32 +217,30 @@ public:
     constrainOptional(gate, gated, {hidden, width, groups});
     constrainOptional(dgate, gated, {hidden, width, groups});
     const int vec = natural_vector_size<float>();
-    auto transpose = [&](Func fn, Var inner, int extent) {
-      fn.compute_root().parallel(e);
-      if (extent >= vec)
-        fn.vectorize(inner, vec, TailStrategy::GuardWithIf);
+    auto transpose = [&](Func fn, Var inner, Var outer, int extentInner, int extentOuter) {
+      scheduleTranspose(fn, inner, outer, extentInner, extentOuter, vec, &e);
     };
-    transpose(downT, f, hidden);
-    transpose(upT, d, width);
-    transpose(xT, c, rows);
+    transpose(downT, f, d, hidden, width);
+    transpose(upT, d, f, width, hidden);
+    transpose(xT, c, d, rows, width);
     constrainOptional(preUp, saved, {hidden, rows, groups});
     constrainOptional(preGate, saved && gated, {hidden, rows, groups});
     if (saved)
-      scheduleMatmul(act, {dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(act, {dhAcc}, f, c, hidden, rows, width, vec, &e, true, groups);
     else if (gated)
-      scheduleMatmul(act, {huAcc, hgAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(act, {huAcc, hgAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true, groups);
     else
-      scheduleMatmul(act, {huAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true);
+      scheduleMatmul(act, {huAcc, dhAcc}, f, c, hidden, rows, width, vec, &e, true, groups);
     if (gated) {
-      transpose(gateT, d, width);
-      scheduleMatmul(dgate, {dgateAcc}, f, d, hidden, width, rows, vec, &e, false);
+      transpose(gateT, d, f, width, hidden);
+      scheduleMatmul(dgate, {dgateAcc}, f, d, hidden, width, rows, vec, &e, false, groups);
     } else {
       Func(dgate).parallel(e);
     }
-    transpose(hT, c, rows);
-    scheduleMatmul(dx, {dxAcc}, d, c, width, rows, hidden, vec, &e, false);
-    scheduleMatmul(dup, {dupAcc}, f, d, hidden, width, rows, vec, &e, false);
-    scheduleMatmul(ddown, {ddownAcc}, d, f, width, hidden, rows, vec, &e, false);
+    transpose(hT, c, f, rows, hidden);
+    scheduleMatmul(dx, {dxAcc}, d, c, width, rows, hidden, vec, &e, false, groups);
+    scheduleMatmul(dup, {dupAcc}, f, d, hidden, width, rows, vec, &e, false, groups);
+    scheduleMatmul(ddown, {ddownAcc}, d, f, width, hidden, rows, vec, &e, false, groups);
   }
 };
 

@@ -106,11 +106,8 @@ public:
     constrainDense(dx, {in, rows});
     constrainDense(dw, {out, in});
     const int vec = natural_vector_size<float>();
-    for (auto [f, inner] : {std::pair<Func, int>{wT, (int)in}, {xT, (int)rows}}) {
-      f.compute_root().parallel(f.args()[1]);
-      if (inner >= vec)
-        f.vectorize(f.args()[0], vec, TailStrategy::GuardWithIf);
-    }
+    scheduleTranspose(wT, i, j, in, out, vec, nullptr);
+    scheduleTranspose(xT, i, j, rows, in, vec, nullptr);
     scheduleMatmul(dx, {dxSum}, i, j, in, rows, out, vec, nullptr, false);
     scheduleMatmul(dw, {dwSum}, i, j, out, in, rows, vec, nullptr, false);
   }

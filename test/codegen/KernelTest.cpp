@@ -9,6 +9,11 @@
 
 #include "HalideBuffer.h"
 #include "Interpreter.h"
+#include "expert_ffn_kblocked_grad_k.h"
+#include "expert_ffn_kblocked_k.h"
+#include "ffn_gelu_kblocked_grad_k.h"
+#include "ffn_gelu_kblocked_k.h"
+#include "linear_grad_kblocked.h"
 #include "linear_grad_small.h"
 #include "linear_grad_tiled.h"
 #include "linear_small.h"
@@ -193,6 +198,10 @@ void checkLinearGrad(Kernel kernel, int m, int k, int n) {
 
 TEST(HalideKernelTest, LinearGradTiled) {
   checkLinearGrad(linear_grad_tiled, 8, 16, 24);
+}
+// 1024 rows: the weight gradient's contraction over rows is k-blocked.
+TEST(HalideKernelTest, LinearGradKBlocked) {
+  checkLinearGrad(linear_grad_kblocked, 1024, 16, 32);
 }
 TEST(HalideKernelTest, LinearGradSmallShape) {
   checkLinearGrad(linear_grad_small, 3, 5, 7);
@@ -387,6 +396,16 @@ TEST(HalideKernelTest, DenseFFNReLUBackward) {
 // gated and not.
 TEST(HalideKernelTest, ExpertFFNSavedPreactivations) {
   checkFFN(expert_ffn_saved_k, expert_ffn_saved_grad_k, 2, 12, 16, 32, "swiglu", true);
+}
+
+// Contractions over 1024 slots or tokens are k-blocked: four experts in
+// parallel, and one dense FFN parallel over column blocks.
+TEST(HalideKernelTest, ExpertFFNKBlocked) {
+  checkFFN(expert_ffn_kblocked_k, expert_ffn_kblocked_grad_k, 4, 1024, 16, 32, "swiglu", true);
+}
+
+TEST(HalideKernelTest, DenseFFNGELUKBlocked) {
+  checkFFN(ffn_gelu_kblocked_k, ffn_gelu_kblocked_grad_k, 1, 1024, 16, 24, "gelu", true);
 }
 
 TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
