@@ -134,22 +134,33 @@ TEST_F(RuntimeTest, TooLittleDataIsAnError) {
 }
 
 TEST_F(RuntimeTest, ScratchPoolReusesBlocksWithinItsLimit) {
-  moert_scratch_set_limit(1 << 20);
+  ASSERT_EQ(moert_scratch_set_limit(1 << 20), 0);
   void *a = moert_scratch_alloc(100000);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 128, 0u);
   std::memset(a, 1, 100000);
   moert_scratch_free(a);
-  // The same size again: the cached block comes back.
-  void *b = moert_scratch_alloc(100000);
+  // Any size fits where the freed block was: the region is one block again.
+  void *b = moert_scratch_alloc(300000);
   EXPECT_EQ(a, b);
-  // Over the limit nothing is cached: two live blocks past 1 MiB.
+  void *d = moert_scratch_alloc(500000);
+  ASSERT_NE(d, nullptr);
+  EXPECT_GE(static_cast<char *>(d) - static_cast<char *>(b), 300000);
+  // Past the region: the system allocator, still counted.
   void *c = moert_scratch_alloc(1 << 20);
   ASSERT_NE(c, nullptr);
-  EXPECT_GE(moert_scratch_peak(), (1 << 20) + 100000);
+  std::memset(c, 2, 1 << 20);
+  EXPECT_GE(moert_scratch_peak(), (1 << 20) + 800000);
+  // Not while blocks are out.
+  EXPECT_EQ(moert_scratch_set_limit(1 << 21), -1);
   moert_scratch_free(c);
   moert_scratch_free(b);
-  moert_scratch_set_limit(0); // releases everything cached
+  // Freed out of order, coalesced: the whole region is one block again.
+  moert_scratch_free(d);
+  void *e = moert_scratch_alloc((1 << 20) - 4096);
+  EXPECT_EQ(e, a);
+  moert_scratch_free(e);
+  EXPECT_EQ(moert_scratch_set_limit(0), 0); // unmaps the region
   moert_scratch_free(nullptr);
 }
 

@@ -1,11 +1,13 @@
 /*===- ScratchPool.h - the kernels' scratch allocator ---------------------===*
  *
  * Generated kernels allocate their intermediates at every call; a step calls
- * the same kernels with the same sizes every time. The pool keeps freed
- * blocks for reuse, up to a limit on in-use + cached bytes (the compiler's
- * scratch bound), so a steady-state step maps no new pages, and it counts the
- * peak in use for the memory report. Thread-safe (kernels allocate from
- * worker threads). Blocks are 128-byte aligned.
+ * the same kernels with the same sizes every time. The pool carves them out
+ * of one region of the compiler's scratch bound, mapped once (first fit,
+ * coalescing): kernels run one at a time and free everything before they
+ * return, so the blocks of kernels of different shapes share pages, and a
+ * steady-state step maps and faults in nothing. It counts the peak in use
+ * for the memory report. Thread-safe (kernels allocate from worker threads).
+ * Blocks are 128-byte aligned.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -23,9 +25,11 @@ void *moert_scratch_alloc(size_t size);
 void moert_scratch_free(void *ptr);
 /* Peak bytes in use (block capacities) since start. */
 int64_t moert_scratch_peak(void);
-/* Bytes in use + cached above which freed blocks are released instead of
- * cached (0, the default: nothing is cached). */
-void moert_scratch_set_limit(int64_t bytes);
+/* Maps a region of `bytes` for the blocks (0, the default: no region, every
+ * block comes from the system allocator; so do blocks the region cannot
+ * hold). Returns 0, or -1 while blocks of the current region are still out
+ * or when mapping failed (the pool then has no region). */
+int moert_scratch_set_limit(int64_t bytes);
 
 #ifdef __cplusplus
 }
