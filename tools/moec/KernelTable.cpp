@@ -108,7 +108,9 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
   } else if (g == "rms_norm_grad") {
     elements = v("rows"); // inverse norms
   } else if (g == "linear_grad") {
-    elements = v("in") * v("out") + v("rows") * v("in"); // w^T, x^T
+    // w^T, x^T, and dw's accumulator when its contraction over rows is
+    // k-blocked (codegen/generators/Matmul.h; counted always, a bound).
+    elements = 2 * v("in") * v("out") + v("rows") * v("in");
   } else if (g == "attention" || g == "attention_grad") {
     int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"),
             dh = v("head_dim");
@@ -122,8 +124,9 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
     bool gated = llvm::is_contained(call.params, "activation=swiglu");
     if (g == "ffn")
       elements = e * c * f; // h
-    else // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T
-      elements = (gated ? 3 : 2) * e * d * f + e * c * d + (gated ? 4 : 3) * e * c * f;
+    else // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T, and one weight
+         // gradient's per-group accumulators when k-blocked (a bound)
+      elements = (gated ? 4 : 3) * e * d * f + e * c * d + (gated ? 4 : 3) * e * c * f;
   } else if (g == "cross_entropy") {
     elements = 2 * v("tokens"); // log-sum-exp, target logits
   } else if (g == "cross_entropy_grad") {
