@@ -6,7 +6,10 @@
 // `attention_grad`: dq, dk, dv, recomputing the probabilities.
 // Halide's dimension 0 is the innermost: q[b, s, h*hd + c] is q(h*hd + c, s, b).
 // The probabilities are materialised per (batch, head): O(S^2) memory, fine
-// for the sequence lengths trained here; a flash-style schedule is future work.
+// for the sequence lengths trained here; scores, exponentials and their
+// gradients are computed for the causal half only (keys j <= query i), and
+// the rotary angles come from one (cos, sin) table per kernel. A flash-style
+// schedule (no S^2 buffer, register-blocked P V and dS^T Q) is future work.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,8 +35,24 @@ Func split(Func x, int headDim, const std::string &name) {
   return f;
 }
 
-/// Rotary embedding (rotate-half) of x(c, h, s, b); `sign` -1 undoes it.
-Func rotate(Func x, const AttentionParams &p, float sign, const std::string &name) {
+/// The rotary angles' (cos, sin) per (pair index c < head_dim / 2, position
+/// s), computed once per kernel at root: the rotations read them instead of
+/// evaluating pow, cos and sin for every head and batch row.
+Func ropeTable(const AttentionParams &p) {
+  Var c, s;
+  Func t("rope");
+  Expr angle = cast<float>(s) *
+               pow(p.theta, -2.0f * cast<float>(c) / (float)p.headDim);
+  t(c, s) = Tuple(cos(angle), sin(angle));
+  if (p.rope)
+    t.compute_root();
+  return t;
+}
+
+/// Rotary embedding (rotate-half) of x(c, h, s, b) with the angles of
+/// `table`; `sign` -1 undoes it.
+Func rotate(Func x, Func table, const AttentionParams &p, float sign,
+            const std::string &name) {
   Var c, h, s, b;
   Func f(name);
   if (!p.rope) {
@@ -41,10 +60,8 @@ Func rotate(Func x, const AttentionParams &p, float sign, const std::string &nam
     return f;
   }
   int half = p.headDim / 2;
-  Expr ci = select(c < half, c, c - half);
-  Expr angle = cast<float>(s) *
-               pow(p.theta, -2.0f * cast<float>(ci) / (float)p.headDim);
-  Expr cs = cos(angle), sn = sign * sin(angle);
+  Expr ci = clamp(select(c < half, c, c - half), 0, half - 1);
+  Expr cs = table(ci, s)[0], sn = sign * table(ci, s)[1];
   Expr first = x(clamp(c, 0, half - 1), h, s, b);
   Expr second = x(clamp(c + half, half, p.headDim - 1), h, s, b);
   Expr firstOfPair = x(clamp(c - half, 0, half - 1), h, s, b);
@@ -76,10 +93,21 @@ Func rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name)
 
 /// Schedules `row` (a rowDots) at each query row of `consumer`, vectorised
 /// over keys.
+/// Keys run in blocks of 4 vectors held in registers over the head
+/// dimension (one broadcast of the query per 4 fused multiply-adds, instead
+/// of a load and a store of the row per one); the last block of a causal row
+/// rounds up past the diagonal, within the sequence.
 void scheduleRow(Func row, Func consumer, Var i, int seq, int vec) {
-  Var j = row.args()[0];
+  Var j = row.args()[0], jo("jo"), ji("ji");
   row.compute_at(consumer, i);
-  if (seq % vec == 0) {
+  if (seq % (4 * vec) == 0) {
+    row.vectorize(j, 4 * vec, TailStrategy::RoundUp);
+    row.update()
+        .split(j, jo, ji, 4 * vec, TailStrategy::RoundUp)
+        .reorder(ji, row.rvars()[0], jo)
+        .vectorize(ji, vec)
+        .unroll(ji);
+  } else if (seq % vec == 0) {
     row.vectorize(j, vec);
     row.update().reorder(j, row.rvars()[0]).vectorize(j, vec);
   }
@@ -95,16 +123,24 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   Func score = rowDots(qr, krT, p, "score");
   Func mx("max"), e("exp"), den("den"), prob("prob");
   mx(i, h, b) = maximum(score(jj, i, h, b));
-  e(j, i, h, b) = select(j <= i, exp((score(j, i, h, b) - mx(i, h, b)) * scale), 0.0f);
+  e(j, i, h, b) = exp((score(j, i, h, b) - mx(i, h, b)) * scale);
   den(i, h, b) = sum(e(jj, i, h, b));
-  prob(j, i, h, b) = e(j, i, h, b) / den(i, h, b);
+  // Zero above the diagonal, then the causal part only: row i computes
+  // scores and exponentials for keys j <= i, half the square in all.
+  RDom jv(0, p.seq);
+  jv.where(jv <= i);
+  prob(j, i, h, b) = 0.0f;
+  prob(jv, i, h, b) = e(jv, i, h, b) / den(i, h, b);
   prob.compute_root().parallel(b).parallel(h);
-  if (p.seq % vec == 0)
+  prob.update().parallel(b).parallel(h);
+  if (p.seq % vec == 0) {
     prob.vectorize(j, vec);
+    prob.update().vectorize(jv, vec);
+  }
+  // At the update's (the last stage's) rows.
   scheduleRow(score, prob, i, p.seq, vec);
-  for (Func f : {mx, den})
+  for (Func f : {mx, den, e})
     f.compute_at(prob, i);
-  e.compute_at(prob, i);
   if (p.seq % vec == 0)
     e.vectorize(e.args()[0], vec);
   return prob;
@@ -132,8 +168,9 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    Func qr = rotate(split(q, p.headDim, "Q"), p, 1.0f, "qr");
-    Func kr = rotate(split(k, p.headDim, "K"), p, 1.0f, "kr");
+    Func table = ropeTable(p);
+    Func qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
+    Func kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V");
     const int vec = natural_vector_size<float>();
     Func krT = keysMajor(kr, "kr_t");
@@ -177,8 +214,9 @@ public:
     AttentionParams p = params();
     int group = p.group();
     float scale = 1.0f / std::sqrt((float)p.headDim);
-    Func qr = rotate(split(q, p.headDim, "Q"), p, 1.0f, "qr");
-    Func kr = rotate(split(k, p.headDim, "K"), p, 1.0f, "kr");
+    Func table = ropeTable(p);
+    Func qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
+    Func kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V"), DO = split(dout, p.headDim, "DO");
     const int vec = natural_vector_size<float>();
     Func krT = keysMajor(kr, "kr_t"), VT = keysMajor(V, "v_t");
@@ -189,15 +227,19 @@ public:
     Func dp, dot("dot"), ds("ds"), dqr("dqr"), dkr("dkr"), dV("dV");
     dp = rowDots(DO, VT, p, "dp");
     dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
-    ds(j, i, h, b) = prob(j, i, h, b) * (dp(j, i, h, b) - dot(i, h, b)) * scale;
+    // Causal part only, as for the probabilities: zero, then keys j <= i.
+    RDom jv(0, p.seq);
+    jv.where(jv <= i);
+    ds(j, i, h, b) = 0.0f;
+    ds(jv, i, h, b) = prob(jv, i, h, b) * (dp(jv, i, h, b) - dot(i, h, b)) * scale;
     dqr(c, h, i, b) = sum(ds(rj, i, h, b) * kr(c, h / group, rj, b));
     // Keys and values: sum over the group's query heads and queries i >= j.
     RDom ri(0, group, 0, p.seq);
     ri.where(ri.y >= j);
     dkr(c, g, j, b) = sum(ds(j, ri.y, g * group + ri.x, b) * qr(c, g * group + ri.x, ri.y, b));
     dV(c, g, j, b) = sum(prob(j, ri.y, g * group + ri.x, b) * DO(c, g * group + ri.x, ri.y, b));
-    Func dqUnrot = rotate(dqr, p, -1.0f, "dq_unrot");
-    Func dkUnrot = rotate(dkr, p, -1.0f, "dk_unrot");
+    Func dqUnrot = rotate(dqr, table, p, -1.0f, "dq_unrot");
+    Func dkUnrot = rotate(dkr, table, p, -1.0f, "dk_unrot");
     dq(x, i, b) = dqUnrot(x % p.headDim, x / p.headDim, i, b);
     dk(x, j, b) = dkUnrot(x % p.headDim, x / p.headDim, j, b);
     dv(x, j, b) = dV(x % p.headDim, x / p.headDim, j, b);
@@ -205,8 +247,11 @@ public:
       f.compute_root().parallel(f.args()[3]);
     // ds row by row: dp and its dot with the probabilities per query row.
     ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
-    if (p.seq % vec == 0)
+    ds.update().parallel(ds.args()[3]).parallel(ds.args()[2]);
+    if (p.seq % vec == 0) {
       ds.vectorize(ds.args()[0], vec);
+      ds.update().vectorize(jv, vec);
+    }
     scheduleRow(dp, ds, ds.args()[1], p.seq, vec);
     dot.compute_at(ds, ds.args()[1]);
     if (p.headDim % vec == 0)

@@ -119,6 +119,7 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
       elements = q + 2 * k + probs + q; // qr, kr, kr^T, prob, out
     else // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dv
       elements = q + 3 * k + 2 * probs + q + 2 * k;
+    elements += s * dh; // the rotary (cos, sin) table
   } else if (g == "ffn" || g == "ffn_grad") {
     int64_t e = v("groups"), c = v("rows"), d = v("width"), f = v("hidden");
     bool gated = llvm::is_contained(call.params, "activation=swiglu");
