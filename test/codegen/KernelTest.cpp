@@ -38,6 +38,8 @@
 #include "adamw_k.h"
 #include "attention_mha_grad_k.h"
 #include "attention_mha_k.h"
+#include "attention_blocked_grad_k.h"
+#include "attention_blocked_k.h"
 #include "attention_vec_grad_k.h"
 #include "attention_vec_k.h"
 #include "attention_rope_grad_k.h"
@@ -566,6 +568,12 @@ TEST(HalideKernelTest, GroupedQueryAttentionWithRotaryEmbeddings) {
 // vectorised row schedules (keys-major scores, head-dim loops).
 TEST(HalideKernelTest, GroupedQueryAttentionVectorised) {
   checkAttention(attention_vec_k, attention_vec_grad_k, 2, 16, 4, 2, 8, true);
+}
+
+// A sequence of multiples of 4 vectors: score rows in register blocks of
+// keys, rounded up past the diagonal.
+TEST(HalideKernelTest, GroupedQueryAttentionBlockedRows) {
+  checkAttention(attention_blocked_k, attention_blocked_grad_k, 2, 64, 4, 2, 16, true);
 }
 
 TEST(HalideKernelTest, MultiHeadAttentionWithoutPositionEncoding) {
