@@ -8,8 +8,10 @@
 // The probabilities are materialised per (batch, head): O(S^2) memory, fine
 // for the sequence lengths trained here; scores, exponentials and their
 // gradients are computed for the causal half only (keys j <= query i), and
-// the rotary angles come from one (cos, sin) table per kernel. A flash-style
-// schedule (no S^2 buffer, register-blocked P V and dS^T Q) is future work.
+// the rotary angles come from one (cos, sin) table per kernel; the four
+// contractions with the probabilities (P V, dS K, dS^T Q, P^T dO) run in
+// register blocks of query (or key) rows. A flash-style schedule (no S^2
+// buffer) is future work.
 //
 //===----------------------------------------------------------------------===//
 
@@ -146,6 +148,102 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   return prob;
 }
 
+/// The register block of the causal contractions: (head-dim vectors per
+/// chunk, rows per block), or rows 0 when the head dimension is not a
+/// multiple of the vector width or no block of 2..12/chunk rows divides the
+/// sequence.
+std::pair<int, int> registerBlock(const AttentionParams &p, int vec) {
+  int chunkVecs = p.headDim % vec == 0 ? std::min(p.headDim / vec, 4) : 0;
+  for (int t = chunkVecs ? 12 / chunkVecs : 0; t >= 2; --t)
+    if (p.seq % t == 0)
+      return {chunkVecs, t};
+  return {chunkVecs, 0};
+}
+
+/// r(c, h, i, b) = sum over keys j <= i of w(j, i, h, b) x(c, h / group, j,
+/// b), for w zero above the diagonal (the probabilities, dS). When the head
+/// dimension is a multiple of the vector width, query rows run in blocks of
+/// R and the head dimension in chunks of up to 4 vectors, (chunk x R) held
+/// in registers over the keys up to the block's last row (the zeros past
+/// each row's diagonal add nothing): one load of x per R fused
+/// multiply-adds instead of two loads per one. Computed at root, parallel
+/// over batch and heads.
+Func causalRows(Func w, Func x, const AttentionParams &p, int vec,
+                const std::string &name) {
+  Var c("c"), h("h"), i("i"), b("b");
+  Func r(name);
+  auto [chunkVecs, rows] = registerBlock(p, vec);
+  if (!rows) {
+    RDom j(0, p.seq);
+    j.where(j <= i);
+    r(c, h, i, b) = sum(w(j, i, h, b) * x(c, h / p.group(), j, b));
+    r.compute_root().parallel(b).parallel(h);
+    if (p.headDim % vec == 0)
+      r.vectorize(c, vec);
+    return r;
+  }
+  Var ii("ii"), io("io"), co("co"), ci("ci");
+  Func acc(name + "_acc");
+  RDom j(0, p.seq);
+  j.where(j < io * rows + rows);
+  acc(c, ii, io, h, b) = 0.0f;
+  acc(c, ii, io, h, b) += w(j, io * rows + ii, h, b) * x(c, h / p.group(), j, b);
+  r(c, h, i, b) = acc(c, i % rows, i / rows, h, b);
+  int chunk = chunkVecs * vec;
+  r.compute_root()
+      .split(i, io, ii, rows)
+      .split(c, co, ci, chunk)
+      .reorder(ci, ii, co, io, h, b)
+      .vectorize(ci, vec)
+      .unroll(ci)
+      .unroll(ii)
+      .parallel(b)
+      .parallel(h);
+  acc.compute_at(r, co).vectorize(c, vec).unroll(c).unroll(ii);
+  acc.update().reorder(c, ii, j).vectorize(c, vec).unroll(c).unroll(ii);
+  return r;
+}
+
+/// r(c, g, j, b) = sum over the group's query heads and queries i >= j of
+/// w(j, i, g * group + x, b) y(c, g * group + x, i, b) (dK from dS and the
+/// queries, dV from the probabilities and dO), for w zero above the
+/// diagonal: blocks of R keys as in causalRows, from the block's first key.
+Func causalCols(Func w, Func y, const AttentionParams &p, int vec,
+                const std::string &name) {
+  Var c("c"), g("g"), j("j"), b("b");
+  Func r(name);
+  int group = p.group();
+  auto [chunkVecs, rows] = registerBlock(p, vec);
+  RDom ri(0, group, 0, p.seq);
+  if (!rows) {
+    ri.where(ri.y >= j);
+    r(c, g, j, b) = sum(w(j, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b));
+    r.compute_root().parallel(b);
+    if (p.headDim % vec == 0)
+      r.vectorize(c, vec);
+    return r;
+  }
+  Var ji("ji"), jo("jo"), co("co"), ci("ci");
+  Func acc(name + "_acc");
+  ri.where(ri.y >= jo * rows);
+  acc(c, ji, jo, g, b) = 0.0f;
+  acc(c, ji, jo, g, b) +=
+      w(jo * rows + ji, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b);
+  r(c, g, j, b) = acc(c, j % rows, j / rows, g, b);
+  r.compute_root()
+      .split(j, jo, ji, rows)
+      .split(c, co, ci, chunkVecs * vec)
+      .reorder(ci, ji, co, jo, g, b)
+      .vectorize(ci, vec)
+      .unroll(ci)
+      .unroll(ji)
+      .parallel(b)
+      .parallel(g);
+  acc.compute_at(r, co).vectorize(c, vec).unroll(c).unroll(ji);
+  acc.update().reorder(c, ji, ri.x, ri.y).vectorize(c, vec).unroll(c).unroll(ji);
+  return r;
+}
+
 #define MOE_ATTENTION_PARAMS                                                   \
   GeneratorParam<int> batch{"batch", 1};                                       \
   GeneratorParam<int> seq{"seq", 1};                                           \
@@ -178,15 +276,11 @@ public:
     Var c, h, i, b, x;
     RDom j(0, p.seq);
     j.where(j <= i);
-    Func out("out");
-    out(c, h, i, b) = sum(prob(j, i, h, b) * V(c, h / p.group(), j, b));
+    Func out = causalRows(prob, V, p, vec, "out");
     o(x, i, b) = out(x % p.headDim, x / p.headDim, i, b);
-    // Every stage runs in parallel over the batch; head-dim loops are
-    // vectorised when the head dimension is a multiple of the vector width.
-    for (Func f : {qr, kr, krT, out})
+    // Every stage runs in parallel over the batch.
+    for (Func f : {qr, kr, krT})
       f.compute_root().parallel(f.args()[3]);
-    if (p.headDim % vec == 0)
-      out.vectorize(c, vec);
     Func(o).parallel(o.args()[2]);
   }
 
@@ -224,7 +318,7 @@ public:
     Var c, h, g, i, j, b, x;
     RDom rc(0, p.headDim), rj(0, p.seq);
     rj.where(rj <= i);
-    Func dp, dot("dot"), ds("ds"), dqr("dqr"), dkr("dkr"), dV("dV");
+    Func dp, dot("dot"), ds("ds"), dqr, dkr, dV;
     dp = rowDots(DO, VT, p, "dp");
     dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
     // Causal part only, as for the probabilities: zero, then keys j <= i.
@@ -232,18 +326,16 @@ public:
     jv.where(jv <= i);
     ds(j, i, h, b) = 0.0f;
     ds(jv, i, h, b) = prob(jv, i, h, b) * (dp(jv, i, h, b) - dot(i, h, b)) * scale;
-    dqr(c, h, i, b) = sum(ds(rj, i, h, b) * kr(c, h / group, rj, b));
+    dqr = causalRows(ds, kr, p, vec, "dqr");
     // Keys and values: sum over the group's query heads and queries i >= j.
-    RDom ri(0, group, 0, p.seq);
-    ri.where(ri.y >= j);
-    dkr(c, g, j, b) = sum(ds(j, ri.y, g * group + ri.x, b) * qr(c, g * group + ri.x, ri.y, b));
-    dV(c, g, j, b) = sum(prob(j, ri.y, g * group + ri.x, b) * DO(c, g * group + ri.x, ri.y, b));
+    dkr = causalCols(ds, qr, p, vec, "dkr");
+    dV = causalCols(prob, DO, p, vec, "dV");
     Func dqUnrot = rotate(dqr, table, p, -1.0f, "dq_unrot");
     Func dkUnrot = rotate(dkr, table, p, -1.0f, "dk_unrot");
     dq(x, i, b) = dqUnrot(x % p.headDim, x / p.headDim, i, b);
     dk(x, j, b) = dkUnrot(x % p.headDim, x / p.headDim, j, b);
     dv(x, j, b) = dV(x % p.headDim, x / p.headDim, j, b);
-    for (Func f : {qr, kr, krT, VT, dqr, dkr, dV})
+    for (Func f : {qr, kr, krT, VT})
       f.compute_root().parallel(f.args()[3]);
     // ds row by row: dp and its dot with the probabilities per query row.
     ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
@@ -254,9 +346,6 @@ public:
     }
     scheduleRow(dp, ds, ds.args()[1], p.seq, vec);
     dot.compute_at(ds, ds.args()[1]);
-    if (p.headDim % vec == 0)
-      for (Func f : {dqr, dkr, dV})
-        f.vectorize(f.args()[0], vec);
     for (Func f : {Func(dq), Func(dk), Func(dv)})
       f.parallel(f.args()[2]);
   }
