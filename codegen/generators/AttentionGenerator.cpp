@@ -127,19 +127,12 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   mx(i, h, b) = maximum(score(jj, i, h, b));
   e(j, i, h, b) = exp((score(j, i, h, b) - mx(i, h, b)) * scale);
   den(i, h, b) = sum(e(jj, i, h, b));
-  // Zero above the diagonal, then the causal part only: row i computes
-  // scores and exponentials for keys j <= i, half the square in all.
-  RDom jv(0, p.seq);
-  jv.where(jv <= i);
-  prob(j, i, h, b) = 0.0f;
-  prob(jv, i, h, b) = e(jv, i, h, b) / den(i, h, b);
+  // Zero above the diagonal; row i computes scores and exponentials for
+  // keys j <= i only (the clamp bounds what is read), half the square.
+  prob(j, i, h, b) = select(j <= i, e(min(j, i), i, h, b) / den(i, h, b), 0.0f);
   prob.compute_root().parallel(b).parallel(h);
-  prob.update().parallel(b).parallel(h);
-  if (p.seq % vec == 0) {
+  if (p.seq % vec == 0)
     prob.vectorize(j, vec);
-    prob.update().vectorize(jv, vec);
-  }
-  // At the update's (the last stage's) rows.
   scheduleRow(score, prob, i, p.seq, vec);
   for (Func f : {mx, den, e})
     f.compute_at(prob, i);
@@ -321,11 +314,9 @@ public:
     Func dp, dot("dot"), ds("ds"), dqr, dkr, dV;
     dp = rowDots(DO, VT, p, "dp");
     dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
-    // Causal part only, as for the probabilities: zero, then keys j <= i.
-    RDom jv(0, p.seq);
-    jv.where(jv <= i);
-    ds(j, i, h, b) = 0.0f;
-    ds(jv, i, h, b) = prob(jv, i, h, b) * (dp(jv, i, h, b) - dot(i, h, b)) * scale;
+    // Causal part only, as for the probabilities: dp for keys j <= i.
+    ds(j, i, h, b) =
+        select(j <= i, prob(j, i, h, b) * (dp(min(j, i), i, h, b) - dot(i, h, b)) * scale, 0.0f);
     dqr = causalRows(ds, kr, p, vec, "dqr");
     // Keys and values: sum over the group's query heads and queries i >= j.
     dkr = causalCols(ds, qr, p, vec, "dkr");
@@ -339,11 +330,8 @@ public:
       f.compute_root().parallel(f.args()[3]);
     // ds row by row: dp and its dot with the probabilities per query row.
     ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
-    ds.update().parallel(ds.args()[3]).parallel(ds.args()[2]);
-    if (p.seq % vec == 0) {
+    if (p.seq % vec == 0)
       ds.vectorize(ds.args()[0], vec);
-      ds.update().vectorize(jv, vec);
-    }
     scheduleRow(dp, ds, ds.args()[1], p.seq, vec);
     dot.compute_at(ds, ds.args()[1]);
     for (Func f : {Func(dq), Func(dk), Func(dv)})
