@@ -79,6 +79,8 @@ size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 } // namespace
 
 extern "C" void *moert_scratch_alloc(size_t size) {
+  if (size > (size_t(1) << 62)) // no such block; and the rounding below can't wrap
+    return nullptr;
   Pool &p = pool();
   size_t capacity = kHeader + roundUp(size, kHeader);
   char *block = nullptr;

@@ -162,6 +162,7 @@ TEST_F(RuntimeTest, ScratchPoolReusesBlocksWithinItsLimit) {
   moert_scratch_free(e);
   EXPECT_EQ(moert_scratch_set_limit(0), 0); // unmaps the region
   moert_scratch_free(nullptr);
+  EXPECT_EQ(moert_scratch_alloc(SIZE_MAX - 10), nullptr); // no wrap-around
 }
 
 TEST_F(RuntimeTest, CheckpointsRoundTripAtomically) {
