@@ -94,8 +94,7 @@ Func rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name)
 }
 
 /// Schedules `row` (a rowDots) at each query row of `consumer`, vectorised
-/// over keys.
-/// Keys run in blocks of 4 vectors held in registers over the head
+/// over keys: in blocks of 4 vectors held in registers over the head
 /// dimension (one broadcast of the query per 4 fused multiply-adds, instead
 /// of a load and a store of the row per one); the last block of a causal row
 /// rounds up past the diagonal, within the sequence.
@@ -153,6 +152,29 @@ std::pair<int, int> registerBlock(const AttentionParams &p, int vec) {
   return {chunkVecs, 0};
 }
 
+/// Schedules r(c, h, row, b) = acc(c, row % rows, row / rows, h, b), acc's
+/// one update reducing over its RDom: at root, (chunk x rows) blocks of acc
+/// in registers over the reduction, parallel over batch and heads.
+void scheduleCausalBlocks(Func r, Func acc, int rows, int chunk, int vec) {
+  Var c = r.args()[0], h = r.args()[1], row = r.args()[2], b = r.args()[3];
+  Var ro("ro"), ri("ri"), co("co"), ci("ci");
+  r.compute_root()
+      .split(row, ro, ri, rows)
+      .split(c, co, ci, chunk)
+      .reorder(ci, ri, co, ro, h, b)
+      .vectorize(ci, vec)
+      .unroll(ci)
+      .unroll(ri)
+      .parallel(b)
+      .parallel(h);
+  Var ac = acc.args()[0], ar = acc.args()[1];
+  acc.compute_at(r, co).vectorize(ac, vec).unroll(ac).unroll(ar);
+  std::vector<VarOrRVar> order = {ac, ar};
+  for (RVar v : acc.rvars(0))
+    order.push_back(v);
+  acc.update().reorder(order).vectorize(ac, vec).unroll(ac).unroll(ar);
+}
+
 /// r(c, h, i, b) = sum over keys j <= i of w(j, i, h, b) x(c, h / group, j,
 /// b), for w zero above the diagonal (the probabilities, dS). When the head
 /// dimension is a multiple of the vector width, query rows run in blocks of
@@ -175,25 +197,14 @@ Func causalRows(Func w, Func x, const AttentionParams &p, int vec,
       r.vectorize(c, vec);
     return r;
   }
-  Var ii("ii"), io("io"), co("co"), ci("ci");
+  Var ii("ii"), io("io");
   Func acc(name + "_acc");
   RDom j(0, p.seq);
   j.where(j < io * rows + rows);
   acc(c, ii, io, h, b) = 0.0f;
   acc(c, ii, io, h, b) += w(j, io * rows + ii, h, b) * x(c, h / p.group(), j, b);
   r(c, h, i, b) = acc(c, i % rows, i / rows, h, b);
-  int chunk = chunkVecs * vec;
-  r.compute_root()
-      .split(i, io, ii, rows)
-      .split(c, co, ci, chunk)
-      .reorder(ci, ii, co, io, h, b)
-      .vectorize(ci, vec)
-      .unroll(ci)
-      .unroll(ii)
-      .parallel(b)
-      .parallel(h);
-  acc.compute_at(r, co).vectorize(c, vec).unroll(c).unroll(ii);
-  acc.update().reorder(c, ii, j).vectorize(c, vec).unroll(c).unroll(ii);
+  scheduleCausalBlocks(r, acc, rows, chunkVecs * vec, vec);
   return r;
 }
 
@@ -216,24 +227,14 @@ Func causalCols(Func w, Func y, const AttentionParams &p, int vec,
       r.vectorize(c, vec);
     return r;
   }
-  Var ji("ji"), jo("jo"), co("co"), ci("ci");
+  Var ji("ji"), jo("jo");
   Func acc(name + "_acc");
   ri.where(ri.y >= jo * rows);
   acc(c, ji, jo, g, b) = 0.0f;
   acc(c, ji, jo, g, b) +=
       w(jo * rows + ji, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b);
   r(c, g, j, b) = acc(c, j % rows, j / rows, g, b);
-  r.compute_root()
-      .split(j, jo, ji, rows)
-      .split(c, co, ci, chunkVecs * vec)
-      .reorder(ci, ji, co, jo, g, b)
-      .vectorize(ci, vec)
-      .unroll(ci)
-      .unroll(ji)
-      .parallel(b)
-      .parallel(g);
-  acc.compute_at(r, co).vectorize(c, vec).unroll(c).unroll(ji);
-  acc.update().reorder(c, ji, ri.x, ri.y).vectorize(c, vec).unroll(c).unroll(ji);
+  scheduleCausalBlocks(r, acc, rows, chunkVecs * vec, vec);
   return r;
 }
 
@@ -266,9 +267,7 @@ public:
     const int vec = natural_vector_size<float>();
     Func krT = keysMajor(kr, "kr_t");
     Func prob = probabilities(qr, krT, p, vec);
-    Var c, h, i, b, x;
-    RDom j(0, p.seq);
-    j.where(j <= i);
+    Var i, b, x;
     Func out = causalRows(prob, V, p, vec, "out");
     o(x, i, b) = out(x % p.headDim, x / p.headDim, i, b);
     // Every stage runs in parallel over the batch.
@@ -299,7 +298,6 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    int group = p.group();
     float scale = 1.0f / std::sqrt((float)p.headDim);
     Func table = ropeTable(p);
     Func qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");

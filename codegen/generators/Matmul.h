@@ -47,7 +47,7 @@ inline void defineContraction(Func acc, const std::vector<Var> &args, RDom k,
 /// when one block's strip of B over the whole k exceeds 64 KiB while a
 /// chunk of A (extentJ x kc) still fits in 512 KiB of L2 (measured on Zen 3
 /// for the FFN's and linear layers' shapes: weight gradients went from
-/// 0.25-0.59 to 0.57-0.81 of OpenBLAS; the forward shapes, whose A is
+/// 0.25-0.59 to 0.57-0.86 of OpenBLAS; the forward shapes, whose A is
 /// every token, were faster whole).
 inline int kChunk(int tileI, int extentJ, int extentK) {
   if ((long)tileI * extentK * 4 < 64 * 1024)
@@ -56,6 +56,15 @@ inline int kChunk(int tileI, int extentJ, int extentK) {
     if (extentK % kc == 0 && (long)extentJ * kc * 4 <= 512 * 1024)
       return kc;
   return 0;
+}
+
+/// Row blocks per column panel: the most that divide `blocks` while the
+/// panel of B (tileI x k floats per block) stays within 128 KiB.
+inline int panelBlocks(int blocks, int tileI, int k) {
+  for (int p = blocks; p > 1; --p)
+    if (blocks % p == 0 && (long)p * tileI * k * 4 <= 128 * 1024)
+      return p;
+  return 1;
 }
 
 /// Schedules `out` (dimensions i, j[, e]) as register blocks of
@@ -98,12 +107,7 @@ inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i,
     else
       only.compute_root();
     only.vectorize(i, vec);
-    int blocks = extentI / tileI, panel = 1;
-    for (int p = blocks; p >= 1; --p)
-      if (blocks % p == 0 && (long)p * tileI * kc * 4 <= 128 * 1024) {
-        panel = p;
-        break;
-      }
+    int panel = panelBlocks(extentI / tileI, tileI, kc);
     RVar ko("ko"), ki("ki");
     Stage update = only.update(0);
     update.split(only.rvars(0)[0], ko, ki, kc)
@@ -127,14 +131,9 @@ inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i,
       acc.compute_at(out, j);
     return;
   }
-  // Columns in panels of B that stay in cache (about 128 KiB: k x panel
-  // floats) while every row block sweeps them; the panel divides extentI.
-  int blocks = extentI / tileI, panel = 1;
-  for (int p = blocks; p >= 1; --p)
-    if (blocks % p == 0 && (long)p * tileI * extentK * 4 <= 128 * 1024) {
-      panel = p;
-      break;
-    }
+  // Columns in panels of B that stay in cache while every row block
+  // sweeps them.
+  int panel = panelBlocks(extentI / tileI, tileI, extentK);
   out.tile(i, j, io, jo, ii, ji, tileI, tileJ)
       .split(io, ioo, ioi, panel)
       .reorder(ii, ji, ioi, jo, ioo)

@@ -131,9 +131,7 @@ extern "C" int moert_scratch_set_limit(int64_t bytes) {
   Pool &p = pool();
   std::lock_guard<std::mutex> lock(p.mutex);
   // Only between kernels: a block still out may live in the region.
-  if (p.free.size() != 1 && p.region)
-    return -1;
-  if (p.region && p.free.begin()->second != p.regionBytes)
+  if (p.region && !(p.free.size() == 1 && p.free.begin()->second == p.regionBytes))
     return -1;
   if (p.region)
     munmap(p.region, p.regionBytes);
