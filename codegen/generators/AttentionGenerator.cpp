@@ -100,7 +100,9 @@ Func rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name)
 /// rounds up past the diagonal, within the sequence.
 void scheduleRow(Func row, Func consumer, Var i, int seq, int vec) {
   Var j = row.args()[0], jo("jo"), ji("ji");
-  row.compute_at(consumer, i);
+  // A causal row's length depends on the query: on the stack, Halide grows
+  // one allocation instead of a heap block per row (per row and head).
+  row.compute_at(consumer, i).store_in(MemoryType::Stack);
   if (seq % (4 * vec) == 0) {
     row.vectorize(j, 4 * vec, TailStrategy::RoundUp);
     row.update()
@@ -135,6 +137,7 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   scheduleRow(score, prob, i, p.seq, vec);
   for (Func f : {mx, den, e})
     f.compute_at(prob, i);
+  e.store_in(MemoryType::Stack);
   if (p.seq % vec == 0)
     e.vectorize(e.args()[0], vec);
   return prob;
