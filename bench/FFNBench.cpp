@@ -2,7 +2,10 @@
 //
 // For each shape (experts E, capacity C, width D, hidden F), side by side in
 // one process, alternating: our generated SwiGLU expert FFN forward +
-// backward kernels, and OpenBLAS sgemm running the same nine GEMMs per
+// backward kernels in both forms (Halide-scheduled contractions, and
+// OpenBLAS extern stages with the activations in Halide, `blas=true`, what
+// `moec --gemm=auto` picks for these shapes), and OpenBLAS sgemm running
+// the same nine GEMMs per
 // expert (forward: x Wg, x Wu, h Wd; backward: dy Wd^T, h^T dy, dhu Wu^T,
 // dhg Wg^T, x^T dhu, x^T dhg). GFLOP/s counts those nine GEMMs for both;
 // our kernels also apply the activation and its derivative, OpenBLAS does
@@ -17,10 +20,16 @@
 #include "HalideRuntime.h"
 #include "moert/ScratchPool.h"
 #include "bench_ffn_medium.h"
+#include "bench_ffn_medium_blas.h"
+#include "bench_ffn_medium_blas_grad.h"
 #include "bench_ffn_medium_grad.h"
 #include "bench_ffn_small.h"
+#include "bench_ffn_small_blas.h"
+#include "bench_ffn_small_blas_grad.h"
 #include "bench_ffn_small_grad.h"
 #include "bench_ffn_tiny.h"
+#include "bench_ffn_tiny_blas.h"
+#include "bench_ffn_tiny_blas_grad.h"
 #include "bench_ffn_tiny_grad.h"
 
 #include <cblas.h>
@@ -47,8 +56,8 @@ using GradKernel = int (*)(B, B, B, B, B, B, B, B, B, B, B);
 struct Shape {
   const char *name;
   int E, C, D, F;
-  Kernel fwd;
-  GradKernel bwd;
+  Kernel fwd, blasFwd;
+  GradKernel bwd, blasBwd;
 };
 
 double seconds(const std::function<void()> &fn) {
@@ -91,10 +100,12 @@ int main(int argc, char **argv) {
   moert_scratch_set_limit(int64_t(1) << 30);
   openblas_set_num_threads(threads);
   Shape shapes[] = {
-      {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny, bench_ffn_tiny_grad},
+      {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny,
+       bench_ffn_tiny_blas, bench_ffn_tiny_grad, bench_ffn_tiny_blas_grad},
       {"small (examples/models/small.json)", 8, 1280, 256, 512, bench_ffn_small,
-       bench_ffn_small_grad},
-      {"medium", 8, 1024, 512, 1024, bench_ffn_medium, bench_ffn_medium_grad},
+       bench_ffn_small_blas, bench_ffn_small_grad, bench_ffn_small_blas_grad},
+      {"medium", 8, 1024, 512, 1024, bench_ffn_medium, bench_ffn_medium_blas,
+       bench_ffn_medium_grad, bench_ffn_medium_blas_grad},
   };
   std::printf("{\"threads\": %d, \"repetitions\": %d, \"results\": [\n", threads, reps);
   bool first = true;
@@ -118,7 +129,17 @@ int main(int argc, char **argv) {
       if (s.bwd(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate))
         std::abort();
     };
+    auto externFwd = [&] {
+      if (s.blasFwd(x, up, down, gate, y, preUp, preGate))
+        std::abort();
+    };
+    auto externBwd = [&] {
+      if (s.blasBwd(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate))
+        std::abort();
+    };
+    // (Our extern stages set OpenBLAS to one thread per task.)
     auto blasFwd = [&] {
+      openblas_set_num_threads(threads);
       for (int e = 0; e < E; ++e) {
         const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
                     *wg = gate.data() + size_t(e) * D * F,
@@ -129,6 +150,7 @@ int main(int argc, char **argv) {
       }
     };
     auto blasBwd = [&] {
+      openblas_set_num_threads(threads);
       for (int e = 0; e < E; ++e) {
         const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
                     *wg = gate.data() + size_t(e) * D * F,
@@ -143,9 +165,11 @@ int main(int argc, char **argv) {
     };
     oursFwd();
     oursBwd();
+    externFwd();
+    externBwd();
     blasFwd();
     blasBwd();
-    std::vector<double> oF, oB, bF, bB, oT, bT;
+    std::vector<double> oF, oB, xF, xB, bF, bB, oT, xT, bT;
     for (int r = 0; r < reps; ++r) {
       // OpenBLAS's idle threads spin for about 2^28 cycles (its
       // THREAD_TIMEOUT) after a call and would take the cores from ours:
@@ -156,20 +180,27 @@ int main(int argc, char **argv) {
       oursBwd();
       oF.push_back(seconds(oursFwd));
       oB.push_back(seconds(oursBwd));
+      externFwd();
+      externBwd();
+      xF.push_back(seconds(externFwd));
+      xB.push_back(seconds(externBwd));
       blasFwd();
       blasBwd();
       bF.push_back(seconds(blasFwd));
       bB.push_back(seconds(blasBwd));
       oT.push_back(oF.back() + oB.back());
+      xT.push_back(xF.back() + xB.back());
       bT.push_back(bF.back() + bB.back());
     }
     double gemm = 2.0 * E * double(C) * D * F; // one of the nine GEMMs
     auto g = [&](double n, const std::vector<double> &t) { return n * gemm / median(t) / 1e9; };
     std::printf("%s  {\"shape\": \"%s\", \"E\": %d, \"C\": %d, \"D\": %d, \"F\": %d, "
-                "\"ours_gflops\": %.1f, \"openblas_gflops\": %.1f, \"ratio\": %.3f, "
-                "\"forward\": [%.1f, %.1f], \"backward\": [%.1f, %.1f]}",
-                first ? "" : ",\n", s.name, E, C, D, F, g(9, oT), g(9, bT),
-                g(9, oT) / g(9, bT), g(3, oF), g(3, bF), g(6, oB), g(6, bB));
+                "\"ours_gflops\": %.1f, \"ours_extern_blas_gflops\": %.1f, "
+                "\"openblas_gflops\": %.1f, \"ratio\": %.3f, \"extern_blas_ratio\": %.3f, "
+                "\"forward\": [%.1f, %.1f, %.1f], \"backward\": [%.1f, %.1f, %.1f]}",
+                first ? "" : ",\n", s.name, E, C, D, F, g(9, oT), g(9, xT), g(9, bT),
+                g(9, oT) / g(9, bT), g(9, xT) / g(9, bT), g(3, oF), g(3, xF), g(3, bF),
+                g(6, oB), g(6, xB), g(6, bB));
     std::fflush(stdout);
     first = false;
   }

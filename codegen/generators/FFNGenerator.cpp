@@ -8,6 +8,10 @@
 // flattened tokens, an expert's rows are its capacity slots. The gate
 // buffer is always an argument; it is read only for swiglu.
 //
+// `blas=true`: the contractions are OpenBLAS extern stages
+// (runtime/lib/Gemm.cpp); the activation and its gradient stay here, one
+// pass each over the (c, f) pre-activations between the GEMMs.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Matmul.h"
@@ -66,6 +70,7 @@ public:
   // save: also write the pre-activations x Wu (and x Wg) for the backward;
   // without it (or for the gate of an ungated FFN) they are 1x1x1 dummies.
   GeneratorParam<bool> save{"save", false};
+  GeneratorParam<bool> blas{"blas", false};
 
   Input<Buffer<float, 3>> x{"x"};       // (d, c, e)
   Input<Buffer<float, 3>> up{"up"};     // (f, d, e)
@@ -79,6 +84,8 @@ public:
   Func hu{"hu"}, hg{"hg"}, h{"h"}, yAcc{"y_acc"};
 
   void generate() {
+    if (blas)
+      return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden);
     defineContraction(hu, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
@@ -100,6 +107,26 @@ public:
     y(d, c, e) = yAcc(d, c, e);
   }
 
+  void generateBlas() {
+    bool gated = activation == Act::SwiGLU;
+    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width);
+    if (gated)
+      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width);
+    if (save) {
+      preUp = hu;
+      if (gated)
+        preGate = hg;
+      else
+        preGate(f, c, e) = 0.0f;
+    } else {
+      preUp(f, c, e) = 0.0f;
+      preGate(f, c, e) = 0.0f;
+    }
+    h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
+                       : activate(activation, hu(f, c, e));
+    y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden);
+  }
+
   void schedule() {
     bool gated = activation == Act::SwiGLU;
     constrainDense(x, {width, rows, groups});
@@ -110,6 +137,13 @@ public:
     constrainOptional(preUp, save, {hidden, rows, groups});
     constrainOptional(preGate, save && gated, {hidden, rows, groups});
     const int vec = natural_vector_size<float>();
+    if (blas) {
+      if (!save)
+        for (Func fn : gated ? std::vector<Func>{hu, hg} : std::vector<Func>{hu})
+          fn.compute_root();
+      scheduleElementwise(h, f, c, hidden, vec, &e);
+      return;
+    }
     if (save) {
       // The pre-activations are outputs (GEMMs into them); h follows from
       // them elementwise.
@@ -144,6 +178,7 @@ public:
   // saved: the forward's pre-activations (x Wu, x Wg) instead of recomputing
   // them; 1x1x1 dummies otherwise.
   GeneratorParam<bool> saved{"saved", false};
+  GeneratorParam<bool> blas{"blas", false};
   Input<Buffer<float, 3>> preUp{"pre_up"};
   Input<Buffer<float, 3>> preGate{"pre_gate"};
   Output<Buffer<float, 3>> dx{"dx"};
@@ -161,6 +196,8 @@ public:
   Func dxAcc{"dx_acc"}, dupAcc{"dup_acc"}, dgateAcc{"dgate_acc"}, ddownAcc{"ddown_acc"};
 
   void generate() {
+    if (blas)
+      return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden), rc(0, rows);
     if (!saved)
@@ -205,6 +242,42 @@ public:
     dup(f, d, e) = dupAcc(f, d, e);
   }
 
+  // The activation's values and gradients of the BLAS path, one Func each
+  // (an extern stage reads whole buffers).
+  Func hB{"h"}, dhuB{"dhu"}, dhgB{"dhg"};
+
+  void generateBlas() {
+    bool gated = activation == Act::SwiGLU;
+    // dh = dy down^T
+    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width);
+    if (!saved) {
+      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width);
+      if (gated)
+        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width);
+    }
+    Expr hu = saved ? preUp(f, c, e) : huAcc(f, c, e), dh = dhAcc(f, c, e);
+    if (gated) {
+      Expr hg = saved ? preGate(f, c, e) : hgAcc(f, c, e);
+      Expr a = activate(activation, hg);
+      hB(f, c, e) = a * hu;
+      dhuB(f, c, e) = dh * a;
+      dhgB(f, c, e) = dh * hu * activateGrad(activation, hg);
+    } else {
+      hB(f, c, e) = activate(activation, hu);
+      dhuB(f, c, e) = dh * activateGrad(activation, hu);
+    }
+    ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows);
+    if (gated) {
+      dx = externGemm2("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, {dhgB},
+                       {gate, true}, hidden);
+      dgate = externGemm("dgate_gemm", {f, d, e}, {x, true}, {dhgB}, rows);
+    } else {
+      dx = externGemm("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden);
+      dgate(f, d, e) = 0.0f;
+    }
+    dup = externGemm("dup_gemm", {f, d, e}, {x, true}, {dhuB}, rows);
+  }
+
   void schedule() {
     bool gated = activation == Act::SwiGLU;
     constrainDense(x, {width, rows, groups});
@@ -217,14 +290,25 @@ public:
     constrainOptional(gate, gated, {hidden, width, groups});
     constrainOptional(dgate, gated, {hidden, width, groups});
     const int vec = natural_vector_size<float>();
+    constrainOptional(preUp, saved, {hidden, rows, groups});
+    constrainOptional(preGate, saved && gated, {hidden, rows, groups});
+    if (blas) {
+      dhAcc.compute_root();
+      if (!saved)
+        for (Func fn : gated ? std::vector<Func>{huAcc, hgAcc} : std::vector<Func>{huAcc})
+          fn.compute_root();
+      for (Func fn : gated ? std::vector<Func>{hB, dhuB, dhgB} : std::vector<Func>{hB, dhuB})
+        scheduleElementwise(fn, f, c, hidden, vec, &e);
+      if (!gated)
+        Func(dgate).parallel(e);
+      return;
+    }
     auto transpose = [&](Func fn, Var inner, Var outer, int extentInner, int extentOuter) {
       scheduleTranspose(fn, inner, outer, extentInner, extentOuter, vec, &e);
     };
     transpose(downT, f, d, hidden, width);
     transpose(upT, d, f, width, hidden);
     transpose(xT, c, d, rows, width);
-    constrainOptional(preUp, saved, {hidden, rows, groups});
-    constrainOptional(preGate, saved && gated, {hidden, rows, groups});
     if (saved)
       scheduleMatmul(act, {dhAcc}, f, c, hidden, rows, width, vec, &e, true, groups);
     else if (gated)

@@ -7,7 +7,8 @@
 // Tensors are row-major; Halide's dimension 0 is the innermost, so x[m, k]
 // is x(k, m). Shapes are GeneratorParams: every kernel is specialised to
 // the shapes of its `moe.kernel` spec. generate() holds the algorithm,
-// schedule() the CPU schedule.
+// schedule() the CPU schedule. `blas=true`: the products are OpenBLAS
+// extern stages (runtime/lib/Gemm.cpp), the epilogue stays here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +29,7 @@ public:
   GeneratorParam<int> out{"out", 1};     // N
   GeneratorParam<bool> bias{"bias", false};
   GeneratorParam<bool> residual{"residual", false};
+  GeneratorParam<bool> blas{"blas", false};
 
   Input<Buffer<float, 2>> x{"x"};
   Input<Buffer<float, 2>> w{"w"};
@@ -39,9 +41,17 @@ public:
   Func prod{"prod"};
 
   void generate() {
-    RDom k(0, in);
-    prod(n, m) = 0.0f;
-    prod(n, m) += x(k, m) * w(n, k);
+    if (blas) {
+      prod = externGemm("prod_gemm", {n, m}, {x}, {w}, in);
+    } else {
+      RDom k(0, in);
+      prod(n, m) = 0.0f;
+      prod(n, m) += x(k, m) * w(n, k);
+    }
+    if (blas && !bias && !residual) {
+      y = prod;
+      return;
+    }
     Expr value = prod(n, m);
     if (bias)
       value += b(n);
@@ -57,6 +67,12 @@ public:
     b.dim(0).set_bounds(0, bias ? (int)out : 1);
     constrainOptional(r, residual, {out, rows});
     const int vec = natural_vector_size<float>();
+    if (blas) {
+      prod.compute_root();
+      if (bias || residual)
+        scheduleElementwise(y, n, m, out, vec, nullptr);
+      return;
+    }
     Var no{"no"}, ni{"ni"}, mo{"mo"}, mi{"mi"};
     if (out >= 2 * vec && rows >= 4) {
       y.tile(n, m, no, mo, ni, mi, 2 * vec, 4, TailStrategy::ShiftInwards)
@@ -76,6 +92,7 @@ public:
   GeneratorParam<int> rows{"rows", 1};
   GeneratorParam<int> in{"in", 1};
   GeneratorParam<int> out{"out", 1};
+  GeneratorParam<bool> blas{"blas", false};
 
   Input<Buffer<float, 2>> x{"x"};
   Input<Buffer<float, 2>> w{"w"};
@@ -88,6 +105,11 @@ public:
   Func wT{"w_t"}, xT{"x_t"}, dxSum{"dx_sum"}, dwSum{"dw_sum"};
 
   void generate() {
+    if (blas) {
+      dx = externGemm("dx_gemm", {i, j}, {dy}, {w, true}, out);  // dy w^T
+      dw = externGemm("dw_gemm", {i, j}, {x, true}, {dy}, rows); // x^T dy
+      return;
+    }
     RDom n(0, out), m(0, rows);
     wT(i, j) = w(j, i); // wT(k, n)
     xT(i, j) = x(j, i); // xT(m, k)
@@ -105,6 +127,8 @@ public:
     constrainDense(dy, {out, rows});
     constrainDense(dx, {in, rows});
     constrainDense(dw, {out, in});
+    if (blas)
+      return;
     const int vec = natural_vector_size<float>();
     scheduleTranspose(wT, i, j, in, out, vec, nullptr);
     scheduleTranspose(xT, i, j, rows, in, vec, nullptr);

@@ -172,6 +172,49 @@ inline void scheduleTranspose(Func fn, Var inner, Var outer, int extentInner,
     fn.vectorize(inner, vec, TailStrategy::GuardWithIf);
 }
 
+/// One operand of an extern GEMM: a buffer or a root Func, as a (columns,
+/// rows[, groups]) row-major matrix, transposed or not.
+struct GemmOperand {
+  ExternFuncArgument value;
+  bool trans = false;
+};
+
+/// `name`(args) = op(a) op(b) [+ op(a2) op(b2)], contracting over `k`
+/// (`k2`), computed by OpenBLAS through the runtime's extern stages
+/// (runtime/lib/Gemm.cpp: `moert_gemm`, `moert_gemm2`), batched over the
+/// third of `args` when there is one. Func operands must be computed at root.
+inline Func externGemm(const std::string &name, const std::vector<Var> &args,
+                       GemmOperand a, GemmOperand b, int k) {
+  Func f(name);
+  f.define_extern("moert_gemm",
+                  {a.value, b.value, Expr(k), Expr((int)a.trans), Expr((int)b.trans)},
+                  Float(32), args);
+  return f;
+}
+inline Func externGemm2(const std::string &name, const std::vector<Var> &args,
+                        GemmOperand a, GemmOperand b, int k, GemmOperand a2,
+                        GemmOperand b2, int k2) {
+  Func f(name);
+  f.define_extern("moert_gemm2",
+                  {a.value, b.value, a2.value, b2.value, Expr(k), Expr(k2),
+                   Expr((int)a.trans), Expr((int)b.trans), Expr((int)a2.trans),
+                   Expr((int)b2.trans)},
+                  Float(32), args);
+  return f;
+}
+
+/// Schedules an elementwise Func over (i, j[, e]) at root: vectorised over
+/// i, parallel over rows (and groups).
+inline void scheduleElementwise(Func fn, Var i, Var j, int extentI, int vec,
+                                const Var *group) {
+  fn.compute_root();
+  if (extentI >= vec)
+    fn.vectorize(i, vec, TailStrategy::GuardWithIf);
+  if (group)
+    fn.parallel(*group);
+  fn.parallel(j, 8, TailStrategy::GuardWithIf);
+}
+
 } // namespace moec_codegen
 
 #endif // MOEC_CODEGEN_MATMUL_H

@@ -36,6 +36,17 @@
 #include "ffn_relu_blocked_grad_k.h"
 #include "ffn_relu_blocked_k.h"
 #include "adamw_k.h"
+#include "expert_ffn_blas_grad_k.h"
+#include "expert_ffn_blas_k.h"
+#include "expert_ffn_blas_recompute_grad_k.h"
+#include "expert_ffn_blas_recompute_k.h"
+#include "ffn_gelu_blas_grad_k.h"
+#include "ffn_gelu_blas_k.h"
+#include "ffn_relu_blas_grad_k.h"
+#include "ffn_relu_blas_k.h"
+#include "linear_blas.h"
+#include "linear_blas_plain.h"
+#include "linear_grad_blas.h"
 #include "attention_mha_grad_k.h"
 #include "attention_mha_k.h"
 #include "attention_blocked_grad_k.h"
@@ -204,6 +215,13 @@ TEST(HalideKernelTest, LinearGradTiled) {
 // 1024 rows: the weight gradient's contraction over rows is k-blocked.
 TEST(HalideKernelTest, LinearGradKBlocked) {
   checkLinearGrad(linear_grad_kblocked, 1024, 16, 32);
+}
+TEST(HalideKernelTest, LinearWithOpenBLAS) {
+  checkLinear(linear_blas, 70, 16, 24, true, true);
+  checkLinear(linear_blas_plain, 3, 5, 6, false, false);
+}
+TEST(HalideKernelTest, LinearGradWithOpenBLAS) {
+  checkLinearGrad(linear_grad_blas, 70, 16, 200);
 }
 TEST(HalideKernelTest, LinearGradSmallShape) {
   checkLinearGrad(linear_grad_small, 3, 5, 7);
@@ -412,6 +430,17 @@ TEST(HalideKernelTest, DenseFFNGELUKBlocked) {
 
 TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
   checkFFN(ffn_gelu_saved_k, ffn_gelu_saved_grad_k, 1, 6, 8, 12, "gelu", true);
+}
+
+TEST(HalideKernelTest, ExpertFFNWithOpenBLAS) {
+  checkFFN(expert_ffn_blas_k, expert_ffn_blas_grad_k, 3, 200, 16, 24, "swiglu", true);
+  checkFFN(expert_ffn_blas_recompute_k, expert_ffn_blas_recompute_grad_k, 4, 12, 16, 32,
+           "swiglu");
+}
+
+TEST(HalideKernelTest, DenseFFNWithOpenBLAS) {
+  checkFFN(ffn_gelu_blas_k, ffn_gelu_blas_grad_k, 1, 130, 16, 72, "gelu", true);
+  checkFFN(ffn_relu_blas_k, ffn_relu_blas_grad_k, 1, 10, 32, 16, "relu");
 }
 
 TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {

@@ -107,10 +107,14 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
     elements = v("tokens") + v("vocab") * v("width"); // ids, accumulator
   } else if (g == "rms_norm_grad") {
     elements = v("rows"); // inverse norms
+  } else if (g == "linear" && v("blas")) {
+    // the product before the bias and residual epilogue
+    elements = v("bias") || v("residual") ? v("rows") * v("out") : 0;
   } else if (g == "linear_grad") {
     // w^T, x^T, and dw's accumulator when its contraction over rows is
-    // k-blocked (codegen/generators/Matmul.h; counted always, a bound).
-    elements = 2 * v("in") * v("out") + v("rows") * v("in");
+    // k-blocked (codegen/generators/Matmul.h; counted always, a bound);
+    // nothing with OpenBLAS.
+    elements = v("blas") ? 0 : 2 * v("in") * v("out") + v("rows") * v("in");
   } else if (g == "attention" || g == "attention_grad") {
     int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"),
             dh = v("head_dim");
@@ -123,7 +127,12 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
   } else if (g == "ffn" || g == "ffn_grad") {
     int64_t e = v("groups"), c = v("rows"), d = v("width"), f = v("hidden");
     bool gated = llvm::is_contained(call.params, "activation=swiglu");
-    if (g == "ffn")
+    int64_t preacts = v("save") || v("saved") ? 0 : gated ? 2 : 1;
+    if (v("blas") && g == "ffn")
+      elements = (1 + preacts) * e * c * f; // h, recomputed pre-activations
+    else if (v("blas")) // dh, h, dhu (and dhg), recomputed pre-activations
+      elements = ((gated ? 4 : 3) + preacts) * e * c * f;
+    else if (g == "ffn")
       elements = e * c * f; // h
     else // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T, and one weight
          // gradient's per-group accumulators when k-blocked (a bound)
@@ -138,8 +147,13 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
 
 } // namespace
 
-FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
+FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel, Gemm gemm) {
   Spec s(kernel);
+  // blas=true|false for a family whose per-group product is m n k.
+  auto gemmParam = [&](int64_t m, int64_t n, int64_t k) {
+    bool blas = gemm == Gemm::Blas || (gemm == Gemm::Auto && m * n * k >= kBlasMinMacs);
+    return param("blas", blas);
+  };
   StringRef family = kernel.getFamily();
   KernelCall call;
   auto &p = call.params;
@@ -160,12 +174,13 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
     bool bias = s.numInputs() - (residual ? 1u : 0u) == 3u;
     call.generator = "linear";
     p = {param("rows", Spec::numel(s.in(0)) / w[0]), param("in", w[0]),
-         param("out", w[1]), param("bias", bias), param("residual", residual)};
+         param("out", w[1]), param("bias", bias), param("residual", residual),
+         gemmParam(Spec::numel(s.in(0)) / w[0], w[0], w[1])};
   } else if (family == "linear_grad") {
     ArrayRef<int64_t> w = s.in(1);
     call.generator = "linear_grad";
     p = {param("rows", Spec::numel(s.in(0)) / w[0]), param("in", w[0]),
-         param("out", w[1])};
+         param("out", w[1]), gemmParam(Spec::numel(s.in(0)) / w[0], w[0], w[1])};
   } else if (family == "bias_grad") {
     int64_t n = s.in(0).back();
     call.generator = "bias_grad";
@@ -194,6 +209,7 @@ FailureOr<moec::KernelCall> moec::lookupKernel(KernelOp kernel) {
       p.push_back(param("saved", s.hasEpilogue("saved_preactivations")));
     else
       p.push_back(param("save", s.hasEpilogue("save_preactivations")));
+    p.push_back(gemmParam(grouped ? x[1] : Spec::numel(x) / d, d, f));
   } else if (family == "fused_gate" || family == "router_grad") {
     ArrayRef<int64_t> x = s.in(0), w = s.in(1);
     bool isGate = family == "fused_gate";

@@ -28,9 +28,19 @@ struct KernelCall {
   int64_t scratchBytes = 0;
 };
 
+/// Who computes the contractions of the linear and FFN families: Halide
+/// schedules, OpenBLAS sgemm through extern stages (runtime/lib/Gemm.cpp),
+/// or, `Auto`, OpenBLAS for products of at least kBlasMinMacs multiply-adds
+/// per group, Halide below (where OpenBLAS's per-call cost dominates).
+enum class Gemm { Auto, Halide, Blas };
+
+/// Multiply-adds (m n k, per group) from which `Gemm::Auto` takes OpenBLAS.
+constexpr int64_t kBlasMinMacs = int64_t(1) << 22;
+
 /// The call producing `kernel`; fails with a diagnostic on the kernel op
 /// when no generator exists for its family (yet).
-mlir::FailureOr<KernelCall> lookupKernel(mlir::moe::KernelOp kernel);
+mlir::FailureOr<KernelCall> lookupKernel(mlir::moe::KernelOp kernel,
+                                         Gemm gemm = Gemm::Auto);
 
 } // namespace moec
 

@@ -68,6 +68,13 @@ static cl::opt<bool> recompute(
     cl::desc("FFN backward recomputes the pre-activations instead of saving "
              "them in the forward (less activation memory, slower step)"),
     cl::init(false));
+static cl::opt<moec::Gemm> gemm(
+    "gemm", cl::desc("Who computes the linear and FFN contractions"),
+    cl::values(clEnumValN(moec::Gemm::Auto, "auto",
+                          "OpenBLAS for large products, Halide for small ones (default)"),
+               clEnumValN(moec::Gemm::Halide, "halide", "Halide schedules only"),
+               clEnumValN(moec::Gemm::Blas, "blas", "OpenBLAS sgemm extern stages")),
+    cl::init(moec::Gemm::Auto), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
                              cl::cat(category));
 static cl::opt<unsigned> hfSeqLen(
@@ -390,7 +397,7 @@ int main(int argc, char **argv) {
   std::vector<std::pair<std::string, moec::KernelCall>> calls;
   std::map<std::string, moec::KernelCall> callMap;
   for (auto kernel : module->getOps<mlir::moe::KernelOp>()) {
-    mlir::FailureOr<moec::KernelCall> call = moec::lookupKernel(kernel);
+    mlir::FailureOr<moec::KernelCall> call = moec::lookupKernel(kernel, gemm);
     if (mlir::failed(call))
       return 1;
     callMap[kernel.getSymName().str()] = *call;
@@ -523,6 +530,7 @@ int main(int argc, char **argv) {
   }
 #endif
   args.push_back(MOEC_RUNTIME_LIB);
+  args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs
   args.push_back("-lpthread");
   args.push_back("-ldl");
   SmallVector<StringRef> refs(args.begin(), args.end());

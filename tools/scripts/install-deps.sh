@@ -14,6 +14,7 @@ PKGS=(
   libgtest-dev       # C++ unit tests
   clang-14 libclang-rt-14-dev # libFuzzer + sanitizers for the frontend fuzzer
   libhalide14-0-dev  # Halide 14: kernel generators (moe-halide-gen)
+  libopenblas-dev    # OpenBLAS sgemm: the GEMMs of generated kernels (extern stages), and bench/'s baseline
   bible-kjv          # the demo's corpus: the King James Bible (public domain)
   libopenmpi-dev openmpi-bin # MPI: ranks as processes across nodes (runtime backend, tests)
   cmake ninja-build g++ lld ccache python3
@@ -22,7 +23,6 @@ PKGS=(
 # build or test).
 if [ "${1:-}" = "--bench" ]; then
   PKGS+=(
-    libopenblas-dev  # OpenBLAS sgemm: the FFN kernel benchmark's baseline
     python3-torch    # PyTorch (CPU): the whole-step benchmark's baseline
   )
 fi
