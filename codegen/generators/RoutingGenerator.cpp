@@ -45,11 +45,15 @@ struct Routing {
 };
 
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
-              int k, Scoring scoring, bool hasBias, int groups) {
+              int k, Scoring scoring, bool hasBias, int groups, int vec) {
   Routing r;
   Var e, t;
   RDom d(0, width), re(0, experts);
-  r.logits(e, t) = sum(x(d, t) * w(e, d));
+  // Vectorised over experts (w is contiguous in e), parallel over tokens.
+  Func logitAcc("logit_acc");
+  logitAcc(e, t) = 0.0f;
+  logitAcc(e, t) += x(d, t) * w(e, d);
+  r.logits(e, t) = logitAcc(e, t);
   Func mx("logit_max"), den("logit_den");
   mx(t) = maximum(r.logits(re, t));
   den(t) = sum(exp(r.logits(re, t) - mx(t)));
@@ -92,6 +96,12 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
   r.counts(e) = sum(r.groupCounts(e, rg));
   for (Func f : {r.logits, r.lse, r.score, r.scoreSum, r.selectedSum, chosenAt})
     f.compute_root();
+  r.logits.parallel(t, 64, TailStrategy::GuardWithIf);
+  logitAcc.compute_at(r.logits, t);
+  if (experts >= vec) {
+    logitAcc.vectorize(e, vec, TailStrategy::GuardWithIf);
+    logitAcc.update().reorder(e, d).vectorize(e, vec, TailStrategy::GuardWithIf);
+  }
   for (Func &c : r.chosen)
     c.compute_root();
   r.counts.compute_root();
@@ -116,7 +126,8 @@ public:
   void generate() {
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
     int Tg = T / G; // tokens per routing group
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G,
+                      natural_vector_size<float>());
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
@@ -173,7 +184,8 @@ public:
 
   void generate() {
     int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
+    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G,
+                      natural_vector_size<float>());
     Var e, t, d;
     float scaling = routed_scaling;
     // Through the selected gates.
@@ -220,9 +232,18 @@ public:
     }
     dl.compute_root();
     RDom rt(0, T);
-    dx(d, t) = sum(dl(re, t) * w(re, d));
-    dw(e, d) = sum(x(d, rt) * dl(e, rt));
+    // dx = dl w^T, vectorised over d (through w^T); dw = x^T dl as
+    // dw^T(d, e), vectorised over d, its (d, e) block in cache over tokens.
+    wT(d, e) = w(e, d);
+    dxAcc(d, t) = 0.0f;
+    dxAcc(d, t) += dl(re, t) * wT(d, re);
+    dx(d, t) = dxAcc(d, t);
+    dwT(d, e) = 0.0f;
+    dwT(d, e) += x(d, rt) * dl(e, rt);
+    dw(e, d) = dwT(d, e);
   }
+
+  Func wT{"w_t"}, dxAcc{"dx_acc"}, dwT{"dw_t"};
 
   void schedule() {
     constrainDense(x, {width, tokens});
@@ -231,6 +252,24 @@ public:
     constrainDense(dgates, {top_k, tokens});
     constrainDense(dx, {width, tokens});
     constrainDense(dw, {num_experts, width});
+    const int vec = natural_vector_size<float>();
+    Var d = dx.args()[0], t = dx.args()[1], e = dwT.args()[1], dO("dO"), dI("dI");
+    wT.compute_root();
+    Func(dx).parallel(t, 64, TailStrategy::GuardWithIf);
+    dxAcc.compute_at(dx, t);
+    dwT.compute_root();
+    if (width >= vec) {
+      Func(dx).vectorize(d, vec, TailStrategy::GuardWithIf);
+      dxAcc.vectorize(d, vec, TailStrategy::GuardWithIf);
+      dxAcc.update().reorder(d, dxAcc.rvars()[0]).vectorize(d, vec, TailStrategy::GuardWithIf);
+      // Each thread sums a block of d over every token.
+      dwT.vectorize(d, vec, TailStrategy::GuardWithIf);
+      dwT.update()
+          .split(d, dO, dI, vec, TailStrategy::GuardWithIf)
+          .reorder(dI, e, dwT.rvars()[0], dO)
+          .vectorize(dI)
+          .parallel(dO);
+    }
   }
 };
 

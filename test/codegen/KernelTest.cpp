@@ -58,6 +58,8 @@
 #include "add_k.h"
 #include "bias_grad_k.h"
 #include "fused_gate_sigmoid_k.h"
+#include "fused_gate_wide_k.h"
+#include "router_grad_wide_k.h"
 #include "fused_gate_softmax_k.h"
 #include "permute_k.h"
 #include "router_grad_sigmoid_k.h"
@@ -613,8 +615,9 @@ TEST(HalideKernelTest, MultiHeadAttentionWithoutPositionEncoding) {
 /// are the op attributes matching the kernels' generator parameters.
 template <typename Gate, typename Grad>
 void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
-                  int capacity, const std::string &attrs) {
-  const int T = 6, D = 8, E = 4, K = 2;
+                  int capacity, const std::string &attrs, int T = 6, int D = 8,
+                  int E = 4) {
+  const int K = 2;
   auto x = randomVector(T * D, 50), w = randomVector(D * E, 51),
        b = randomVector(bias ? E : 1, 52), dg = randomVector(T * K, 53);
   for (float &v : b)
@@ -631,22 +634,24 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
   ASSERT_EQ(grad(bx, bw, bb, bdg, bdaux, bdx, bdw), 0) << lastError;
 
   std::string tx = type2(T, D), tw = type2(D, E), tg = type2(T, K),
-              ti = "tensor<6x2xi32>", tb = "tensor<4xf32>";
+              ti = "tensor<" + std::to_string(T) + "x2xi32>",
+              tb = "tensor<" + std::to_string(E) + "xf32>",
+              tc = "tensor<" + std::to_string(E) + "xi32>";
   std::string biasOp = bias ? " bias %b" : "", biasType = bias ? ", " + tb : "";
   Tensor half = Tensor::zeros({});
   half.data[0] = 0.7;
   auto want = interpret(
       "(%x: " + tx + ", %w: " + tw + ", %b: " + tb + ", %dg: " + tg +
           ", %da: tensor<f32>) -> (" + tg + ", " + ti + ", " + ti +
-          ", tensor<4xi32>, tensor<f32>, " + tx + ", " + tw + ")",
+          ", " + tc + ", tensor<f32>, " + tx + ", " + tw + ")",
       "  %g, %e, %s, %c, %a = moe.fused_gate " + scoring + " %x, %w" + biasOp +
           " top_k 2 capacity " + std::to_string(capacity) + " " + attrs + " : (" + tx +
           ", " + tw + biasType + ") -> (" + tg + ", " + ti + ", " + ti +
-          ", tensor<4xi32>, tensor<f32>)\n  %dx, %dw = moe.router_grad " + scoring +
+          ", " + tc + ", tensor<f32>)\n  %dx, %dw = moe.router_grad " + scoring +
           " %x, %w, %dg, %da" + biasOp + " top_k 2 " + attrs + " : (" + tx + ", " + tw +
           ", " + tg + ", tensor<f32>" + biasType + ") -> (" + tx + ", " + tw +
           ")\n  return %g, %e, %s, %c, %a, %dx, %dw : " + tg + ", " + ti + ", " + ti +
-          ", tensor<4xi32>, tensor<f32>, " + tx + ", " + tw,
+          ", " + tc + ", tensor<f32>, " + tx + ", " + tw,
       {tensorOf(x, {T, D}), tensorOf(w, {D, E}),
        tensorOf(bias ? b : Floats(E), {E}), tensorOf(dg, {T, K}), half});
   ASSERT_EQ(want.size(), 7u);
@@ -667,6 +672,14 @@ TEST(HalideKernelTest, SoftmaxFusedGateWithDropsAndRouterGrad) {
 TEST(HalideKernelTest, SigmoidFusedGateWithBiasAndRouterGrad) {
   checkRouting(fused_gate_sigmoid_k, router_grad_sigmoid_k, "sigmoid", true, 6,
                "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}");
+}
+
+TEST(HalideKernelTest, RoutingVectorisedWithTails) {
+  // 12 experts (a vector and a tail), width 20, 130 tokens (blocks of 64
+  // and a tail).
+  checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30,
+               "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}", 130, 20,
+               12);
 }
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {
