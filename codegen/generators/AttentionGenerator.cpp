@@ -83,36 +83,68 @@ Func keysMajor(Func x, const std::string &name) {
 }
 
 /// Row-wise dot products rows(j, i, h, b) = sum_c a(c, h, i, b) bT(j, c,
-/// h / group, b), one query row i at a time, vectorised over keys j.
-Func rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name) {
+/// h / group, b), vectorised over keys j; `acc` accumulates them (scheduled
+/// per register block, so the sums stay in registers).
+struct RowDots {
+  Func rows, acc;
+};
+RowDots rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name) {
   Var j, i, h, b;
   RDom c(0, p.headDim);
-  Func r(name);
-  r(j, i, h, b) = 0.0f;
-  r(j, i, h, b) += a(c, h, i, b) * bT(j, c, h / p.group(), b);
+  RowDots r{Func(name), Func(name + "_acc")};
+  r.acc(j, i, h, b) = 0.0f;
+  r.acc(j, i, h, b) += a(c, h, i, b) * bT(j, c, h / p.group(), b);
+  r.rows(j, i, h, b) = r.acc(j, i, h, b);
   return r;
 }
 
-/// Schedules `row` (a rowDots) at each query row of `consumer`, vectorised
-/// over keys: in blocks of 4 vectors held in registers over the head
-/// dimension (one broadcast of the query per 4 fused multiply-adds, instead
-/// of a load and a store of the row per one); the last block of a causal row
-/// rounds up past the diagonal, within the sequence.
-void scheduleRow(Func row, Func consumer, Var i, int seq, int vec) {
-  Var j = row.args()[0], jo("jo"), ji("ji");
+/// Query rows per block of score (and dp) rows: each key vector loaded is
+/// used for kRowBlock rows.
+constexpr int kRowBlock = 4;
+
+/// Splits `consumer`'s query rows `i` into blocks of kRowBlock when the
+/// sequence allows; returns the (block, row) loop variables (block = row =
+/// i when it does not).
+std::pair<Var, Var> blockRows(Func consumer, Var i, int seq) {
+  if (seq % kRowBlock != 0)
+    return {i, i};
+  Var io("io"), ii("ii");
+  consumer.split(i, io, ii, kRowBlock);
+  return {io, ii};
+}
+
+/// Schedules `r` (a rowDots) at `at`, a block of kRowBlock query rows of
+/// `consumer` (or one row), vectorised over keys: register blocks of 2
+/// vectors x kRowBlock rows (4 vectors x 1 row) accumulated over the head
+/// dimension, each key vector loaded once per block and each query element
+/// broadcast once per 2 (4) fused multiply-adds; the last block of a causal
+/// row rounds up past the diagonal, within the sequence.
+void scheduleRow(const RowDots &r, Func consumer, Var at, bool blocked, int seq, int vec) {
+  Func row = r.rows, acc = r.acc;
+  Var j = row.args()[0], i = row.args()[1], jo("jo"), ji("ji");
   // A causal row's length depends on the query: on the stack, Halide grows
   // one allocation instead of a heap block per row (per row and head).
-  row.compute_at(consumer, i).store_in(MemoryType::Stack);
-  if (seq % (4 * vec) == 0) {
-    row.vectorize(j, 4 * vec, TailStrategy::RoundUp);
-    row.update()
-        .split(j, jo, ji, 4 * vec, TailStrategy::RoundUp)
-        .reorder(ji, row.rvars()[0], jo)
+  row.compute_at(consumer, at).store_in(MemoryType::Stack);
+  int width = blocked ? 2 * vec : 4 * vec;
+  if (seq % width == 0) {
+    row.split(j, jo, ji, width, TailStrategy::RoundUp)
+        .reorder(ji, i, jo)
         .vectorize(ji, vec)
         .unroll(ji);
-  } else if (seq % vec == 0) {
-    row.vectorize(j, vec);
-    row.update().reorder(j, row.rvars()[0]).vectorize(j, vec);
+    acc.compute_at(row, jo).vectorize(j, vec).unroll(j);
+    acc.update().reorder(j, i, acc.rvars()[0]).vectorize(j, vec).unroll(j);
+    if (blocked) {
+      row.unroll(i);
+      acc.unroll(i);
+      acc.update().unroll(i);
+    }
+  } else {
+    acc.compute_at(row, i);
+    if (seq % vec == 0) {
+      row.vectorize(j, vec);
+      acc.vectorize(j, vec);
+      acc.update().reorder(j, acc.rvars()[0]).vectorize(j, vec);
+    }
   }
 }
 
@@ -123,7 +155,8 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   RDom jj(0, p.seq);
   jj.where(jj <= i);
   float scale = 1.0f / std::sqrt((float)p.headDim);
-  Func score = rowDots(qr, krT, p, "score");
+  RowDots dots = rowDots(qr, krT, p, "score");
+  Func score = dots.rows;
   Func mx("max"), e("exp"), den("den"), prob("prob");
   mx(i, h, b) = maximum(score(jj, i, h, b));
   e(j, i, h, b) = exp((score(j, i, h, b) - mx(i, h, b)) * scale);
@@ -132,11 +165,12 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   // keys j <= i only (the clamp bounds what is read), half the square.
   prob(j, i, h, b) = select(j <= i, e(min(j, i), i, h, b) / den(i, h, b), 0.0f);
   prob.compute_root().parallel(b).parallel(h);
+  auto [block, row] = blockRows(prob, i, p.seq);
   if (p.seq % vec == 0)
     prob.vectorize(j, vec);
-  scheduleRow(score, prob, i, p.seq, vec);
+  scheduleRow(dots, prob, block, p.seq % kRowBlock == 0, p.seq, vec);
   for (Func f : {mx, den, e})
-    f.compute_at(prob, i);
+    f.compute_at(prob, row);
   e.store_in(MemoryType::Stack);
   if (p.seq % vec == 0)
     e.vectorize(e.args()[0], vec);
@@ -313,7 +347,8 @@ public:
     RDom rc(0, p.headDim), rj(0, p.seq);
     rj.where(rj <= i);
     Func dp, dot("dot"), ds("ds"), dqr, dkr, dV;
-    dp = rowDots(DO, VT, p, "dp");
+    RowDots dpDots = rowDots(DO, VT, p, "dp");
+    dp = dpDots.rows;
     dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
     // Causal part only, as for the probabilities: dp for keys j <= i.
     ds(j, i, h, b) =
@@ -331,10 +366,11 @@ public:
       f.compute_root().parallel(f.args()[3]);
     // ds row by row: dp and its dot with the probabilities per query row.
     ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
+    auto [block, row] = blockRows(ds, ds.args()[1], p.seq);
     if (p.seq % vec == 0)
       ds.vectorize(ds.args()[0], vec);
-    scheduleRow(dp, ds, ds.args()[1], p.seq, vec);
-    dot.compute_at(ds, ds.args()[1]);
+    scheduleRow(dpDots, ds, block, p.seq % kRowBlock == 0, p.seq, vec);
+    dot.compute_at(ds, row);
     for (Func f : {Func(dq), Func(dk), Func(dv)})
       f.parallel(f.args()[2]);
   }
