@@ -17,6 +17,8 @@
 
 #include "Shapes.h"
 
+#include <limits>
+
 using namespace Halide;
 using moec_codegen::constrainDense;
 
@@ -151,29 +153,53 @@ void scheduleRow(const RowDots &r, Func consumer, Var at, bool blocked, int seq,
 /// Causal probabilities p(j, i, h, b) of query i over keys j <= i, row by
 /// row: scores against the keys-major keys, then a stable softmax.
 Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
-  Var j, i, h, b;
-  RDom jj(0, p.seq);
-  jj.where(jj <= i);
+  Var j, i, h, b, l;
   float scale = 1.0f / std::sqrt((float)p.headDim);
   RowDots dots = rowDots(qr, krT, p, "score");
   Func score = dots.rows;
-  Func mx("max"), e("exp"), den("den"), prob("prob");
-  mx(i, h, b) = maximum(score(jj, i, h, b));
-  e(j, i, h, b) = exp((score(j, i, h, b) - mx(i, h, b)) * scale);
-  den(i, h, b) = sum(e(jj, i, h, b));
-  // Zero above the diagonal; row i computes scores and exponentials for
-  // keys j <= i only (the clamp bounds what is read), half the square.
-  prob(j, i, h, b) = select(j <= i, e(min(j, i), i, h, b) / den(i, h, b), 0.0f);
+  // Row i's keys j <= i in vectors of V: the vectors of a row cover
+  // [0, V * (i / V + 1)), within the sequence; lanes past i are masked in
+  // the reductions and zeroed in the probabilities.
+  const int V = p.seq % vec == 0 ? vec : 1;
+  const float inf = std::numeric_limits<float>::infinity();
+  RDom rb(0, p.seq / V);
+  rb.where(rb * V <= i);
+  Expr jv = rb * V + l;
+  RDom rl(0, V);
+  // Per-lane maxima and sums (vector operations), then across the lanes.
+  Func mxV("max_lanes"), mx("max"), e("exp"), denV("den_lanes"), den("den"), prob("prob");
+  mxV(l, i, h, b) = -inf;
+  mxV(l, i, h, b) = max(mxV(l, i, h, b), select(jv <= i, score(jv, i, h, b), -inf));
+  mx(i, h, b) = maximum(mxV(rl, i, h, b));
+  // Exponentials of the row's vectors only; the rest of the row's buffer
+  // is never computed, and never used: the probabilities select before
+  // any arithmetic.
+  RDom re(0, V, 0, p.seq / V);
+  re.where(re.y * V <= i);
+  Expr je = re.y * V + re.x;
+  e(j, i, h, b) = undef<float>();
+  e(je, i, h, b) = exp((score(je, i, h, b) - mx(i, h, b)) * scale);
+  denV(l, i, h, b) = 0.0f;
+  denV(l, i, h, b) += select(jv <= i, e(jv, i, h, b), 0.0f);
+  den(i, h, b) = 1.0f / sum(denV(rl, i, h, b));
+  prob(j, i, h, b) = select(j <= i, e(j, i, h, b), 0.0f) * den(i, h, b);
   prob.compute_root().parallel(b).parallel(h);
   auto [block, row] = blockRows(prob, i, p.seq);
-  if (p.seq % vec == 0)
-    prob.vectorize(j, vec);
+  if (V > 1)
+    prob.vectorize(j, V);
   scheduleRow(dots, prob, block, p.seq % kRowBlock == 0, p.seq, vec);
-  for (Func f : {mx, den, e})
+  for (Func f : {mxV, mx, denV, den, e})
     f.compute_at(prob, row);
   e.store_in(MemoryType::Stack);
-  if (p.seq % vec == 0)
-    e.vectorize(e.args()[0], vec);
+  if (V > 1) {
+    for (Func f : {mxV, denV}) {
+      f.vectorize(l);
+      f.update().vectorize(l);
+    }
+    // Each lane writes its own element (y V + x, x < V): no race, which
+    // Halide cannot prove through the multiplication.
+    e.update().allow_race_conditions().vectorize(re.x);
+  }
   return prob;
 }
 
@@ -343,16 +369,29 @@ public:
     const int vec = natural_vector_size<float>();
     Func krT = keysMajor(kr, "kr_t"), VT = keysMajor(V, "v_t");
     Func prob = probabilities(qr, krT, p, vec);
-    Var c, h, g, i, j, b, x;
-    RDom rc(0, p.headDim), rj(0, p.seq);
-    rj.where(rj <= i);
+    Var h, i, j, b, x;
     Func dp, dot("dot"), ds("ds"), dqr, dkr, dV;
     RowDots dpDots = rowDots(DO, VT, p, "dp");
     dp = dpDots.rows;
-    dot(i, h, b) = sum(prob(rj, i, h, b) * dp(rj, i, h, b));
-    // Causal part only, as for the probabilities: dp for keys j <= i.
+    // Causal part only, as for the probabilities: dp for the vectors of
+    // keys j <= i, copied into a row (dp itself is laid out per block of
+    // rows) that ds reads without a clamp; per-lane sums for the dot.
+    const int lanes = p.seq % vec == 0 ? vec : 1;
+    Var l;
+    RDom rb(0, p.seq / lanes);
+    rb.where(rb * lanes <= i);
+    Expr jv = rb * lanes + l;
+    RDom re(0, lanes, 0, p.seq / lanes), rl(0, lanes);
+    re.where(re.y * lanes <= i);
+    Expr je = re.y * lanes + re.x;
+    Func dpRow("dp_row"), dotV("dot_lanes");
+    dpRow(j, i, h, b) = undef<float>();
+    dpRow(je, i, h, b) = dp(je, i, h, b);
+    dotV(l, i, h, b) = 0.0f;
+    dotV(l, i, h, b) += select(jv <= i, prob(jv, i, h, b) * dpRow(jv, i, h, b), 0.0f);
+    dot(i, h, b) = sum(dotV(rl, i, h, b));
     ds(j, i, h, b) =
-        select(j <= i, prob(j, i, h, b) * (dp(min(j, i), i, h, b) - dot(i, h, b)) * scale, 0.0f);
+        select(j <= i, prob(j, i, h, b) * (dpRow(j, i, h, b) - dot(i, h, b)) * scale, 0.0f);
     dqr = causalRows(ds, kr, p, vec, "dqr");
     // Keys and values: sum over the group's query heads and queries i >= j.
     dkr = causalCols(ds, qr, p, vec, "dkr");
@@ -370,7 +409,14 @@ public:
     if (p.seq % vec == 0)
       ds.vectorize(ds.args()[0], vec);
     scheduleRow(dpDots, ds, block, p.seq % kRowBlock == 0, p.seq, vec);
-    dot.compute_at(ds, row);
+    for (Func f : {dpRow, dotV, dot})
+      f.compute_at(ds, row);
+    dpRow.store_in(MemoryType::Stack);
+    if (lanes > 1) {
+      dpRow.update().allow_race_conditions().vectorize(re.x); // one element per lane
+      dotV.vectorize(l);
+      dotV.update().vectorize(l);
+    }
     for (Func f : {Func(dq), Func(dk), Func(dv)})
       f.parallel(f.args()[2]);
   }
