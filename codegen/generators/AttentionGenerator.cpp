@@ -8,7 +8,9 @@
 // The probabilities are materialised per (batch, head): O(S^2) memory, fine
 // for the sequence lengths trained here; scores, exponentials and their
 // gradients are computed for the causal half only (keys j <= query i), and
-// the rotary angles come from one (cos, sin) table per kernel; the four
+// the rotary angles come from one (cos, sin) table per kernel. Score and
+// dp rows run in register blocks of 2 vectors x 4 query rows; the softmax's
+// max and sum and the dS row dot are per-lane vector reductions; the four
 // contractions with the probabilities (P V, dS K, dS^T Q, P^T dO) run in
 // register blocks of query (or key) rows. A flash-style schedule (no S^2
 // buffer) is future work.
