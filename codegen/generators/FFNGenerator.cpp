@@ -297,8 +297,19 @@ public:
       if (!saved)
         for (Func fn : gated ? std::vector<Func>{huAcc, hgAcc} : std::vector<Func>{huAcc})
           fn.compute_root();
-      for (Func fn : gated ? std::vector<Func>{hB, dhuB, dhgB} : std::vector<Func>{hB, dhuB})
-        scheduleElementwise(fn, f, c, hidden, vec, &e);
+      // One loop nest over blocks of rows for h, dhu (and dhg): each block's
+      // pre-activations and dh are read once from cache for all of them.
+      std::vector<Func> acts =
+          gated ? std::vector<Func>{hB, dhuB, dhgB} : std::vector<Func>{hB, dhuB};
+      Var ce("ce"), ceo("ceo"), cei("cei");
+      for (Func fn : acts) {
+        fn.compute_root().fuse(c, e, ce).split(ce, ceo, cei, 8, TailStrategy::GuardWithIf)
+            .parallel(ceo);
+        if (hidden >= vec)
+          fn.vectorize(f, vec, TailStrategy::GuardWithIf);
+      }
+      for (size_t k = 1; k < acts.size(); ++k)
+        acts[k].compute_with(acts[0], ceo);
       if (!gated)
         Func(dgate).parallel(e);
       return;
