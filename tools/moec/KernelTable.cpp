@@ -142,7 +142,11 @@ int64_t scratchBytesOf(const moec::KernelCall &call) {
   } else if (g == "cross_entropy_grad") {
     elements = v("tokens"); // target ids
   }
-  return 4 * elements;
+  // Per block, the pool's 128-byte header and rounding to 128 bytes
+  // (runtime/lib/ScratchPool.cpp) and Halide's padding of heap allocations
+  // (a few vectors): 512 bytes for each of up to 16 intermediates.
+  constexpr int64_t kBlockSlack = 512, kMaxBlocks = 16;
+  return 4 * elements + kBlockSlack * kMaxBlocks;
 }
 
 } // namespace
