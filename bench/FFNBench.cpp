@@ -121,22 +121,21 @@ int main(int argc, char **argv) {
     std::vector<float> hu(size_t(C) * F), hg(size_t(C) * F), h(size_t(C) * F),
         yb(size_t(C) * D), dh(size_t(C) * F), dxb(size_t(C) * D),
         dwu(size_t(D) * F), dwg(size_t(D) * F), dwd(size_t(F) * D);
-    auto oursFwd = [&] {
-      if (s.fwd(x, up, down, gate, y, preUp, preGate))
-        std::abort();
+    // One of our forward / backward kernel pairs on these operands.
+    auto forward = [&](Kernel k) {
+      return [&, k] {
+        if (k(x, up, down, gate, y, preUp, preGate))
+          std::abort();
+      };
     };
-    auto oursBwd = [&] {
-      if (s.bwd(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate))
-        std::abort();
+    auto backward = [&](GradKernel k) {
+      return [&, k] {
+        if (k(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate))
+          std::abort();
+      };
     };
-    auto externFwd = [&] {
-      if (s.blasFwd(x, up, down, gate, y, preUp, preGate))
-        std::abort();
-    };
-    auto externBwd = [&] {
-      if (s.blasBwd(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate))
-        std::abort();
-    };
+    auto oursFwd = forward(s.fwd), externFwd = forward(s.blasFwd);
+    auto oursBwd = backward(s.bwd), externBwd = backward(s.blasBwd);
     // (Our extern stages set OpenBLAS to one thread per task.)
     auto blasFwd = [&] {
       openblas_set_num_threads(threads);

@@ -152,6 +152,26 @@ void scheduleRow(const RowDots &r, Func consumer, Var at, bool blocked, int seq,
   }
 }
 
+/// Row i's keys j <= i in vectors of `lanes` (the vector width when it
+/// divides the sequence, else 1): the vectors of a row cover [0, lanes *
+/// (i / lanes + 1)), within the sequence. `jv` is key rb * lanes + l (lane
+/// l a pure Var, for per-lane reductions; lanes past i are to be masked),
+/// `je` key re.y * lanes + re.x (an update over the row's vectors), `rl`
+/// the lanes.
+struct CausalVectors {
+  int lanes;
+  RDom rb, re, rl;
+  Expr jv, je;
+  CausalVectors(Var i, Var l, int seq, int vec)
+      : lanes(seq % vec == 0 ? vec : 1), rb(0, seq / lanes),
+        re(0, lanes, 0, seq / lanes), rl(0, lanes) {
+    rb.where(rb * lanes <= i);
+    re.where(re.y * lanes <= i);
+    jv = rb * lanes + l;
+    je = re.y * lanes + re.x;
+  }
+};
+
 /// Causal probabilities p(j, i, h, b) of query i over keys j <= i, row by
 /// row: scores against the keys-major keys, then a stable softmax.
 Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
@@ -159,15 +179,13 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   float scale = 1.0f / std::sqrt((float)p.headDim);
   RowDots dots = rowDots(qr, krT, p, "score");
   Func score = dots.rows;
-  // Row i's keys j <= i in vectors of V: the vectors of a row cover
-  // [0, V * (i / V + 1)), within the sequence; lanes past i are masked in
-  // the reductions and zeroed in the probabilities.
-  const int V = p.seq % vec == 0 ? vec : 1;
+  // Lanes past i are masked in the reductions and zeroed in the
+  // probabilities.
+  CausalVectors cv(i, l, p.seq, vec);
+  const int V = cv.lanes;
   const float inf = std::numeric_limits<float>::infinity();
-  RDom rb(0, p.seq / V);
-  rb.where(rb * V <= i);
-  Expr jv = rb * V + l;
-  RDom rl(0, V);
+  Expr jv = cv.jv, je = cv.je;
+  RDom rl = cv.rl;
   // Per-lane maxima and sums (vector operations), then across the lanes.
   Func mxV("max_lanes"), mx("max"), e("exp"), denV("den_lanes"), den("den"), prob("prob");
   mxV(l, i, h, b) = -inf;
@@ -176,9 +194,6 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   // Exponentials of the row's vectors only; the rest of the row's buffer
   // is never computed, and never used: the probabilities select before
   // any arithmetic.
-  RDom re(0, V, 0, p.seq / V);
-  re.where(re.y * V <= i);
-  Expr je = re.y * V + re.x;
   e(j, i, h, b) = undef<float>();
   e(je, i, h, b) = exp((score(je, i, h, b) - mx(i, h, b)) * scale);
   denV(l, i, h, b) = 0.0f;
@@ -200,7 +215,7 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
     }
     // Each lane writes its own element (y V + x, x < V): no race, which
     // Halide cannot prove through the multiplication.
-    e.update().allow_race_conditions().vectorize(re.x);
+    e.update().allow_race_conditions().vectorize(cv.re.x);
   }
   return prob;
 }
@@ -378,20 +393,15 @@ public:
     // Causal part only, as for the probabilities: dp for the vectors of
     // keys j <= i, copied into a row (dp itself is laid out per block of
     // rows) that ds reads without a clamp; per-lane sums for the dot.
-    const int lanes = p.seq % vec == 0 ? vec : 1;
     Var l;
-    RDom rb(0, p.seq / lanes);
-    rb.where(rb * lanes <= i);
-    Expr jv = rb * lanes + l;
-    RDom re(0, lanes, 0, p.seq / lanes), rl(0, lanes);
-    re.where(re.y * lanes <= i);
-    Expr je = re.y * lanes + re.x;
+    CausalVectors cv(i, l, p.seq, vec);
+    Expr jv = cv.jv, je = cv.je;
     Func dpRow("dp_row"), dotV("dot_lanes");
     dpRow(j, i, h, b) = undef<float>();
     dpRow(je, i, h, b) = dp(je, i, h, b);
     dotV(l, i, h, b) = 0.0f;
     dotV(l, i, h, b) += select(jv <= i, prob(jv, i, h, b) * dpRow(jv, i, h, b), 0.0f);
-    dot(i, h, b) = sum(dotV(rl, i, h, b));
+    dot(i, h, b) = sum(dotV(cv.rl, i, h, b));
     ds(j, i, h, b) =
         select(j <= i, prob(j, i, h, b) * (dpRow(j, i, h, b) - dot(i, h, b)) * scale, 0.0f);
     dqr = causalRows(ds, kr, p, vec, "dqr");
@@ -414,8 +424,8 @@ public:
     for (Func f : {dpRow, dotV, dot})
       f.compute_at(ds, row);
     dpRow.store_in(MemoryType::Stack);
-    if (lanes > 1) {
-      dpRow.update().allow_race_conditions().vectorize(re.x); // one element per lane
+    if (cv.lanes > 1) {
+      dpRow.update().allow_race_conditions().vectorize(cv.re.x); // one element per lane
       dotV.vectorize(l);
       dotV.update().vectorize(l);
     }
