@@ -42,16 +42,15 @@ Func split(Func x, int headDim, const std::string &name) {
 }
 
 /// The rotary angles' (cos, sin) per (pair index c < head_dim / 2, position
-/// s), computed once per kernel at root: the rotations read them instead of
-/// evaluating pow, cos and sin for every head and batch row.
+/// s), computed once per kernel at root (scheduleAttentionInputs): the
+/// rotations read them instead of evaluating pow, cos and sin for every head
+/// and batch row.
 Func ropeTable(const AttentionParams &p) {
   Var c, s;
   Func t("rope");
   Expr angle = cast<float>(s) *
                pow(p.theta, -2.0f * cast<float>(c) / (float)p.headDim);
   t(c, s) = Tuple(cos(angle), sin(angle));
-  if (p.rope)
-    t.compute_root();
   return t;
 }
 
@@ -159,9 +158,10 @@ void scheduleRow(const RowDots &r, Func consumer, Var at, bool blocked, int seq,
 /// `je` key re.y * lanes + re.x (an update over the row's vectors), `rl`
 /// the lanes.
 struct CausalVectors {
-  int lanes;
+  int lanes = 1;
   RDom rb, re, rl;
   Expr jv, je;
+  CausalVectors() = default;
   CausalVectors(Var i, Var l, int seq, int vec)
       : lanes(seq % vec == 0 ? vec : 1), rb(0, seq / lanes),
         re(0, lanes, 0, seq / lanes), rl(0, lanes) {
@@ -172,9 +172,23 @@ struct CausalVectors {
   }
 };
 
+/// A row stage of the causal attention, out(j, i, h, b) for keys j of
+/// query i (the probabilities, dS), and what its schedule needs: the
+/// dot-product rows it reads (scores, dp), the stages computed per query
+/// row, the row buffer written vector by vector over the row's keys, and
+/// the per-lane reductions.
+struct CausalRowStage {
+  Func out;
+  RowDots dots;
+  std::vector<Func> perRow;
+  Func rowBuffer;
+  std::vector<Func> laneSums;
+  CausalVectors cv;
+};
+
 /// Causal probabilities p(j, i, h, b) of query i over keys j <= i, row by
 /// row: scores against the keys-major keys, then a stable softmax.
-Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
+CausalRowStage probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   Var j, i, h, b, l;
   float scale = 1.0f / std::sqrt((float)p.headDim);
   RowDots dots = rowDots(qr, krT, p, "score");
@@ -182,7 +196,6 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   // Lanes past i are masked in the reductions and zeroed in the
   // probabilities.
   CausalVectors cv(i, l, p.seq, vec);
-  const int V = cv.lanes;
   const float inf = std::numeric_limits<float>::infinity();
   Expr jv = cv.jv, je = cv.je;
   RDom rl = cv.rl;
@@ -200,24 +213,58 @@ Func probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   denV(l, i, h, b) += select(jv <= i, e(jv, i, h, b), 0.0f);
   den(i, h, b) = 1.0f / sum(denV(rl, i, h, b));
   prob(j, i, h, b) = select(j <= i, e(j, i, h, b), 0.0f) * den(i, h, b);
-  prob.compute_root().parallel(b).parallel(h);
-  auto [block, row] = blockRows(prob, i, p.seq);
-  if (V > 1)
-    prob.vectorize(j, V);
-  scheduleRow(dots, prob, block, p.seq % kRowBlock == 0, p.seq, vec);
-  for (Func f : {mxV, mx, denV, den, e})
-    f.compute_at(prob, row);
-  e.store_in(MemoryType::Stack);
-  if (V > 1) {
-    for (Func f : {mxV, denV}) {
-      f.vectorize(l);
-      f.update().vectorize(l);
+  return {prob, dots, {mxV, mx, denV, den, e}, e, {mxV, denV}, cv};
+}
+
+/// dS(j, i, h, b) = P (dP - rowsum(P dP)) / sqrt(hd), dP = dO V^T, for the
+/// causal part only, as for the probabilities: dp for the vectors of keys
+/// j <= i, copied into a row (dp itself is laid out per block of rows) that
+/// ds reads without a clamp; per-lane sums for the dot.
+CausalRowStage scoreGradients(Func prob, Func DO, Func VT, const AttentionParams &p,
+                              int vec) {
+  float scale = 1.0f / std::sqrt((float)p.headDim);
+  Var h, i, j, b, l;
+  RowDots dpDots = rowDots(DO, VT, p, "dp");
+  Func dp = dpDots.rows, dot("dot"), ds("ds");
+  CausalVectors cv(i, l, p.seq, vec);
+  Expr jv = cv.jv, je = cv.je;
+  Func dpRow("dp_row"), dotV("dot_lanes");
+  dpRow(j, i, h, b) = undef<float>();
+  dpRow(je, i, h, b) = dp(je, i, h, b);
+  dotV(l, i, h, b) = 0.0f;
+  dotV(l, i, h, b) += select(jv <= i, prob(jv, i, h, b) * dpRow(jv, i, h, b), 0.0f);
+  dot(i, h, b) = sum(dotV(cv.rl, i, h, b));
+  ds(j, i, h, b) =
+      select(j <= i, prob(j, i, h, b) * (dpRow(j, i, h, b) - dot(i, h, b)) * scale, 0.0f);
+  return {ds, dpDots, {dpRow, dotV, dot}, dpRow, {dotV}, cv};
+}
+
+/// Schedules a causal row stage: at root, parallel over batch and heads,
+/// row by row (in blocks of kRowBlock query rows for its dot products,
+/// scheduleRow), vectorised over keys; the per-row stages at each row, its
+/// row buffer on the stack.
+void scheduleCausalRowStage(const CausalRowStage &st, const AttentionParams &p, int vec) {
+  Func out = st.out;
+  Var j = out.args()[0], i = out.args()[1], h = out.args()[2], b = out.args()[3];
+  out.compute_root().parallel(b).parallel(h);
+  auto [block, row] = blockRows(out, i, p.seq);
+  if (st.cv.lanes > 1)
+    out.vectorize(j, st.cv.lanes);
+  scheduleRow(st.dots, out, block, p.seq % kRowBlock == 0, p.seq, vec);
+  for (Func f : st.perRow)
+    f.compute_at(out, row);
+  // Its length depends on the query, as the dot rows' (scheduleRow).
+  Func buffer = st.rowBuffer;
+  buffer.store_in(MemoryType::Stack);
+  if (st.cv.lanes > 1) {
+    for (Func f : st.laneSums) {
+      f.vectorize(f.args()[0]);
+      f.update().vectorize(f.args()[0]);
     }
     // Each lane writes its own element (y V + x, x < V): no race, which
     // Halide cannot prove through the multiplication.
-    e.update().allow_race_conditions().vectorize(cv.re.x);
+    buffer.update().allow_race_conditions().vectorize(st.cv.re.x);
   }
-  return prob;
 }
 
 /// The register block of the causal contractions: (head-dim vectors per
@@ -255,6 +302,33 @@ void scheduleCausalBlocks(Func r, Func acc, int rows, int chunk, int vec) {
   acc.update().reorder(order).vectorize(ac, vec).unroll(ac).unroll(ar);
 }
 
+/// A causal contraction r(c, h, row, b) (causalRows, causalCols): its
+/// accumulator `acc` when it runs in register blocks of `rows` rows (0:
+/// one sum per element, `acc` undefined), and whether it is parallel over
+/// heads (the query side) or over the batch only (the key side).
+struct CausalSum {
+  Func r, acc;
+  int rows, chunk;
+  bool perHead;
+};
+
+/// Schedules a causal contraction at root: register blocks
+/// (scheduleCausalBlocks), or one sum per element, vectorised over the head
+/// dimension when it is a multiple of the vector width.
+void scheduleCausalSum(const CausalSum &s, const AttentionParams &p, int vec) {
+  if (s.rows) {
+    scheduleCausalBlocks(s.r, s.acc, s.rows, s.chunk, vec);
+    return;
+  }
+  Func r = s.r;
+  Var c = r.args()[0], h = r.args()[1], b = r.args()[3];
+  r.compute_root().parallel(b);
+  if (s.perHead)
+    r.parallel(h);
+  if (p.headDim % vec == 0)
+    r.vectorize(c, vec);
+}
+
 /// r(c, h, i, b) = sum over keys j <= i of w(j, i, h, b) x(c, h / group, j,
 /// b), for w zero above the diagonal (the probabilities, dS). When the head
 /// dimension is a multiple of the vector width, query rows run in blocks of
@@ -263,8 +337,8 @@ void scheduleCausalBlocks(Func r, Func acc, int rows, int chunk, int vec) {
 /// each row's diagonal add nothing): one load of x per R fused
 /// multiply-adds instead of two loads per one. Computed at root, parallel
 /// over batch and heads.
-Func causalRows(Func w, Func x, const AttentionParams &p, int vec,
-                const std::string &name) {
+CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec,
+                     const std::string &name) {
   Var c("c"), h("h"), i("i"), b("b");
   Func r(name);
   auto [chunkVecs, rows] = registerBlock(p, vec);
@@ -272,10 +346,7 @@ Func causalRows(Func w, Func x, const AttentionParams &p, int vec,
     RDom j(0, p.seq);
     j.where(j <= i);
     r(c, h, i, b) = sum(w(j, i, h, b) * x(c, h / p.group(), j, b));
-    r.compute_root().parallel(b).parallel(h);
-    if (p.headDim % vec == 0)
-      r.vectorize(c, vec);
-    return r;
+    return {r, Func(), 0, 0, true};
   }
   Var ii("ii"), io("io");
   Func acc(name + "_acc");
@@ -284,16 +355,15 @@ Func causalRows(Func w, Func x, const AttentionParams &p, int vec,
   acc(c, ii, io, h, b) = 0.0f;
   acc(c, ii, io, h, b) += w(j, io * rows + ii, h, b) * x(c, h / p.group(), j, b);
   r(c, h, i, b) = acc(c, i % rows, i / rows, h, b);
-  scheduleCausalBlocks(r, acc, rows, chunkVecs * vec, vec);
-  return r;
+  return {r, acc, rows, chunkVecs * vec, true};
 }
 
 /// r(c, g, j, b) = sum over the group's query heads and queries i >= j of
 /// w(j, i, g * group + x, b) y(c, g * group + x, i, b) (dK from dS and the
 /// queries, dV from the probabilities and dO), for w zero above the
 /// diagonal: blocks of R keys as in causalRows, from the block's first key.
-Func causalCols(Func w, Func y, const AttentionParams &p, int vec,
-                const std::string &name) {
+CausalSum causalCols(Func w, Func y, const AttentionParams &p, int vec,
+                     const std::string &name) {
   Var c("c"), g("g"), j("j"), b("b");
   Func r(name);
   int group = p.group();
@@ -302,10 +372,7 @@ Func causalCols(Func w, Func y, const AttentionParams &p, int vec,
   if (!rows) {
     ri.where(ri.y >= j);
     r(c, g, j, b) = sum(w(j, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b));
-    r.compute_root().parallel(b);
-    if (p.headDim % vec == 0)
-      r.vectorize(c, vec);
-    return r;
+    return {r, Func(), 0, 0, false};
   }
   Var ji("ji"), jo("jo");
   Func acc(name + "_acc");
@@ -314,8 +381,18 @@ Func causalCols(Func w, Func y, const AttentionParams &p, int vec,
   acc(c, ji, jo, g, b) +=
       w(jo * rows + ji, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b);
   r(c, g, j, b) = acc(c, j % rows, j / rows, g, b);
-  scheduleCausalBlocks(r, acc, rows, chunkVecs * vec, vec);
-  return r;
+  return {r, acc, rows, chunkVecs * vec, false};
+}
+
+/// Schedules what both generators compute the same way: the rotary table
+/// at root, and the rotated and keys-major operands at root, parallel over
+/// the batch.
+void scheduleAttentionInputs(Func table, const std::vector<Func> &operands,
+                             const AttentionParams &p) {
+  if (p.rope)
+    table.compute_root();
+  for (Func f : operands)
+    f.compute_root().parallel(f.args()[3]);
 }
 
 #define MOE_ATTENTION_PARAMS                                                   \
@@ -340,20 +417,16 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    Func table = ropeTable(p);
-    Func qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
-    Func kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
+    table = ropeTable(p);
+    qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
+    kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V");
     const int vec = natural_vector_size<float>();
-    Func krT = keysMajor(kr, "kr_t");
-    Func prob = probabilities(qr, krT, p, vec);
+    krT = keysMajor(kr, "kr_t");
+    prob = probabilities(qr, krT, p, vec);
     Var i, b, x;
-    Func out = causalRows(prob, V, p, vec, "out");
-    o(x, i, b) = out(x % p.headDim, x / p.headDim, i, b);
-    // Every stage runs in parallel over the batch.
-    for (Func f : {qr, kr, krT})
-      f.compute_root().parallel(f.args()[3]);
-    Func(o).parallel(o.args()[2]);
+    out = causalRows(prob.out, V, p, vec, "out");
+    o(x, i, b) = out.r(x % p.headDim, x / p.headDim, i, b);
   }
 
   void schedule() {
@@ -362,7 +435,18 @@ public:
     constrainDense(k, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(v, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(o, {p.heads * p.headDim, p.seq, p.batch});
+    const int vec = natural_vector_size<float>();
+    scheduleCausalRowStage(prob, p, vec);
+    scheduleCausalSum(out, p, vec);
+    // Every stage runs in parallel over the batch.
+    scheduleAttentionInputs(table, {qr, kr, krT}, p);
+    Func(o).parallel(o.args()[2]);
   }
+
+private:
+  Func table, qr, kr, krT;
+  CausalRowStage prob;
+  CausalSum out;
 };
 
 class AttentionGrad : public Generator<AttentionGrad> {
@@ -378,59 +462,25 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    float scale = 1.0f / std::sqrt((float)p.headDim);
-    Func table = ropeTable(p);
-    Func qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
-    Func kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
+    table = ropeTable(p);
+    qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
+    kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
     Func V = split(v, p.headDim, "V"), DO = split(dout, p.headDim, "DO");
     const int vec = natural_vector_size<float>();
-    Func krT = keysMajor(kr, "kr_t"), VT = keysMajor(V, "v_t");
-    Func prob = probabilities(qr, krT, p, vec);
-    Var h, i, j, b, x;
-    Func dp, dot("dot"), ds("ds"), dqr, dkr, dV;
-    RowDots dpDots = rowDots(DO, VT, p, "dp");
-    dp = dpDots.rows;
-    // Causal part only, as for the probabilities: dp for the vectors of
-    // keys j <= i, copied into a row (dp itself is laid out per block of
-    // rows) that ds reads without a clamp; per-lane sums for the dot.
-    Var l;
-    CausalVectors cv(i, l, p.seq, vec);
-    Expr jv = cv.jv, je = cv.je;
-    Func dpRow("dp_row"), dotV("dot_lanes");
-    dpRow(j, i, h, b) = undef<float>();
-    dpRow(je, i, h, b) = dp(je, i, h, b);
-    dotV(l, i, h, b) = 0.0f;
-    dotV(l, i, h, b) += select(jv <= i, prob(jv, i, h, b) * dpRow(jv, i, h, b), 0.0f);
-    dot(i, h, b) = sum(dotV(cv.rl, i, h, b));
-    ds(j, i, h, b) =
-        select(j <= i, prob(j, i, h, b) * (dpRow(j, i, h, b) - dot(i, h, b)) * scale, 0.0f);
-    dqr = causalRows(ds, kr, p, vec, "dqr");
+    krT = keysMajor(kr, "kr_t");
+    VT = keysMajor(V, "v_t");
+    prob = probabilities(qr, krT, p, vec);
+    Var i, j, b, x;
+    ds = scoreGradients(prob.out, DO, VT, p, vec);
+    dqr = causalRows(ds.out, kr, p, vec, "dqr");
     // Keys and values: sum over the group's query heads and queries i >= j.
-    dkr = causalCols(ds, qr, p, vec, "dkr");
-    dV = causalCols(prob, DO, p, vec, "dV");
-    Func dqUnrot = rotate(dqr, table, p, -1.0f, "dq_unrot");
-    Func dkUnrot = rotate(dkr, table, p, -1.0f, "dk_unrot");
+    dkr = causalCols(ds.out, qr, p, vec, "dkr");
+    dV = causalCols(prob.out, DO, p, vec, "dV");
+    Func dqUnrot = rotate(dqr.r, table, p, -1.0f, "dq_unrot");
+    Func dkUnrot = rotate(dkr.r, table, p, -1.0f, "dk_unrot");
     dq(x, i, b) = dqUnrot(x % p.headDim, x / p.headDim, i, b);
     dk(x, j, b) = dkUnrot(x % p.headDim, x / p.headDim, j, b);
-    dv(x, j, b) = dV(x % p.headDim, x / p.headDim, j, b);
-    for (Func f : {qr, kr, krT, VT})
-      f.compute_root().parallel(f.args()[3]);
-    // ds row by row: dp and its dot with the probabilities per query row.
-    ds.compute_root().parallel(ds.args()[3]).parallel(ds.args()[2]);
-    auto [block, row] = blockRows(ds, ds.args()[1], p.seq);
-    if (p.seq % vec == 0)
-      ds.vectorize(ds.args()[0], vec);
-    scheduleRow(dpDots, ds, block, p.seq % kRowBlock == 0, p.seq, vec);
-    for (Func f : {dpRow, dotV, dot})
-      f.compute_at(ds, row);
-    dpRow.store_in(MemoryType::Stack);
-    if (cv.lanes > 1) {
-      dpRow.update().allow_race_conditions().vectorize(cv.re.x); // one element per lane
-      dotV.vectorize(l);
-      dotV.update().vectorize(l);
-    }
-    for (Func f : {Func(dq), Func(dk), Func(dv)})
-      f.parallel(f.args()[2]);
+    dv(x, j, b) = dV.r(x % p.headDim, x / p.headDim, j, b);
   }
 
   void schedule() {
@@ -442,7 +492,21 @@ public:
     constrainDense(dq, {p.heads * p.headDim, p.seq, p.batch});
     constrainDense(dk, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(dv, {p.kvHeads * p.headDim, p.seq, p.batch});
+    const int vec = natural_vector_size<float>();
+    scheduleCausalRowStage(prob, p, vec);
+    // ds row by row: dp and its dot with the probabilities per query row.
+    scheduleCausalRowStage(ds, p, vec);
+    for (const CausalSum &s : {dqr, dkr, dV})
+      scheduleCausalSum(s, p, vec);
+    scheduleAttentionInputs(table, {qr, kr, krT, VT}, p);
+    for (Func f : {Func(dq), Func(dk), Func(dv)})
+      f.parallel(f.args()[2]);
   }
+
+private:
+  Func table, qr, kr, krT, VT;
+  CausalRowStage prob, ds;
+  CausalSum dqr, dkr, dV;
 };
 
 } // namespace

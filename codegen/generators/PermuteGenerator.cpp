@@ -33,6 +33,19 @@ Func checkedSlots(Func slots, int total) {
   return s;
 }
 
+/// Schedules a scatter into slots (permute's, unpermute_grad's) and the
+/// output that copies it: the scatter at root, both vectorised over the
+/// width when it spans a vector.
+void scheduleScatter(Func scatter, Func out, int width, int vec) {
+  Var d = scatter.args()[0];
+  scatter.compute_root();
+  if (width >= vec) {
+    scatter.vectorize(d, vec, TailStrategy::GuardWithIf);
+    scatter.update().vectorize(d, vec, TailStrategy::GuardWithIf);
+    out.vectorize(out.args()[0], vec, TailStrategy::GuardWithIf);
+  }
+}
+
 class Permute : public Generator<Permute> {
 public:
   MOE_PERMUTE_PARAMS
@@ -42,28 +55,24 @@ public:
 
   void generate() {
     Var d, s;
-    Func checked = checkedSlots(slots, slots_total);
-    checked.compute_root();
+    checked = checkedSlots(slots, slots_total);
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
-    Func scatter("scatter");
     scatter(d, s) = 0.0f;
     scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) = x(d, r.y);
     buf(d, s) = scatter(d, s);
-    scatter.compute_root();
-    const int vec = natural_vector_size<float>();
-    if (width >= vec) {
-      scatter.vectorize(d, vec, TailStrategy::GuardWithIf);
-      scatter.update().vectorize(d, vec, TailStrategy::GuardWithIf);
-      buf.vectorize(d, vec, TailStrategy::GuardWithIf);
-    }
   }
 
   void schedule() {
     constrainDense(x, {width, tokens});
     constrainDense(slots, {k, tokens});
     constrainDense(buf, {width, slots_total});
+    checked.compute_root();
+    scheduleScatter(scatter, buf, width, natural_vector_size<float>());
   }
+
+private:
+  Func checked, scatter{"scatter"};
 };
 
 class Unpermute : public Generator<Unpermute> {
@@ -77,16 +86,11 @@ public:
 
   void generate() {
     Var d, t;
-    Func checked = checkedSlots(slots, slots_total);
-    checked.compute_root();
+    checked = checkedSlots(slots, slots_total);
     RDom j(0, k);
     Expr s = checked(j, t);
     Expr w = weighted ? weights(j, t) : Expr(1.0f);
     out(d, t) = sum(select(s >= 0, w * buf(d, clamp(s, 0, slots_total - 1)), 0.0f));
-    out.parallel(t);
-    const int vec = natural_vector_size<float>();
-    if (width >= vec)
-      out.vectorize(d, vec, TailStrategy::GuardWithIf);
   }
 
   void schedule() {
@@ -94,7 +98,16 @@ public:
     constrainDense(slots, {k, tokens});
     constrainOptional(weights, weighted, {k, tokens});
     constrainDense(out, {width, tokens});
+    checked.compute_root();
+    Var d = out.args()[0], t = out.args()[1];
+    out.parallel(t);
+    const int vec = natural_vector_size<float>();
+    if (width >= vec)
+      out.vectorize(d, vec, TailStrategy::GuardWithIf);
   }
+
+private:
+  Func checked;
 };
 
 class UnpermuteGrad : public Generator<UnpermuteGrad> {
@@ -109,26 +122,17 @@ public:
 
   void generate() {
     Var d, s, j, t;
-    Func checked = checkedSlots(slots, slots_total);
-    checked.compute_root();
+    checked = checkedSlots(slots, slots_total);
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
-    Func scatter("scatter");
     scatter(d, s) = 0.0f;
     scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) +=
         weights(r.x, r.y) * dout(d, r.y);
     dbuf(d, s) = scatter(d, s);
-    scatter.compute_root();
     RDom c(0, width);
     Expr slot = checked(j, t);
     dweights(j, t) = select(
         slot >= 0, sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f);
-    const int vec = natural_vector_size<float>();
-    if (width >= vec) {
-      scatter.vectorize(d, vec, TailStrategy::GuardWithIf);
-      scatter.update().vectorize(d, vec, TailStrategy::GuardWithIf);
-      dbuf.vectorize(d, vec, TailStrategy::GuardWithIf);
-    }
   }
 
   void schedule() {
@@ -138,7 +142,12 @@ public:
     constrainDense(dout, {width, tokens});
     constrainDense(dbuf, {width, slots_total});
     constrainDense(dweights, {k, tokens});
+    checked.compute_root();
+    scheduleScatter(scatter, dbuf, width, natural_vector_size<float>());
   }
+
+private:
+  Func checked, scatter{"scatter"};
 };
 
 } // namespace

@@ -38,22 +38,20 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
 
 /// What the forward and the backward both recompute.
 struct Routing {
-  Func logits{"logits"}, lse{"lse"}, score{"score"}, balance{"balance"},
-      scoreSum{"score_sum"}, counts{"counts"}, selectedSum{"selected_sum"},
-      groupCounts{"group_counts"};
+  Func logits{"logits"}, logitAcc{"logit_acc"}, lse{"lse"}, score{"score"},
+      balance{"balance"}, scoreSum{"score_sum"}, counts{"counts"},
+      selectedSum{"selected_sum"}, groupCounts{"group_counts"};
   std::vector<Func> chosen;
 };
 
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
-              int k, Scoring scoring, bool hasBias, int groups, int vec) {
+              int k, Scoring scoring, bool hasBias, int groups) {
   Routing r;
   Var e, t;
   RDom d(0, width), re(0, experts);
-  // Vectorised over experts (w is contiguous in e), parallel over tokens.
-  Func logitAcc("logit_acc");
-  logitAcc(e, t) = 0.0f;
-  logitAcc(e, t) += x(d, t) * w(e, d);
-  r.logits(e, t) = logitAcc(e, t);
+  r.logitAcc(e, t) = 0.0f;
+  r.logitAcc(e, t) += x(d, t) * w(e, d);
+  r.logits(e, t) = r.logitAcc(e, t);
   Func mx("logit_max"), den("logit_den");
   mx(t) = maximum(r.logits(re, t));
   den(t) = sum(exp(r.logits(re, t) - mx(t)));
@@ -91,22 +89,29 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
   int perGroup = tokens / groups;
   r.groupCounts(e, g) = 0;
   r.groupCounts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1), rt.y / perGroup) += 1;
-  r.groupCounts.compute_root();
   RDom rg(0, groups);
   r.counts(e) = sum(r.groupCounts(e, rg));
-  for (Func f : {r.logits, r.lse, r.score, r.scoreSum, r.selectedSum, chosenAt})
-    f.compute_root();
-  r.logits.parallel(t, 64, TailStrategy::GuardWithIf);
-  logitAcc.compute_at(r.logits, t);
-  if (experts >= vec) {
-    logitAcc.vectorize(e, vec, TailStrategy::GuardWithIf);
-    logitAcc.update().reorder(e, d).vectorize(e, vec, TailStrategy::GuardWithIf);
-  }
-  for (Func &c : r.chosen)
-    c.compute_root();
-  r.counts.compute_root();
   r.chosen.push_back(chosenAt); // the last entry: all choices as (j, t)
   return r;
+}
+
+/// Schedules what route() defines: every stage at root; the logits
+/// vectorised over experts (w is contiguous in e), parallel over tokens.
+void scheduleRouting(const Routing &r, int experts, int vec) {
+  for (Func f : {r.groupCounts, r.lse, r.score, r.scoreSum, r.selectedSum, r.counts})
+    f.compute_root();
+  for (Func c : r.chosen) // each choice, and all choices as (j, t)
+    c.compute_root();
+  Func logits = r.logits, logitAcc = r.logitAcc;
+  Var e = logitAcc.args()[0], t = logits.args()[1];
+  logits.compute_root().parallel(t, 64, TailStrategy::GuardWithIf);
+  logitAcc.compute_at(logits, t);
+  if (experts >= vec) {
+    logitAcc.vectorize(e, vec, TailStrategy::GuardWithIf);
+    logitAcc.update()
+        .reorder(e, logitAcc.rvars()[0])
+        .vectorize(e, vec, TailStrategy::GuardWithIf);
+  }
 }
 
 class FusedGate : public Generator<FusedGate> {
@@ -126,8 +131,7 @@ public:
   void generate() {
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
     int Tg = T / G; // tokens per routing group
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G,
-                      natural_vector_size<float>());
+    r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
@@ -138,21 +142,17 @@ public:
     // Prefix counts in token order, then choice order, restarting at each
     // group: before(e, i) is the number of token-slots of i's group before
     // flat index i = t * k + j routed to e.
-    Func before("before");
     RDom ri(0, T * k);
     before(e, i) = 0;
     before(e, ri + 1) = select((ri + 1) % (Tg * k) == 0, 0,
                                before(e, ri) + select(chosenAt(ri % k, ri / k) == e, 1, 0));
-    before.compute_root();
     Expr ex = clamp(chosenAt(j, t), 0, E - 1);
     Expr c = before(ex, t * k + j);
     slots(j, t) = select(c < C, ex * (G * C) + (t / Tg) * C + c, -1);
     // Losses: the balancing loss is the mean over groups.
     Var g;
     RDom re(0, E), rt(0, T), rgt(0, Tg), reg(0, E, 0, G);
-    Func meanBalance("mean_balance");
     meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
-    meanBalance.compute_root();
     Expr balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
                            meanBalance(reg.x, reg.y)) / (float)G;
     Expr zLoss = sum(r.lse(rt) * r.lse(rt)) / (float)T;
@@ -167,7 +167,14 @@ public:
                                OutputImageParam(slots)})
       constrainDense(p, {top_k, tokens});
     counts.dim(0).set_bounds(0, num_experts);
+    scheduleRouting(r, num_experts, natural_vector_size<float>());
+    before.compute_root();
+    meanBalance.compute_root();
   }
+
+private:
+  Routing r;
+  Func before{"before"}, meanBalance{"mean_balance"};
 };
 
 class RouterGrad : public Generator<RouterGrad> {
@@ -184,8 +191,7 @@ public:
 
   void generate() {
     int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
-    Routing r = route(x, w, bias, T, width, E, k, scoring, has_bias, G,
-                      natural_vector_size<float>());
+    r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
     Var e, t, d;
     float scaling = routed_scaling;
     // Through the selected gates.
@@ -201,36 +207,28 @@ public:
     }
     // Through the balancing loss (the fractions are counts: constants), per
     // routing group.
-    Func gpg("gp_group"), gp("gp");
+    Func gp("gp");
     Var g;
     gpg(e, g) = daux() * (float)aux_loss_coef * (float)E *
                 cast<float>(r.groupCounts(e, g)) / (float)(Tg * k) / (float)Tg /
                 (float)G;
-    gpg.compute_root();
     gp(e, t) = gpg(e, t / Tg);
     RDom re(0, E);
-    Func ds("ds"), dl("dl");
     if (scoring == Scoring::Softmax) {
       ds(e, t) = gatePart + gp(e, t);
     } else {
-      Func dot("balance_dot");
-      dot(t) = sum(gp(re, t) * r.balance(re, t));
-      dot.compute_root();
-      ds(e, t) = gatePart + (gp(e, t) - dot(t)) / r.scoreSum(t);
+      balanceDot(t) = sum(gp(re, t) * r.balance(re, t));
+      ds(e, t) = gatePart + (gp(e, t) - balanceDot(t)) / r.scoreSum(t);
     }
-    ds.compute_root();
     Expr s = r.score(e, t);
     Expr zPart = daux() * (float)z_loss_coef * 2.0f * r.lse(t) / (float)T *
                  exp(r.logits(e, t) - r.lse(t));
     if (scoring == Scoring::Softmax) {
-      Func dsDot("ds_dot");
       dsDot(t) = sum(ds(re, t) * r.score(re, t));
-      dsDot.compute_root();
       dl(e, t) = s * (ds(e, t) - dsDot(t)) + zPart;
     } else {
       dl(e, t) = ds(e, t) * s * (1.0f - s) + zPart;
     }
-    dl.compute_root();
     RDom rt(0, T);
     // dx = dl w^T, vectorised over d (through w^T); dw = x^T dl as
     // dw^T(d, e), vectorised over d, its (d, e) block in cache over tokens.
@@ -243,8 +241,6 @@ public:
     dw(e, d) = dwT(d, e);
   }
 
-  Func wT{"w_t"}, dxAcc{"dx_acc"}, dwT{"dw_t"};
-
   void schedule() {
     constrainDense(x, {width, tokens});
     constrainDense(w, {num_experts, width});
@@ -253,6 +249,12 @@ public:
     constrainDense(dx, {width, tokens});
     constrainDense(dw, {num_experts, width});
     const int vec = natural_vector_size<float>();
+    scheduleRouting(r, num_experts, vec);
+    // The gradients' stages at root (the balancing term's dot product for
+    // sigmoid scores, ds's with the scores for softmax).
+    for (Func f : {gpg, ds, dl})
+      f.compute_root();
+    (scoring == Scoring::Softmax ? dsDot : balanceDot).compute_root();
     Var d = dx.args()[0], t = dx.args()[1], e = dwT.args()[1], dO("dO"), dI("dI");
     wT.compute_root();
     Func(dx).parallel(t, 64, TailStrategy::GuardWithIf);
@@ -271,6 +273,11 @@ public:
           .parallel(dO);
     }
   }
+
+private:
+  Routing r;
+  Func gpg{"gp_group"}, balanceDot{"balance_dot"}, ds{"ds"}, dsDot{"ds_dot"}, dl{"dl"};
+  Func wT{"w_t"}, dxAcc{"dx_acc"}, dwT{"dw_t"};
 };
 
 } // namespace

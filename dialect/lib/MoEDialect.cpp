@@ -42,26 +42,26 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   StringRef name = attr.getName().getValue();
-  if (name == "moe.buffers") {
+  if (name == kBuffersAttrName) {
     if (!isa<DenseI64ArrayAttr>(attr.getValue()))
       return op->emitError("'moe.buffers' must be an array<i64> of "
                            "[arena, offset, bytes] per result");
     return success();
   }
-  if (name == "moe.compression") {
+  if (name == kCompressionAttrName) {
     // moe-compress-collectives' settings (warm-up steps, compressed count).
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
       return op->emitError("'moe.compression' must be a dictionary on a module");
     return success();
   }
-  if (name == "moe.codec_choice") {
+  if (name == kCodecChoiceAttrName) {
     // moe-compress-collectives' cost-model judgement of a collective.
     if (!isa<AllReduceOp, AllToAllOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
       return op->emitError("'moe.codec_choice' must be a dictionary on a moe.all_reduce "
                            "or moe.all_to_all");
     return success();
   }
-  if (name == "moe.shard") {
+  if (name == kShardAttrName) {
     // A parameter holding one rank's block along dimension 0 (moe-partition).
     auto axes = dyn_cast<ArrayAttr>(attr.getValue());
     if (!isa<ParamOp>(op) || !axes || axes.size() != 1 ||
@@ -69,13 +69,20 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
       return op->emitError("'moe.shard' must be [\"ep\"] on a moe.param");
     return success();
   }
-  if (name == "moe.no_grad") {
+  if (name == kBucketAttrName) {
+    auto bucket = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<AllReduceOp>(op) || !bucket || bucket.getValue().isNegative())
+      return op->emitError() << "'" << name
+                             << "' must be a non-negative integer on a moe.all_reduce";
+    return success();
+  }
+  if (name == kNoGradAttrName) {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
       return op->emitError("'moe.no_grad' must be a unit attribute on a "
                            "function");
     return success();
   }
-  if (name == "moe.buffer_plan" || name == "moe.plan") {
+  if (name == kBufferPlanAttrName || name == kPlanAttrName) {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << name
                              << "' must be a dictionary on a builtin.module";

@@ -19,7 +19,7 @@ namespace {
 
 /// The step function's loss: the single tensor<f32> its return yields.
 bool isTrainStep(func::FuncOp fn) {
-  if (fn.isExternal() || fn.getNumResults() != 1 || fn->hasAttr("moe.no_grad"))
+  if (fn.isExternal() || fn.getNumResults() != 1 || fn->hasAttr(MoEDialect::kNoGradAttrName))
     return false;
   auto type = dyn_cast<RankedTensorType>(fn.getResultTypes()[0]);
   return type && type.getRank() == 0 && type.getElementType().isF32();
@@ -122,7 +122,7 @@ LogicalResult Differentiator::run() {
   fn.setFunctionType(
       FunctionType::get(fn.getContext(), fn.getArgumentTypes(), types));
   for (auto [i, name] : llvm::enumerate(names))
-    fn.setResultAttr(i + 1, "moe.grad_of", name);
+    fn.setResultAttr(i + 1, MoEDialect::kGradOfAttrName, name);
   return success();
 }
 

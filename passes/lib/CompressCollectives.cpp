@@ -9,6 +9,7 @@
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/CostModel.h"
 #include "moe/Transforms/Passes.h"
+#include "moert/Abi.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -109,7 +110,8 @@ struct CodecChooser {
     double plain = wire(4 * n), best = plain;
     CodecAttr chosen;
     for (CodecKind k : {CodecKind::bf16, CodecKind::int8}) {
-      double bytes = k == CodecKind::bf16 ? 2 * n : n + 4 * std::ceil(n / 256);
+      double bytes = static_cast<double>(moert_codec_encoded_bytes(
+          static_cast<int>(k), k == CodecKind::int8 ? 256 : 0, 0.0, 0, elems, 0, 0));
       double t = wire(bytes) + cost::codecTime(*kind, n, bytes, allReduce ? 4 : 2);
       if (t < 0.9 * best) {
         best = t;
@@ -117,7 +119,7 @@ struct CodecChooser {
       }
     }
     Builder b(ctx);
-    op->setAttr("moe.codec_choice",
+    op->setAttr(MoEDialect::kCodecChoiceAttrName,
                 b.getDictionaryAttr(
                     {b.getNamedAttr("codec", b.getStringAttr(chosen ? stringifyCodecKind(
                                                                           chosen.getKind())
@@ -236,7 +238,7 @@ struct CompressCollectivesPass
         if (grid && grid.getGroupSize(reduce.getAxes().getValue()) <= 1)
           return;
         auto param = module.lookupSymbol<ParamOp>(update.getParamAttr());
-        int g = param && param->hasAttr("moe.shard")              ? 1
+        int g = param && param->hasAttr(MoEDialect::kShardAttrName)              ? 1
                 : vocabulary.contains(update.getParamAttr().getAttr()) ? 2
                                                                        : 0;
         CodecAttr codec = *codecs[g];
@@ -262,7 +264,7 @@ struct CompressCollectivesPass
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
-    module->setAttr("moe.compression",
+    module->setAttr(MoEDialect::kCompressionAttrName,
                     b.getDictionaryAttr({b.getNamedAttr("warmup_steps",
                                                         b.getI64IntegerAttr(warmupSteps)),
                                          b.getNamedAttr("compressed",

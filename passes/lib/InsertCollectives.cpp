@@ -53,7 +53,7 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
   OpBuilder b(ret);
   auto isSharded = [&](StringRef name) {
     auto param = module.lookupSymbol<ParamOp>(name);
-    return param && param->hasAttr("moe.shard");
+    return param && param->hasAttr(MoEDialect::kShardAttrName);
   };
   // Gradients consumed by optimiser updates: reduce them before the
   // clipping norm (their first user).
@@ -109,7 +109,7 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
                                       ReductionAttr::get(b.getContext(), Reduction::mean), operand.get(),
                                       s.replicaAxes, CodecAttr(),
                                       b.getF64FloatAttr(1.0)));
-    } else if (auto of = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, "moe.grad_of")) {
+    } else if (auto of = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, MoEDialect::kGradOfAttrName)) {
       operand.set(synchronise(b, ret.getLoc(), operand.get(),
                               isSharded(of.getValue()), s));
     }

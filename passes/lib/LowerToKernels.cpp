@@ -247,7 +247,7 @@ void Lowering::planFunction(func::FuncOp fn) {
   }
   Operation *terminator = body.getTerminator();
   for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
-    if (fn.getResultAttr(i, "moe.grad_of"))
+    if (fn.getResultAttr(i, MoEDialect::kGradOfAttrName))
       gradients.insert(terminator->getOperand(i));
 
   auto add = [&](Value v, int64_t first) {
@@ -297,7 +297,7 @@ void Lowering::planFunction(func::FuncOp fn) {
     if (auto launch = dyn_cast<LaunchOp>(op))
       launch.setBuffers(plan);
     else
-      op.setAttr("moe.buffers", builder.getDenseI64ArrayAttr(plan));
+      op.setAttr(MoEDialect::kBuffersAttrName, builder.getDenseI64ArrayAttr(plan));
   }
 }
 
@@ -307,7 +307,7 @@ void Lowering::finish() {
     paramBytes += bytesOf(p.getType());
   int64_t total = activationPeak + gradientPeak + paramBytes + stateBytes;
   module->setAttr(
-      "moe.buffer_plan",
+      MoEDialect::kBufferPlanAttrName,
       builder.getDictionaryAttr({
           builder.getNamedAttr("activation_bytes",
                                builder.getI64IntegerAttr(activationPeak)),

@@ -183,7 +183,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       RankedTensorType type = param.getTensorType();
       RankedTensorType local = withDim(type, 0, type.getShape()[0] / grid.getEp());
       param.setTypeAttr(TypeAttr::get(local));
-      param->setAttr("moe.shard", b.getStrArrayAttr({"ep"}));
+      param->setAttr(MoEDialect::kShardAttrName, b.getStrArrayAttr({"ep"}));
       module.walk([&](GetParamOp get) {
         if (get.getName() == param.getSymName())
           get.getResult().setType(local);

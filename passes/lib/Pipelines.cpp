@@ -9,6 +9,28 @@ using namespace mlir;
 
 void moe::buildTrainPipeline(OpPassManager &pm,
                              const TrainPipelineOptions &options) {
+  if (options.evalStep)
+    pm.addPass(createAddEvalStepPass());
+  if (options.plan) {
+    // The planner weighs the fused forward step.
+    pm.addPass(createFuseGatingPass());
+    PlanShardingPassOptions plan;
+    plan.reportJson = options.reportJson;
+    plan.reportTable = options.reportTable;
+    plan.dpDegree = options.dp;
+    plan.epDegree = options.ep;
+    plan.tpDegree = options.tp;
+    plan.pinExperts = options.pinExperts;
+    pm.addPass(createPlanShardingPass(plan));
+    ExecutablePlanPassOptions check;
+    check.strict = options.strictPlan;
+    pm.addPass(createExecutablePlanPass(check));
+  } else if (options.ranks != 1 || options.ep > 1) {
+    MakeGridPassOptions grid;
+    grid.ranks = options.ranks;
+    grid.ep = options.ep;
+    pm.addPass(createMakeGridPass(grid));
+  }
   if (options.fuseGating) {
     pm.addPass(createFuseGatingPass());
     RoutingGroupsPassOptions groups;
@@ -33,6 +55,8 @@ void moe::buildTrainPipeline(OpPassManager &pm,
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;
     pm.addPass(createLowerToKernelsPass(lower));
+    if (options.bucket)
+      pm.addPass(createBucketGradientsPass());
   }
 }
 

@@ -355,7 +355,7 @@ void PlanShardingPass::runOnOperation() {
   // The training step: the function that is not the evaluation clone.
   func::FuncOp fn;
   for (auto f : module.getOps<func::FuncOp>())
-    if (!f.isExternal() && !f->hasAttr("moe.no_grad") && !fn)
+    if (!f.isExternal() && !f->hasAttr(MoEDialect::kNoGradAttrName) && !fn)
       fn = f;
   if (!fn) {
     module.emitError("moe-plan-sharding: no step function to plan");
@@ -416,7 +416,7 @@ void PlanShardingPass::runOnOperation() {
     (expertParams.contains(p.getSymName()) ? step.expertParamBytes
                                            : step.denseParamBytes) += bytes;
   }
-  if (auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan"))
+  if (auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName))
     step.activationBytes =
         static_cast<double>(plan.getAs<IntegerAttr>("activation_bytes").getInt());
   else
@@ -617,7 +617,7 @@ void PlanShardingPass::runOnOperation() {
     }
     e.setPlacementAttr(PlacementAttr::get(module.getContext(), flat, sizes));
   }
-  module->setAttr("moe.plan",
+  module->setAttr(MoEDialect::kPlanAttrName,
                   b.getDictionaryAttr({
                       b.getNamedAttr("predicted_step_s", b.getF64FloatAttr(best.step())),
                       b.getNamedAttr("compute_s", b.getF64FloatAttr(best.compute)),

@@ -13,9 +13,7 @@ using namespace moert;
 
 namespace {
 
-int64_t topkCount(double ratio, int64_t n) {
-  return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(ratio * n))));
-}
+int64_t topkCount(double ratio, int64_t n) { return moert_topk_count(ratio, n); }
 
 
 template <typename T> void put(std::vector<uint8_t> &out, size_t &at, T value) {
@@ -45,7 +43,7 @@ std::vector<float> moert::withResidual(const CodecSpec &spec, const float *data,
 }
 
 int64_t moert::powerRank(const CodecSpec &spec, int64_t rows, int64_t cols) {
-  return std::max<int64_t>(1, std::min({spec.rank, rows, cols}));
+  return moert_powersgd_rank(spec.rank, rows, cols);
 }
 
 void moert::powerStart(CodecState &state, int64_t cols, int64_t r) {
@@ -216,20 +214,8 @@ bool moert::parseCodec(const std::string &text, CodecSpec &spec, std::string &er
 }
 
 int64_t moert::encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows, int64_t cols) {
-  switch (spec.kind) {
-  case CodecKind::FP16:
-  case CodecKind::BF16:
-    return 2 * n;
-  case CodecKind::Int8:
-    return n + 4 * ((n + spec.blockSize - 1) / spec.blockSize);
-  case CodecKind::TopK:
-    return 8 * topkCount(spec.ratio, n);
-  case CodecKind::Sign:
-    return 4 + (n + 7) / 8;
-  case CodecKind::PowerSGD:
-    return 4 * powerRank(spec, rows, cols) * (rows + cols);
-  }
-  return 0;
+  return moert_codec_encoded_bytes(static_cast<int>(spec.kind), spec.blockSize, spec.ratio,
+                                   spec.rank, n, rows, cols);
 }
 
 void moert::encode(const CodecSpec &spec, const float *data, int64_t n,

@@ -725,6 +725,13 @@ static int trainRank(const Shared &sh, moert_comm *comm) {
 
 int main(int argc, char **argv) {
   long long startResident = residentBytes();
+  if (moec_program.abi_version != MOERT_ABI_VERSION) {
+    std::fprintf(stderr,
+                 "error: this step program was emitted for runtime ABI %d, but the runtime "
+                 "is ABI %d: recompile the model with this moec\n",
+                 moec_program.abi_version, MOERT_ABI_VERSION);
+    return 2;
+  }
   // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and
   // unmap exactly, instead of glibc's adaptive threshold moving freed scratch
   // onto a heap that fragments and never shrinks.

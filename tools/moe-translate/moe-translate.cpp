@@ -3,12 +3,17 @@
 //   moe-translate --import-model examples/models/tiny.json
 //   moe-translate --import-hf-config config.json --seq-len 4096 --batch-size 1
 //   ... --cluster examples/clusters/local-cpu.json -o model.mlir
+//   moe-translate --emit-step-program lowered.mlir [--gemm auto|halide|blas]
+//
+// The last form is the back end's emission alone: lowered moe IR (moec
+// --emit=mlir, or moe-opt --moe-train-pipeline) to its C++ step program.
 //
 // Errors are `file:line:col: error: /json/pointer: message` on stderr with a
 // non-zero exit; the output file is only written when everything succeeded.
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Codegen/StepProgram.h"
 #include "moe/Frontend/ClusterToMLIR.h"
 #include "moe/Frontend/HFConfig.h"
 #include "moe/Frontend/ModelToMLIR.h"
@@ -18,9 +23,11 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -54,6 +61,16 @@ static cl::opt<std::string>
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(category));
+static cl::opt<std::string> stepProgramFile(
+    "emit-step-program",
+    cl::desc("Lowered moe IR (moec --emit=mlir) to its C++ step program"),
+    cl::value_desc("lowered.mlir"), cl::cat(category));
+static cl::opt<moec::codegen::Gemm> gemm(
+    "gemm", cl::desc("With --emit-step-program: who computes the contractions"),
+    cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto", "OpenBLAS for large products"),
+               clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
+               clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS extern stages")),
+    cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
 static cl::opt<bool> warningsAsErrors("Werror",
                                       cl::desc("Treat warnings as errors"),
                                       cl::cat(category));
@@ -67,14 +84,56 @@ static bool report(const DiagnosticList &diags) {
   return diags.hasErrors() || (warningsAsErrors && warnings);
 }
 
+/// Lowered IR to the C++ step program.
+static int emitStepProgram() {
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  llvm::SourceMgr sources;
+  mlir::SourceMgrDiagnosticHandler handler(sources, &context);
+  std::string errorMessage;
+  auto input = mlir::openInputFile(stepProgramFile, &errorMessage);
+  if (!input) {
+    errs() << "moe-translate: error: " << errorMessage << "\n";
+    return 1;
+  }
+  sources.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(sources, &context);
+  if (!module)
+    return 1;
+  auto calls = moec::codegen::KernelCalls::collect(*module, gemm);
+  if (mlir::failed(calls))
+    return 1;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (mlir::failed(moec::codegen::emitStepProgram(*module, *calls, os)))
+    return 1;
+  auto output = mlir::openOutputFile(outputFile, &errorMessage);
+  if (!output) {
+    errs() << "moe-translate: error: " << errorMessage << "\n";
+    return 1;
+  }
+  output->os() << text;
+  output->keep();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
-  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  cl::HideUnrelatedOptions({&category});
   cl::ParseCommandLineOptions(
       argc, argv, "MoEC translator: model and cluster descriptions to moe IR\n");
 
+  if (!stepProgramFile.empty()) {
+    if (!modelFile.empty() || !hfFile.empty() || !clusterFile.empty()) {
+      errs() << "moe-translate: error: --emit-step-program takes lowered IR alone\n";
+      return 2;
+    }
+    return emitStepProgram();
+  }
   if (modelFile.empty() == hfFile.empty()) {
     errs() << "moe-translate: error: give one model: --import-model FILE or "
               "--import-hf-config FILE\n";

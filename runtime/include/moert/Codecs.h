@@ -30,7 +30,15 @@
 
 namespace moert {
 
-enum class CodecKind { FP16, BF16, Int8, TopK, Sign, PowerSGD };
+/// The values of enum moert_codec_kind (moert/Abi.h).
+enum class CodecKind {
+  FP16 = MOERT_CODEC_FP16,
+  BF16 = MOERT_CODEC_BF16,
+  Int8 = MOERT_CODEC_INT8,
+  TopK = MOERT_CODEC_TOPK,
+  Sign = MOERT_CODEC_SIGN,
+  PowerSGD = MOERT_CODEC_POWERSGD
+};
 
 struct CodecSpec {
   CodecKind kind = CodecKind::FP16;

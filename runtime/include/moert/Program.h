@@ -9,15 +9,14 @@
 #ifndef MOERT_PROGRAM_H
 #define MOERT_PROGRAM_H
 
+#include "moert/Abi.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum moert_init { MOERT_INIT_ZEROS = 0, MOERT_INIT_ONES = 1,
-                  MOERT_INIT_NORMAL = 2, MOERT_INIT_UNIFORM = 3 };
 
 typedef struct {
   const char *name;
@@ -56,7 +55,12 @@ typedef struct {
   int64_t codec_uncompressed;
 } moert_context;
 
+/* Filled by the step program with named fields (C++20 designated
+ * initialisers), so that a field added at the end keeps old programs
+ * compiling; `abi_version` is MOERT_ABI_VERSION of the header the program
+ * was compiled against, and the trainer refuses any other. */
 typedef struct {
+  int abi_version;
   int num_params;
   const moert_param_info *params;
   int64_t activation_bytes, gradient_bytes;
@@ -106,9 +110,8 @@ void moert_fill(float *data, int64_t count, float value);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
  * group of ranks that differ from ctx's only in the grid axes of
- * `axes` (a bit mask of MOERT_AXIS_*). Return 0, or non-zero after a
+ * `axes` (a bit mask of enum moert_axis, moert/Abi.h). Return 0, or non-zero after a
  * communicator error (moert_comm_error names it). */
-enum { MOERT_AXIS_DP = 1, MOERT_AXIS_EP = 2, MOERT_AXIS_TP = 4 };
 /* Fills `members` (global ranks, in axis order) and returns the size. */
 int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
 /* out = scale * (sum, or mean when `mean`, over the group of in). */
@@ -126,8 +129,8 @@ int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
 int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                           const int64_t *shape, int rank, int split, int concat,
                           int axes, const struct moert_codec *codec);
-/* A codec of moe.all_reduce (moert/Codecs.h): kind 0 fp16, 1 bf16, 2 int8,
- * 3 topk, 4 sign, 5 powersgd. */
+/* A codec of moe.all_reduce (moert/Codecs.h); `kind` is an enum
+ * moert_codec_kind (moert/Abi.h). */
 typedef struct moert_codec {
   int kind;
   int64_t block_size;

@@ -235,4 +235,72 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
   ];
 }
 
+def AddEvalStepPass : Pass<"moe-add-eval-step", "::mlir::ModuleOp"> {
+  let summary = "Adds a forward-only evaluation copy of the training step";
+  let description = [{
+    Before `moe-autodiff`, on a module with one forward step function:
+    appends `@eval_step`, a clone of it marked `moe.no_grad`, which later
+    passes partition, synchronise and lower like the training step but never
+    differentiate or update. The step program runs it for validation and
+    sampling. A module that already has a `moe.no_grad` function is left as
+    it is.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
+def MakeGridPass : Pass<"moe-make-grid", "::mlir::ModuleOp"> {
+  let summary = "Sets the module's data x expert parallel grid for N ranks";
+  let description = [{
+    With `ranks=N > 1`, sets `moe.grid<dp = N / ep, ep = ep>` on the module
+    for `moe-partition`: `ep` (0, the default: the largest divisor of N that
+    divides every MoE layer's experts) must divide N and every layer's
+    expert count, and the batch must split into whole sequences over the N
+    data replicas (dp x ep). An unsuitable choice is an error that says
+    why. `ranks=1` leaves the module as it is (`ep` must then be 0 or 1).
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"ranks", "ranks", "int64_t", /*default=*/"1", "Ranks of the grid (>= 1)">,
+    Option<"ep", "ep", "int64_t", /*default=*/"0",
+           "Expert-parallel degree (0: the largest divisor of ranks dividing the experts)">,
+  ];
+}
+
+def ExecutablePlanPass : Pass<"moe-executable-plan", "::mlir::ModuleOp"> {
+  let summary = "Checks that the runtime executes the module's planned grid";
+  let description = [{
+    After `moe-plan-sharding`: a plan `moe-partition` and the runtime cannot
+    execute yet (tensor parallelism, unequal shares of a mixed cluster, a
+    batch that does not split into whole sequences over `dp x ep`, experts
+    that do not split evenly, or a placement other than equal contiguous
+    blocks) is an error saying why (`strict`, the default), or, with
+    `strict=false`, a warning after which the grid and placements are
+    dropped and the step stays on one rank (for reports).
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"strict", "strict", "bool", /*default=*/"true",
+           "A plan the runtime cannot execute is an error (else a warning)">,
+  ];
+}
+
+def BucketGradientsPass : Pass<"moe-bucket-gradients", "::mlir::ModuleOp"> {
+  let summary = "Groups adjacent gradient all-reduces into buckets";
+  let description = [{
+    After `moe-lower-to-kernels` (or `moe-insert-collectives`): each run of
+    adjacent uncompressed `moe.all_reduce`s over the same axes, reduction and
+    scale gets one `moe.bucket = N`; the step program sends a bucket as one
+    collective (one rendezvous and one latency instead of one per tensor),
+    as DDP buckets gradients. A bucket packs every input before it writes any
+    output, so a member reading an earlier member's result starts a new
+    bucket, and so does `max-floats` (one collective's count stays far
+    below 2^31). Runs of one all-reduce get no bucket.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"maxFloats", "max-floats", "int64_t", /*default=*/"int64_t(1) << 28",
+           "Largest bucket, in floats">,
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

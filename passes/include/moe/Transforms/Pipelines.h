@@ -15,6 +15,41 @@ namespace mlir::moe {
 
 struct TrainPipelineOptions
     : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<bool> evalStep{*this, "eval-step",
+                        llvm::cl::desc("Add a forward-only evaluation step (moe-add-eval-step)"),
+                        llvm::cl::init(false)};
+  Option<int64_t> ranks{*this, "ranks",
+                        llvm::cl::desc("Partition for N ranks of data x expert parallelism "
+                                       "(moe-make-grid; 1: one rank)"),
+                        llvm::cl::init(1)};
+  Option<int64_t> ep{*this, "ep",
+                     llvm::cl::desc("Expert-parallel degree of ranks, or forced on the "
+                                    "cluster plan (0: chosen)"),
+                     llvm::cl::init(0)};
+  Option<bool> plan{*this, "plan",
+                    llvm::cl::desc("Plan the grid on the module's moe.cluster "
+                                   "(moe-plan-sharding, then moe-executable-plan)"),
+                    llvm::cl::init(false)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("With plan: force the data-parallel degree"),
+                     llvm::cl::init(0)};
+  Option<int64_t> tp{*this, "tp",
+                     llvm::cl::desc("With plan: force the tensor-parallel degree"),
+                     llvm::cl::init(0)};
+  Option<std::string> pinExperts{
+      *this, "pin-experts",
+      llvm::cl::desc("With plan: EXPERT@RANK,... (moe-plan-sharding pin=)"),
+      llvm::cl::init("")};
+  Option<std::string> reportJson{*this, "report-json",
+                                 llvm::cl::desc("With plan: write the plan report (JSON) here"),
+                                 llvm::cl::init("")};
+  Option<std::string> reportTable{
+      *this, "report-table", llvm::cl::desc("With plan: write the plan table here"),
+      llvm::cl::init("")};
+  Option<bool> strictPlan{
+      *this, "strict-plan",
+      llvm::cl::desc("With plan: a plan the runtime cannot execute is an error (false: a "
+                     "warning, and the step stays on one rank)"),
+      llvm::cl::init(true)};
   Option<std::string> optimizer{
       *this, "optimizer",
       llvm::cl::desc("Optimiser moe-autodiff appends: adamw or none"),
@@ -52,6 +87,10 @@ struct TrainPipelineOptions
   Option<bool> lower{*this, "lower",
                      llvm::cl::desc("Run moe-lower-to-kernels"),
                      llvm::cl::init(true)};
+  Option<bool> bucket{*this, "bucket",
+                      llvm::cl::desc("After lowering, bucket adjacent gradient all-reduces "
+                                     "(moe-bucket-gradients)"),
+                      llvm::cl::init(true)};
   Option<bool> savePreactivations{
       *this, "save-preactivations",
       llvm::cl::desc("FFN forward launches keep their pre-activations for "
@@ -65,9 +104,12 @@ struct TrainPipelineOptions
   }
 };
 
-/// moe-fuse-gating, moe-routing-groups, moe-partition, moe-autodiff,
-/// moe-insert-collectives, moe-lower-to-kernels: a forward step to a planned
-/// training-step program (one rank's, when the module has a moe.grid).
+/// A forward step to a planned training-step program, one rank's when the
+/// step is partitioned: [moe-add-eval-step], [moe-make-grid | moe-fuse-gating
+/// + moe-plan-sharding + moe-executable-plan], moe-fuse-gating,
+/// moe-routing-groups, moe-partition, moe-autodiff, moe-insert-collectives,
+/// [moe-compress-collectives], moe-lower-to-kernels, moe-bucket-gradients.
+/// `moec` runs exactly this pipeline (moec --emit=mlir prints its result).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 
 /// Registers --moe-train-pipeline.

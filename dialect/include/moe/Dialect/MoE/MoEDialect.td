@@ -41,6 +41,9 @@ def MoE_Dialect : Dialect {
     - `moe.seed` on the module: the integer seed of initialisation and data;
     - `moe.cluster` on the module: a dictionary describing the cluster
       (nodes, device kinds, links), attached by `moe-translate --cluster`.
+    - `moe.bucket` on a `moe.all_reduce`: a non-negative integer; adjacent
+      all-reduces with the same bucket travel as one collective
+      (`moe-bucket-gradients`).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
@@ -53,6 +56,24 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOptimizerAttrName = "moe.optimizer";
     static constexpr ::llvm::StringLiteral kSeedAttrName = "moe.seed";
     static constexpr ::llvm::StringLiteral kClusterAttrName = "moe.cluster";
+    /// Per launch or collective result: [arena, offset, bytes] in the plan.
+    static constexpr ::llvm::StringLiteral kBuffersAttrName = "moe.buffers";
+    /// On the module: the buffer plan's sizes (moe-lower-to-kernels).
+    static constexpr ::llvm::StringLiteral kBufferPlanAttrName = "moe.buffer_plan";
+    /// On the module: the sharding plan's choices (moe-plan-sharding).
+    static constexpr ::llvm::StringLiteral kPlanAttrName = "moe.plan";
+    /// On the module: moe-compress-collectives' settings.
+    static constexpr ::llvm::StringLiteral kCompressionAttrName = "moe.compression";
+    /// On a collective: the cost model's codec judgement.
+    static constexpr ::llvm::StringLiteral kCodecChoiceAttrName = "moe.codec_choice";
+    /// On a moe.param: held as one rank's block along dimension 0.
+    static constexpr ::llvm::StringLiteral kShardAttrName = "moe.shard";
+    /// On a function: the evaluation step (forward only, no update).
+    static constexpr ::llvm::StringLiteral kNoGradAttrName = "moe.no_grad";
+    /// On a step function result: the parameter it is the gradient of.
+    static constexpr ::llvm::StringLiteral kGradOfAttrName = "moe.grad_of";
+    /// On a moe.all_reduce: its gradient bucket (moe-bucket-gradients).
+    static constexpr ::llvm::StringLiteral kBucketAttrName = "moe.bucket";
   private:
     void registerAttributes();
   public:

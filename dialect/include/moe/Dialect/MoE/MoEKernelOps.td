@@ -27,7 +27,10 @@ def MoE_KernelOp : MoE_Op<"kernel", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     moe.kernel @linear_3 family "linear" : (tensor<512x64xf32>, tensor<64x64xf32>) -> tensor<512x64xf32>
         {config = {}, epilogue = ["residual_add"]}
     ```
-    Constraints: `family` is not empty.
+    Constraints: `family` is not empty; it is the mnemonic of a moe compute
+    op (not a parameter, kernel, launch or collective op); every `config`
+    key is an attribute of that op; every `epilogue` entry is
+    `residual_add`, `save_preactivations` or `saved_preactivations`.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$family,
                        TypeAttrOf<FunctionType>:$signature,

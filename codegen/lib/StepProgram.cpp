@@ -1,6 +1,7 @@
-//===- EmitProgram.cpp - the step program as C++ --------------------------===//
+//===- StepProgram.cpp - the step program as C++ --------------------------===//
 
-#include "EmitProgram.h"
+#include "moe/Codegen/StepProgram.h"
+#include "moert/Abi.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -11,98 +12,24 @@
 
 using namespace mlir;
 using namespace mlir::moe;
+using namespace moec::codegen;
+
+// The dialect's enums cross to the runtime as the ABI's integers.
+static_assert(static_cast<int>(CodecKind::fp16) == MOERT_CODEC_FP16 &&
+              static_cast<int>(CodecKind::bf16) == MOERT_CODEC_BF16 &&
+              static_cast<int>(CodecKind::int8) == MOERT_CODEC_INT8 &&
+              static_cast<int>(CodecKind::topk) == MOERT_CODEC_TOPK &&
+              static_cast<int>(CodecKind::sign) == MOERT_CODEC_SIGN &&
+              static_cast<int>(CodecKind::powersgd) == MOERT_CODEC_POWERSGD);
+static_assert(static_cast<int>(InitKind::zeros) == MOERT_INIT_ZEROS &&
+              static_cast<int>(InitKind::ones) == MOERT_INIT_ONES &&
+              static_cast<int>(InitKind::normal) == MOERT_INIT_NORMAL &&
+              static_cast<int>(InitKind::uniform) == MOERT_INIT_UNIFORM);
+static_assert(static_cast<int>(Activation::swiglu) == MOERT_ACTIVATION_SWIGLU &&
+              static_cast<int>(Activation::gelu) == MOERT_ACTIVATION_GELU &&
+              static_cast<int>(Activation::relu) == MOERT_ACTIVATION_RELU);
 
 namespace {
-
-/// How a tensor is presented to a kernel (Halide extents, innermost first).
-enum class ViewKind { Rows2, Rows3, Reversed, Flat, Vector };
-
-struct Arg {
-  enum Source { Operand, Result, Dummy, Param, MomentM, MomentV } source;
-  unsigned index = 0;
-  ViewKind view = ViewKind::Rows2;
-  unsigned dummyRank = 1;
-};
-
-ViewKind defaultView(StringRef family) {
-  if (family == "attention" || family == "attention_grad" ||
-      family == "expert_ffn" || family == "expert_ffn_grad")
-    return ViewKind::Reversed;
-  if (family == "ffn" || family == "ffn_grad")
-    return ViewKind::Rows3;
-  if (family == "add")
-    return ViewKind::Vector; // 1-d even for scalars (loss terms)
-  if (family == "adamw_update")
-    return ViewKind::Flat;
-  return ViewKind::Rows2;
-}
-
-/// The generator's argument order in terms of the launch's operands and
-/// results.
-SmallVector<Arg> argumentsOf(LaunchOp launch, KernelOp kernel) {
-  StringRef family = kernel.getFamily();
-  ViewKind view = defaultView(family);
-  unsigned n = launch.getOperands().size(), r = launch.getResults().size();
-  auto op = [&](unsigned i, ViewKind v) { return Arg{Arg::Operand, i, v}; };
-  auto res = [&](unsigned i, ViewKind v) { return Arg{Arg::Result, i, v}; };
-  auto dummy = [&](unsigned rank) {
-    Arg a{Arg::Dummy};
-    a.dummyRank = rank;
-    return a;
-  };
-  SmallVector<Arg> args;
-  if (family == "embedding" || family == "embedding_grad" ||
-      family == "cross_entropy" || family == "cross_entropy_grad") {
-    // ids / targets are flat; the rest are rows.
-    bool idsFirst = family.starts_with("embedding");
-    for (unsigned i = 0; i < n; ++i)
-      args.push_back(op(i, (idsFirst ? i == 0 : i == 1) ? ViewKind::Flat : view));
-    args.push_back(res(0, view));
-  } else if (family == "linear") {
-    bool residual = false;
-    for (Attribute e : kernel.getEpilogue())
-      residual |= cast<StringAttr>(e).getValue() == "residual_add";
-    bool bias = n - (residual ? 1 : 0) == 3;
-    args = {op(0, view), op(1, view)};
-    args.push_back(bias ? op(2, ViewKind::Flat) : dummy(1));
-    args.push_back(residual ? op(n - 1, view) : dummy(2));
-    args.push_back(res(0, view));
-  } else if (family == "ffn" || family == "expert_ffn") {
-    // Results: y, then the saved pre-activations (x Wu, x Wg) if any.
-    args = {op(0, view), op(1, view), op(2, view), n == 4 ? op(3, view) : dummy(3),
-            res(0, view), r >= 2 ? res(1, view) : dummy(3),
-            r == 3 ? res(2, view) : dummy(3)};
-  } else if (family == "ffn_grad" || family == "expert_ffn_grad") {
-    // Operands: x, up, down, dy, [gate], then the saved pre-activations.
-    bool gated = r == 4;
-    unsigned base = gated ? 5 : 4;
-    bool saved = n > base;
-    args = {op(0, view), op(1, view), op(2, view), gated ? op(4, view) : dummy(3),
-            op(3, view), saved ? op(base, view) : dummy(3),
-            saved && gated ? op(base + 1, view) : dummy(3), res(0, view),
-            res(1, view), res(2, view), gated ? res(3, view) : dummy(3)};
-  } else if (family == "fused_gate") {
-    args = {op(0, view), op(1, view), n == 3 ? op(2, ViewKind::Flat) : dummy(1)};
-    for (unsigned i = 0; i < r; ++i)
-      args.push_back(res(i, i == 3 ? ViewKind::Flat : view));
-  } else if (family == "router_grad") {
-    args = {op(0, view), op(1, view), n == 5 ? op(4, ViewKind::Flat) : dummy(1),
-            op(2, view), op(3, view), res(0, view), res(1, view)};
-  } else if (family == "unpermute") {
-    args = {op(0, view), op(1, view), n == 3 ? op(2, view) : dummy(2), res(0, view)};
-  } else if (family == "adamw_update") {
-    args = {Arg{Arg::Param, 0, view}, Arg{Arg::MomentM, 0, view},
-            Arg{Arg::MomentV, 0, view}, op(0, view), op(1, view), op(2, view),
-            op(3, view), Arg{Arg::Param, 0, view}, Arg{Arg::MomentM, 0, view},
-            Arg{Arg::MomentV, 0, view}};
-  } else {
-    for (unsigned i = 0; i < n; ++i)
-      args.push_back(op(i, view));
-    for (unsigned i = 0; i < r; ++i)
-      args.push_back(res(i, view));
-  }
-  return args;
-}
 
 /// Halide extents of `type` presented as `view`.
 SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
@@ -128,64 +55,51 @@ SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
   return {};
 }
 
+const char *codecName(CodecKind kind) {
+  switch (kind) {
+  case CodecKind::fp16:
+    return "MOERT_CODEC_FP16";
+  case CodecKind::bf16:
+    return "MOERT_CODEC_BF16";
+  case CodecKind::int8:
+    return "MOERT_CODEC_INT8";
+  case CodecKind::topk:
+    return "MOERT_CODEC_TOPK";
+  case CodecKind::sign:
+    return "MOERT_CODEC_SIGN";
+  case CodecKind::powersgd:
+    return "MOERT_CODEC_POWERSGD";
+  }
+  return "-1";
+}
+
+const char *initName(InitKind kind) {
+  switch (kind) {
+  case InitKind::zeros:
+    return "MOERT_INIT_ZEROS";
+  case InitKind::ones:
+    return "MOERT_INIT_ONES";
+  case InitKind::normal:
+    return "MOERT_INIT_NORMAL";
+  case InitKind::uniform:
+    return "MOERT_INIT_UNIFORM";
+  }
+  return "-1";
+}
+
 /// MOERT_AXIS_* bits of a list of grid axis names.
 int axesMask(ArrayAttr axes) {
   int mask = 0;
   for (Attribute a : axes) {
     StringRef name = cast<StringAttr>(a).getValue();
-    mask |= name == "dp" ? 1 : name == "ep" ? 2 : 4;
+    mask |= name == "dp" ? MOERT_AXIS_DP : name == "ep" ? MOERT_AXIS_EP : MOERT_AXIS_TP;
   }
   return mask;
 }
 
-/// The bytes one member sends in a compressed all-reduce over `p` members
-/// (runtime/lib/StepComm.cpp): fp16/bf16/int8 an all-to-all of encoded
-/// chunks and an all-gather of encoded sums; topk/sign an all-gather of the
-/// encoding; powersgd ring all-reduces of P [rows, r] and Q [cols, r].
-int64_t codecAllReduceBytes(CodecAttr codec, int64_t n, int64_t rows, int64_t cols,
-                            int64_t p) {
-  if (p <= 1)
-    return 0;
-  auto encoded = [&](int64_t count) -> int64_t {
-    switch (codec.getKind()) {
-    case CodecKind::fp16:
-    case CodecKind::bf16:
-      return 2 * count;
-    case CodecKind::int8: {
-      int64_t block = std::max<int64_t>(codec.getBlockSize(), 1);
-      return count + 4 * ((count + block - 1) / block);
-    }
-    case CodecKind::topk: {
-      double ratio = codec.getRatio().convertToDouble();
-      return 8 * std::min<int64_t>(count, std::max<int64_t>(1, static_cast<int64_t>(
-                                                                   std::floor(ratio * count))));
-    }
-    case CodecKind::sign:
-      return 4 + (count + 7) / 8;
-    case CodecKind::powersgd:
-      return 0;
-    }
-    return 0;
-  };
-  switch (codec.getKind()) {
-  case CodecKind::fp16:
-  case CodecKind::bf16:
-  case CodecKind::int8:
-    return 2 * (p - 1) * encoded((n + p - 1) / p);
-  case CodecKind::topk:
-  case CodecKind::sign:
-    return (p - 1) * encoded(n);
-  case CodecKind::powersgd: {
-    int64_t r = std::max<int64_t>(1, std::min({codec.getRank(), rows, cols}));
-    return 2 * (p - 1) * rows * r * 4 / p + 2 * (p - 1) * cols * r * 4 / p;
-  }
-  }
-  return 0;
-}
-
 class Emitter {
 public:
-  Emitter(ModuleOp module, const std::map<std::string, moec::KernelCall> &calls,
+  Emitter(ModuleOp module, const KernelCalls &calls,
           raw_ostream &os)
       : module(module), calls(calls), os(os) {}
 
@@ -200,7 +114,7 @@ private:
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
 
   ModuleOp module;
-  const std::map<std::string, moec::KernelCall> &calls;
+  const KernelCalls &calls;
   raw_ostream &os;
   llvm::DenseMap<Value, std::string> storage;
   llvm::StringMap<unsigned> paramIndex;
@@ -238,7 +152,7 @@ void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
 
 LogicalResult Emitter::launch(LaunchOp op) {
   auto kernel = module.lookupSymbol<KernelOp>(op.getKernelAttr());
-  const moec::KernelCall &call = calls.at(kernel.getSymName().str());
+  const KernelCall &call = calls.at(kernel.getSymName());
   setStorage(op, op.getBuffers());
   StringRef family = kernel.getFamily();
   auto numel = [](Value v) {
@@ -252,7 +166,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble())
        << ", " << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
        << c.getAs<IntegerAttr>("total_steps").getInt() << ", "
-       << (sched == "cosine" ? 0 : sched == "linear" ? 1 : 2) << ");\n";
+       << (sched == "cosine"   ? "MOERT_LR_COSINE"
+           : sched == "linear" ? "MOERT_LR_LINEAR"
+                               : "MOERT_LR_CONSTANT")
+       << ");\n";
     return success();
   }
   if (family == "global_norm") {
@@ -284,10 +201,13 @@ LogicalResult Emitter::launch(LaunchOp op) {
     return op.emitOpError() << "has no kernel and no runtime routine";
   SmallVector<std::string> names;
   os << "  {\n";
-  for (const Arg &arg : argumentsOf(op, kernel)) {
+  FailureOr<SmallVector<KernelArg>> args = argumentsOf(op, kernel);
+  if (failed(args))
+    return failure();
+  for (const KernelArg &arg : *args) {
     std::string name = "v" + std::to_string(viewCounter++);
     names.push_back(name);
-    if (arg.source == Arg::Dummy) {
+    if (arg.source == KernelArg::Dummy) {
       os << "    View " << name << " = view(dummy, f32, {";
       for (unsigned i = 0; i < arg.dummyRank; ++i)
         os << (i ? ", " : "") << "1";
@@ -296,17 +216,17 @@ LogicalResult Emitter::launch(LaunchOp op) {
     }
     Value value;
     std::string ptr;
-    if (arg.source == Arg::Operand)
+    if (arg.source == KernelArg::Operand)
       value = op.getOperands()[arg.index];
-    else if (arg.source == Arg::Result)
+    else if (arg.source == KernelArg::Result)
       value = op.getResults()[arg.index];
     else
       value = op.getOperands()[0]; // the gradient: the parameter's type
-    if (arg.source == Arg::Param || arg.source == Arg::MomentM ||
-        arg.source == Arg::MomentV) {
+    if (arg.source == KernelArg::Param || arg.source == KernelArg::MomentM ||
+        arg.source == KernelArg::MomentV) {
       unsigned idx = paramIndex.lookup(*op.getUpdates());
-      ptr = arg.source == Arg::Param ? "ctx->params[" + std::to_string(idx) + "]"
-            : "ctx->moments[" + std::to_string(2 * idx + (arg.source == Arg::MomentV)) + "]";
+      ptr = arg.source == KernelArg::Param ? "ctx->params[" + std::to_string(idx) + "]"
+            : "ctx->moments[" + std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) + "]";
     } else {
       ptr = pointer(value);
     }
@@ -346,10 +266,21 @@ LogicalResult Emitter::launch(LaunchOp op) {
 }
 
 LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
+  AllReduceOp first = reduces.front();
+  if (reduces.size() == 1)
+    return collective(first);
   int64_t total = 0;
   std::string outs, ins, counts;
   for (AllReduceOp r : reduces) {
-    auto plan = r->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+    // One collective packs every input before it writes any output.
+    Operation *producer = r.getInput().getDefiningOp();
+    if (r.getCodecAttr() || r.getAxes() != first.getAxes() ||
+        r.getReduction() != first.getReduction() || r.getScale() != first.getScale() ||
+        (producer && llvm::is_contained(reduces, dyn_cast<AllReduceOp>(producer))))
+      return r.emitOpError("cannot share a bucket with the all_reduce before it (a "
+                           "bucket has one group, reduction and scale, no codec, and "
+                           "no member reads another's result)");
+    auto plan = r->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
     if (!plan)
       return r.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
     setStorage(r, plan.asArrayRef());
@@ -359,10 +290,9 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
     ins += (ins.empty() ? "" : ", ") + pointer(r.getInput());
     counts += (counts.empty() ? "" : ", ") + std::to_string(n);
   }
-  AllReduceOp first = reduces.front();
   int64_t p = groupSize(first.getAxes());
-  if (training && p > 1)
-    allReduceBytes += 2 * (p - 1) * total * 4 / p;
+  if (training)
+    allReduceBytes += moert_ring_all_reduce_bytes(total, p);
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {"
      << ins << "};\n    const int64_t counts[] = {" << counts
      << "};\n    if (int rc = moert_step_all_reduce_bucket(ctx, " << reduces.size()
@@ -374,14 +304,14 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
 }
 
 LogicalResult Emitter::collective(Operation *op) {
-  auto plan = op->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+  auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
   if (!plan)
     return op->emitOpError("has no planned buffer (run moe-lower-to-kernels)");
   setStorage(op, plan.asArrayRef());
   auto type = cast<RankedTensorType>(op->getOperand(0).getType());
   if (auto reduce = dyn_cast<AllReduceOp>(op)) {
     int64_t p = groupSize(reduce.getAxes()), n = type.getNumElements();
-    int64_t ring = p > 1 ? 2 * (p - 1) * n * 4 / p : 0;
+    int64_t ring = moert_ring_all_reduce_bytes(n, p);
     if (CodecAttr codec = reduce.getCodecAttr()) {
       if (!training)
         return op->emitOpError("compressed all_reduce runs in the training step only");
@@ -389,8 +319,10 @@ LogicalResult Emitter::collective(Operation *op) {
       // of rank >= 2 as [numel / last, last] for powersgd.
       int64_t cols = type.getShape().empty() ? 1 : type.getShape().back(), rows = n / cols;
       codecUncompressed += ring;
-      codecBytes += codecAllReduceBytes(codec, n, rows, cols, p);
-      os << "  {\n    static const moert_codec codec = {" << static_cast<int>(codec.getKind())
+      codecBytes += moert_codec_all_reduce_bytes(
+          static_cast<int>(codec.getKind()), codec.getBlockSize(),
+          codec.getRatio().convertToDouble(), codec.getRank(), n, rows, cols, p);
+      os << "  {\n    static const moert_codec codec = {" << codecName(codec.getKind())
          << ", " << codec.getBlockSize() << ", "
          << llvm::format("%.17g", codec.getRatio().convertToDouble()) << ", "
          << codec.getRank() << ", " << (codec.getErrorFeedback() ? 1 : 0) << "};\n"
@@ -422,19 +354,14 @@ LogicalResult Emitter::collective(Operation *op) {
   CodecAttr codec = exchange.getCodecAttr();
   if (codec) {
     os << "  static const moert_codec codec" << codecSites << " = {"
-       << static_cast<int>(codec.getKind()) << ", " << codec.getBlockSize()
+       << codecName(codec.getKind()) << ", " << codec.getBlockSize()
        << ", 0, 0, 0};\n";
     codecArg = "&codec" + std::to_string(codecSites++);
   }
   // Bytes of `elems` floats on the wire.
   auto wire = [&](int64_t elems) -> int64_t {
-    if (!codec)
-      return elems * 4;
-    if (codec.getKind() == CodecKind::int8) {
-      int64_t block = std::max<int64_t>(codec.getBlockSize(), 1);
-      return elems + 4 * ((elems + block - 1) / block);
-    }
-    return elems * 2;
+    return moert_all_to_all_wire_bytes(codec ? static_cast<int>(codec.getKind()) : -1,
+                                       codec ? codec.getBlockSize() : 0, elems);
   };
   if (Value counts = exchange.getSendCounts()) {
     if (exchange.getSplitDim() == exchange.getConcatDim())
@@ -465,14 +392,14 @@ LogicalResult Emitter::collective(Operation *op) {
 }
 
 LogicalResult Emitter::run() {
-  if (auto compression = module->getAttrOfType<DictionaryAttr>("moe.compression"))
+  if (auto compression = module->getAttrOfType<DictionaryAttr>(MoEDialect::kCompressionAttrName))
     if (auto warmup = compression.getAs<IntegerAttr>("warmup_steps"))
       codecWarmup = warmup.getInt();
   func::FuncOp step, eval;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())
       continue;
-    (fn->hasAttr("moe.no_grad") ? eval : step) = fn;
+    (fn->hasAttr(MoEDialect::kNoGradAttrName) ? eval : step) = fn;
   }
   if (!step)
     return module.emitError("moec: no training step function to emit");
@@ -481,7 +408,7 @@ LogicalResult Emitter::run() {
      << "#include \"HalideRuntime.h\"\n#include \"moert/Program.h\"\n#include \"moert/ScratchPool.h\"\n"
      << "#include <cstdio>\n#include <cstring>\n#include <initializer_list>\n\n";
   for (auto kernel : module.getOps<KernelOp>())
-    if (!calls.at(kernel.getSymName().str()).generator.empty())
+    if (!calls.at(kernel.getSymName()).generator.empty())
       os << "#include \"" << kernel.getSymName() << ".h\"\n";
   os << R"cpp(
 namespace {
@@ -540,10 +467,10 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     os << "  {\"" << p.getSymName() << "\", " << p.getTensorType().getRank() << ", {";
     llvm::interleaveComma(p.getTensorType().getShape(), os);
     int64_t parts = 1;
-    if (p->hasAttr("moe.shard"))
+    if (p->hasAttr(MoEDialect::kShardAttrName))
       if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
         parts = grid.getEp();
-    os << "}, " << static_cast<int>(init.getKind()) << ", "
+    os << "}, " << initName(init.getKind()) << ", "
        << llvm::format("%.17g", init.getScaleValue()) << ", " << adamw << ", " << parts
        << "},\n";
   }
@@ -551,18 +478,16 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   if (failed(emitFunction(step, "trainStep", true)) ||
       (eval && failed(emitFunction(eval, "evalStep", false))))
     return failure();
-  auto plan = module->getAttrOfType<DictionaryAttr>("moe.buffer_plan");
+  auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
   auto tokensType = cast<RankedTensorType>(step.getArgument(0).getType());
   int64_t vocab = 0;
   if (auto emb = module.lookupSymbol<ParamOp>("tok_emb"))
     vocab = emb.getTensorType().getShape()[0];
   int64_t seed = 0;
-  if (auto s = module->getAttrOfType<IntegerAttr>("moe.seed"))
+  if (auto s = module->getAttrOfType<IntegerAttr>(MoEDialect::kSeedAttrName))
     seed = s.getInt();
   auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
-  int64_t scratch = 0;
-  for (auto kernel : module.getOps<KernelOp>())
-    scratch = std::max(scratch, calls.at(kernel.getSymName().str()).scratchBytes);
+  int64_t scratch = calls.scratchBytes();
   os << "static const int32_t kLayerExperts[] = {0";
   for (auto &layer : moeLayers)
     os << ", " << layer.first;
@@ -570,17 +495,33 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   for (auto &layer : moeLayers)
     os << ", " << layer.second;
   os << "};\n";
-  os << "extern \"C\" const moert_program moec_program = {\n  " << index
-     << ", kParams, " << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
-     << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n  "
-     << tokensType.getShape()[0] << ", " << tokensType.getNumElements() / tokensType.getShape()[0]
-     << ", " << vocab << ", " << seed << "ull, trainStep, "
-     << (eval ? "evalStep" : "nullptr") << ", " << moeLayers.size()
-     << ", kLayerExperts + 1, kLayerCapacity + 1, " << scratch << ", "
-     << (grid ? grid.getDp() : 1) << ", " << (grid ? grid.getEp() : 1) << ", "
-     << (grid ? grid.getTp() : 1) << ",\n  {" << allReduceBytes << ", " << allToAllBytes
-     << ", 0, 0, 0, 0}, " << raggedBound << ", " << codecWarmup << ", " << codecBytes << ", "
-     << codecUncompressed << "};\n";
+  os << "extern \"C\" const moert_program moec_program = {\n"
+     << "    .abi_version = MOERT_ABI_VERSION,\n"
+     << "    .num_params = " << index << ",\n"
+     << "    .params = kParams,\n"
+     << "    .activation_bytes = " << plan.getAs<IntegerAttr>("activation_bytes").getInt()
+     << ",\n"
+     << "    .gradient_bytes = " << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n"
+     << "    .batch = " << tokensType.getShape()[0] << ",\n"
+     << "    .seq_len = " << tokensType.getNumElements() / tokensType.getShape()[0] << ",\n"
+     << "    .vocab = " << vocab << ",\n"
+     << "    .seed = " << seed << "ull,\n"
+     << "    .train_step = trainStep,\n"
+     << "    .eval_step = " << (eval ? "evalStep" : "nullptr") << ",\n"
+     << "    .num_moe_layers = " << moeLayers.size() << ",\n"
+     << "    .layer_experts = kLayerExperts + 1,\n"
+     << "    .layer_capacity = kLayerCapacity + 1,\n"
+     << "    .planned_scratch_bytes = " << scratch << ",\n"
+     << "    .grid_dp = " << (grid ? grid.getDp() : 1) << ",\n"
+     << "    .grid_ep = " << (grid ? grid.getEp() : 1) << ",\n"
+     << "    .grid_tp = " << (grid ? grid.getTp() : 1) << ",\n"
+     << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes
+     << ", 0, 0, 0, 0},\n"
+     << "    .step_ragged_bound = " << raggedBound << ",\n"
+     << "    .codec_warmup_steps = " << codecWarmup << ",\n"
+     << "    .step_codec_bytes = " << codecBytes << ",\n"
+     << "    .step_codec_uncompressed = " << codecUncompressed << ",\n"
+     << "};\n";
   return success();
 }
 
@@ -593,7 +534,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
      << (isTraining ? "int32_t step, float *loss) {\n" : "float *loss, float *logits) {\n")
      << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n";
   for (BlockArgument arg : step.getArguments()) {
-    auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
+    auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), MoEDialect::kInputAttrName);
     if (!kind)
       return step.emitError("moec: step argument #")
              << arg.getArgNumber() << " is not a moe.input";
@@ -606,43 +547,29 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
   for (Operation &op : step.getBody().front()) {
     if (bucketed.contains(&op))
       continue;
-    // Adjacent uncompressed all-reduces of one group, reduction and scale
-    // (the gradients) go as one bucket: one collective instead of one per
-    // tensor.
-    if (auto first = dyn_cast<AllReduceOp>(op); first && !first.getCodecAttr()) {
+    // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
+    // one collective.
+    if (auto first = dyn_cast<AllReduceOp>(op);
+        first && first->hasAttr(MoEDialect::kBucketAttrName)) {
       SmallVector<AllReduceOp> run = {first};
-      // A bucket packs every input before it writes any output: a member
-      // reading an earlier member's result ends it, and so does size (one
-      // collective's count stays far below 2^31 floats).
-      int64_t total = cast<RankedTensorType>(first.getType()).getNumElements();
+      Attribute id = first->getAttr(MoEDialect::kBucketAttrName);
       for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
         auto r = dyn_cast<AllReduceOp>(next);
-        if (!r || r.getCodecAttr() || r.getAxes() != first.getAxes() ||
-            r.getReduction() != first.getReduction() || r.getScale() != first.getScale())
-          break;
-        Operation *producer = r.getInput().getDefiningOp();
-        if (producer && llvm::any_of(run, [&](AllReduceOp member) {
-              return member.getOperation() == producer;
-            }))
-          break;
-        total += cast<RankedTensorType>(r.getType()).getNumElements();
-        if (total > (int64_t(1) << 28))
+        if (!r || r->getAttr(MoEDialect::kBucketAttrName) != id)
           break;
         run.push_back(r);
       }
-      if (run.size() > 1) {
-        for (AllReduceOp r : run)
-          bucketed.insert(r);
-        if (failed(bucket(run)))
-          return failure();
-        continue;
-      }
+      for (AllReduceOp r : run)
+        bucketed.insert(r);
+      if (failed(bucket(run)))
+        return failure();
+      continue;
     }
     if (auto get = dyn_cast<GetParamOp>(op)) {
       storage[get.getResult()] =
           "ctx->params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
     } else if (auto fill = dyn_cast<FillOp>(op)) {
-      auto plan = fill->getAttrOfType<DenseI64ArrayAttr>("moe.buffers");
+      auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
       setStorage(fill, plan.asArrayRef());
       os << "  moert_fill(" << pointer(fill.getResult()) << ", "
          << cast<RankedTensorType>(fill.getType()).getNumElements() << ", "
@@ -665,8 +592,32 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
 
 } // namespace
 
-LogicalResult moec::emitStepProgram(ModuleOp module,
-                                    const std::map<std::string, KernelCall> &calls,
-                                    raw_ostream &os) {
+FailureOr<KernelCalls> KernelCalls::collect(ModuleOp module, Gemm gemm) {
+  KernelCalls result;
+  for (auto kernel : module.getOps<KernelOp>()) {
+    FailureOr<KernelCall> call = lookupKernel(kernel, gemm);
+    if (failed(call))
+      return failure();
+    result.calls.push_back({kernel.getSymName().str(), std::move(*call)});
+  }
+  return result;
+}
+
+const KernelCall &KernelCalls::at(StringRef kernel) const {
+  for (const auto &entry : calls)
+    if (entry.first == kernel)
+      return entry.second;
+  llvm::report_fatal_error("KernelCalls::at: no call for kernel " + kernel);
+}
+
+int64_t KernelCalls::scratchBytes() const {
+  int64_t scratch = 0;
+  for (const auto &entry : calls)
+    scratch = std::max(scratch, entry.second.scratchBytes);
+  return scratch;
+}
+
+LogicalResult moec::codegen::emitStepProgram(ModuleOp module, const KernelCalls &calls,
+                                             raw_ostream &os) {
   return Emitter(module, calls, os).run();
 }

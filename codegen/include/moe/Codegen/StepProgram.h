@@ -1,0 +1,47 @@
+//===- StepProgram.h - the step program as C++ ------------------*- C++ -*-===//
+//
+// The back end's second half: a lowered module (after moe-lower-to-kernels)
+// becomes a C++ step program that defines `moec_program` (moert/Program.h):
+// the parameter table, and a train_step / eval_step running every launch and
+// collective in order over the planned arenas, calling the generated kernels
+// (KernelRegistry.h says with which arguments) and the runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_CODEGEN_STEPPROGRAM_H
+#define MOE_CODEGEN_STEPPROGRAM_H
+
+#include "moe/Codegen/KernelRegistry.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moec::codegen {
+
+/// The calls producing every `moe.kernel` of a module, in module order.
+class KernelCalls {
+public:
+  /// Looks up every kernel of `module`; fails with a diagnostic on the first
+  /// kernel no family row serves.
+  static mlir::FailureOr<KernelCalls> collect(mlir::ModuleOp module, Gemm gemm);
+
+  const KernelCall &at(llvm::StringRef kernel) const;
+  const std::vector<std::pair<std::string, KernelCall>> &all() const { return calls; }
+  /// Kernels run one at a time: the scratch peak is the largest kernel's.
+  int64_t scratchBytes() const;
+
+private:
+  std::vector<std::pair<std::string, KernelCall>> calls;
+};
+
+/// Writes the C++ step program of a lowered module.
+mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
+                                    llvm::raw_ostream &os);
+
+} // namespace moec::codegen
+
+#endif // MOE_CODEGEN_STEPPROGRAM_H

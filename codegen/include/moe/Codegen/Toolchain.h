@@ -1,0 +1,50 @@
+//===- Toolchain.h - generated kernels and the linked trainer ---*- C++ -*-===//
+//
+// The last stage of the back end: run moe-halide-gen for every kernel of a
+// lowered module, write the kernel manifest, and compile the step program
+// and link it with the kernels, the Halide runtime and the runtime (moert)
+// into one training executable.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_CODEGEN_TOOLCHAIN_H
+#define MOE_CODEGEN_TOOLCHAIN_H
+
+#include "moe/Codegen/StepProgram.h"
+
+#include "llvm/Support/Error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace moec::codegen {
+
+/// The kernels of `calls` and the buffer plan of `module`, as JSON:
+/// {"buffer_plan": {...sizes, "kernel_scratch_bytes"}, "kernels": {name:
+/// {"family", "generator", "params", "scratch_bytes"} or {"family",
+/// "runtime"}}}.
+nlohmann::json kernelManifest(mlir::ModuleOp module, const KernelCalls &calls);
+
+struct ToolchainOptions {
+  /// The moe-halide-gen executable.
+  std::string generator;
+  /// Print each kernel and command.
+  bool verbose = false;
+};
+
+/// Generates every kernel of `calls` (static library and header) and the
+/// Halide runtime into `dir`.
+llvm::Error generateKernels(const KernelCalls &calls, llvm::StringRef dir,
+                            const ToolchainOptions &options);
+
+/// Compiles `stepProgram` (C++) and links it with the kernels in `dir`, the
+/// Halide runtime and moert into `output`; `mpi` also links the MPI
+/// communicator (a partitioned binary runs under mpirun).
+llvm::Error linkTrainer(llvm::StringRef stepProgram, llvm::StringRef dir,
+                        const KernelCalls &calls, llvm::StringRef output, bool mpi,
+                        const ToolchainOptions &options);
+
+} // namespace moec::codegen
+
+#endif // MOE_CODEGEN_TOOLCHAIN_H

@@ -1,0 +1,326 @@
+//===- KernelFamilies.cpp - one row per kernel family ---------------------===//
+//
+// Each row: the family, its generator in codegen/generators/, the generator's
+// argument names in call order (KernelTest checks them against the generated
+// kernels' metadata), the GeneratorParams of a spec, and how a launch fills
+// the arguments. Sections follow the generator files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Codegen/KernelRegistry.h"
+#include "moert/Abi.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace moec::codegen;
+using llvm::StringLiteral;
+using llvm::StringRef;
+
+namespace {
+
+using Params = std::vector<std::string>;
+using Args = SmallVector<KernelArg>;
+
+std::string param(StringRef key, int64_t value) {
+  return (key + "=" + std::to_string(value)).str();
+}
+std::string param(StringRef key, double value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << key << "=" << llvm::format("%.9g", value);
+  return text;
+}
+std::string param(StringRef key, bool value) {
+  return (key + "=" + (value ? "true" : "false")).str();
+}
+
+/// blas=true|false for a family whose per-group product is m n k.
+std::string gemmParam(Gemm gemm, int64_t m, int64_t n, int64_t k) {
+  bool blas = gemm == Gemm::Blas || (gemm == Gemm::Auto && m * n * k >= kBlasMinMacs);
+  return param("blas", blas);
+}
+
+KernelArg op(unsigned i, ViewKind v) { return KernelArg{KernelArg::Operand, i, v}; }
+KernelArg res(unsigned i, ViewKind v) { return KernelArg{KernelArg::Result, i, v}; }
+KernelArg dummy(unsigned rank) {
+  KernelArg a{KernelArg::Dummy};
+  a.dummyRank = rank;
+  return a;
+}
+
+//===-- EmbeddingGenerator.cpp, CrossEntropyGenerator.cpp ----------------===//
+
+Params embeddingParams(const KernelSpec &s, Gemm) {
+  bool forward = s.family == "embedding";
+  ArrayRef<int64_t> table = forward ? s.in(1) : s.out(0);
+  return {param("tokens", KernelSpec::numel(s.in(0))), param("vocab", table[0]),
+          param("width", table[1])};
+}
+/// Token ids (operand `ids`) flat, everything else as rows.
+template <unsigned Ids> Args idsFlatArgs(const KernelSpec &, unsigned n, unsigned) {
+  Args args;
+  for (unsigned i = 0; i < n; ++i)
+    args.push_back(op(i, i == Ids ? ViewKind::Flat : ViewKind::Rows2));
+  args.push_back(res(0, ViewKind::Rows2));
+  return args;
+}
+Params crossEntropyParams(const KernelSpec &s, Gemm) {
+  int64_t v = s.in(0).back();
+  return {param("tokens", KernelSpec::numel(s.in(0)) / v), param("vocab", v)};
+}
+
+//===-- NormGenerator.cpp ------------------------------------------------===//
+
+Params normParams(const KernelSpec &s, Gemm) {
+  int64_t d = s.in(0).back();
+  return {param("rows", KernelSpec::numel(s.in(0)) / d), param("width", d),
+          param("epsilon", s.number("epsilon", 1e-5))};
+}
+
+//===-- LinearGenerator.cpp ----------------------------------------------===//
+
+/// Operands: x, w, then the bias if any, then the residual if fused.
+bool linearHasBias(const KernelSpec &s) {
+  bool residual = s.hasEpilogue("residual_add");
+  return s.numInputs() - (residual ? 1u : 0u) == 3u;
+}
+Params linearParams(const KernelSpec &s, Gemm gemm) {
+  ArrayRef<int64_t> w = s.in(1);
+  int64_t rows = KernelSpec::numel(s.in(0)) / w[0];
+  return {param("rows", rows), param("in", w[0]), param("out", w[1]),
+          param("bias", linearHasBias(s)), param("residual", s.hasEpilogue("residual_add")),
+          gemmParam(gemm, rows, w[0], w[1])};
+}
+Args linearArgs(const KernelSpec &s, unsigned n, unsigned) {
+  ViewKind v = ViewKind::Rows2;
+  bool residual = s.hasEpilogue("residual_add");
+  return {op(0, v), op(1, v), linearHasBias(s) ? op(2, ViewKind::Flat) : dummy(1),
+          residual ? op(n - 1, v) : dummy(2), res(0, v)};
+}
+Params linearGradParams(const KernelSpec &s, Gemm gemm) {
+  ArrayRef<int64_t> w = s.in(1);
+  int64_t rows = KernelSpec::numel(s.in(0)) / w[0];
+  return {param("rows", rows), param("in", w[0]), param("out", w[1]),
+          gemmParam(gemm, rows, w[0], w[1])};
+}
+Params biasGradParams(const KernelSpec &s, Gemm) {
+  int64_t n = s.in(0).back();
+  return {param("rows", KernelSpec::numel(s.in(0)) / n), param("out", n)};
+}
+
+//===-- AttentionGenerator.cpp -------------------------------------------===//
+
+Params attentionParams(const KernelSpec &s, Gemm) {
+  ArrayRef<int64_t> q = s.in(0);
+  int64_t heads = static_cast<int64_t>(s.number("num_heads", 1));
+  Params p = {param("batch", q[0]),
+              param("seq", q[1]),
+              param("heads", heads),
+              param("kv_heads", static_cast<int64_t>(s.number("num_kv_heads", 1))),
+              param("head_dim", q[2] / heads),
+              param("rope", s.has("rope_theta"))};
+  if (s.has("rope_theta"))
+    p.push_back(param("theta", s.number("rope_theta")));
+  return p;
+}
+
+//===-- FFNGenerator.cpp (dense and grouped expert FFNs) -----------------===//
+
+const char *activationName(double value) {
+  switch (static_cast<int>(value)) {
+  case MOERT_ACTIVATION_GELU:
+    return "gelu";
+  case MOERT_ACTIVATION_RELU:
+    return "relu";
+  default:
+    return "swiglu";
+  }
+}
+Params ffnParams(const KernelSpec &s, Gemm gemm) {
+  StringRef family = s.family;
+  bool grouped = family.starts_with("expert");
+  ArrayRef<int64_t> x = s.in(0), up = s.in(1);
+  int64_t d = x.back(), f = up.back();
+  int64_t rows = grouped ? x[1] : KernelSpec::numel(x) / d;
+  Params p = {param("groups", grouped ? x[0] : int64_t(1)), param("rows", rows),
+              param("width", d), param("hidden", f),
+              "activation=" + std::string(activationName(s.number("activation")))};
+  // Pre-activations kept by the forward for the backward.
+  if (family.ends_with("_grad"))
+    p.push_back(param("saved", s.hasEpilogue("saved_preactivations")));
+  else
+    p.push_back(param("save", s.hasEpilogue("save_preactivations")));
+  p.push_back(gemmParam(gemm, rows, d, f));
+  return p;
+}
+/// Results: y, then the saved pre-activations (x Wu, x Wg) if any.
+template <ViewKind V> Args ffnArgs(const KernelSpec &, unsigned n, unsigned r) {
+  return {op(0, V),  op(1, V), op(2, V), n == 4 ? op(3, V) : dummy(3), res(0, V),
+          r >= 2 ? res(1, V) : dummy(3), r == 3 ? res(2, V) : dummy(3)};
+}
+/// Operands: x, up, down, dy, [gate], then the saved pre-activations.
+template <ViewKind V> Args ffnGradArgs(const KernelSpec &, unsigned n, unsigned r) {
+  bool gated = r == 4;
+  unsigned base = gated ? 5 : 4;
+  bool saved = n > base;
+  return {op(0, V),
+          op(1, V),
+          op(2, V),
+          gated ? op(4, V) : dummy(3),
+          op(3, V),
+          saved ? op(base, V) : dummy(3),
+          saved && gated ? op(base + 1, V) : dummy(3),
+          res(0, V),
+          res(1, V),
+          res(2, V),
+          gated ? res(3, V) : dummy(3)};
+}
+
+//===-- RoutingGenerator.cpp ---------------------------------------------===//
+
+Params routingParams(const KernelSpec &s, Gemm) {
+  ArrayRef<int64_t> x = s.in(0), w = s.in(1);
+  bool isGate = s.family == "fused_gate";
+  Params p = {param("tokens", KernelSpec::numel(x) / x.back()),
+              param("width", w[0]),
+              param("num_experts", w[1]),
+              param("top_k", static_cast<int64_t>(s.number("top_k", 1))),
+              std::string("scoring=") + (s.number("scoring") == 1 ? "sigmoid" : "softmax"),
+              param("renormalize", s.flag("renormalize")),
+              param("has_bias", s.numInputs() == (isGate ? 3u : 5u)),
+              param("routed_scaling", s.number("routed_scaling", 1.0)),
+              param("aux_loss_coef", s.number("aux_loss_coef")),
+              param("z_loss_coef", s.number("z_loss_coef")),
+              param("groups", static_cast<int64_t>(s.number("groups", 1)))};
+  if (isGate)
+    p.push_back(param("capacity", static_cast<int64_t>(s.number("capacity", 1))));
+  return p;
+}
+Args fusedGateArgs(const KernelSpec &, unsigned n, unsigned r) {
+  ViewKind v = ViewKind::Rows2;
+  Args args = {op(0, v), op(1, v), n == 3 ? op(2, ViewKind::Flat) : dummy(1)};
+  for (unsigned i = 0; i < r; ++i)
+    args.push_back(res(i, i == 3 ? ViewKind::Flat : v));
+  return args;
+}
+Args routerGradArgs(const KernelSpec &, unsigned n, unsigned) {
+  ViewKind v = ViewKind::Rows2;
+  return {op(0, v), op(1, v), n == 5 ? op(4, ViewKind::Flat) : dummy(1), op(2, v),
+          op(3, v), res(0, v),  res(1, v)};
+}
+
+//===-- PermuteGenerator.cpp ---------------------------------------------===//
+
+Params permuteParams(const KernelSpec &s, Gemm) {
+  bool forward = s.family == "permute";
+  ArrayRef<int64_t> slots = s.in(1), buf = forward ? s.out(0) : s.in(0);
+  Params p = {param("tokens", KernelSpec::numel(slots) / slots.back()),
+              param("k", slots.back()), param("slots_total", buf[0] * buf[1]),
+              param("width", buf[2])};
+  if (s.family == "unpermute")
+    p.push_back(param("weighted", s.numInputs() == 3));
+  return p;
+}
+Args unpermuteArgs(const KernelSpec &, unsigned n, unsigned) {
+  ViewKind v = ViewKind::Rows2;
+  return {op(0, v), op(1, v), n == 3 ? op(2, v) : dummy(2), res(0, v)};
+}
+
+//===-- ElementwiseGenerator.cpp -----------------------------------------===//
+
+Params addParams(const KernelSpec &s, Gemm) {
+  return {param("size", KernelSpec::numel(s.in(0)))};
+}
+Params adamwParams(const KernelSpec &s, Gemm) {
+  return {param("size", KernelSpec::numel(s.in(0))),
+          param("beta1", s.number("beta1")),
+          param("beta2", s.number("beta2")),
+          param("eps", s.number("eps")),
+          param("weight_decay", s.number("weight_decay")),
+          param("grad_clip", s.number("grad_clip"))};
+}
+/// The parameter and its moments are read and written in place; the
+/// launch's operands are the gradient, the learning rate, the norm and the
+/// step.
+Args adamwArgs(const KernelSpec &, unsigned, unsigned) {
+  ViewKind v = ViewKind::Flat;
+  KernelArg p{KernelArg::Param, 0, v}, m{KernelArg::MomentM, 0, v},
+      s{KernelArg::MomentV, 0, v};
+  return {p, m, s, op(0, v), op(1, v), op(2, v), op(3, v), p, m, s};
+}
+
+const std::vector<KernelFamily> &rows() {
+  using V = ViewKind;
+  static const std::vector<KernelFamily> table = {
+      {"embedding", "embedding", {"ids", "table", "y"}, embeddingParams, idsFlatArgs<0>},
+      {"embedding_grad", "embedding_grad", {"ids", "dy", "dtable"}, embeddingParams,
+       idsFlatArgs<0>},
+      {"cross_entropy", "cross_entropy", {"logits", "targets", "loss"}, crossEntropyParams,
+       idsFlatArgs<1>},
+      {"cross_entropy_grad", "cross_entropy_grad", {"logits", "targets", "dloss", "dlogits"},
+       crossEntropyParams, idsFlatArgs<1>},
+      {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams},
+      {"rms_norm_grad", "rms_norm_grad", {"x", "g", "dy", "dx", "dg"}, normParams},
+      {"linear", "linear", {"x", "w", "b", "r", "y"}, linearParams, linearArgs},
+      {"linear_grad", "linear_grad", {"x", "w", "dy", "dx", "dw"}, linearGradParams},
+      {"bias_grad", "bias_grad", {"dy", "db"}, biasGradParams},
+      {"attention", "attention", {"q", "k", "v", "o"}, attentionParams, nullptr, V::Reversed},
+      {"attention_grad", "attention_grad", {"q", "k", "v", "dout", "dq", "dk", "dv"},
+       attentionParams, nullptr, V::Reversed},
+      {"ffn", "ffn", {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"}, ffnParams,
+       ffnArgs<V::Rows3>, V::Rows3},
+      {"expert_ffn", "ffn", {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"}, ffnParams,
+       ffnArgs<V::Reversed>, V::Reversed},
+      {"ffn_grad",
+       "ffn_grad",
+       {"x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"},
+       ffnParams,
+       ffnGradArgs<V::Rows3>,
+       V::Rows3},
+      {"expert_ffn_grad",
+       "ffn_grad",
+       {"x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"},
+       ffnParams,
+       ffnGradArgs<V::Reversed>,
+       V::Reversed},
+      {"fused_gate",
+       "fused_gate",
+       {"x", "w", "bias", "gates", "experts", "slots", "counts", "aux"},
+       routingParams,
+       fusedGateArgs},
+      {"router_grad",
+       "router_grad",
+       {"x", "w", "bias", "dgates", "daux", "dx", "dw"},
+       routingParams,
+       routerGradArgs},
+      {"permute", "permute", {"x", "slots", "buf"}, permuteParams},
+      {"unpermute", "unpermute", {"buf", "slots", "weights", "out"}, permuteParams,
+       unpermuteArgs},
+      {"unpermute_grad", "unpermute_grad", {"buf", "slots", "weights", "dout", "dbuf", "dweights"},
+       permuteParams},
+      {"add", "add", {"a", "b", "z"}, addParams, nullptr, V::Vector},
+      {"adamw_update",
+       "adamw_update",
+       {"w", "m", "v", "g", "lr", "norm", "step", "updated_0", "updated_1", "updated_2"},
+       adamwParams,
+       adamwArgs,
+       V::Flat},
+      // Scalar work the runtime does (runtime/lib/Program.cpp).
+      {"lr_schedule", "", {}},
+      {"global_norm", "", {}},
+  };
+  return table;
+}
+
+} // namespace
+
+ArrayRef<KernelFamily> moec::codegen::kernelFamilies() { return rows(); }
+
+const KernelFamily *moec::codegen::lookupFamily(StringRef family) {
+  for (const KernelFamily &row : rows())
+    if (row.family == family)
+      return &row;
+  return nullptr;
+}

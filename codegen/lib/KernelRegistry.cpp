@@ -1,0 +1,97 @@
+//===- KernelRegistry.cpp - kernel specs to generator calls ---------------===//
+
+#include "moe/Codegen/KernelRegistry.h"
+#include "moe/Codegen/ScratchBound.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace moec::codegen;
+
+KernelSpec::KernelSpec(KernelOp kernel)
+    : family(kernel.getFamily()), signature(kernel.getSignature()),
+      config(kernel.getConfig()), epilogue(kernel.getEpilogue()) {}
+
+ArrayRef<int64_t> KernelSpec::in(unsigned i) const {
+  return cast<RankedTensorType>(signature.getInput(i)).getShape();
+}
+
+ArrayRef<int64_t> KernelSpec::out(unsigned i) const {
+  return cast<RankedTensorType>(signature.getResult(i)).getShape();
+}
+
+int64_t KernelSpec::numel(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+double KernelSpec::number(StringRef key, double fallback) const {
+  Attribute a = config.get(key);
+  if (auto f = dyn_cast_or_null<FloatAttr>(a))
+    return f.getValueAsDouble();
+  if (auto i = dyn_cast_or_null<IntegerAttr>(a))
+    return static_cast<double>(i.getValue().getSExtValue());
+  return fallback;
+}
+
+bool KernelSpec::flag(StringRef key) const {
+  auto b = config.getAs<BoolAttr>(key);
+  return b && b.getValue();
+}
+
+bool KernelSpec::has(StringRef key) const { return static_cast<bool>(config.get(key)); }
+
+bool KernelSpec::hasEpilogue(StringRef name) const {
+  for (Attribute e : epilogue)
+    if (cast<StringAttr>(e).getValue() == name)
+      return true;
+  return false;
+}
+
+FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {
+  const KernelFamily *row = lookupFamily(kernel.getFamily());
+  if (!row)
+    return kernel.emitOpError()
+           << "has no kernel generator for family '" << kernel.getFamily()
+           << "' yet (the default pipeline fuses router/dispatch/combine into "
+              "fused_gate/permute/unpermute)";
+  KernelCall call;
+  call.row = row;
+  if (row->generator.empty()) {
+    call.runtimeRoutine = row->family.str(); // scalar work, done by the runtime
+  } else {
+    call.generator = row->generator.str();
+    call.params = row->params(KernelSpec(kernel), gemm);
+  }
+  call.scratchBytes = scratchBound(call.generator, call.params);
+  return call;
+}
+
+FailureOr<SmallVector<KernelArg>> moec::codegen::argumentsOf(LaunchOp launch,
+                                                             KernelOp kernel) {
+  const KernelFamily *row = lookupFamily(kernel.getFamily());
+  if (!row || row->generator.empty())
+    return launch.emitOpError() << "launches '" << kernel.getFamily()
+                                << "', which has no generated kernel";
+  unsigned n = launch.getOperands().size(), r = launch.getResults().size();
+  SmallVector<KernelArg> args;
+  if (row->arguments) {
+    args = row->arguments(KernelSpec(kernel), n, r);
+  } else {
+    for (unsigned i = 0; i < n; ++i)
+      args.push_back(KernelArg{KernelArg::Operand, i, row->view});
+    for (unsigned i = 0; i < r; ++i)
+      args.push_back(KernelArg{KernelArg::Result, i, row->view});
+  }
+  if (args.size() != row->signature.size())
+    return launch.emitOpError() << "fills " << args.size() << " arguments of generator '"
+                                << row->generator << "', which takes "
+                                << row->signature.size();
+  for (const KernelArg &a : args)
+    if ((a.source == KernelArg::Operand && a.index >= n) ||
+        (a.source == KernelArg::Result && a.index >= r))
+      return launch.emitOpError() << "has too few operands or results for generator '"
+                                  << row->generator << "'";
+  return args;
+}

@@ -1,0 +1,81 @@
+//===- ExecutablePlan.cpp - the moe-executable-plan pass ------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_EXECUTABLEPLANPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// Why moe-partition and the runtime cannot execute `grid` on `module`, or
+/// an empty string when they can.
+std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
+  int64_t replicas = grid.getDp() * grid.getEp();
+  if (grid.getTp() > 1)
+    return "it uses tensor parallelism (tp = " + std::to_string(grid.getTp()) +
+           "), which moe-partition does not execute yet";
+  if (grid.getDevices())
+    return "it gives the device kinds of a mixed cluster unequal shares of tokens and "
+           "experts; the runtime executes equal shares only";
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    auto tokens = fn.getNumArguments()
+                      ? dyn_cast<RankedTensorType>(fn.getArgument(0).getType())
+                      : RankedTensorType();
+    if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % replicas)
+      return "the batch of " + std::to_string(tokens.getShape()[0]) +
+             " sequences does not split over its " + std::to_string(replicas) +
+             " data replicas (dp x ep)";
+    break;
+  }
+  std::string why;
+  module.walk([&](ExpertFFNOp ffn) {
+    int64_t experts = cast<RankedTensorType>(ffn.getX().getType()).getShape()[0];
+    if (why.empty() && experts % grid.getEp())
+      why = std::to_string(experts) + " experts do not split evenly over ep = " +
+            std::to_string(grid.getEp());
+    // moe-partition executes equal contiguous blocks of experts only.
+    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement");
+        why.empty() && placement)
+      if (int64_t r = placement.firstNonBlockRank(experts, grid.getEp()); r >= 0)
+        why = "its placement (pinned experts) gives ep rank " + std::to_string(r) +
+              " experts other than an equal contiguous block";
+  });
+  return why;
+}
+
+struct ExecutablePlanPass : public moe::impl::ExecutablePlanPassBase<ExecutablePlanPass> {
+  using ExecutablePlanPassBase::ExecutablePlanPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    if (!grid || grid.getNumRanks() == 1)
+      return;
+    std::string why = whyNotExecutable(module, grid);
+    if (why.empty())
+      return;
+    std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
+                        std::to_string(grid.getEp()) + " x tp " +
+                        std::to_string(grid.getTp());
+    if (strict) {
+      module.emitError() << "the cluster's plan (" << shape << ") is not executable: " << why
+                         << "; force degrees the runtime runs with --dp/--ep/--tp, or use "
+                            "--emit=plan for the report alone";
+      return signalPassFailure();
+    }
+    module.emitWarning() << "the cluster's plan (" << shape << ") is not executable ("
+                         << why << "); the emitted step stays on one rank";
+    module->removeAttr(MoEDialect::kGridAttrName);
+    module.walk([](ExpertFFNOp ffn) { ffn->removeAttr("placement"); });
+  }
+};
+
+} // namespace

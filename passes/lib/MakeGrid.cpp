@@ -1,0 +1,68 @@
+//===- MakeGrid.cpp - the moe-make-grid pass ------------------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <numeric>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MAKEGRIDPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
+  using MakeGridPassBase::MakeGridPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fail = [&](const Twine &message) {
+      module.emitError("moe-make-grid: ") << message;
+      signalPassFailure();
+    };
+    if (ranks < 1)
+      return fail("ranks must be >= 1");
+    if (ep < 0)
+      return fail("ep must be >= 0");
+    if (ranks == 1) {
+      if (ep > 1)
+        return fail("ep " + Twine(ep) + " needs ranks > 1");
+      return;
+    }
+    if (module->hasAttr(MoEDialect::kGridAttrName))
+      return fail("the module already has a moe.grid");
+    // The expert count every layer's ep must divide.
+    int64_t experts = 0;
+    module.walk([&](ExpertFFNOp ffn) {
+      experts = std::gcd(experts,
+                         cast<RankedTensorType>(ffn.getX().getType()).getShape()[0]);
+    });
+    int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(ranks)) : 1;
+    if (ranks % degree != 0)
+      return fail("ep " + Twine(degree) + " does not divide ranks " + Twine(ranks));
+    if (experts && experts % degree != 0)
+      return fail("ep " + Twine(degree) + " does not divide the " + Twine(experts) +
+                  " experts of a layer");
+    // Each data replica takes whole sequences of the batch.
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.getNumArguments() == 0)
+        continue;
+      auto tokens = dyn_cast<RankedTensorType>(fn.getArgument(0).getType());
+      if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % ranks != 0)
+        return fail("the batch of " + Twine(tokens.getShape()[0]) +
+                    " sequences does not split over " + Twine(ranks) +
+                    " data replicas (dp x ep); choose a divisor of the batch size");
+      break;
+    }
+    module->setAttr(MoEDialect::kGridAttrName,
+                    GridAttr::get(&getContext(), ranks / degree, degree, 1, nullptr));
+  }
+};
+
+} // namespace
