@@ -303,7 +303,7 @@ const std::vector<KernelFamily> &rows() {
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, V::Vector},
       {"adamw_update",
        "adamw_update",
-       {"w", "m", "v", "g", "lr", "norm", "step", "updated_0", "updated_1", "updated_2"},
+       {"w", "m", "v", "g", "lr", "norm", "step", "updated.0", "updated.1", "updated.2"},
        adamwParams,
        adamwArgs,
        V::Flat},

@@ -204,14 +204,16 @@ LogicalResult Emitter::launch(LaunchOp op) {
   FailureOr<SmallVector<KernelArg>> args = argumentsOf(op, kernel);
   if (failed(args))
     return failure();
-  for (const KernelArg &arg : *args) {
+  for (auto [position, arg] : llvm::enumerate(*args)) {
+    // Each view names the generator argument it fills.
+    StringRef role = call.row->signature[position];
     std::string name = "v" + std::to_string(viewCounter++);
     names.push_back(name);
     if (arg.source == KernelArg::Dummy) {
       os << "    View " << name << " = view(dummy, f32, {";
       for (unsigned i = 0; i < arg.dummyRank; ++i)
         os << (i ? ", " : "") << "1";
-      os << "});\n";
+      os << "}); // " << role << "\n";
       continue;
     }
     Value value;
@@ -234,7 +236,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "    View " << name << " = view(" << ptr << ", "
        << (type.getElementType().isInteger(32) ? "i32" : "f32") << ", {";
     llvm::interleaveComma(extents(type, arg.view), os);
-    os << "});\n";
+    os << "}); // " << role << "\n";
   }
   os << "    int rc = " << kernel.getSymName() << "(";
   llvm::interleaveComma(names, os, [&](const std::string &n) { os << "&" << n << ".b"; });

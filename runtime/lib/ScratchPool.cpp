@@ -127,6 +127,11 @@ extern "C" int64_t moert_scratch_peak(void) {
   return pool().peak;
 }
 
+extern "C" void moert_scratch_reset_peak(void) {
+  std::lock_guard<std::mutex> lock(pool().mutex);
+  pool().peak = pool().inUse;
+}
+
 extern "C" int moert_scratch_set_limit(int64_t bytes) {
   Pool &p = pool();
   std::lock_guard<std::mutex> lock(p.mutex);

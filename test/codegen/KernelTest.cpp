@@ -9,67 +9,9 @@
 
 #include "HalideBuffer.h"
 #include "Interpreter.h"
-#include "expert_ffn_kblocked_grad_k.h"
-#include "expert_ffn_kblocked_k.h"
-#include "ffn_gelu_kblocked_grad_k.h"
-#include "ffn_gelu_kblocked_k.h"
-#include "linear_grad_kblocked.h"
-#include "linear_grad_small.h"
-#include "linear_grad_tiled.h"
-#include "linear_small.h"
-#include "linear_tiled.h"
-#include "cross_entropy_grad_k.h"
-#include "cross_entropy_k.h"
-#include "embedding_grad_k.h"
-#include "embedding_k.h"
-#include "expert_ffn_grad_k.h"
-#include "expert_ffn_k.h"
-#include "ffn_gelu_grad_k.h"
-#include "ffn_gelu_k.h"
-#include "ffn_relu_grad_k.h"
-#include "expert_ffn_saved_grad_k.h"
-#include "expert_ffn_saved_k.h"
-#include "ffn_gelu_saved_grad_k.h"
-#include "ffn_gelu_saved_k.h"
-#include "expert_ffn_blocked_grad_k.h"
-#include "expert_ffn_blocked_k.h"
-#include "ffn_relu_blocked_grad_k.h"
-#include "ffn_relu_blocked_k.h"
-#include "adamw_k.h"
-#include "expert_ffn_blas_grad_k.h"
-#include "expert_ffn_blas_k.h"
-#include "expert_ffn_blas_recompute_grad_k.h"
-#include "expert_ffn_blas_recompute_k.h"
-#include "ffn_gelu_blas_grad_k.h"
-#include "ffn_gelu_blas_k.h"
-#include "ffn_relu_blas_grad_k.h"
-#include "ffn_relu_blas_k.h"
-#include "linear_blas.h"
-#include "linear_blas_plain.h"
-#include "linear_grad_blas.h"
-#include "attention_mha_grad_k.h"
-#include "attention_mha_k.h"
-#include "attention_blocked_grad_k.h"
-#include "attention_blocked_k.h"
-#include "attention_vec_grad_k.h"
-#include "attention_vec_k.h"
-#include "attention_rope_grad_k.h"
-#include "attention_rope_k.h"
-#include "add_k.h"
-#include "bias_grad_k.h"
-#include "fused_gate_sigmoid_k.h"
-#include "fused_gate_wide_k.h"
-#include "router_grad_wide_k.h"
-#include "fused_gate_softmax_k.h"
-#include "permute_k.h"
-#include "router_grad_sigmoid_k.h"
-#include "router_grad_softmax_k.h"
-#include "unpermute_grad_k.h"
-#include "unpermute_k.h"
-#include "unpermute_plain_k.h"
-#include "rms_norm_grad_k.h"
-#include "rms_norm_k.h"
+#include "KernelHeaders.h"
 
+#include "KernelVariants.h"
 #include "moe/InitAllDialects.h"
 #include "moert/Aligned.h"
 
@@ -183,10 +125,12 @@ void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
 }
 
 TEST(HalideKernelTest, LinearTiledWithBiasAndResidual) {
+  ScratchWithin scratch({"linear_tiled"});
   checkLinear(linear_tiled, 8, 16, 24, true, true);
 }
 
 TEST(HalideKernelTest, LinearSmallShape) {
+  ScratchWithin scratch({"linear_small"});
   checkLinear(linear_small, 3, 5, 6, false, false);
 }
 
@@ -212,24 +156,30 @@ void checkLinearGrad(Kernel kernel, int m, int k, int n) {
 }
 
 TEST(HalideKernelTest, LinearGradTiled) {
+  ScratchWithin scratch({"linear_grad_tiled"});
   checkLinearGrad(linear_grad_tiled, 8, 16, 24);
 }
 // 1024 rows: the weight gradient's contraction over rows is k-blocked.
 TEST(HalideKernelTest, LinearGradKBlocked) {
+  ScratchWithin scratch({"linear_grad_kblocked"});
   checkLinearGrad(linear_grad_kblocked, 1024, 16, 32);
 }
 TEST(HalideKernelTest, LinearWithOpenBLAS) {
+  ScratchWithin scratch({"linear_blas", "linear_blas_plain"});
   checkLinear(linear_blas, 70, 16, 24, true, true);
   checkLinear(linear_blas_plain, 3, 5, 6, false, false);
 }
 TEST(HalideKernelTest, LinearGradWithOpenBLAS) {
+  ScratchWithin scratch({"linear_grad_blas"});
   checkLinearGrad(linear_grad_blas, 70, 16, 200);
 }
 TEST(HalideKernelTest, LinearGradSmallShape) {
+  ScratchWithin scratch({"linear_grad_small"});
   checkLinearGrad(linear_grad_small, 3, 5, 7);
 }
 
 TEST(HalideKernelTest, RMSNormForwardAndBackward) {
+  ScratchWithin scratch({"rms_norm_k", "rms_norm_grad_k"});
   const int rows = 5, width = 20;
   auto x = randomVector(rows * width, 8), g = randomVector(width, 9),
        dy = randomVector(rows * width, 10);
@@ -254,6 +204,7 @@ TEST(HalideKernelTest, RMSNormForwardAndBackward) {
 }
 
 TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
+  ScratchWithin scratch({"embedding_k", "embedding_grad_k"});
   const int tokens = 6, vocab = 10, width = 16;
   std::vector<int32_t> ids = {3, 0, 9, 3, 7, 3};
   auto table = randomVector(vocab * width, 11), dy = randomVector(tokens * width, 12);
@@ -283,6 +234,7 @@ TEST(HalideKernelTest, EmbeddingForwardAndBackward) {
 }
 
 TEST(HalideKernelTest, CrossEntropyForwardAndBackward) {
+  ScratchWithin scratch({"cross_entropy_k", "cross_entropy_grad_k"});
   const int tokens = 6, vocab = 11;
   std::vector<int32_t> targets = {0, 10, 5, 5, 2, 7};
   auto logits = randomVector(tokens * vocab, 13);
@@ -388,24 +340,29 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f,
 }
 
 TEST(HalideKernelTest, ExpertFFNSwiGLUForwardAndBackward) {
+  ScratchWithin scratch({"expert_ffn_k", "expert_ffn_grad_k"});
   checkFFN(expert_ffn_k, expert_ffn_grad_k, 3, 4, 8, 12, "swiglu");
 }
 
 // Shapes the register-blocked schedule tiles: 16 = two AVX2 vectors, 24 =
 // three, 12 rows = two blocks of 6 (and, with AVX-512, one-vector blocks).
 TEST(HalideKernelTest, ExpertFFNBlockedForwardAndBackward) {
+  ScratchWithin scratch({"expert_ffn_blocked_k", "expert_ffn_blocked_grad_k"});
   checkFFN(expert_ffn_blocked_k, expert_ffn_blocked_grad_k, 2, 12, 16, 32, "swiglu");
 }
 
 TEST(HalideKernelTest, DenseFFNBlockedReLUForwardAndBackward) {
+  ScratchWithin scratch({"ffn_relu_blocked_k", "ffn_relu_blocked_grad_k"});
   checkFFN(ffn_relu_blocked_k, ffn_relu_blocked_grad_k, 1, 10, 32, 16, "relu");
 }
 
 TEST(HalideKernelTest, DenseFFNGELUForwardAndBackward) {
+  ScratchWithin scratch({"ffn_gelu_k", "ffn_gelu_grad_k"});
   checkFFN(ffn_gelu_k, ffn_gelu_grad_k, 1, 6, 8, 12, "gelu");
 }
 
 TEST(HalideKernelTest, DenseFFNReLUBackward) {
+  ScratchWithin scratch({"ffn_relu_grad_k"});
   checkFFN(static_cast<int (*)(halide_buffer_t *, halide_buffer_t *,
                                halide_buffer_t *, halide_buffer_t *,
                                halide_buffer_t *, halide_buffer_t *,
@@ -417,35 +374,42 @@ TEST(HalideKernelTest, DenseFFNReLUBackward) {
 // recomputing them (the default lowering), blocked and unblocked shapes,
 // gated and not.
 TEST(HalideKernelTest, ExpertFFNSavedPreactivations) {
+  ScratchWithin scratch({"expert_ffn_saved_k", "expert_ffn_saved_grad_k"});
   checkFFN(expert_ffn_saved_k, expert_ffn_saved_grad_k, 2, 12, 16, 32, "swiglu", true);
 }
 
 // Contractions over 1024 slots or tokens are k-blocked: four experts in
 // parallel, and one dense FFN parallel over column blocks.
 TEST(HalideKernelTest, ExpertFFNKBlocked) {
+  ScratchWithin scratch({"expert_ffn_kblocked_k", "expert_ffn_kblocked_grad_k"});
   checkFFN(expert_ffn_kblocked_k, expert_ffn_kblocked_grad_k, 4, 1024, 16, 32, "swiglu", true);
 }
 
 TEST(HalideKernelTest, DenseFFNGELUKBlocked) {
+  ScratchWithin scratch({"ffn_gelu_kblocked_k", "ffn_gelu_kblocked_grad_k"});
   checkFFN(ffn_gelu_kblocked_k, ffn_gelu_kblocked_grad_k, 1, 1024, 16, 24, "gelu", true);
 }
 
 TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
+  ScratchWithin scratch({"ffn_gelu_saved_k", "ffn_gelu_saved_grad_k"});
   checkFFN(ffn_gelu_saved_k, ffn_gelu_saved_grad_k, 1, 6, 8, 12, "gelu", true);
 }
 
 TEST(HalideKernelTest, ExpertFFNWithOpenBLAS) {
+  ScratchWithin scratch({"expert_ffn_blas_k", "expert_ffn_blas_grad_k", "expert_ffn_blas_recompute_k", "expert_ffn_blas_recompute_grad_k"});
   checkFFN(expert_ffn_blas_k, expert_ffn_blas_grad_k, 3, 200, 16, 24, "swiglu", true);
   checkFFN(expert_ffn_blas_recompute_k, expert_ffn_blas_recompute_grad_k, 4, 12, 16, 32,
            "swiglu");
 }
 
 TEST(HalideKernelTest, DenseFFNWithOpenBLAS) {
+  ScratchWithin scratch({"ffn_gelu_blas_k", "ffn_gelu_blas_grad_k", "ffn_relu_blas_k", "ffn_relu_blas_grad_k"});
   checkFFN(ffn_gelu_blas_k, ffn_gelu_blas_grad_k, 1, 130, 16, 72, "gelu", true);
   checkFFN(ffn_relu_blas_k, ffn_relu_blas_grad_k, 1, 10, 32, 16, "relu");
 }
 
 TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
+  ScratchWithin scratch({"permute_k", "unpermute_k", "unpermute_plain_k", "unpermute_grad_k"});
   // 6 tokens x 2 choices into 4 experts x 3 slots; -1 marks drops.
   const int tokens = 6, k = 2, total = 12, d = 8;
   std::vector<int32_t> slots = {0, 3, 1, 4, -1, 6, 2, 9, 7, -1, 10, 5};
@@ -493,6 +457,7 @@ TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
 }
 
 TEST(HalideKernelTest, BiasGradSumsRows) {
+  ScratchWithin scratch({"bias_grad_k"});
   auto dy = randomVector(7 * 12, 26);
   Floats db(12);
   Buffer<float> bdy(dy.data(), 12, 7), bdb(db.data(), 12);
@@ -506,6 +471,7 @@ TEST(HalideKernelTest, BiasGradSumsRows) {
 }
 
 TEST(HalideKernelTest, Add) {
+  ScratchWithin scratch({"add_k"});
   auto a = randomVector(40, 23), b = randomVector(40, 24);
   Floats z(40);
   Buffer<float> ba(a.data(), 40), bb(b.data(), 40), bz(z.data(), 40);
@@ -518,6 +484,7 @@ TEST(HalideKernelTest, Add) {
 }
 
 TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {
+  ScratchWithin scratch({"adamw_k"});
   // Three steps with clipping active; the kernel updates w, m, v in place.
   const int n = 37;
   auto w = randomVector(n, 25);
@@ -592,22 +559,26 @@ void checkAttention(Fwd fwd, Bwd bwd, int batch, int seq, int heads, int kvHeads
 }
 
 TEST(HalideKernelTest, GroupedQueryAttentionWithRotaryEmbeddings) {
+  ScratchWithin scratch({"attention_rope_k", "attention_rope_grad_k"});
   checkAttention(attention_rope_k, attention_rope_grad_k, 2, 5, 4, 2, 4, true);
 }
 
 // Sequence and head dimension multiples of the vector width: the
 // vectorised row schedules (keys-major scores, head-dim loops).
 TEST(HalideKernelTest, GroupedQueryAttentionVectorised) {
+  ScratchWithin scratch({"attention_vec_k", "attention_vec_grad_k"});
   checkAttention(attention_vec_k, attention_vec_grad_k, 2, 16, 4, 2, 8, true);
 }
 
 // A sequence of multiples of 4 vectors: score rows in register blocks of
 // keys, rounded up past the diagonal.
 TEST(HalideKernelTest, GroupedQueryAttentionBlockedRows) {
+  ScratchWithin scratch({"attention_blocked_k", "attention_blocked_grad_k"});
   checkAttention(attention_blocked_k, attention_blocked_grad_k, 2, 64, 4, 2, 16, true);
 }
 
 TEST(HalideKernelTest, MultiHeadAttentionWithoutPositionEncoding) {
+  ScratchWithin scratch({"attention_mha_k", "attention_mha_grad_k"});
   checkAttention(attention_mha_k, attention_mha_grad_k, 1, 7, 2, 2, 6, false);
 }
 
@@ -665,16 +636,19 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias,
 }
 
 TEST(HalideKernelTest, SoftmaxFusedGateWithDropsAndRouterGrad) {
+  ScratchWithin scratch({"fused_gate_softmax_k", "router_grad_softmax_k"});
   checkRouting(fused_gate_softmax_k, router_grad_softmax_k, "softmax", false, 2,
                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}");
 }
 
 TEST(HalideKernelTest, SigmoidFusedGateWithBiasAndRouterGrad) {
+  ScratchWithin scratch({"fused_gate_sigmoid_k", "router_grad_sigmoid_k"});
   checkRouting(fused_gate_sigmoid_k, router_grad_sigmoid_k, "sigmoid", true, 6,
                "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}");
 }
 
 TEST(HalideKernelTest, RoutingVectorisedWithTails) {
+  ScratchWithin scratch({"fused_gate_wide_k", "router_grad_wide_k"});
   // 12 experts (a vector and a tail), width 20, 130 tokens (blocks of 64
   // and a tail).
   checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30,

@@ -123,7 +123,13 @@ int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
-  cl::HideUnrelatedOptions({&category});
+  // --help lists this tool's options; LLVM's and MLIR's stay usable and
+  // are listed by --help-hidden.
+  for (auto &entry : cl::getRegisteredOptions())
+    if (entry.second->getOptionHiddenFlag() == cl::NotHidden &&
+        !llvm::is_contained(entry.second->Categories, &category) &&
+        !llvm::is_contained(ArrayRef<StringRef>{"help", "help-list", "version"}, entry.first))
+      entry.second->setHiddenFlag(cl::Hidden);
   cl::ParseCommandLineOptions(
       argc, argv, "MoEC translator: model and cluster descriptions to moe IR\n");
 

@@ -25,6 +25,9 @@ void *moert_scratch_alloc(size_t size);
 void moert_scratch_free(void *ptr);
 /* Peak bytes in use (block capacities) since start. */
 int64_t moert_scratch_peak(void);
+/* Starts a new peak from the bytes in use now (the kernel tests measure
+ * each kernel's own peak). */
+void moert_scratch_reset_peak(void);
 /* Maps a region of `bytes` for the blocks (0, the default: no region, every
  * block comes from the system allocator; so do blocks the region cannot
  * hold). Returns 0, or -1 while blocks of the current region are still out
