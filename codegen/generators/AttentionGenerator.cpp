@@ -308,8 +308,8 @@ void scheduleCausalBlocks(Func r, Func acc, int rows, int chunk, int vec) {
 /// heads (the query side) or over the batch only (the key side).
 struct CausalSum {
   Func r, acc;
-  int rows, chunk;
-  bool perHead;
+  int rows = 0, chunk = 0;
+  bool perHead = true;
 };
 
 /// Schedules a causal contraction at root: register blocks

@@ -36,17 +36,22 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
   GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                      \
   GeneratorParam<int> groups{"groups", 1};
 
-/// What the forward and the backward both recompute.
+/// What the forward and the backward both recompute (route()). A
+/// default-constructed Routing is a placeholder, a generator's member until
+/// generate() defines it: its stages are named there, after the outputs, so
+/// an output keeps its name (`counts`).
 struct Routing {
-  Func logits{"logits"}, logitAcc{"logit_acc"}, lse{"lse"}, score{"score"},
-      balance{"balance"}, scoreSum{"score_sum"}, counts{"counts"},
-      selectedSum{"selected_sum"}, groupCounts{"group_counts"};
+  Func logits, logitAcc, lse, score, balance, scoreSum, counts, selectedSum,
+      groupCounts;
   std::vector<Func> chosen;
 };
 
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
               int k, Scoring scoring, bool hasBias, int groups) {
-  Routing r;
+  Routing r{Func("logits"),      Func("logit_acc"), Func("lse"),
+            Func("score"),       Func("balance"),   Func("score_sum"),
+            Func("counts"),      Func("selected_sum"), Func("group_counts"),
+            {}};
   Var e, t;
   RDom d(0, width), re(0, experts);
   r.logitAcc(e, t) = 0.0f;

@@ -1,0 +1,392 @@
+//===- Trainer.cpp - set-up, the training loop and the reports ------------===//
+//
+// A rank's set-up (initialisation from the seed, element for element as the
+// reference interpreter does it; the planned arenas and the step program's
+// context), the training loop (one step, the bytes it sent against the
+// program's analytical volume, the expert loads over the whole batch,
+// progress and metrics) and the reports at the end (communication, the
+// peak memory against the plan). Trainer.h lists the other units.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Trainer.h"
+
+#include "moert/ScratchPool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sys/resource.h>
+#include <unistd.h>
+
+using namespace moert::trainer;
+
+int moert::trainer::trainRank(const Shared &sh, moert_comm *comm) {
+  Trainer trainer(sh, comm);
+  return trainer.run();
+}
+
+int64_t moert::trainer::numel(const moert_param_info &p) {
+  int64_t n = 1;
+  for (int i = 0; i < p.rank; ++i)
+    n *= p.shape[i];
+  return n;
+}
+
+namespace {
+
+/// The reference interpreter's initialisation, element for element: the
+/// full tensors are drawn in order on every rank, and a shard keeps its
+/// block (ep rank `epIndex`), so every grid starts from the same model.
+void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int epIndex) {
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < moec_program.num_params; ++i) {
+    const moert_param_info &p = moec_program.params[i];
+    std::normal_distribution<double> normal(0.0, p.scale > 0 ? p.scale : 1.0);
+    std::uniform_real_distribution<double> uniform(-p.scale, p.scale);
+    size_t n = params[i].size(), parts = std::max(p.shard_parts, 1);
+    size_t mine = parts > 1 ? static_cast<size_t>(epIndex) : 0;
+    for (size_t j = 0; j < n * parts; ++j) {
+      float v;
+      switch (p.init) {
+      case MOERT_INIT_ZEROS: v = 0; break;
+      case MOERT_INIT_ONES: v = 1; break;
+      case MOERT_INIT_NORMAL: v = static_cast<float>(normal(rng)); break;
+      default: v = static_cast<float>(uniform(rng)); break;
+      }
+      if (j / n == mine)
+        params[i][j % n] = v;
+    }
+  }
+}
+
+/// One terminal line, redrawn in place.
+void drawProgress(long long done, long long total, float loss, double tps,
+                  double elapsed) {
+  const int width = 28;
+  int filled = static_cast<int>(width * done / std::max(1LL, total));
+  std::string bar(filled, '#');
+  bar.resize(width, '.');
+  double eta = done > 0 ? elapsed / done * (total - done) : 0;
+  std::printf("\r\033[K[%s] %lld/%lld  loss %.4f  %.0f tok/s  eta %.0fs", bar.c_str(),
+              done, total, loss, tps, eta);
+  std::fflush(stdout);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Set-up
+//===----------------------------------------------------------------------===//
+
+Trainer::Trainer(const Shared &sh, moert_comm *comm)
+    : sh(sh), o(sh.o), prog(moec_program), data(sh.data), comm(comm),
+      rank(comm ? moert_comm_rank(comm) : 0), ranks(comm ? moert_comm_size(comm) : 1),
+      tp(std::max(prog.grid_tp, 1)), ep(std::max(prog.grid_ep, 1)), replica(rank / tp),
+      replicas(ranks / tp), epIndex(replica % ep), lead(rank == 0),
+      globalBatch(prog.batch * replicas),
+      sampler(data, 0, sh.split, globalBatch, prog.seq_len, sh.seed),
+      valSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 1) {
+  initialiseParameters();
+  moert::CodecStates restored; // filled by --resume
+  if (o.resume)
+    restored = resumeFromCheckpoint();
+  bindContext(std::move(restored));
+}
+
+Trainer::~Trainer() { moert_codec_states_free(&ctx); }
+
+void Trainer::initialiseParameters() {
+  params.resize(prog.num_params);
+  moments.resize(2 * prog.num_params);
+  for (int i = 0; i < prog.num_params; ++i) {
+    params[i].resize(numel(prog.params[i]));
+    if (prog.params[i].adamw) {
+      moments[2 * i].assign(params[i].size(), 0.0f);
+      moments[2 * i + 1].assign(params[i].size(), 0.0f);
+    }
+  }
+  initialise(params, sh.seed, epIndex);
+}
+
+/// The arenas, the expert counters and the context the step program runs
+/// in, with the codec state a checkpoint restored.
+void Trainer::bindContext(moert::CodecStates restored) {
+  for (auto &p : params)
+    paramPtrs.push_back(p.data());
+  for (auto &m : moments)
+    momentPtrs.push_back(m.empty() ? nullptr : m.data());
+  act = moert::AlignedBytes(prog.activation_bytes + 64);
+  grad = moert::AlignedBytes(prog.gradient_bytes + 64);
+  int totalExperts = 0;
+  for (int l = 0; l < prog.num_moe_layers; ++l)
+    totalExperts += prog.layer_experts[l];
+  expertCounts.assign(totalExperts, 0);
+  droppedSlots.assign(std::max(prog.num_moe_layers, 1), 0);
+  ctx = moert_context{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
+                      expertCounts.data(), droppedSlots.data(), comm, rank, prog.grid_dp,
+                      prog.grid_ep, prog.grid_tp, nullptr, {0, 0, 0, 0, 0, 0}, 0};
+  if (!restored.empty())
+    moert::codecStates(&ctx) = std::move(restored);
+}
+
+void Trainer::openMetrics() {
+  if (o.metrics.empty() || !lead)
+    return;
+  metrics = std::make_unique<std::ofstream>(o.metrics, std::ios::app);
+  if (!*metrics)
+    die(o.metrics + ": cannot open the metrics file for writing");
+}
+
+void Trainer::checkValidationSplit() {
+  std::string error;
+  canEval = prog.eval_step && o.valFraction > 0;
+  if (canEval && !valSampler.valid(error))
+    die(o.data + ": validation split: " + error +
+        " (use more data or a larger --val-fraction)");
+}
+
+int Trainer::run() {
+  openMetrics();
+  if (lead)
+    std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
+                prog.num_params, (long long)globalBatch, (long long)prog.seq_len,
+                firstStep, o.steps - 1);
+  checkValidationSplit();
+  bar = lead && o.progress && isatty(fileno(stdout));
+  trainLoop();
+  reportCommunication();
+  if (canEval)
+    evaluate(o.steps);
+  if (o.sample > 0)
+    sampleText();
+  // Ranks as threads share one process: the memory report is for one-rank
+  // runs.
+  if (ranks == 1)
+    reportMemory();
+  if (!o.checkpoint.empty())
+    saveCheckpoint();
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// The training loop
+//===----------------------------------------------------------------------===//
+
+void Trainer::trainLoop() {
+  auto runStart = std::chrono::steady_clock::now();
+  for (long long s = firstStep; s < o.steps; ++s) {
+    ByteCounters before = byteCounters();
+    StepResult result = runStep(s);
+    StepBytes bytes = accountCommunication(before, s);
+    long long dropped = gatherLoad(s);
+    if (lead)
+      reportStep(s, result, bytes, dropped, runStart);
+    if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
+      evaluate(s + 1);
+  }
+  if (bar)
+    std::printf("\r\033[K");
+}
+
+/// Draws step `s`'s batch and runs the step program's training step.
+Trainer::StepResult Trainer::runStep(long long s) {
+  sampler.next(tokens, targets);
+  float loss = 0;
+  auto start = std::chrono::steady_clock::now();
+  int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
+                           static_cast<int32_t>(s), &loss);
+  auto now = std::chrono::steady_clock::now();
+  double seconds = std::chrono::duration<double>(now - start).count();
+  if (rc != 0)
+    commError("step " + std::to_string(s) + " failed in a kernel or collective (code " +
+              std::to_string(rc) + ")");
+  if (!std::isfinite(loss))
+    die("step " + std::to_string(s) + ": the loss is not finite");
+  long long tokensPerStep = globalBatch * prog.seq_len;
+  return {loss, tokensPerStep / seconds, now};
+}
+
+Trainer::ByteCounters Trainer::byteCounters() const {
+  ByteCounters c;
+  c.sent[0] = comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) : 0;
+  c.sent[1] = comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) : 0;
+  std::copy(ctx.codec_sent, ctx.codec_sent + MOERT_NUM_COLLECTIVES, c.codecSent);
+  c.codecPlain = ctx.codec_uncompressed;
+  return c;
+}
+
+/// The bytes this rank sent in step `s` (from the counters `before` it):
+/// per collective (Comm.h counters), without what compressed all-reduces
+/// sent, which is counted on its own against the codecs' formula. The
+/// metrics put them next to the program's analytical volume; the last
+/// step's are reported at the end (reportCommunication).
+Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, long long s) {
+  StepBytes b;
+  int64_t codecBy[MOERT_NUM_COLLECTIVES];
+  b.codecSent = 0;
+  for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+    b.codecSent += codecBy[k] = ctx.codec_sent[k] - before.codecSent[k];
+  b.codecPlain = ctx.codec_uncompressed - before.codecPlain;
+  b.sent[0] = comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - before.sent[0] -
+                         codecBy[MOERT_ALL_REDUCE]
+                   : 0;
+  b.sent[1] = comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] -
+                         codecBy[MOERT_ALL_TO_ALL]
+                   : 0;
+  lastSent[0] = b.sent[0];
+  lastSent[1] = b.sent[1];
+  // Compressed all-reduces: bytes sent, what uncompressed ones would have
+  // sent, and the codecs' formula (nothing compressed in the warm-up).
+  b.codecExpected = s < prog.codec_warmup_steps ? 0 : prog.step_codec_bytes;
+  if (b.codecSent)
+    lastCodec[0] = b.codecSent, lastCodec[1] = b.codecPlain;
+  return b;
+}
+
+/// Token-slots routed past an expert's capacity in step `s`; with several
+/// ranks, the load metrics cover the whole batch: every replica's counts
+/// (summed into expertCounts) and drops.
+long long Trainer::gatherLoad(long long s) {
+  long long dropped = 0;
+  for (int32_t n : droppedSlots)
+    dropped += n;
+  if (ranks > 1) {
+    std::vector<float> load(expertCounts.begin(), expertCounts.end());
+    load.push_back(static_cast<float>(dropped));
+    if (moert_step_all_reduce(&ctx, load.data(), load.data(),
+                              static_cast<int64_t>(load.size()),
+                              MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
+      commError("step " + std::to_string(s) + ": load metrics");
+    for (size_t e = 0; e < expertCounts.size(); ++e)
+      expertCounts[e] = static_cast<int32_t>(load[e]);
+    dropped = static_cast<long long>(load.back());
+  }
+  return dropped;
+}
+
+/// Progress (lead rank): the bar on a terminal, a line every 10 steps (100
+/// under the bar), and the step's metrics.
+void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b,
+                         long long dropped, std::chrono::steady_clock::time_point runStart) {
+  if (bar)
+    drawProgress(s + 1 - firstStep, o.steps - firstStep, r.loss, r.tokensPerSecond,
+                 std::chrono::duration<double>(r.end - runStart).count());
+  if (s == firstStep || (s + 1) % 10 == 0 || s + 1 == o.steps) {
+    if (bar)
+      std::printf("\r\033[K");
+    if (!bar || s == firstStep || (s + 1) % 100 == 0 || s + 1 == o.steps)
+      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps,
+                  r.loss, r.tokensPerSecond, dropped);
+  }
+  if (metrics)
+    writeMetrics({{"step", s + 1},
+                  {"loss", r.loss},
+                  {"tokens_per_s", r.tokensPerSecond},
+                  {"dropped_tokens", dropped},
+                  {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
+                  {"comm_bytes_analytical",
+                   {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
+                    {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
+                  {"comm_bytes_ragged_bound", prog.step_ragged_bound},
+                  {"codec_bytes", {{"sent", b.codecSent},
+                                   {"uncompressed", b.codecPlain},
+                                   {"expected", b.codecExpected}}},
+                  {"expert_tokens", expertTokens()}});
+}
+
+/// The last step's token-slots per expert, one array per MoE layer.
+nlohmann::json Trainer::expertTokens() const {
+  nlohmann::json layers = nlohmann::json::array();
+  const int32_t *counts = expertCounts.data();
+  for (int l = 0; l < prog.num_moe_layers; ++l) {
+    layers.push_back(std::vector<int32_t>(counts, counts + prog.layer_experts[l]));
+    counts += prog.layer_experts[l];
+  }
+  return layers;
+}
+
+//===----------------------------------------------------------------------===//
+// Reports at the end
+//===----------------------------------------------------------------------===//
+
+/// The last step's bytes per rank against the program's analytical volume
+/// (the ragged all_to_alls against their bound), and the compressed
+/// all-reduces' against the codecs' formula.
+void Trainer::reportCommunication() const {
+  if (lead && ranks > 1 && firstStep < o.steps) {
+    if (prog.step_ragged_bound > 0)
+      std::printf("communication per step and rank: all_to_all %lld bytes (ragged: at most "
+                  "%lld with every expert's capacity full), all_reduce %lld bytes "
+                  "(analytical: %lld)\n",
+                  (long long)lastSent[1],
+                  (long long)(prog.step_ragged_bound + prog.step_comm_bytes[MOERT_ALL_TO_ALL]),
+                  (long long)lastSent[0], (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+    else
+      std::printf("communication per step and rank: all_to_all %lld bytes, all_reduce %lld "
+                  "bytes (analytical: %lld, %lld)\n",
+                  (long long)lastSent[1], (long long)lastSent[0],
+                  (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
+                  (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+  }
+  if (lead && lastCodec[0] > 0)
+    std::printf("compressed all-reduces: %lld bytes per step and rank instead of %lld "
+                "(%.1fx less; the codecs' formula: %lld)\n",
+                (long long)lastCodec[0], (long long)lastCodec[1],
+                double(lastCodec[1]) / double(lastCodec[0]), (long long)prog.step_codec_bytes);
+}
+
+/// The peak resident set against the plan's prediction. The plan covers
+/// every tensor buffer and bounds the kernels' scratch; the corpus (as
+/// stored) is added to it, and the process's resident size before main
+/// (code, shared libraries) is the baseline.
+void Trainer::reportMemory() {
+  long long planned = prog.activation_bytes + prog.gradient_bytes;
+  for (int i = 0; i < prog.num_params; ++i)
+    planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+  long long scratch = moert_scratch_peak();
+  long long dataBytes = static_cast<long long>(data.bytes());
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
+  long long grown = peak - sh.startResident;
+  long long predicted = planned + prog.planned_scratch_bytes + dataBytes;
+  std::printf("memory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
+              "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
+              "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
+              "%.1f MB\n",
+              peak / 1e6, sh.startResident / 1e6, grown / 1e6,
+              predicted ? 100.0 * (grown - predicted) / predicted : 0.0, predicted / 1e6,
+              planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6,
+              scratch / 1e6);
+  if (metrics)
+    writeMetrics({{"peak_rss_bytes", peak},
+                  {"start_rss_bytes", sh.startResident},
+                  {"planned_bytes", planned},
+                  {"planned_scratch_bytes", prog.planned_scratch_bytes},
+                  {"data_bytes", dataBytes},
+                  {"kernel_scratch_bytes", scratch}});
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+void Trainer::commError(const std::string &what) const {
+  die(what + (comm ? std::string(": ") + moert_comm_error(comm) : std::string()));
+}
+
+std::vector<int32_t> Trainer::mine(const std::vector<int32_t> &global) const {
+  int64_t rows = prog.batch * prog.seq_len;
+  return std::vector<int32_t>(global.begin() + replica * rows,
+                              global.begin() + (replica + 1) * rows);
+}
+
+const int32_t *Trainer::aligned(const std::vector<int32_t> &v, moert::AlignedInts &out) {
+  out.assign(v.begin(), v.end());
+  return static_cast<const int32_t *>(out.data());
+}
+
+void Trainer::writeMetrics(const nlohmann::json &line) {
+  *metrics << line.dump() << "\n" << std::flush;
+}

@@ -1,0 +1,187 @@
+//===- TrainerCheckpoint.cpp - resuming from and writing checkpoints ------===//
+//
+// Checkpoints hold full tensors (expert shards gathered over their ep
+// group), so a run resumes on any grid; each rank reads its block. The
+// codec state of compressed all-reduces (error-feedback residuals,
+// PowerSGD's Q) differs per rank: it is stored as [ranks, n] tensors
+// `codec.<site>.residual` and `codec.<site>.q`, and restored when the
+// checkpoint was written by as many ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace moert::trainer;
+
+namespace {
+
+const char kCodecPrefix[] = "codec.";
+const size_t kCodecPrefixSize = sizeof kCodecPrefix - 1;
+
+/// The checkpoint tensor of a codec's state: `what` is "residual" or "q".
+std::string codecTensorName(int site, const std::string &what) {
+  return kCodecPrefix + std::to_string(site) + "." + what;
+}
+
+/// Whether `name` is a codec state's tensor; then its site and what it holds
+/// (empty when the name has no part after the site).
+bool parseCodecTensorName(const std::string &name, int &site, std::string &what) {
+  if (name.rfind(kCodecPrefix, 0) != 0)
+    return false;
+  size_t dot = name.find('.', kCodecPrefixSize);
+  what = dot == std::string::npos ? "" : name.substr(dot + 1);
+  site = std::atoi(name.substr(kCodecPrefixSize, dot - kCodecPrefixSize).c_str());
+  return true;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Resume
+//===----------------------------------------------------------------------===//
+
+/// Reads --checkpoint: parameters and moments, the step and the data
+/// position; returns this rank's codec state.
+moert::CodecStates Trainer::resumeFromCheckpoint() {
+  moert::TensorMap tensors;
+  nlohmann::json state;
+  std::string error;
+  if (!moert::loadCheckpoint(o.checkpoint, tensors, state, error))
+    die(error);
+  restoreParameters(tensors);
+  moert::CodecStates restored = restoreCodecStates(tensors);
+  if (!state.contains("step") || !state["step"].is_number_integer() ||
+      !state.contains("data_position"))
+    die(o.checkpoint + "/state.json: needs step and data_position");
+  firstStep = state["step"].get<long long>();
+  sampler.setPosition(state["data_position"].get<uint64_t>());
+  if (lead)
+    std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
+  return restored;
+}
+
+void Trainer::restoreParameters(const moert::TensorMap &tensors) {
+  for (int i = 0; i < prog.num_params; ++i) {
+    std::string name = prog.params[i].name;
+    for (auto [suffix, target] :
+         {std::pair<std::string, moert::AlignedFloats *>{"", &params[i]},
+          {".adam_m", &moments[2 * i]}, {".adam_v", &moments[2 * i + 1]}}) {
+      if (target->empty())
+        continue;
+      // Checkpoints hold full tensors: a shard reads its block, so a run
+      // resumes on any grid.
+      size_t parts = std::max(prog.params[i].shard_parts, 1), n = target->size();
+      size_t block = parts > 1 ? static_cast<size_t>(epIndex) : 0;
+      auto it = tensors.find(name + suffix);
+      if (it == tensors.end() || it->second.data.size() != n * parts)
+        die(o.checkpoint + ": tensor '" + name + suffix +
+            "' is missing or has another size than the model's");
+      target->assign(it->second.data.begin() + block * n,
+                     it->second.data.begin() + (block + 1) * n);
+    }
+  }
+}
+
+/// This rank's row of every codec state the checkpoint holds for this many
+/// ranks; with state for another number, error feedback restarts from zero.
+moert::CodecStates Trainer::restoreCodecStates(const moert::TensorMap &tensors) {
+  moert::CodecStates restored;
+  bool skipped = false;
+  for (auto &[name, tensor] : tensors) {
+    int site = 0;
+    std::string what;
+    if (!parseCodecTensorName(name, site, what))
+      continue;
+    if (tensor.shape.size() != 2 || tensor.shape[0] != ranks ||
+        (what != "residual" && what != "q")) {
+      skipped = true;
+      continue;
+    }
+    int64_t n = tensor.shape[1];
+    std::vector<float> mine(tensor.data.begin() + rank * n,
+                            tensor.data.begin() + (rank + 1) * n);
+    moert::CodecState &codec = restored[site];
+    (what == "residual" ? codec.residual : codec.q) = std::move(mine);
+  }
+  if (skipped && lead)
+    std::printf("note: %s holds codec state for another number of ranks; error "
+                "feedback restarts from zero\n", o.checkpoint.c_str());
+  return restored;
+}
+
+//===----------------------------------------------------------------------===//
+// Save
+//===----------------------------------------------------------------------===//
+
+/// Writes --checkpoint (lead rank) after the last step: full tensors, this
+/// run's codec state, and the state any grid resumes from.
+void Trainer::saveCheckpoint() {
+  moert::TensorMap tensors;
+  gatherParameters(tensors);
+  if (ranks > 1 && ctx.codec_states)
+    gatherCodecStates(tensors);
+  nlohmann::json state = {{"step", o.steps}, {"data_position", sampler.position()},
+                          {"seed", sh.seed},
+                          {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep},
+                                    {"tp", prog.grid_tp}}}};
+  if (lead) {
+    std::string error;
+    if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error))
+      die(error);
+    std::printf("checkpoint written to %s\n", o.checkpoint.c_str());
+  }
+}
+
+/// Parameters and moments as full tensors: expert shards are gathered over
+/// their ep group (in ep order), so any grid can resume from the checkpoint.
+void Trainer::gatherParameters(moert::TensorMap &tensors) {
+  std::vector<int32_t> epGroup(ep);
+  int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+  auto full = [&](const moert::AlignedFloats &local, int parts) {
+    std::vector<float> out(local.size() * parts);
+    if (parts == 1)
+      std::copy(local.begin(), local.end(), out.begin());
+    else if (moert_all_gather(comm, local.data(),
+                              static_cast<int64_t>(local.size() * sizeof(float)),
+                              out.data(), epGroup.data(), epSize) != 0)
+      commError("checkpoint: gathering expert shards");
+    return out;
+  };
+  for (int i = 0; i < prog.num_params; ++i) {
+    const moert_param_info &p = prog.params[i];
+    int parts = std::max(p.shard_parts, 1);
+    std::vector<int64_t> shape(p.shape, p.shape + p.rank);
+    shape[0] *= parts;
+    tensors[p.name] = {shape, full(params[i], parts)};
+    if (p.adamw) {
+      tensors[std::string(p.name) + ".adam_m"] = {shape, full(moments[2 * i], parts)};
+      tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], parts)};
+    }
+  }
+}
+
+/// Codec state (error-feedback residuals, PowerSGD's Q) differs per rank:
+/// [ranks, n] tensors, so a resume on the same grid continues exactly.
+void Trainer::gatherCodecStates(moert::TensorMap &tensors) {
+  std::vector<int32_t> everyone(ranks);
+  int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
+                              everyone.data());
+  for (auto &[site, codec] : moert::codecStates(&ctx))
+    for (auto [what, values] :
+         {std::pair<const char *, std::vector<float> *>{"residual", &codec.residual},
+          {"q", &codec.q}}) {
+      if (values->empty())
+        continue;
+      std::vector<float> all(values->size() * ranks);
+      if (moert_all_gather(comm, values->data(),
+                           static_cast<int64_t>(values->size() * sizeof(float)),
+                           all.data(), everyone.data(), size) != 0)
+        commError("checkpoint: gathering codec state");
+      tensors[codecTensorName(site, what)] = {{ranks, static_cast<int64_t>(values->size())},
+                                              all};
+    }
+}

@@ -1,0 +1,117 @@
+//===- TrainerOptions.cpp - the command line of training binaries ---------===//
+
+#include "TrainerOptions.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace moert::trainer;
+
+[[noreturn]] void moert::trainer::die(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+long long moert::trainer::parseInt(const std::string &flag, const char *text,
+                                   long long min) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (!*text || *end || errno || v < min)
+    die(flag + " expects an integer >= " + std::to_string(min) + ", got '" +
+        text + "'");
+  return v;
+}
+
+namespace {
+
+/// `text` as a number that `inRange` accepts, or the error "`expects`, got
+/// 'TEXT'". An empty text reads as 0 when `emptyIsZero`.
+double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double),
+                 const char *expects) {
+  char *end = nullptr;
+  double v = std::strtod(text, &end);
+  if ((!emptyIsZero && !*text) || *end || !inRange(v))
+    die(std::string(expects) + ", got '" + text + "'");
+  return v;
+}
+
+[[noreturn]] void printUsage(const char *program) {
+  std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
+              "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
+              "          [--eval-every N] [--eval-batches B]\n"
+              "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
+              "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
+              "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
+              "  --sample N   generate N tokens after training, from --prompt (text;\n"
+              "               comma-separated token ids for .bin data; default: newline)\n"
+              "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
+              "               (the compiled grid; under mpirun, one rank per process)\n",
+              program);
+  std::exit(0);
+}
+
+} // namespace
+
+Options moert::trainer::parseOptions(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char * {
+      if (i + 1 >= argc)
+        die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--data")
+      o.data = value();
+    else if (a == "--steps")
+      o.steps = parseInt(a, value(), 1);
+    else if (a == "--seed")
+      o.seed = parseInt(a, value(), 0);
+    else if (a == "--metrics")
+      o.metrics = value();
+    else if (a == "--checkpoint")
+      o.checkpoint = value();
+    else if (a == "--resume")
+      o.resume = true;
+    else if (a == "--val-fraction")
+      o.valFraction = parseReal(value(), true, [](double v) { return v >= 0 && v < 1; },
+                                "--val-fraction expects a number in [0, 1)");
+    else if (a == "--eval-every")
+      o.evalEvery = parseInt(a, value(), 1);
+    else if (a == "--eval-batches")
+      o.evalBatches = parseInt(a, value(), 1);
+    else if (a == "--sample")
+      o.sample = parseInt(a, value(), 0);
+    else if (a == "--prompt") {
+      o.prompt = value();
+      o.hasPrompt = true;
+    } else if (a == "--temperature")
+      o.temperature = parseReal(value(), false, [](double v) { return v > 0 && v <= 100; },
+                                "--temperature expects a number in (0, 100]");
+    else if (a == "--top-k")
+      o.topK = parseInt(a, value(), 0);
+    else if (a == "--no-progress")
+      o.progress = false;
+    else if (a == "--ranks")
+      o.ranks = static_cast<int>(parseInt(a, value(), 1));
+    else if (a == "--comm-timeout")
+      o.timeout = parseReal(value(), false, [](double v) { return v > 0 && v <= 86400; },
+                            "--comm-timeout expects seconds in (0, 86400]");
+    else if (a == "--threads") {
+      // The kernels' thread pool reads HL_NUM_THREADS when it starts.
+      const char *v = value();
+      parseInt(a, v, 1);
+      setenv("HL_NUM_THREADS", v, 1);
+    } else if (a == "--help" || a == "-h")
+      printUsage(argv[0]);
+    else
+      die("unknown option '" + a + "' (see --help)");
+  }
+  if (o.data.empty())
+    die("--data FILE is required (raw text, or a .bin file of uint16 tokens)");
+  if (o.resume && o.checkpoint.empty())
+    die("--resume needs --checkpoint DIR");
+  return o;
+}

@@ -1,0 +1,45 @@
+//===- TrainerOptions.h - the command line of training binaries -*- C++ -*-===//
+//
+// The options of generated training binaries (`--help` lists them) and the
+// error exit every unit of the trainer shares. Internal to libmoert_main.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOERT_LIB_TRAINEROPTIONS_H
+#define MOERT_LIB_TRAINEROPTIONS_H
+
+#include <string>
+
+namespace moert::trainer {
+
+struct Options {
+  int ranks = 0;          ///< 0: the grid the binary was compiled for
+  double timeout = 120.0; ///< seconds a collective may wait for a peer
+  std::string data, metrics, checkpoint;
+  long long steps = 100;
+  long long evalEvery = 0;   ///< 0: evaluate at the end only
+  long long evalBatches = 4; ///< validation batches per evaluation
+  long long seed = -1;
+  bool resume = false;
+  double valFraction = 0.1;
+  long long sample = 0; ///< tokens to generate after training
+  std::string prompt;
+  bool hasPrompt = false;
+  double temperature = 0.8;
+  long long topK = 0; ///< 0: sample from the whole vocabulary
+  bool progress = true; ///< a progress bar when stdout is a terminal
+};
+
+/// Prints "error: MESSAGE" on stderr and exits with status 1.
+[[noreturn]] void die(const std::string &message);
+
+/// `text` as an integer >= `min`, or an error naming `flag`.
+long long parseInt(const std::string &flag, const char *text, long long min);
+
+/// The command line; exits with status 0 after `--help`, and through die()
+/// on a bad option.
+Options parseOptions(int argc, char **argv);
+
+} // namespace moert::trainer
+
+#endif // MOERT_LIB_TRAINEROPTIONS_H
