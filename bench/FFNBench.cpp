@@ -78,10 +78,10 @@ Buffer<float> random3(int a, int b, int c, std::mt19937 &rng) {
   return buf;
 }
 
-void sgemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
-           float *c, float beta) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+void sgemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b, float *c,
+           float beta) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
 } // namespace
@@ -100,12 +100,12 @@ int main(int argc, char **argv) {
   moert_scratch_set_limit(int64_t(1) << 30);
   openblas_set_num_threads(threads);
   Shape shapes[] = {
-      {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny,
-       bench_ffn_tiny_blas, bench_ffn_tiny_grad, bench_ffn_tiny_blas_grad},
+      {"tiny (examples/models/tiny.json)", 4, 320, 64, 128, bench_ffn_tiny, bench_ffn_tiny_blas,
+       bench_ffn_tiny_grad, bench_ffn_tiny_blas_grad},
       {"small (examples/models/small.json)", 8, 1280, 256, 512, bench_ffn_small,
        bench_ffn_small_blas, bench_ffn_small_grad, bench_ffn_small_blas_grad},
-      {"medium", 8, 1024, 512, 1024, bench_ffn_medium, bench_ffn_medium_blas,
-       bench_ffn_medium_grad, bench_ffn_medium_blas_grad},
+      {"medium", 8, 1024, 512, 1024, bench_ffn_medium, bench_ffn_medium_blas, bench_ffn_medium_grad,
+       bench_ffn_medium_blas_grad},
   };
   std::printf("{\"threads\": %d, \"repetitions\": %d, \"results\": [\n", threads, reps);
   bool first = true;
@@ -118,9 +118,9 @@ int main(int argc, char **argv) {
     Buffer<float> y(D, C, E), dx(D, C, E), dup(F, D, E), dgate(F, D, E), ddown(D, F, E),
         preUp(F, C, E), preGate(F, C, E);
     // OpenBLAS side: the same operands, row-major per expert.
-    std::vector<float> hu(size_t(C) * F), hg(size_t(C) * F), h(size_t(C) * F),
-        yb(size_t(C) * D), dh(size_t(C) * F), dxb(size_t(C) * D),
-        dwu(size_t(D) * F), dwg(size_t(D) * F), dwd(size_t(F) * D);
+    std::vector<float> hu(size_t(C) * F), hg(size_t(C) * F), h(size_t(C) * F), yb(size_t(C) * D),
+        dh(size_t(C) * F), dxb(size_t(C) * D), dwu(size_t(D) * F), dwg(size_t(D) * F),
+        dwd(size_t(F) * D);
     // One of our forward / backward kernel pairs on these operands.
     auto forward = [&](Kernel k) {
       return [&, k] {
@@ -141,8 +141,7 @@ int main(int argc, char **argv) {
       openblas_set_num_threads(threads);
       for (int e = 0; e < E; ++e) {
         const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
-                    *wg = gate.data() + size_t(e) * D * F,
-                    *wd = down.data() + size_t(e) * F * D;
+                    *wg = gate.data() + size_t(e) * D * F, *wd = down.data() + size_t(e) * F * D;
         sgemm(false, false, C, F, D, xe, wg, hg.data(), 0);
         sgemm(false, false, C, F, D, xe, wu, hu.data(), 0);
         sgemm(false, false, C, D, F, h.data(), wd, yb.data(), 0);
@@ -152,8 +151,8 @@ int main(int argc, char **argv) {
       openblas_set_num_threads(threads);
       for (int e = 0; e < E; ++e) {
         const float *xe = x.data() + size_t(e) * C * D, *wu = up.data() + size_t(e) * D * F,
-                    *wg = gate.data() + size_t(e) * D * F,
-                    *wd = down.data() + size_t(e) * F * D, *dye = dy.data() + size_t(e) * C * D;
+                    *wg = gate.data() + size_t(e) * D * F, *wd = down.data() + size_t(e) * F * D,
+                    *dye = dy.data() + size_t(e) * C * D;
         sgemm(false, true, C, F, D, dye, wd, dh.data(), 0);
         sgemm(true, false, F, D, C, h.data(), dye, dwd.data(), 0);
         sgemm(false, true, C, D, F, hu.data(), wu, dxb.data(), 0);
@@ -198,8 +197,8 @@ int main(int argc, char **argv) {
                 "\"openblas_gflops\": %.1f, \"ratio\": %.3f, \"extern_blas_ratio\": %.3f, "
                 "\"forward\": [%.1f, %.1f, %.1f], \"backward\": [%.1f, %.1f, %.1f]}",
                 first ? "" : ",\n", s.name, E, C, D, F, g(9, oT), g(9, xT), g(9, bT),
-                g(9, oT) / g(9, bT), g(9, xT) / g(9, bT), g(3, oF), g(3, xF), g(3, bF),
-                g(6, oB), g(6, xB), g(6, bB));
+                g(9, oT) / g(9, bT), g(9, xT) / g(9, bT), g(3, oF), g(3, xF), g(3, bF), g(6, oB),
+                g(6, xB), g(6, bB));
     std::fflush(stdout);
     first = false;
   }

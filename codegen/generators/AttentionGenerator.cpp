@@ -48,16 +48,14 @@ Func split(Func x, int headDim, const std::string &name) {
 Func ropeTable(const AttentionParams &p) {
   Var c, s;
   Func t("rope");
-  Expr angle = cast<float>(s) *
-               pow(p.theta, -2.0f * cast<float>(c) / (float)p.headDim);
+  Expr angle = cast<float>(s) * pow(p.theta, -2.0f * cast<float>(c) / (float)p.headDim);
   t(c, s) = Tuple(cos(angle), sin(angle));
   return t;
 }
 
 /// Rotary embedding (rotate-half) of x(c, h, s, b) with the angles of
 /// `table`; `sign` -1 undoes it.
-Func rotate(Func x, Func table, const AttentionParams &p, float sign,
-            const std::string &name) {
+Func rotate(Func x, Func table, const AttentionParams &p, float sign, const std::string &name) {
   Var c, h, s, b;
   Func f(name);
   if (!p.rope) {
@@ -71,8 +69,7 @@ Func rotate(Func x, Func table, const AttentionParams &p, float sign,
   Expr second = x(clamp(c + half, half, p.headDim - 1), h, s, b);
   Expr firstOfPair = x(clamp(c - half, 0, half - 1), h, s, b);
   Expr secondOfPair = x(clamp(c, half, p.headDim - 1), h, s, b);
-  f(c, h, s, b) = select(c < half, first * cs - second * sn,
-                         secondOfPair * cs + firstOfPair * sn);
+  f(c, h, s, b) = select(c < half, first * cs - second * sn, secondOfPair * cs + firstOfPair * sn);
   return f;
 }
 
@@ -163,8 +160,8 @@ struct CausalVectors {
   Expr jv, je;
   CausalVectors() = default;
   CausalVectors(Var i, Var l, int seq, int vec)
-      : lanes(seq % vec == 0 ? vec : 1), rb(0, seq / lanes),
-        re(0, lanes, 0, seq / lanes), rl(0, lanes) {
+      : lanes(seq % vec == 0 ? vec : 1), rb(0, seq / lanes), re(0, lanes, 0, seq / lanes),
+        rl(0, lanes) {
     rb.where(rb * lanes <= i);
     re.where(re.y * lanes <= i);
     jv = rb * lanes + l;
@@ -220,8 +217,7 @@ CausalRowStage probabilities(Func qr, Func krT, const AttentionParams &p, int ve
 /// causal part only, as for the probabilities: dp for the vectors of keys
 /// j <= i, copied into a row (dp itself is laid out per block of rows) that
 /// ds reads without a clamp; per-lane sums for the dot.
-CausalRowStage scoreGradients(Func prob, Func DO, Func VT, const AttentionParams &p,
-                              int vec) {
+CausalRowStage scoreGradients(Func prob, Func DO, Func VT, const AttentionParams &p, int vec) {
   float scale = 1.0f / std::sqrt((float)p.headDim);
   Var h, i, j, b, l;
   RowDots dpDots = rowDots(DO, VT, p, "dp");
@@ -337,8 +333,7 @@ void scheduleCausalSum(const CausalSum &s, const AttentionParams &p, int vec) {
 /// each row's diagonal add nothing): one load of x per R fused
 /// multiply-adds instead of two loads per one. Computed at root, parallel
 /// over batch and heads.
-CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec,
-                     const std::string &name) {
+CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec, const std::string &name) {
   Var c("c"), h("h"), i("i"), b("b");
   Func r(name);
   auto [chunkVecs, rows] = registerBlock(p, vec);
@@ -362,8 +357,7 @@ CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec,
 /// w(j, i, g * group + x, b) y(c, g * group + x, i, b) (dK from dS and the
 /// queries, dV from the probabilities and dO), for w zero above the
 /// diagonal: blocks of R keys as in causalRows, from the block's first key.
-CausalSum causalCols(Func w, Func y, const AttentionParams &p, int vec,
-                     const std::string &name) {
+CausalSum causalCols(Func w, Func y, const AttentionParams &p, int vec, const std::string &name) {
   Var c("c"), g("g"), j("j"), b("b");
   Func r(name);
   int group = p.group();
@@ -395,17 +389,15 @@ void scheduleAttentionInputs(Func table, const std::vector<Func> &operands,
     f.compute_root().parallel(f.args()[3]);
 }
 
-#define MOE_ATTENTION_PARAMS                                                   \
-  GeneratorParam<int> batch{"batch", 1};                                       \
-  GeneratorParam<int> seq{"seq", 1};                                           \
-  GeneratorParam<int> heads{"heads", 1};                                       \
-  GeneratorParam<int> kv_heads{"kv_heads", 1};                                 \
-  GeneratorParam<int> head_dim{"head_dim", 2};                                 \
-  GeneratorParam<bool> rope{"rope", false};                                    \
-  GeneratorParam<float> theta{"theta", 10000.0f};                              \
-  AttentionParams params() const {                                             \
-    return {batch, seq, heads, kv_heads, head_dim, rope, theta};               \
-  }
+#define MOE_ATTENTION_PARAMS                                                                       \
+  GeneratorParam<int> batch{"batch", 1};                                                           \
+  GeneratorParam<int> seq{"seq", 1};                                                               \
+  GeneratorParam<int> heads{"heads", 1};                                                           \
+  GeneratorParam<int> kv_heads{"kv_heads", 1};                                                     \
+  GeneratorParam<int> head_dim{"head_dim", 2};                                                     \
+  GeneratorParam<bool> rope{"rope", false};                                                        \
+  GeneratorParam<float> theta{"theta", 10000.0f};                                                  \
+  AttentionParams params() const { return {batch, seq, heads, kv_heads, head_dim, rope, theta}; }
 
 class Attention : public Generator<Attention> {
 public:

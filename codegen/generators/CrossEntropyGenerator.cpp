@@ -40,8 +40,7 @@ public:
     target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
                         "target out of range:", targets(t));
     RDom r(0, tokens);
-    loss() = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r)) /
-             (float)(int)tokens;
+    loss() = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r)) / (float)(int)tokens;
   }
 
   void schedule() {
@@ -70,8 +69,7 @@ public:
     target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
                         "target out of range:", targets(t));
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
-    dlogits(v, t) = (exp(logits(v, t) - lse(t)) - onehot) * dloss() /
-                    (float)(int)tokens;
+    dlogits(v, t) = (exp(logits(v, t) - lse(t)) - onehot) * dloss() / (float)(int)tokens;
   }
 
   void schedule() {

@@ -27,8 +27,7 @@ public:
   void generate() { z(i) = a(i) + b(i); }
 
   void schedule() {
-    for (OutputImageParam p : {OutputImageParam(a), OutputImageParam(b),
-                               OutputImageParam(z)})
+    for (OutputImageParam p : {OutputImageParam(a), OutputImageParam(b), OutputImageParam(z)})
       p.dim(0).set_bounds(0, size);
     const int vec = natural_vector_size<float>();
     if (size >= 4 * vec)
@@ -58,9 +57,7 @@ public:
 
   void generate() {
     Expr t = cast<float>(step() + 1);
-    Expr clip = grad_clip > 0.0f
-                    ? min(1.0f, (float)grad_clip / (norm() + 1e-6f))
-                    : Expr(1.0f);
+    Expr clip = grad_clip > 0.0f ? min(1.0f, (float)grad_clip / (norm() + 1e-6f)) : Expr(1.0f);
     Expr gi = clip * g(i);
     Expr mi = beta1 * m(i) + (1.0f - beta1) * gi;
     Expr vi = beta2 * v(i) + (1.0f - beta2) * gi * gi;
@@ -71,8 +68,8 @@ public:
   }
 
   void schedule() {
-    for (OutputImageParam p : {OutputImageParam(w), OutputImageParam(m),
-                               OutputImageParam(v), OutputImageParam(g)})
+    for (OutputImageParam p :
+         {OutputImageParam(w), OutputImageParam(m), OutputImageParam(v), OutputImageParam(g)})
       p.dim(0).set_bounds(0, size);
     // The other tuple buffers share the first one's bounds.
     Func(updated).output_buffers()[0].dim(0).set_bounds(0, size);

@@ -28,8 +28,7 @@ public:
   Func id{"id"};
 
   void generate() {
-    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t),
-                    "token id out of range:", ids(t));
+    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t), "token id out of range:", ids(t));
     y(d, t) = table(d, clamp(id(t), 0, vocab - 1));
   }
 
@@ -60,8 +59,7 @@ public:
 
   void generate() {
     Var t;
-    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t),
-                    "token id out of range:", ids(t));
+    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t), "token id out of range:", ids(t));
     RDom r(0, tokens);
     acc(d, v) = 0.0f;
     acc(d, clamp(id(r), 0, vocab - 1)) += dy(d, r);

@@ -33,8 +33,7 @@ Expr activate(Act a, Expr z) {
   case Act::SwiGLU:
     return z * sigmoidOf(z);
   case Act::GELU:
-    return 0.5f * z *
-           (1.0f + tanh(0.7978845608f * (z + 0.044715f * z * z * z)));
+    return 0.5f * z * (1.0f + tanh(0.7978845608f * (z + 0.044715f * z * z * z)));
   case Act::ReLU:
     return max(z, 0.0f);
   }
@@ -50,8 +49,7 @@ Expr activateGrad(Act a, Expr z) {
   case Act::GELU: {
     Expr t = tanh(0.7978845608f * (z + 0.044715f * z * z * z));
     return 0.5f * (1.0f + t) +
-           0.5f * z * (1.0f - t * t) * 0.7978845608f *
-               (1.0f + 3.0f * 0.044715f * z * z);
+           0.5f * z * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * z * z);
   }
   case Act::ReLU:
     return select(z > 0.0f, 1.0f, 0.0f);
@@ -95,8 +93,7 @@ public:
       preUp(f, c, e) = hu(f, c, e);
       preGate(f, c, e) = gated ? hg(f, c, e) : Expr(0.0f);
       Expr u = preUp(f, c, e);
-      h(f, c, e) = gated ? activate(activation, preGate(f, c, e)) * u
-                         : activate(activation, u);
+      h(f, c, e) = gated ? activate(activation, preGate(f, c, e)) * u : activate(activation, u);
     } else {
       preUp(f, c, e) = 0.0f;
       preGate(f, c, e) = 0.0f;
@@ -122,8 +119,8 @@ public:
       preUp(f, c, e) = 0.0f;
       preGate(f, c, e) = 0.0f;
     }
-    h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
-                       : activate(activation, hu(f, c, e));
+    h(f, c, e) =
+        gated ? activate(activation, hg(f, c, e)) * hu(f, c, e) : activate(activation, hu(f, c, e));
     y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden);
   }
 
@@ -268,8 +265,8 @@ public:
     }
     ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows);
     if (gated) {
-      dx = externGemm2("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, {dhgB},
-                       {gate, true}, hidden);
+      dx = externGemm2("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, {dhgB}, {gate, true},
+                       hidden);
       dgate = externGemm("dgate_gemm", {f, d, e}, {x, true}, {dhgB}, rows);
     } else {
       dx = externGemm("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden);
@@ -303,7 +300,9 @@ public:
           gated ? std::vector<Func>{hB, dhuB, dhgB} : std::vector<Func>{hB, dhuB};
       Var ce("ce"), ceo("ceo"), cei("cei");
       for (Func fn : acts) {
-        fn.compute_root().fuse(c, e, ce).split(ce, ceo, cei, 8, TailStrategy::GuardWithIf)
+        fn.compute_root()
+            .fuse(c, e, ce)
+            .split(ce, ceo, cei, 8, TailStrategy::GuardWithIf)
             .parallel(ceo);
         if (hidden >= vec)
           fn.vectorize(f, vec, TailStrategy::GuardWithIf);

@@ -24,9 +24,9 @@ namespace {
 
 class Linear : public Generator<Linear> {
 public:
-  GeneratorParam<int> rows{"rows", 1};   // M: tokens
-  GeneratorParam<int> in{"in", 1};       // K
-  GeneratorParam<int> out{"out", 1};     // N
+  GeneratorParam<int> rows{"rows", 1}; // M: tokens
+  GeneratorParam<int> in{"in", 1};     // K
+  GeneratorParam<int> out{"out", 1};   // N
   GeneratorParam<bool> bias{"bias", false};
   GeneratorParam<bool> residual{"residual", false};
   GeneratorParam<bool> blas{"blas", false};

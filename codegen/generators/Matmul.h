@@ -36,8 +36,7 @@ namespace moec_codegen {
 using namespace Halide;
 
 /// Defines acc(args) = 0; acc(args) += a * b over `k`.
-inline void defineContraction(Func acc, const std::vector<Var> &args, RDom k,
-                              Expr product) {
+inline void defineContraction(Func acc, const std::vector<Var> &args, RDom k, Expr product) {
   std::vector<Expr> lhs(args.begin(), args.end());
   acc(lhs) = 0.0f;
   acc(lhs) += product;
@@ -72,9 +71,9 @@ inline int panelBlocks(int blocks, int tileI, int k) {
 /// f32 vector width. `root`: compute `out` at root (an intermediate; outputs
 /// are root already). `extentI`/`extentJ` are the loop extents: a block
 /// never exceeds them, so small shapes take smaller blocks.
-inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i,
-                           Var j, int extentI, int extentJ, int extentK, int vec,
-                           const Var *group, bool root, int groups = 1) {
+inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i, Var j, int extentI,
+                           int extentJ, int extentK, int vec, const Var *group, bool root,
+                           int groups = 1) {
   if (root)
     out.compute_root();
   // Blocks divide the extents exactly (no tails to guard): the widest
@@ -144,11 +143,7 @@ inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i,
   for (Func acc : accs) {
     acc.compute_at(out, ioi).vectorize(i, vec).unroll(i).unroll(j);
     for (int u = 0; u < acc.num_update_definitions(); ++u)
-      acc.update(u)
-          .reorder(i, j, acc.rvars(u)[0])
-          .vectorize(i, vec)
-          .unroll(i)
-          .unroll(j);
+      acc.update(u).reorder(i, j, acc.rvars(u)[0]).vectorize(i, vec).unroll(i).unroll(j);
   }
 }
 
@@ -158,8 +153,8 @@ inline void scheduleMatmul(Func out, std::initializer_list<Func> accs, Var i,
 /// vector stores, instead of one gather per output vector (measured 2x
 /// faster on a 512 x 1280 x 8 transpose). Parallel over `group` when given,
 /// else over tile rows.
-inline void scheduleTranspose(Func fn, Var inner, Var outer, int extentInner,
-                              int extentOuter, int vec, const Var *group) {
+inline void scheduleTranspose(Func fn, Var inner, Var outer, int extentInner, int extentOuter,
+                              int vec, const Var *group) {
   fn.compute_root();
   Var io("io"), oo("oo"), ii("ii"), oi("oi");
   if (extentInner % vec == 0 && extentOuter % vec == 0) {
@@ -183,30 +178,26 @@ struct GemmOperand {
 /// (`k2`), computed by OpenBLAS through the runtime's extern stages
 /// (runtime/lib/Gemm.cpp: `moert_gemm`, `moert_gemm2`), batched over the
 /// third of `args` when there is one. Func operands must be computed at root.
-inline Func externGemm(const std::string &name, const std::vector<Var> &args,
-                       GemmOperand a, GemmOperand b, int k) {
+inline Func externGemm(const std::string &name, const std::vector<Var> &args, GemmOperand a,
+                       GemmOperand b, int k) {
   Func f(name);
-  f.define_extern("moert_gemm",
-                  {a.value, b.value, Expr(k), Expr((int)a.trans), Expr((int)b.trans)},
+  f.define_extern("moert_gemm", {a.value, b.value, Expr(k), Expr((int)a.trans), Expr((int)b.trans)},
                   Float(32), args);
   return f;
 }
-inline Func externGemm2(const std::string &name, const std::vector<Var> &args,
-                        GemmOperand a, GemmOperand b, int k, GemmOperand a2,
-                        GemmOperand b2, int k2) {
+inline Func externGemm2(const std::string &name, const std::vector<Var> &args, GemmOperand a,
+                        GemmOperand b, int k, GemmOperand a2, GemmOperand b2, int k2) {
   Func f(name);
   f.define_extern("moert_gemm2",
-                  {a.value, b.value, a2.value, b2.value, Expr(k), Expr(k2),
-                   Expr((int)a.trans), Expr((int)b.trans), Expr((int)a2.trans),
-                   Expr((int)b2.trans)},
+                  {a.value, b.value, a2.value, b2.value, Expr(k), Expr(k2), Expr((int)a.trans),
+                   Expr((int)b.trans), Expr((int)a2.trans), Expr((int)b2.trans)},
                   Float(32), args);
   return f;
 }
 
 /// Schedules an elementwise Func over (i, j[, e]) at root: vectorised over
 /// i, parallel over rows (and groups).
-inline void scheduleElementwise(Func fn, Var i, Var j, int extentI, int vec,
-                                const Var *group) {
+inline void scheduleElementwise(Func fn, Var i, Var j, int extentI, int vec, const Var *group) {
   fn.compute_root();
   if (extentI >= vec)
     fn.vectorize(i, vec, TailStrategy::GuardWithIf);

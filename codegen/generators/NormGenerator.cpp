@@ -65,8 +65,7 @@ public:
     float n = (float)(int)width;
     inv(r) = 1.0f / sqrt(sum(x(c, r) * x(c, r)) / n + epsilon);
     ax(r) = sum(dy(c, r) * g(c) * x(c, r));
-    dx(d, r) = inv(r) * dy(d, r) * g(d) -
-               x(d, r) * inv(r) * inv(r) * inv(r) * ax(r) / n;
+    dx(d, r) = inv(r) * dy(d, r) * g(d) - x(d, r) * inv(r) * inv(r) * inv(r) * ax(r) / n;
     dg(d) = sum(dy(d, rr) * x(d, rr) * inv(rr));
   }
 

@@ -18,10 +18,10 @@ using moec_codegen::constrainOptional;
 namespace {
 
 /// The common shape: tokens x k slots, E*C buffer rows of width D.
-#define MOE_PERMUTE_PARAMS                                                     \
-  GeneratorParam<int> tokens{"tokens", 1};                                     \
-  GeneratorParam<int> k{"k", 1};                                               \
-  GeneratorParam<int> slots_total{"slots_total", 1};                           \
+#define MOE_PERMUTE_PARAMS                                                                         \
+  GeneratorParam<int> tokens{"tokens", 1};                                                         \
+  GeneratorParam<int> k{"k", 1};                                                                   \
+  GeneratorParam<int> slots_total{"slots_total", 1};                                               \
   GeneratorParam<int> width{"width", 1};
 
 /// slots(j, t) checked to lie in [-1, total).
@@ -79,10 +79,10 @@ class Unpermute : public Generator<Unpermute> {
 public:
   MOE_PERMUTE_PARAMS
   GeneratorParam<bool> weighted{"weighted", true};
-  Input<Buffer<float, 2>> buf{"buf"};       // (d, s)
-  Input<Buffer<int32_t, 2>> slots{"slots"}; // (j, t)
+  Input<Buffer<float, 2>> buf{"buf"};         // (d, s)
+  Input<Buffer<int32_t, 2>> slots{"slots"};   // (j, t)
   Input<Buffer<float, 2>> weights{"weights"}; // (j, t)
-  Output<Buffer<float, 2>> out{"out"};      // (d, t)
+  Output<Buffer<float, 2>> out{"out"};        // (d, t)
 
   void generate() {
     Var d, t;
@@ -116,8 +116,8 @@ public:
   Input<Buffer<float, 2>> buf{"buf"};
   Input<Buffer<int32_t, 2>> slots{"slots"};
   Input<Buffer<float, 2>> weights{"weights"};
-  Input<Buffer<float, 2>> dout{"dout"};       // (d, t)
-  Output<Buffer<float, 2>> dbuf{"dbuf"};      // (d, s)
+  Input<Buffer<float, 2>> dout{"dout"};          // (d, t)
+  Output<Buffer<float, 2>> dbuf{"dbuf"};         // (d, s)
   Output<Buffer<float, 2>> dweights{"dweights"}; // (j, t)
 
   void generate() {
@@ -126,13 +126,12 @@ public:
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
     scatter(d, s) = 0.0f;
-    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) +=
-        weights(r.x, r.y) * dout(d, r.y);
+    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) += weights(r.x, r.y) * dout(d, r.y);
     dbuf(d, s) = scatter(d, s);
     RDom c(0, width);
     Expr slot = checked(j, t);
-    dweights(j, t) = select(
-        slot >= 0, sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f);
+    dweights(j, t) =
+        select(slot >= 0, sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f);
   }
 
   void schedule() {

@@ -23,17 +23,17 @@ enum class Scoring { Softmax, Sigmoid };
 const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
                                                   {"sigmoid", Scoring::Sigmoid}};
 
-#define MOE_ROUTING_PARAMS                                                     \
-  GeneratorParam<int> tokens{"tokens", 1};                                     \
-  GeneratorParam<int> width{"width", 1};                                       \
-  GeneratorParam<int> num_experts{"num_experts", 1};                                   \
-  GeneratorParam<int> top_k{"top_k", 1};                                       \
-  GeneratorParam<Scoring> scoring{"scoring", Scoring::Softmax, kScorings};     \
-  GeneratorParam<bool> renormalize{"renormalize", false};                      \
-  GeneratorParam<bool> has_bias{"has_bias", false};                            \
-  GeneratorParam<float> routed_scaling{"routed_scaling", 1.0f};                \
-  GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                  \
-  GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                      \
+#define MOE_ROUTING_PARAMS                                                                         \
+  GeneratorParam<int> tokens{"tokens", 1};                                                         \
+  GeneratorParam<int> width{"width", 1};                                                           \
+  GeneratorParam<int> num_experts{"num_experts", 1};                                               \
+  GeneratorParam<int> top_k{"top_k", 1};                                                           \
+  GeneratorParam<Scoring> scoring{"scoring", Scoring::Softmax, kScorings};                         \
+  GeneratorParam<bool> renormalize{"renormalize", false};                                          \
+  GeneratorParam<bool> has_bias{"has_bias", false};                                                \
+  GeneratorParam<float> routed_scaling{"routed_scaling", 1.0f};                                    \
+  GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                                      \
+  GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                                          \
   GeneratorParam<int> groups{"groups", 1};
 
 /// What the forward and the backward both recompute (route()). A
@@ -41,17 +41,17 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
 /// generate() defines it: its stages are named there, after the outputs, so
 /// an output keeps its name (`counts`).
 struct Routing {
-  Func logits, logitAcc, lse, score, balance, scoreSum, counts, selectedSum,
-      groupCounts;
+  Func logits, logitAcc, lse, score, balance, scoreSum, counts, selectedSum, groupCounts;
   std::vector<Func> chosen;
 };
 
-Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
-              int k, Scoring scoring, bool hasBias, int groups) {
-  Routing r{Func("logits"),      Func("logit_acc"), Func("lse"),
-            Func("score"),       Func("balance"),   Func("score_sum"),
-            Func("counts"),      Func("selected_sum"), Func("group_counts"),
-            {}};
+Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int k, Scoring scoring,
+              bool hasBias, int groups) {
+  Routing r{Func("logits"),       Func("logit_acc"),
+            Func("lse"),          Func("score"),
+            Func("balance"),      Func("score_sum"),
+            Func("counts"),       Func("selected_sum"),
+            Func("group_counts"), {}};
   Var e, t;
   RDom d(0, width), re(0, experts);
   r.logitAcc(e, t) = 0.0f;
@@ -66,8 +66,7 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts,
   else
     r.score(e, t) = 1.0f / (1.0f + exp(-r.logits(e, t)));
   r.scoreSum(t) = sum(r.score(re, t));
-  r.balance(e, t) = scoring == Scoring::Softmax ? r.score(e, t)
-                                                : r.score(e, t) / r.scoreSum(t);
+  r.balance(e, t) = scoring == Scoring::Softmax ? r.score(e, t) : r.score(e, t) / r.scoreSum(t);
   // Successive argmax of score + bias, excluding experts already chosen.
   for (int j = 0; j < k; ++j) {
     Expr taken = cast<bool>(false);
@@ -113,9 +112,7 @@ void scheduleRouting(const Routing &r, int experts, int vec) {
   logitAcc.compute_at(logits, t);
   if (experts >= vec) {
     logitAcc.vectorize(e, vec, TailStrategy::GuardWithIf);
-    logitAcc.update()
-        .reorder(e, logitAcc.rvars()[0])
-        .vectorize(e, vec, TailStrategy::GuardWithIf);
+    logitAcc.update().reorder(e, logitAcc.rvars()[0]).vectorize(e, vec, TailStrategy::GuardWithIf);
   }
 }
 
@@ -140,8 +137,7 @@ public:
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
-    gates(j, t) = (float)routed_scaling * raw /
-                  (renormalize ? r.selectedSum(t) : Expr(1.0f));
+    gates(j, t) = (float)routed_scaling * raw / (renormalize ? r.selectedSum(t) : Expr(1.0f));
     chosen(j, t) = chosenAt(j, t);
     counts(e) = r.counts(e);
     // Prefix counts in token order, then choice order, restarting at each
@@ -159,7 +155,8 @@ public:
     RDom re(0, E), rt(0, T), rgt(0, Tg), reg(0, E, 0, G);
     meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
     Expr balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
-                           meanBalance(reg.x, reg.y)) / (float)G;
+                           meanBalance(reg.x, reg.y)) /
+                       (float)G;
     Expr zLoss = sum(r.lse(rt) * r.lse(rt)) / (float)T;
     aux() = (float)aux_loss_coef * (float)E * balanceLoss + (float)z_loss_coef * zLoss;
   }
@@ -168,8 +165,8 @@ public:
     constrainDense(x, {width, tokens});
     constrainDense(w, {num_experts, width});
     bias.dim(0).set_bounds(0, has_bias ? (int)num_experts : 1);
-    for (OutputImageParam p : {OutputImageParam(gates), OutputImageParam(chosen),
-                               OutputImageParam(slots)})
+    for (OutputImageParam p :
+         {OutputImageParam(gates), OutputImageParam(chosen), OutputImageParam(slots)})
       constrainDense(p, {top_k, tokens});
     counts.dim(0).set_bounds(0, num_experts);
     scheduleRouting(r, num_experts, natural_vector_size<float>());
@@ -206,17 +203,16 @@ public:
     Expr S = r.selectedSum(t);
     Expr gatePart = 0.0f;
     for (int j = 0; j < k; ++j) {
-      Expr g = renormalize ? scaling * (dgates(j, t) / S - sumTerm / (S * S))
-                           : scaling * dgates(j, t);
+      Expr g =
+          renormalize ? scaling * (dgates(j, t) / S - sumTerm / (S * S)) : scaling * dgates(j, t);
       gatePart += select(r.chosen[j](t) == e, g, 0.0f);
     }
     // Through the balancing loss (the fractions are counts: constants), per
     // routing group.
     Func gp("gp");
     Var g;
-    gpg(e, g) = daux() * (float)aux_loss_coef * (float)E *
-                cast<float>(r.groupCounts(e, g)) / (float)(Tg * k) / (float)Tg /
-                (float)G;
+    gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
+                (float)(Tg * k) / (float)Tg / (float)G;
     gp(e, t) = gpg(e, t / Tg);
     RDom re(0, E);
     if (scoring == Scoring::Softmax) {
@@ -226,8 +222,8 @@ public:
       ds(e, t) = gatePart + (gp(e, t) - balanceDot(t)) / r.scoreSum(t);
     }
     Expr s = r.score(e, t);
-    Expr zPart = daux() * (float)z_loss_coef * 2.0f * r.lse(t) / (float)T *
-                 exp(r.logits(e, t) - r.lse(t));
+    Expr zPart =
+        daux() * (float)z_loss_coef * 2.0f * r.lse(t) / (float)T * exp(r.logits(e, t) - r.lse(t));
     if (scoring == Scoring::Softmax) {
       dsDot(t) = sum(ds(re, t) * r.score(re, t));
       dl(e, t) = s * (ds(e, t) - dsDot(t)) + zPart;

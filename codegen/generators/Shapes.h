@@ -16,8 +16,7 @@
 namespace moec_codegen {
 
 /// `b` is dense with `extents`, innermost first.
-inline void constrainDense(Halide::OutputImageParam b,
-                           std::initializer_list<int> extents) {
+inline void constrainDense(Halide::OutputImageParam b, std::initializer_list<int> extents) {
   int stride = 1, dim = 0;
   for (int extent : extents) {
     b.dim(dim++).set_bounds(0, extent).set_stride(stride);

@@ -89,8 +89,11 @@ bool linearHasBias(const KernelSpec &s) {
 Params linearParams(const KernelSpec &s, Gemm gemm) {
   ArrayRef<int64_t> w = s.in(1);
   int64_t rows = KernelSpec::numel(s.in(0)) / w[0];
-  return {param("rows", rows), param("in", w[0]), param("out", w[1]),
-          param("bias", linearHasBias(s)), param("residual", s.hasEpilogue("residual_add")),
+  return {param("rows", rows),
+          param("in", w[0]),
+          param("out", w[1]),
+          param("bias", linearHasBias(s)),
+          param("residual", s.hasEpilogue("residual_add")),
           gemmParam(gemm, rows, w[0], w[1])};
 }
 Args linearArgs(const KernelSpec &s, unsigned n, unsigned) {
@@ -144,8 +147,8 @@ Params ffnParams(const KernelSpec &s, Gemm gemm) {
   ArrayRef<int64_t> x = s.in(0), up = s.in(1);
   int64_t d = x.back(), f = up.back();
   int64_t rows = grouped ? x[1] : KernelSpec::numel(x) / d;
-  Params p = {param("groups", grouped ? x[0] : int64_t(1)), param("rows", rows),
-              param("width", d), param("hidden", f),
+  Params p = {param("groups", grouped ? x[0] : int64_t(1)), param("rows", rows), param("width", d),
+              param("hidden", f),
               "activation=" + std::string(activationName(s.number("activation")))};
   // Pre-activations kept by the forward for the backward.
   if (family.ends_with("_grad"))
@@ -157,8 +160,13 @@ Params ffnParams(const KernelSpec &s, Gemm gemm) {
 }
 /// Results: y, then the saved pre-activations (x Wu, x Wg) if any.
 template <ViewKind V> Args ffnArgs(const KernelSpec &, unsigned n, unsigned r) {
-  return {op(0, V),  op(1, V), op(2, V), n == 4 ? op(3, V) : dummy(3), res(0, V),
-          r >= 2 ? res(1, V) : dummy(3), r == 3 ? res(2, V) : dummy(3)};
+  return {op(0, V),
+          op(1, V),
+          op(2, V),
+          n == 4 ? op(3, V) : dummy(3),
+          res(0, V),
+          r >= 2 ? res(1, V) : dummy(3),
+          r == 3 ? res(2, V) : dummy(3)};
 }
 /// Operands: x, up, down, dy, [gate], then the saved pre-activations.
 template <ViewKind V> Args ffnGradArgs(const KernelSpec &, unsigned n, unsigned r) {
@@ -207,8 +215,8 @@ Args fusedGateArgs(const KernelSpec &, unsigned n, unsigned r) {
 }
 Args routerGradArgs(const KernelSpec &, unsigned n, unsigned) {
   ViewKind v = ViewKind::Rows2;
-  return {op(0, v), op(1, v), n == 5 ? op(4, ViewKind::Flat) : dummy(1), op(2, v),
-          op(3, v), res(0, v),  res(1, v)};
+  return {op(0, v),  op(1, v), n == 5 ? op(4, ViewKind::Flat) : dummy(1), op(2, v), op(3, v),
+          res(0, v), res(1, v)};
 }
 
 //===-- PermuteGenerator.cpp ---------------------------------------------===//
@@ -216,9 +224,8 @@ Args routerGradArgs(const KernelSpec &, unsigned n, unsigned) {
 Params permuteParams(const KernelSpec &s, Gemm) {
   bool forward = s.family == "permute";
   ArrayRef<int64_t> slots = s.in(1), buf = forward ? s.out(0) : s.in(0);
-  Params p = {param("tokens", KernelSpec::numel(slots) / slots.back()),
-              param("k", slots.back()), param("slots_total", buf[0] * buf[1]),
-              param("width", buf[2])};
+  Params p = {param("tokens", KernelSpec::numel(slots) / slots.back()), param("k", slots.back()),
+              param("slots_total", buf[0] * buf[1]), param("width", buf[2])};
   if (s.family == "unpermute")
     p.push_back(param("weighted", s.numInputs() == 3));
   return p;
@@ -230,9 +237,7 @@ Args unpermuteArgs(const KernelSpec &, unsigned n, unsigned) {
 
 //===-- ElementwiseGenerator.cpp -----------------------------------------===//
 
-Params addParams(const KernelSpec &s, Gemm) {
-  return {param("size", KernelSpec::numel(s.in(0)))};
-}
+Params addParams(const KernelSpec &s, Gemm) { return {param("size", KernelSpec::numel(s.in(0)))}; }
 Params adamwParams(const KernelSpec &s, Gemm) {
   return {param("size", KernelSpec::numel(s.in(0))),
           param("beta1", s.number("beta1")),
@@ -246,8 +251,7 @@ Params adamwParams(const KernelSpec &s, Gemm) {
 /// step.
 Args adamwArgs(const KernelSpec &, unsigned, unsigned) {
   ViewKind v = ViewKind::Flat;
-  KernelArg p{KernelArg::Param, 0, v}, m{KernelArg::MomentM, 0, v},
-      s{KernelArg::MomentV, 0, v};
+  KernelArg p{KernelArg::Param, 0, v}, m{KernelArg::MomentM, 0, v}, s{KernelArg::MomentV, 0, v};
   return {p, m, s, op(0, v), op(1, v), op(2, v), op(3, v), p, m, s};
 }
 
@@ -255,24 +259,45 @@ const std::vector<KernelFamily> &rows() {
   using V = ViewKind;
   static const std::vector<KernelFamily> table = {
       {"embedding", "embedding", {"ids", "table", "y"}, embeddingParams, idsFlatArgs<0>},
-      {"embedding_grad", "embedding_grad", {"ids", "dy", "dtable"}, embeddingParams,
+      {"embedding_grad",
+       "embedding_grad",
+       {"ids", "dy", "dtable"},
+       embeddingParams,
        idsFlatArgs<0>},
-      {"cross_entropy", "cross_entropy", {"logits", "targets", "loss"}, crossEntropyParams,
+      {"cross_entropy",
+       "cross_entropy",
+       {"logits", "targets", "loss"},
+       crossEntropyParams,
        idsFlatArgs<1>},
-      {"cross_entropy_grad", "cross_entropy_grad", {"logits", "targets", "dloss", "dlogits"},
-       crossEntropyParams, idsFlatArgs<1>},
+      {"cross_entropy_grad",
+       "cross_entropy_grad",
+       {"logits", "targets", "dloss", "dlogits"},
+       crossEntropyParams,
+       idsFlatArgs<1>},
       {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams},
       {"rms_norm_grad", "rms_norm_grad", {"x", "g", "dy", "dx", "dg"}, normParams},
       {"linear", "linear", {"x", "w", "b", "r", "y"}, linearParams, linearArgs},
       {"linear_grad", "linear_grad", {"x", "w", "dy", "dx", "dw"}, linearGradParams},
       {"bias_grad", "bias_grad", {"dy", "db"}, biasGradParams},
       {"attention", "attention", {"q", "k", "v", "o"}, attentionParams, nullptr, V::Reversed},
-      {"attention_grad", "attention_grad", {"q", "k", "v", "dout", "dq", "dk", "dv"},
-       attentionParams, nullptr, V::Reversed},
-      {"ffn", "ffn", {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"}, ffnParams,
-       ffnArgs<V::Rows3>, V::Rows3},
-      {"expert_ffn", "ffn", {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"}, ffnParams,
-       ffnArgs<V::Reversed>, V::Reversed},
+      {"attention_grad",
+       "attention_grad",
+       {"q", "k", "v", "dout", "dq", "dk", "dv"},
+       attentionParams,
+       nullptr,
+       V::Reversed},
+      {"ffn",
+       "ffn",
+       {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"},
+       ffnParams,
+       ffnArgs<V::Rows3>,
+       V::Rows3},
+      {"expert_ffn",
+       "ffn",
+       {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"},
+       ffnParams,
+       ffnArgs<V::Reversed>,
+       V::Reversed},
       {"ffn_grad",
        "ffn_grad",
        {"x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"},
@@ -296,9 +321,10 @@ const std::vector<KernelFamily> &rows() {
        routingParams,
        routerGradArgs},
       {"permute", "permute", {"x", "slots", "buf"}, permuteParams},
-      {"unpermute", "unpermute", {"buf", "slots", "weights", "out"}, permuteParams,
-       unpermuteArgs},
-      {"unpermute_grad", "unpermute_grad", {"buf", "slots", "weights", "dout", "dbuf", "dweights"},
+      {"unpermute", "unpermute", {"buf", "slots", "weights", "out"}, permuteParams, unpermuteArgs},
+      {"unpermute_grad",
+       "unpermute_grad",
+       {"buf", "slots", "weights", "dout", "dbuf", "dweights"},
        permuteParams},
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, V::Vector},
       {"adamw_update",

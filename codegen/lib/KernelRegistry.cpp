@@ -8,8 +8,8 @@ using namespace mlir::moe;
 using namespace moec::codegen;
 
 KernelSpec::KernelSpec(KernelOp kernel)
-    : family(kernel.getFamily()), signature(kernel.getSignature()),
-      config(kernel.getConfig()), epilogue(kernel.getEpilogue()) {}
+    : family(kernel.getFamily()), signature(kernel.getSignature()), config(kernel.getConfig()),
+      epilogue(kernel.getEpilogue()) {}
 
 ArrayRef<int64_t> KernelSpec::in(unsigned i) const {
   return cast<RankedTensorType>(signature.getInput(i)).getShape();
@@ -52,10 +52,9 @@ bool KernelSpec::hasEpilogue(StringRef name) const {
 FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {
   const KernelFamily *row = lookupFamily(kernel.getFamily());
   if (!row)
-    return kernel.emitOpError()
-           << "has no kernel generator for family '" << kernel.getFamily()
-           << "' yet (the default pipeline fuses router/dispatch/combine into "
-              "fused_gate/permute/unpermute)";
+    return kernel.emitOpError() << "has no kernel generator for family '" << kernel.getFamily()
+                                << "' yet (the default pipeline fuses router/dispatch/combine into "
+                                   "fused_gate/permute/unpermute)";
   KernelCall call;
   call.row = row;
   if (row->generator.empty()) {
@@ -68,8 +67,7 @@ FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {
   return call;
 }
 
-FailureOr<SmallVector<KernelArg>> moec::codegen::argumentsOf(LaunchOp launch,
-                                                             KernelOp kernel) {
+FailureOr<SmallVector<KernelArg>> moec::codegen::argumentsOf(LaunchOp launch, KernelOp kernel) {
   const KernelFamily *row = lookupFamily(kernel.getFamily());
   if (!row || row->generator.empty())
     return launch.emitOpError() << "launches '" << kernel.getFamily()
@@ -86,8 +84,7 @@ FailureOr<SmallVector<KernelArg>> moec::codegen::argumentsOf(LaunchOp launch,
   }
   if (args.size() != row->signature.size())
     return launch.emitOpError() << "fills " << args.size() << " arguments of generator '"
-                                << row->generator << "', which takes "
-                                << row->signature.size();
+                                << row->generator << "', which takes " << row->signature.size();
   for (const KernelArg &a : args)
     if ((a.source == KernelArg::Operand && a.index >= n) ||
         (a.source == KernelArg::Result && a.index >= r))

@@ -7,8 +7,7 @@
 
 using namespace moec::codegen;
 
-int64_t moec::codegen::paramValue(const std::vector<std::string> &params,
-                                  const std::string &key) {
+int64_t moec::codegen::paramValue(const std::vector<std::string> &params, const std::string &key) {
   std::string prefix = key + "=";
   for (const std::string &p : params) {
     if (p.compare(0, prefix.size(), prefix) != 0)
@@ -23,8 +22,7 @@ int64_t moec::codegen::paramValue(const std::vector<std::string> &params,
   return 0;
 }
 
-int64_t moec::codegen::scratchBound(const std::string &g,
-                                    const std::vector<std::string> &params) {
+int64_t moec::codegen::scratchBound(const std::string &g, const std::vector<std::string> &params) {
   auto v = [&](const char *key) { return paramValue(params, key); };
   int64_t elements = 0;
   if (g == "embedding") {
@@ -42,12 +40,11 @@ int64_t moec::codegen::scratchBound(const std::string &g,
     // nothing with OpenBLAS.
     elements = v("blas") ? 0 : 2 * v("in") * v("out") + v("rows") * v("in");
   } else if (g == "attention" || g == "attention_grad") {
-    int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"),
-            dh = v("head_dim");
+    int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"), dh = v("head_dim");
     int64_t q = b * s * h * dh, k = b * s * hk * dh, probs = b * h * s * s;
     if (g == "attention")
       elements = q + 2 * k + probs + q; // qr, kr, kr^T, prob, out
-    else // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dv
+    else                                // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dv
       elements = q + 3 * k + 2 * probs + q + 2 * k;
     elements += s * dh; // the rotary (cos, sin) table
   } else if (g == "ffn" || g == "ffn_grad") {
@@ -56,12 +53,12 @@ int64_t moec::codegen::scratchBound(const std::string &g,
     int64_t preacts = v("save") || v("saved") ? 0 : gated ? 2 : 1;
     if (v("blas") && g == "ffn")
       elements = (1 + preacts) * e * c * f; // h, recomputed pre-activations
-    else if (v("blas")) // dh, h, dhu (and dhg), recomputed pre-activations
+    else if (v("blas"))                     // dh, h, dhu (and dhg), recomputed pre-activations
       elements = ((gated ? 4 : 3) + preacts) * e * c * f;
     else if (g == "ffn")
       elements = e * c * f; // h
-    else // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T, and one weight
-         // gradient's per-group accumulators when k-blocked (a bound)
+    else                    // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T, and one weight
+                            // gradient's per-group accumulators when k-blocked (a bound)
       elements = (gated ? 4 : 3) * e * d * f + e * c * d + (gated ? 4 : 3) * e * c * f;
   } else if (g == "cross_entropy") {
     elements = 2 * v("tokens"); // log-sum-exp, target logits

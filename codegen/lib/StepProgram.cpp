@@ -99,8 +99,7 @@ int axesMask(ArrayAttr axes) {
 
 class Emitter {
 public:
-  Emitter(ModuleOp module, const KernelCalls &calls,
-          raw_ostream &os)
+  Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &os)
       : module(module), calls(calls), os(os) {}
 
   LogicalResult run();
@@ -139,14 +138,12 @@ private:
 void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
   for (auto [i, result] : llvm::enumerate(op->getResults())) {
     int64_t arena = plan[3 * i], offset = plan[3 * i + 1];
-    storage[result] = "((" +
-                      std::string(cast<RankedTensorType>(result.getType())
-                                          .getElementType()
-                                          .isInteger(32)
-                                      ? "int32_t"
-                                      : "float") +
-                      " *)(" + (arena ? "G" : "A") + " + " +
-                      std::to_string(offset) + "))";
+    storage[result] =
+        "((" +
+        std::string(cast<RankedTensorType>(result.getType()).getElementType().isInteger(32)
+                        ? "int32_t"
+                        : "float") +
+        " *)(" + (arena ? "G" : "A") + " + " + std::to_string(offset) + "))";
   }
 }
 
@@ -155,16 +152,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
   const KernelCall &call = calls.at(kernel.getSymName());
   setStorage(op, op.getBuffers());
   StringRef family = kernel.getFamily();
-  auto numel = [](Value v) {
-    return cast<RankedTensorType>(v.getType()).getNumElements();
-  };
+  auto numel = [](Value v) { return cast<RankedTensorType>(v.getType()).getNumElements(); };
   if (family == "lr_schedule") {
     auto c = kernel.getConfig();
     StringRef sched = c.getAs<StringAttr>("schedule").getValue();
     os << "  *" << pointer(op.getResult(0)) << " = moert_lr_schedule(step, "
        << llvm::format("%.17g", c.getAs<FloatAttr>("lr").getValueAsDouble()) << ", "
-       << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble())
-       << ", " << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
+       << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble()) << ", "
+       << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
        << c.getAs<IntegerAttr>("total_steps").getInt() << ", "
        << (sched == "cosine"   ? "MOERT_LR_COSINE"
            : sched == "linear" ? "MOERT_LR_LINEAR"
@@ -188,13 +183,12 @@ LogicalResult Emitter::launch(LaunchOp op) {
           allReduceBytes += 2 * (p - 1) * 2 * 4 / p; // the shards' squares
       os << "    const unsigned char sharded[] = {";
       llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
-      os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n
-         << ", " << axesMask(axes) << ", " << pointer(op.getResult(0))
-         << ")) return rc;\n  }\n";
+      os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n << ", "
+         << axesMask(axes) << ", " << pointer(op.getResult(0)) << ")) return rc;\n  }\n";
       return success();
     }
-    os << "    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, "
-       << n << ");\n  }\n";
+    os << "    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, " << n
+       << ");\n  }\n";
     return success();
   }
   if (call.generator.empty())
@@ -227,8 +221,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
     if (arg.source == KernelArg::Param || arg.source == KernelArg::MomentM ||
         arg.source == KernelArg::MomentV) {
       unsigned idx = paramIndex.lookup(*op.getUpdates());
-      ptr = arg.source == KernelArg::Param ? "ctx->params[" + std::to_string(idx) + "]"
-            : "ctx->moments[" + std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) + "]";
+      ptr = arg.source == KernelArg::Param
+                ? "ctx->params[" + std::to_string(idx) + "]"
+                : "ctx->moments[" + std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) +
+                      "]";
     } else {
       ptr = pointer(value);
     }
@@ -247,11 +243,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
     int64_t offset = 0;
     for (auto &layer : moeLayers)
       offset += layer.first;
-    moeLayers.push_back(
-        {experts, kernel.getConfig().getAs<IntegerAttr>("capacity").getInt()});
+    moeLayers.push_back({experts, kernel.getConfig().getAs<IntegerAttr>("capacity").getInt()});
     os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
-       << "; ++e) ctx->expert_counts[" << offset << " + e] = "
-       << pointer(op.getResult(3)) << "[e];\n";
+       << "; ++e) ctx->expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
+       << "[e];\n";
     // Dropped token-slots are the slots -1 (exact with routing groups).
     os << "    if (ctx->dropped_slots) {\n      int32_t n = 0;\n      for (int64_t i = 0; i < "
        << numel(op.getResult(2)) << "; ++i) n += " << pointer(op.getResult(2))
@@ -295,13 +290,12 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
   int64_t p = groupSize(first.getAxes());
   if (training)
     allReduceBytes += moert_ring_all_reduce_bytes(total, p);
-  os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {"
-     << ins << "};\n    const int64_t counts[] = {" << counts
+  os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
+     << "};\n    const int64_t counts[] = {" << counts
      << "};\n    if (int rc = moert_step_all_reduce_bucket(ctx, " << reduces.size()
      << ", outs, ins, counts, " << axesMask(first.getAxes()) << ", "
      << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
-     << llvm::format("%.17g", first.getScale().convertToDouble())
-     << ")) return rc;\n  }\n";
+     << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
   return success();
 }
 
@@ -324,30 +318,27 @@ LogicalResult Emitter::collective(Operation *op) {
       codecBytes += moert_codec_all_reduce_bytes(
           static_cast<int>(codec.getKind()), codec.getBlockSize(),
           codec.getRatio().convertToDouble(), codec.getRank(), n, rows, cols, p);
-      os << "  {\n    static const moert_codec codec = {" << codecName(codec.getKind())
-         << ", " << codec.getBlockSize() << ", "
-         << llvm::format("%.17g", codec.getRatio().convertToDouble()) << ", "
-         << codec.getRank() << ", " << (codec.getErrorFeedback() ? 1 : 0) << "};\n"
+      os << "  {\n    static const moert_codec codec = {" << codecName(codec.getKind()) << ", "
+         << codec.getBlockSize() << ", "
+         << llvm::format("%.17g", codec.getRatio().convertToDouble()) << ", " << codec.getRank()
+         << ", " << (codec.getErrorFeedback() ? 1 : 0) << "};\n"
          << "    int rc = step < " << codecWarmup << " ? moert_step_all_reduce(ctx, "
-         << pointer(reduce.getResult()) << ", " << pointer(reduce.getInput()) << ", " << n
-         << ", " << axesMask(reduce.getAxes()) << ", "
-         << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
-         << llvm::format("%.17g", reduce.getScale().convertToDouble())
+         << pointer(reduce.getResult()) << ", " << pointer(reduce.getInput()) << ", " << n << ", "
+         << axesMask(reduce.getAxes()) << ", " << (reduce.getReduction() == Reduction::mean ? 1 : 0)
+         << ", " << llvm::format("%.17g", reduce.getScale().convertToDouble())
          << ")\n      : moert_step_all_reduce_codec(ctx, " << pointer(reduce.getResult()) << ", "
-         << pointer(reduce.getInput()) << ", " << n << ", " << axesMask(reduce.getAxes())
-         << ", " << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
+         << pointer(reduce.getInput()) << ", " << n << ", " << axesMask(reduce.getAxes()) << ", "
+         << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
          << llvm::format("%.17g", reduce.getScale().convertToDouble()) << ", &codec, "
          << codecSites++ << ", " << rows << ", " << cols << ");\n    if (rc) return rc;\n  }\n";
       return success();
     }
     if (training)
       allReduceBytes += ring;
-    os << "  if (int rc = moert_step_all_reduce(ctx, " << pointer(reduce.getResult())
-       << ", " << pointer(reduce.getInput()) << ", " << type.getNumElements() << ", "
-       << axesMask(reduce.getAxes()) << ", "
-       << (reduce.getReduction() == Reduction::mean ? 1 : 0) << ", "
-       << llvm::format("%.17g", reduce.getScale().convertToDouble())
-       << ")) return rc;\n";
+    os << "  if (int rc = moert_step_all_reduce(ctx, " << pointer(reduce.getResult()) << ", "
+       << pointer(reduce.getInput()) << ", " << type.getNumElements() << ", "
+       << axesMask(reduce.getAxes()) << ", " << (reduce.getReduction() == Reduction::mean ? 1 : 0)
+       << ", " << llvm::format("%.17g", reduce.getScale().convertToDouble()) << ")) return rc;\n";
     return success();
   }
   auto exchange = cast<AllToAllOp>(op);
@@ -355,9 +346,8 @@ LogicalResult Emitter::collective(Operation *op) {
   std::string codecArg = "nullptr";
   CodecAttr codec = exchange.getCodecAttr();
   if (codec) {
-    os << "  static const moert_codec codec" << codecSites << " = {"
-       << codecName(codec.getKind()) << ", " << codec.getBlockSize()
-       << ", 0, 0, 0};\n";
+    os << "  static const moert_codec codec" << codecSites << " = {" << codecName(codec.getKind())
+       << ", " << codec.getBlockSize() << ", 0, 0, 0};\n";
     codecArg = "&codec" + std::to_string(codecSites++);
   }
   // Bytes of `elems` floats on the wire.
@@ -371,23 +361,21 @@ LogicalResult Emitter::collective(Operation *op) {
     // Ragged: the bytes depend on the routing; the dense volume bounds them.
     if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
       raggedBound += wire(type.getNumElements() / p) * (p - 1) +
-                     (p - 1) * type.getShape()[0] * (exchange.getSplitDim() == 0 ? 1 : p) /
-                         p * 4;
+                     (p - 1) * type.getShape()[0] * (exchange.getSplitDim() == 0 ? 1 : p) / p * 4;
     os << "  {\n    const int64_t shape[] = {";
     llvm::interleaveComma(type.getShape(), os);
-    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, "
-       << pointer(exchange.getResult()) << ", " << pointer(exchange.getInput())
-       << ", shape, " << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
-       << axesMask(exchange.getAxes()) << ", " << pointer(counts) << ", "
-       << pointer(exchange.getRecvCounts()) << ", " << codecArg << ")) return rc;\n  }\n";
+    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, " << pointer(exchange.getResult())
+       << ", " << pointer(exchange.getInput()) << ", shape, " << exchange.getSplitDim() << ", "
+       << exchange.getConcatDim() << ", " << axesMask(exchange.getAxes()) << ", " << pointer(counts)
+       << ", " << pointer(exchange.getRecvCounts()) << ", " << codecArg << ")) return rc;\n  }\n";
     return success();
   }
   if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
     allToAllBytes += wire(type.getNumElements() / p) * (p - 1);
   os << "  {\n    const int64_t shape[] = {";
   llvm::interleaveComma(type.getShape(), os);
-  os << "};\n    if (int rc = moert_step_all_to_all(ctx, " << pointer(exchange.getResult())
-     << ", " << pointer(exchange.getInput()) << ", shape, " << type.getRank() << ", "
+  os << "};\n    if (int rc = moert_step_all_to_all(ctx, " << pointer(exchange.getResult()) << ", "
+     << pointer(exchange.getInput()) << ", shape, " << type.getRank() << ", "
      << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
      << axesMask(exchange.getAxes()) << ", " << codecArg << ")) return rc;\n  }\n";
   return success();
@@ -407,7 +395,8 @@ LogicalResult Emitter::run() {
     return module.emitError("moec: no training step function to emit");
 
   os << "// Generated by moec: the training step program. Do not edit.\n"
-     << "#include \"HalideRuntime.h\"\n#include \"moert/Program.h\"\n#include \"moert/ScratchPool.h\"\n"
+     << "#include \"HalideRuntime.h\"\n#include \"moert/Program.h\"\n#include "
+        "\"moert/ScratchPool.h\"\n"
      << "#include <cstdio>\n#include <cstring>\n#include <initializer_list>\n\n";
   for (auto kernel : module.getOps<KernelOp>())
     if (!calls.at(kernel.getSymName()).generator.empty())
@@ -472,9 +461,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     if (p->hasAttr(MoEDialect::kShardAttrName))
       if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
         parts = grid.getEp();
-    os << "}, " << initName(init.getKind()) << ", "
-       << llvm::format("%.17g", init.getScaleValue()) << ", " << adamw << ", " << parts
-       << "},\n";
+    os << "}, " << initName(init.getKind()) << ", " << llvm::format("%.17g", init.getScaleValue())
+       << ", " << adamw << ", " << parts << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||
@@ -501,8 +489,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
      << "    .params = kParams,\n"
-     << "    .activation_bytes = " << plan.getAs<IntegerAttr>("activation_bytes").getInt()
-     << ",\n"
+     << "    .activation_bytes = " << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ",\n"
      << "    .gradient_bytes = " << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n"
      << "    .batch = " << tokensType.getShape()[0] << ",\n"
      << "    .seq_len = " << tokensType.getNumElements() / tokensType.getShape()[0] << ",\n"
@@ -517,8 +504,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .grid_dp = " << (grid ? grid.getDp() : 1) << ",\n"
      << "    .grid_ep = " << (grid ? grid.getEp() : 1) << ",\n"
      << "    .grid_tp = " << (grid ? grid.getTp() : 1) << ",\n"
-     << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes
-     << ", 0, 0, 0, 0},\n"
+     << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes << ", 0, 0, 0, 0},\n"
      << "    .step_ragged_bound = " << raggedBound << ",\n"
      << "    .codec_warmup_steps = " << codecWarmup << ",\n"
      << "    .step_codec_bytes = " << codecBytes << ",\n"
@@ -527,8 +513,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   return success();
 }
 
-LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
-                                    bool isTraining) {
+LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTraining) {
   storage.clear();
   training = isTraining;
   os << "static int " << name
@@ -538,8 +523,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
   for (BlockArgument arg : step.getArguments()) {
     auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), MoEDialect::kInputAttrName);
     if (!kind)
-      return step.emitError("moec: step argument #")
-             << arg.getArgNumber() << " is not a moe.input";
+      return step.emitError("moec: step argument #") << arg.getArgNumber() << " is not a moe.input";
     storage[arg] = kind.getValue() == "tokens"    ? "tokens"
                    : kind.getValue() == "targets" ? "targets"
                                                   : "(&step)";
@@ -575,8 +559,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name,
       setStorage(fill, plan.asArrayRef());
       os << "  moert_fill(" << pointer(fill.getResult()) << ", "
          << cast<RankedTensorType>(fill.getType()).getNumElements() << ", "
-         << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
-         << ");\n";
+         << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble()) << ");\n";
     } else if (auto l = dyn_cast<LaunchOp>(op)) {
       if (failed(launch(l)))
         return failure();

@@ -10,8 +10,7 @@
 using namespace llvm;
 using namespace moec::codegen;
 
-nlohmann::json moec::codegen::kernelManifest(mlir::ModuleOp module,
-                                             const KernelCalls &calls) {
+nlohmann::json moec::codegen::kernelManifest(mlir::ModuleOp module, const KernelCalls &calls) {
   nlohmann::json kernels = nlohmann::json::object();
   for (const auto &[name, call] : calls.all()) {
     nlohmann::json entry = {{"family", call.row->family.str()}};
@@ -48,26 +47,31 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
   for (const auto &[name, call] : calls.all()) {
     if (call.generator.empty())
       continue;
-    std::vector<std::string> args = {gen,       "-g", call.generator, "-f",
-                                     name,      "-o", dir.str(),      "-e",
-                                     "static_library,c_header", "target=host-no_runtime"};
+    std::vector<std::string> args = {gen,
+                                     "-g",
+                                     call.generator,
+                                     "-f",
+                                     name,
+                                     "-o",
+                                     dir.str(),
+                                     "-e",
+                                     "static_library,c_header",
+                                     "target=host-no_runtime"};
     args.insert(args.end(), call.params.begin(), call.params.end());
     if (options.verbose)
       errs() << "moec: generating " << name << " (" << call.generator << ")\n";
-    if (Error e = run(gen, args,
-                      "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")"))
+    if (Error e =
+            run(gen, args, "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")"))
       return e;
   }
   // The Halide runtime, once per binary.
   return run(gen,
-             {gen, "-r", "halide_runtime", "-o", dir.str(), "-e", "static_library",
-              "target=host"},
+             {gen, "-r", "halide_runtime", "-o", dir.str(), "-e", "static_library", "target=host"},
              "moe-halide-gen failed to emit the Halide runtime");
 }
 
-Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir,
-                                 const KernelCalls &calls, StringRef output, bool mpi,
-                                 const ToolchainOptions &options) {
+Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir, const KernelCalls &calls,
+                                 StringRef output, bool mpi, const ToolchainOptions &options) {
   std::string cxx = MOEC_CXX;
   std::vector<std::string> args = {cxx,
                                    "-O2",
@@ -104,8 +108,7 @@ Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir,
   args.push_back("-ldl");
   auto cxxPath = sys::findProgramByName(cxx);
   if (!cxxPath)
-    return createStringError(inconvertibleErrorCode(),
-                             "C++ compiler '" + cxx + "' not found");
+    return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
   if (options.verbose)
     errs() << "moec: compiling " << stepProgram << "\n";
   return run(*cxxPath, args, "compiling the step program failed (" + stepProgram + ")");

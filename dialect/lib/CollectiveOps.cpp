@@ -11,30 +11,25 @@ using namespace mlir::moe;
 using namespace mlir::moe::checks;
 
 /// Checks that `dim` indexes a dimension of `value`.
-static LogicalResult checkDim(Operation *op, StringRef name, int64_t dim,
-                              Value value) {
+static LogicalResult checkDim(Operation *op, StringRef name, int64_t dim, Value value) {
   int64_t rank = tensorType(value).getRank();
   if (dim >= 0 && dim < rank)
     return success();
-  return op->emitOpError() << name << " " << dim << " is out of range for rank "
-                           << rank;
+  return op->emitOpError() << name << " " << dim << " is out of range for rank " << rank;
 }
 
 /// Checks that `input`'s `dim` divides by `groupSize`.
-static LogicalResult checkDivisible(Operation *op, StringRef name,
-                                    Value input, int64_t dim,
+static LogicalResult checkDivisible(Operation *op, StringRef name, Value input, int64_t dim,
                                     int64_t groupSize) {
   int64_t size = tensorType(input).getShape()[dim];
   if (size % groupSize == 0)
     return success();
   return op->emitOpError() << name << " dimension " << dim << " (" << size
-                           << ") is not divisible by the group size "
-                           << groupSize;
+                           << ") is not divisible by the group size " << groupSize;
 }
 
 /// The input shape with `dim` scaled by `mul / div`.
-static SmallVector<int64_t> scaled(Value input, int64_t dim, int64_t mul,
-                                   int64_t div) {
+static SmallVector<int64_t> scaled(Value input, int64_t dim, int64_t mul, int64_t div) {
   SmallVector<int64_t> shape(tensorType(input).getShape());
   shape[dim] = shape[dim] * mul / div;
   return shape;
@@ -55,10 +50,8 @@ LogicalResult ReduceScatterOp::verify() {
   if (failed(verifyGroup(*this, getAxes(), group)) ||
       failed(checkDim(*this, "dim", dim, getInput())) ||
       failed(checkDivisible(*this, "input", getInput(), dim, group)) ||
-      failed(checkShape(*this, "result", getResult(),
-                        scaled(getInput(), dim, 1, group))) ||
-      failed(checkSameElementType(*this,
-                                  {{"input", getInput()}, {"result", getResult()}})))
+      failed(checkShape(*this, "result", getResult(), scaled(getInput(), dim, 1, group))) ||
+      failed(checkSameElementType(*this, {{"input", getInput()}, {"result", getResult()}})))
     return failure();
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }
@@ -67,10 +60,8 @@ LogicalResult AllGatherOp::verify() {
   int64_t group, dim = getDim();
   if (failed(verifyGroup(*this, getAxes(), group)) ||
       failed(checkDim(*this, "dim", dim, getInput())) ||
-      failed(checkShape(*this, "result", getResult(),
-                        scaled(getInput(), dim, group, 1))) ||
-      failed(checkSameElementType(*this,
-                                  {{"input", getInput()}, {"result", getResult()}})))
+      failed(checkShape(*this, "result", getResult(), scaled(getInput(), dim, group, 1))) ||
+      failed(checkSameElementType(*this, {{"input", getInput()}, {"result", getResult()}})))
     return failure();
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }
@@ -85,8 +76,7 @@ LogicalResult AllToAllOp::verify() {
   SmallVector<int64_t> expected = scaled(getInput(), split, 1, group);
   expected[concat] *= group;
   if (failed(checkShape(*this, "result", getResult(), expected)) ||
-      failed(checkSameElementType(*this,
-                                  {{"input", getInput()}, {"result", getResult()}})))
+      failed(checkSameElementType(*this, {{"input", getInput()}, {"result", getResult()}})))
     return failure();
   bool sends = static_cast<bool>(getSendCounts());
   if (sends != static_cast<bool>(getRecvCounts()))
@@ -100,13 +90,11 @@ LogicalResult AllToAllOp::verify() {
     // Dispatch buffers: [E, C, D] <-> [E/P, P*C, D], valid leading rows per
     // block, E counts each way.
     ArrayRef<int64_t> in = tensorType(getInput()).getShape();
-    if (!((split == 0 && concat == 1) || (split == 1 && concat == 0)) ||
-        in.size() != 3)
+    if (!((split == 0 && concat == 1) || (split == 1 && concat == 0)) || in.size() != 3)
       return emitOpError() << "ragged all_to_all is split 0 concat 0 (rows), or "
                               "split 0 concat 1 / split 1 concat 0 on a rank-3 "
                               "dispatch buffer; got split "
-                           << split << " and concat " << concat << " on rank "
-                           << in.size();
+                           << split << " and concat " << concat << " on rank " << in.size();
     int64_t blocks = split == 0 ? in[0] : in[0] * group;
     if (failed(checkShape(*this, "counts", getSendCounts(), {blocks})) ||
         failed(checkShape(*this, "recv_counts", getRecvCounts(), {blocks})))
@@ -115,8 +103,7 @@ LogicalResult AllToAllOp::verify() {
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }
 
-LogicalResult AllToAllOp::buildGradient(OpBuilder &b,
-                                        ArrayRef<Value> resultGrads,
+LogicalResult AllToAllOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                         SmallVectorImpl<Value> &operandGrads) {
   Value counts = getSendCounts();
   if (counts && getSplitDim() == 0 && getConcatDim() == 0)
@@ -131,9 +118,9 @@ LogicalResult AllToAllOp::buildGradient(OpBuilder &b,
   SmallVector<Type> types = {getInput().getType()};
   if (counts)
     types.push_back(counts.getType());
-  auto back = AllToAllOp::create(b, getLoc(), types, resultGrads[0],
-                                 counts ? getRecvCounts() : Value(), getAxesAttr(),
-                                 getConcatDimAttr(), getSplitDimAttr(), getCodecAttr());
+  auto back =
+      AllToAllOp::create(b, getLoc(), types, resultGrads[0], counts ? getRecvCounts() : Value(),
+                         getAxesAttr(), getConcatDimAttr(), getSplitDimAttr(), getCodecAttr());
   operandGrads.assign({back.getResult()});
   if (counts)
     operandGrads.push_back(Value()); // counts are integers

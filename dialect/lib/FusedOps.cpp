@@ -11,8 +11,8 @@ using namespace mlir::moe::checks;
 LogicalResult FusedGateOp::verify() {
   int64_t experts;
   SmallVector<int64_t> choices;
-  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(),
-                           getGates(), getExperts(), experts, choices)))
+  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(), getGates(),
+                           getExperts(), experts, choices)))
     return failure();
   if (getCapacity() < 1)
     return emitOpError() << "capacity must be >= 1, got " << getCapacity();
@@ -27,10 +27,9 @@ static LogicalResult checkSlotsOf(Operation *op, Value tokens, Value slots) {
   ArrayRef<int64_t> t = tensorType(tokens).getShape();
   ArrayRef<int64_t> s = tensorType(slots).getShape();
   if (t.empty() || s.empty() || t.drop_back() != s.drop_back())
-    return op->emitOpError()
-           << "slots (" << formatShape(s)
-           << ") must be [..., k] with the token dimensions of "
-           << formatShape(t);
+    return op->emitOpError() << "slots (" << formatShape(s)
+                             << ") must be [..., k] with the token dimensions of "
+                             << formatShape(t);
   return success();
 }
 
@@ -38,8 +37,7 @@ LogicalResult PermuteOp::verify() {
   if (failed(checkSlotsOf(*this, getX(), getSlots())) ||
       failed(checkRank(*this, "result", getResult(), 3, "[E, C, D]")))
     return failure();
-  if (tensorType(getResult()).getShape()[2] !=
-      tensorType(getX()).getShape().back())
+  if (tensorType(getResult()).getShape()[2] != tensorType(getX()).getShape().back())
     return emitOpError("result width must equal x width");
   return checkSameElementType(*this, {{"x", getX()}, {"result", getResult()}});
 }
@@ -49,11 +47,9 @@ LogicalResult UnpermuteOp::verify() {
       failed(checkSlotsOf(*this, getResult(), getSlots())))
     return failure();
   if (getWeights() &&
-      failed(checkShape(*this, "weights", getWeights(),
-                        tensorType(getSlots()).getShape())))
+      failed(checkShape(*this, "weights", getWeights(), tensorType(getSlots()).getShape())))
     return failure();
-  if (tensorType(getResult()).getShape().back() !=
-      tensorType(getBuf()).getShape()[2])
+  if (tensorType(getResult()).getShape().back() != tensorType(getBuf()).getShape()[2])
     return emitOpError("result width must equal the buffer width");
   return checkSameElementType(
       *this, {{"buf", getBuf()}, {"weights", getWeights()}, {"result", getResult()}});
@@ -66,53 +62,45 @@ LogicalResult UnpermuteGradOp::verify() {
   return success();
 }
 
-LogicalResult FusedGateOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult FusedGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   // Results: gates, experts, slots, counts, aux_loss; only gates and the
   // loss carry gradients, exactly as for moe.router.
-  Value dgates = resultGrads[0]
-                     ? resultGrads[0]
-                     : FillOp::create(b, getLoc(), getGates().getType(),
-                                      b.getF64FloatAttr(0.0))
-                           .getResult();
-  Value daux = resultGrads[4]
-                   ? resultGrads[4]
-                   : FillOp::create(b, getLoc(), getAuxLoss().getType(),
-                                    b.getF64FloatAttr(0.0))
-                         .getResult();
-  auto grad = RouterGradOp::create(
-      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(),
-      getX(), getWeight(), dgates, daux, getBias(), getTopKAttr(),
-      getRenormalizeAttr(), getAuxLossCoefAttr(), getZLossCoefAttr(),
-      getRoutedScalingAttr(), getGroupsAttr());
+  Value dgates =
+      resultGrads[0]
+          ? resultGrads[0]
+          : FillOp::create(b, getLoc(), getGates().getType(), b.getF64FloatAttr(0.0)).getResult();
+  Value daux =
+      resultGrads[4]
+          ? resultGrads[4]
+          : FillOp::create(b, getLoc(), getAuxLoss().getType(), b.getF64FloatAttr(0.0)).getResult();
+  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
+                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
+                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+                                   getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value());
   return success();
 }
 
-LogicalResult PermuteOp::buildGradient(OpBuilder &b,
-                                       ArrayRef<Value> resultGrads,
+LogicalResult PermuteOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  Value dx = UnpermuteOp::create(b, getLoc(), getX().getType(), resultGrads[0],
-                                 getSlots(), Value());
+  Value dx =
+      UnpermuteOp::create(b, getLoc(), getX().getType(), resultGrads[0], getSlots(), Value());
   operandGrads.assign({dx, Value()});
   return success();
 }
 
-LogicalResult UnpermuteOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult UnpermuteOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   if (!getWeights()) {
-    Value dbuf = PermuteOp::create(b, getLoc(), getBuf().getType(),
-                                   resultGrads[0], getSlots());
+    Value dbuf = PermuteOp::create(b, getLoc(), getBuf().getType(), resultGrads[0], getSlots());
     operandGrads.assign({dbuf, Value()});
     return success();
   }
-  auto grad = UnpermuteGradOp::create(b, getLoc(), getBuf().getType(),
-                                      getWeights().getType(), getBuf(),
-                                      getSlots(), getWeights(), resultGrads[0]);
+  auto grad = UnpermuteGradOp::create(b, getLoc(), getBuf().getType(), getWeights().getType(),
+                                      getBuf(), getSlots(), getWeights(), resultGrads[0]);
   operandGrads.assign({grad.getDbuf(), Value(), grad.getDweights()});
   return success();
 }

@@ -7,13 +7,12 @@ using namespace mlir::moe;
 using namespace mlir::moe::checks;
 
 /// Checks that gradient `grad` (named `gradName`) has the type of `of`.
-static LogicalResult checkGradType(Operation *op, StringRef gradName,
-                                   Value grad, StringRef ofName, Value of) {
+static LogicalResult checkGradType(Operation *op, StringRef gradName, Value grad, StringRef ofName,
+                                   Value of) {
   if (!grad || !of || grad.getType() == of.getType())
     return success();
-  return op->emitOpError() << gradName << " must have the type of " << ofName
-                           << " (" << of.getType() << "), got "
-                           << grad.getType();
+  return op->emitOpError() << gradName << " must have the type of " << ofName << " ("
+                           << of.getType() << "), got " << grad.getType();
 }
 
 LogicalResult EmbeddingGradOp::verify() {
@@ -27,16 +26,14 @@ LogicalResult EmbeddingGradOp::verify() {
 LogicalResult RMSNormGradOp::verify() {
   return failure(failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
                  failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
-                 failed(checkGradType(*this, "dgamma", getDgamma(), "gamma",
-                                      getGamma())));
+                 failed(checkGradType(*this, "dgamma", getDgamma(), "gamma", getGamma())));
 }
 
 LogicalResult AttentionGradOp::verify() {
-  return failure(
-      failed(checkGradType(*this, "dout", getDout(), "q", getQ())) ||
-      failed(checkGradType(*this, "dq", getDq(), "q", getQ())) ||
-      failed(checkGradType(*this, "dk", getDk(), "k", getK())) ||
-      failed(checkGradType(*this, "dv", getDv(), "v", getV())));
+  return failure(failed(checkGradType(*this, "dout", getDout(), "q", getQ())) ||
+                 failed(checkGradType(*this, "dq", getDq(), "q", getQ())) ||
+                 failed(checkGradType(*this, "dk", getDk(), "k", getK())) ||
+                 failed(checkGradType(*this, "dv", getDv(), "v", getV())));
 }
 
 LogicalResult LinearGradOp::verify() {
@@ -46,11 +43,9 @@ LogicalResult LinearGradOp::verify() {
   if (expected.empty())
     return emitOpError("x must have rank >= 1");
   expected.back() = tensorType(getWeight()).getShape()[1];
-  return failure(
-      failed(checkShape(*this, "dy", getDy(), expected)) ||
-      failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
-      failed(checkGradType(*this, "dweight", getDweight(), "weight",
-                           getWeight())));
+  return failure(failed(checkShape(*this, "dy", getDy(), expected)) ||
+                 failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
+                 failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));
 }
 
 LogicalResult BiasGradOp::verify() {
@@ -64,14 +59,11 @@ LogicalResult BiasGradOp::verify() {
 template <typename OpT> static LogicalResult verifyFFNGrad(OpT op) {
   if (static_cast<bool>(op.getWGate()) != static_cast<bool>(op.getDwGate()))
     return op.emitOpError("dw_gate must be present exactly when w_gate is");
-  return failure(
-      failed(checkGradType(op, "dy", op.getDy(), "x", op.getX())) ||
-      failed(checkGradType(op, "dx", op.getDx(), "x", op.getX())) ||
-      failed(checkGradType(op, "dw_up", op.getDwUp(), "w_up", op.getWUp())) ||
-      failed(checkGradType(op, "dw_down", op.getDwDown(), "w_down",
-                           op.getWDown())) ||
-      failed(checkGradType(op, "dw_gate", op.getDwGate(), "w_gate",
-                           op.getWGate())));
+  return failure(failed(checkGradType(op, "dy", op.getDy(), "x", op.getX())) ||
+                 failed(checkGradType(op, "dx", op.getDx(), "x", op.getX())) ||
+                 failed(checkGradType(op, "dw_up", op.getDwUp(), "w_up", op.getWUp())) ||
+                 failed(checkGradType(op, "dw_down", op.getDwDown(), "w_down", op.getWDown())) ||
+                 failed(checkGradType(op, "dw_gate", op.getDwGate(), "w_gate", op.getWGate())));
 }
 
 LogicalResult FFNGradOp::verify() { return verifyFFNGrad(*this); }
@@ -83,12 +75,10 @@ LogicalResult RouterGradOp::verify() {
     return emitOpError("x must have rank >= 1");
   SmallVector<int64_t> choices(x.drop_back());
   choices.push_back(getTopK());
-  return failure(
-      failed(checkRoutingGroups(*this, getGroups(), getX())) ||
-      failed(checkShape(*this, "dgates", getDgates(), choices)) ||
-      failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
-      failed(checkGradType(*this, "dweight", getDweight(), "weight",
-                           getWeight())));
+  return failure(failed(checkRoutingGroups(*this, getGroups(), getX())) ||
+                 failed(checkShape(*this, "dgates", getDgates(), choices)) ||
+                 failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
+                 failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));
 }
 
 LogicalResult DispatchGradOp::verify() {
@@ -106,11 +96,9 @@ LogicalResult CombineGradOp::verify() {
   if (expected.empty())
     return emitOpError("gates must have rank >= 1");
   expected.back() = tensorType(getY()).getShape().back();
-  return failure(
-      failed(checkShape(*this, "dout", getDout(), expected)) ||
-      failed(checkGradType(*this, "dy", getDy(), "y", getY())) ||
-      failed(checkGradType(*this, "dgates", getDgates(), "gates",
-                           getGates())));
+  return failure(failed(checkShape(*this, "dout", getDout(), expected)) ||
+                 failed(checkGradType(*this, "dy", getDy(), "y", getY())) ||
+                 failed(checkGradType(*this, "dgates", getDgates(), "gates", getGates())));
 }
 
 LogicalResult CrossEntropyGradOp::verify() {

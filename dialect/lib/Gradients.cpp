@@ -16,44 +16,37 @@ using namespace mlir::moe;
 /// asks an op when at least one of its results has one).
 static Value orZero(OpBuilder &b, Location loc, Value grad, Type type);
 
-LogicalResult EmbeddingOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  Value dtable = EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                         getIds(), resultGrads[0]);
+  Value dtable =
+      EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getIds(), resultGrads[0]);
   operandGrads.assign({Value(), dtable});
   return success();
 }
 
-LogicalResult RMSNormOp::buildGradient(OpBuilder &b,
-                                       ArrayRef<Value> resultGrads,
+LogicalResult RMSNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  auto grad = RMSNormGradOp::create(b, getLoc(), getX(), getGamma(),
-                                    resultGrads[0], getEpsilonAttr());
+  auto grad =
+      RMSNormGradOp::create(b, getLoc(), getX(), getGamma(), resultGrads[0], getEpsilonAttr());
   operandGrads.assign({grad.getDx(), grad.getDgamma()});
   return success();
 }
 
-LogicalResult AttentionOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  auto grad = AttentionGradOp::create(
-      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
-      getQ(), getK(), getV(), resultGrads[0], getNumHeadsAttr(),
-      getNumKvHeadsAttr(), getRopeThetaAttr());
+  auto grad = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(),
+                                      getV().getType(), getQ(), getK(), getV(), resultGrads[0],
+                                      getNumHeadsAttr(), getNumKvHeadsAttr(), getRopeThetaAttr());
   operandGrads.assign({grad.getDq(), grad.getDk(), grad.getDv()});
   return success();
 }
 
-LogicalResult LinearOp::buildGradient(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
+LogicalResult LinearOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  auto grad =
-      LinearGradOp::create(b, getLoc(), getX(), getWeight(), resultGrads[0]);
+  auto grad = LinearGradOp::create(b, getLoc(), getX(), getWeight(), resultGrads[0]);
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
-    operandGrads.push_back(BiasGradOp::create(b, getLoc(), getBias().getType(),
-                                              resultGrads[0]));
+    operandGrads.push_back(BiasGradOp::create(b, getLoc(), getBias().getType(), resultGrads[0]));
   return success();
 }
 
@@ -65,15 +58,13 @@ LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 
 /// ffn and expert_ffn share their rule.
 template <typename GradOpT, typename OpT>
-static void buildFFNGradient(OpT op, OpBuilder &b, Value dy,
-                             SmallVectorImpl<Value> &operandGrads) {
+static void buildFFNGradient(OpT op, OpBuilder &b, Value dy, SmallVectorImpl<Value> &operandGrads) {
   Value gate = op.getWGate();
-  SmallVector<Type> types = {op.getX().getType(), op.getWUp().getType(),
-                             op.getWDown().getType()};
+  SmallVector<Type> types = {op.getX().getType(), op.getWUp().getType(), op.getWDown().getType()};
   if (gate)
     types.push_back(gate.getType());
-  auto grad = GradOpT::create(b, op.getLoc(), types, op.getActivationAttr(),
-                              op.getX(), op.getWUp(), op.getWDown(), dy, gate);
+  auto grad = GradOpT::create(b, op.getLoc(), types, op.getActivationAttr(), op.getX(), op.getWUp(),
+                              op.getWDown(), dy, gate);
   operandGrads.assign({grad.getDx(), grad.getDwUp(), grad.getDwDown()});
   if (gate)
     operandGrads.push_back(grad.getDwGate());
@@ -85,54 +76,46 @@ LogicalResult FFNOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult ExpertFFNOp::buildGradient(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads,
+LogicalResult ExpertFFNOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   buildFFNGradient<ExpertFFNGradOp>(*this, b, resultGrads[0], operandGrads);
   return success();
 }
 
-LogicalResult RouterOp::buildGradient(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
+LogicalResult RouterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   // resultGrads: gates, experts (never), aux_loss.
   Value dgates = orZero(b, getLoc(), resultGrads[0], getGates().getType());
   Value daux = orZero(b, getLoc(), resultGrads[2], getAuxLoss().getType());
-  auto grad = RouterGradOp::create(
-      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(),
-      getX(), getWeight(), dgates, daux, getBias(), getTopKAttr(),
-      getRenormalizeAttr(), getAuxLossCoefAttr(), getZLossCoefAttr(),
-      getRoutedScalingAttr());
+  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
+                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
+                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+                                   getZLossCoefAttr(), getRoutedScalingAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value()); // the selection bias has no gradient
   return success();
 }
 
-LogicalResult DispatchOp::buildGradient(OpBuilder &b,
-                                        ArrayRef<Value> resultGrads,
+LogicalResult DispatchOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                         SmallVectorImpl<Value> &operandGrads) {
-  Value dx = DispatchGradOp::create(b, getLoc(), getX().getType(),
-                                    resultGrads[0], getExperts());
+  Value dx = DispatchGradOp::create(b, getLoc(), getX().getType(), resultGrads[0], getExperts());
   operandGrads.assign({dx, Value()});
   return success();
 }
 
-LogicalResult CombineOp::buildGradient(OpBuilder &b,
-                                       ArrayRef<Value> resultGrads,
+LogicalResult CombineOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  auto grad = CombineGradOp::create(b, getLoc(), getY().getType(),
-                                    getGates().getType(), getY(), getGates(),
-                                    getExperts(), resultGrads[0]);
+  auto grad = CombineGradOp::create(b, getLoc(), getY().getType(), getGates().getType(), getY(),
+                                    getGates(), getExperts(), resultGrads[0]);
   operandGrads.assign({grad.getDy(), grad.getDgates(), Value()});
   return success();
 }
 
-LogicalResult CrossEntropyOp::buildGradient(
-    OpBuilder &b, ArrayRef<Value> resultGrads,
-    SmallVectorImpl<Value> &operandGrads) {
-  Value dlogits = CrossEntropyGradOp::create(b, getLoc(), getLogits(),
-                                             getTargets(), resultGrads[0]);
+LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                            SmallVectorImpl<Value> &operandGrads) {
+  Value dlogits =
+      CrossEntropyGradOp::create(b, getLoc(), getLogits(), getTargets(), resultGrads[0]);
   operandGrads.assign({dlogits, Value()});
   return success();
 }

@@ -10,9 +10,9 @@ LogicalResult KernelOp::verify() {
     return emitOpError("family must not be empty");
   // A kernel computes one moe compute op (moe-lower-to-kernels): its family
   // is that op's mnemonic and its config that op's attributes.
-  static constexpr StringLiteral kNotCompute[] = {
-      "param",     "get_param", "fill",           "kernel",     "launch",
-      "all_reduce", "all_to_all", "reduce_scatter", "all_gather"};
+  static constexpr StringLiteral kNotCompute[] = {"param",      "get_param",      "fill",
+                                                  "kernel",     "launch",         "all_reduce",
+                                                  "all_to_all", "reduce_scatter", "all_gather"};
   std::optional<RegisteredOperationName> op =
       RegisteredOperationName::lookup(("moe." + getFamily()).str(), getContext());
   if (!op || llvm::is_contained(kNotCompute, getFamily()))
@@ -36,21 +36,19 @@ LogicalResult KernelOp::verify() {
 
 LogicalResult LaunchOp::verify() {
   if (getBuffers().size() != 3 * getResults().size())
-    return emitOpError() << "buffers must have 3 entries per result ("
-                         << 3 * getResults().size() << "), got "
-                         << getBuffers().size();
+    return emitOpError() << "buffers must have 3 entries per result (" << 3 * getResults().size()
+                         << "), got " << getBuffers().size();
   return success();
 }
 
 LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  auto kernel =
-      symbolTable.lookupNearestSymbolFrom<KernelOp>(*this, getKernelAttr());
+  auto kernel = symbolTable.lookupNearestSymbolFrom<KernelOp>(*this, getKernelAttr());
   if (!kernel)
     return emitOpError() << "'" << getKernel() << "' does not name a moe.kernel";
   FunctionType signature = kernel.getSignature();
   if (!llvm::equal(signature.getInputs(), getOperands().getTypes()) ||
       !llvm::equal(signature.getResults(), getResults().getTypes()))
-    return emitOpError() << "types do not match the signature " << signature
-                         << " of kernel '" << getKernel() << "'";
+    return emitOpError() << "types do not match the signature " << signature << " of kernel '"
+                         << getKernel() << "'";
   return success();
 }

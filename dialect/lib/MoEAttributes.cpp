@@ -26,8 +26,7 @@ void MoEDialect::registerAttributes() {
 /// Parses `keyword` and maps it through `symbolize`, naming the choices on
 /// failure.
 template <typename EnumT, typename SymbolizeFn>
-static FailureOr<EnumT> parseEnumKeyword(AsmParser &parser, StringRef what,
-                                         StringRef choices,
+static FailureOr<EnumT> parseEnumKeyword(AsmParser &parser, StringRef what, StringRef choices,
                                          SymbolizeFn symbolize) {
   SMLoc loc = parser.getCurrentLocation();
   StringRef keyword;
@@ -49,23 +48,18 @@ static FailureOr<EnumT> parseEnumKeyword(AsmParser &parser, StringRef what,
 Attribute InitAttr::parse(AsmParser &parser, Type) {
   if (parser.parseLess())
     return {};
-  auto kind = parseEnumKeyword<InitKind>(parser, "initialiser",
-                                         "zeros, ones, normal, uniform",
-                                         [](StringRef s) {
-                                           return symbolizeInitKind(s);
-                                         });
+  auto kind = parseEnumKeyword<InitKind>(parser, "initialiser", "zeros, ones, normal, uniform",
+                                         [](StringRef s) { return symbolizeInitKind(s); });
   if (failed(kind))
     return {};
   double scale = 0.0;
   if (succeeded(parser.parseOptionalComma())) {
-    if (parser.parseKeyword("scale") || parser.parseEqual() ||
-        parser.parseFloat(scale))
+    if (parser.parseKeyword("scale") || parser.parseEqual() || parser.parseFloat(scale))
       return {};
   }
   if (parser.parseGreater())
     return {};
-  return parser.getChecked<InitAttr>(parser.getContext(), *kind,
-                                     APFloat(scale));
+  return parser.getChecked<InitAttr>(parser.getContext(), *kind, APFloat(scale));
 }
 
 void InitAttr::print(AsmPrinter &printer) const {
@@ -75,16 +69,15 @@ void InitAttr::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
-LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               InitKind kind, APFloat scaleValue) {
+LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError, InitKind kind,
+                               APFloat scaleValue) {
   double scale = scaleValue.convertToDouble();
   bool random = kind == InitKind::normal || kind == InitKind::uniform;
   if (random && !(scale > 0.0))
-    return emitError() << stringifyInitKind(kind)
-                       << " initialiser requires scale > 0, got " << scale;
+    return emitError() << stringifyInitKind(kind) << " initialiser requires scale > 0, got "
+                       << scale;
   if (!random && scale != 0.0)
-    return emitError() << stringifyInitKind(kind)
-                       << " initialiser takes no scale";
+    return emitError() << stringifyInitKind(kind) << " initialiser takes no scale";
   return success();
 }
 
@@ -92,27 +85,21 @@ LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 // GridAttr
 //===----------------------------------------------------------------------===//
 
-LogicalResult GridAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               int64_t dp, int64_t ep, int64_t tp,
-                               ArrayAttr devices) {
-  for (auto [name, degree] : {std::pair<StringRef, int64_t>{"dp", dp},
-                              {"ep", ep},
-                              {"tp", tp}})
+LogicalResult GridAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t dp, int64_t ep,
+                               int64_t tp, ArrayAttr devices) {
+  for (auto [name, degree] : {std::pair<StringRef, int64_t>{"dp", dp}, {"ep", ep}, {"tp", tp}})
     if (degree < 1)
-      return emitError() << "grid degree " << name << " must be >= 1, got "
-                         << degree;
+      return emitError() << "grid degree " << name << " must be >= 1, got " << degree;
   if (!devices)
     return success();
   int64_t ranks = dp * ep * tp;
   if (static_cast<int64_t>(devices.size()) != ranks)
     return emitError() << "grid lists " << devices.size()
-                       << " devices but has dp * ep * tp = " << ranks
-                       << " ranks";
+                       << " devices but has dp * ep * tp = " << ranks << " ranks";
   for (auto [i, device] : llvm::enumerate(devices)) {
     auto name = dyn_cast<StringAttr>(device);
     if (!name || name.getValue().empty())
-      return emitError() << "grid device #" << i
-                         << " must be a non-empty string, got " << device;
+      return emitError() << "grid device #" << i << " must be a non-empty string, got " << device;
   }
   return success();
 }
@@ -134,14 +121,13 @@ Attribute PlacementAttr::parse(AsmParser &parser, Type) {
   SmallVector<int64_t> experts, sizes;
   auto parseRank = [&]() -> ParseResult {
     size_t before = experts.size();
-    if (parser.parseCommaSeparatedList(
-            AsmParser::Delimiter::Square, [&]() -> ParseResult {
-              int64_t expert;
-              if (parser.parseInteger(expert))
-                return failure();
-              experts.push_back(expert);
-              return success();
-            }))
+    if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+          int64_t expert;
+          if (parser.parseInteger(expert))
+            return failure();
+          experts.push_back(expert);
+          return success();
+        }))
       return failure();
     sizes.push_back(static_cast<int64_t>(experts.size() - before));
     return success();
@@ -165,9 +151,8 @@ void PlacementAttr::print(AsmPrinter &printer) const {
   printer << "]>";
 }
 
-LogicalResult
-PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                      ArrayRef<int64_t> experts, ArrayRef<int64_t> rankSizes) {
+LogicalResult PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    ArrayRef<int64_t> experts, ArrayRef<int64_t> rankSizes) {
   if (rankSizes.empty())
     return emitError() << "placement must list at least one rank";
   int64_t total = 0;
@@ -177,18 +162,16 @@ PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     total += size;
   }
   if (total != static_cast<int64_t>(experts.size()))
-    return emitError() << "placement rank sizes sum to " << total << " but "
-                       << experts.size() << " experts are listed";
+    return emitError() << "placement rank sizes sum to " << total << " but " << experts.size()
+                       << " experts are listed";
   size_t offset = 0;
   for (auto [rank, size] : llvm::enumerate(rankSizes)) {
     llvm::SmallSet<int64_t, 8> seen;
     for (int64_t expert : experts.slice(offset, size)) {
       if (expert < 0)
-        return emitError() << "placement lists negative expert " << expert
-                           << " on rank " << rank;
+        return emitError() << "placement lists negative expert " << expert << " on rank " << rank;
       if (!seen.insert(expert).second)
-        return emitError() << "placement lists expert " << expert
-                           << " twice on rank " << rank;
+        return emitError() << "placement lists expert " << expert << " twice on rank " << rank;
     }
     offset += size;
   }
@@ -224,9 +207,8 @@ int64_t PlacementAttr::firstNonBlockRank(int64_t experts, int64_t ranks) const {
 Attribute CodecAttr::parse(AsmParser &parser, Type) {
   if (parser.parseLess())
     return {};
-  auto kind = parseEnumKeyword<CodecKind>(
-      parser, "codec", "fp16, bf16, int8, topk, sign, powersgd",
-      [](StringRef s) { return symbolizeCodecKind(s); });
+  auto kind = parseEnumKeyword<CodecKind>(parser, "codec", "fp16, bf16, int8, topk, sign, powersgd",
+                                          [](StringRef s) { return symbolizeCodecKind(s); });
   if (failed(kind))
     return {};
   int64_t blockSize = 0, rank = 0;
@@ -248,22 +230,21 @@ Attribute CodecAttr::parse(AsmParser &parser, Type) {
     }
     if (parser.parseEqual())
       return {};
-    ParseResult result =
-        key == "block_size" ? parser.parseInteger(blockSize)
-        : key == "rank"     ? parser.parseInteger(rank)
-        : key == "ratio"    ? parser.parseFloat(ratio)
-                            : (parser.emitError(loc)
-                                   << "unknown codec parameter '" << key
-                                   << "' (expected block_size, ratio, rank "
-                                      "or error_feedback)",
-                               failure());
+    ParseResult result = key == "block_size" ? parser.parseInteger(blockSize)
+                         : key == "rank"     ? parser.parseInteger(rank)
+                         : key == "ratio"
+                             ? parser.parseFloat(ratio)
+                             : (parser.emitError(loc) << "unknown codec parameter '" << key
+                                                      << "' (expected block_size, ratio, rank "
+                                                         "or error_feedback)",
+                                failure());
     if (failed(result))
       return {};
   }
   if (parser.parseGreater())
     return {};
-  return parser.getChecked<CodecAttr>(parser.getContext(), *kind, blockSize,
-                                      APFloat(ratio), rank, errorFeedback);
+  return parser.getChecked<CodecAttr>(parser.getContext(), *kind, blockSize, APFloat(ratio), rank,
+                                      errorFeedback);
 }
 
 void CodecAttr::print(AsmPrinter &printer) const {
@@ -279,15 +260,13 @@ void CodecAttr::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
-LogicalResult CodecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                CodecKind kind, int64_t blockSize,
-                                APFloat ratioValue, int64_t rank,
+LogicalResult CodecAttr::verify(function_ref<InFlightDiagnostic()> emitError, CodecKind kind,
+                                int64_t blockSize, APFloat ratioValue, int64_t rank,
                                 bool errorFeedback) {
   double ratio = ratioValue.convertToDouble();
   StringRef name = stringifyCodecKind(kind);
   auto foreign = [&](StringRef param) {
-    return emitError() << "'" << param << "' is not a parameter of the "
-                       << name << " codec";
+    return emitError() << "'" << param << "' is not a parameter of the " << name << " codec";
   };
   if (blockSize != 0 && kind != CodecKind::int8)
     return foreign("block_size");
@@ -296,8 +275,7 @@ LogicalResult CodecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (rank != 0 && kind != CodecKind::powersgd)
     return foreign("rank");
   if (kind == CodecKind::int8 && blockSize < 1)
-    return emitError() << "int8 codec requires block_size >= 1, got "
-                       << blockSize;
+    return emitError() << "int8 codec requires block_size >= 1, got " << blockSize;
   if (kind == CodecKind::topk && !(ratio > 0.0 && ratio <= 1.0))
     return emitError() << "topk codec requires 0 < ratio <= 1, got " << ratio;
   if (kind == CodecKind::powersgd && rank < 1)
@@ -312,6 +290,5 @@ LogicalResult CodecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 bool CodecAttr::isElementwise() const {
   CodecKind kind = getKind();
-  return kind == CodecKind::fp16 || kind == CodecKind::bf16 ||
-         kind == CodecKind::int8;
+  return kind == CodecKind::fp16 || kind == CodecKind::bf16 || kind == CodecKind::int8;
 }

@@ -22,23 +22,20 @@ void MoEDialect::initialize() {
 }
 
 GridAttr mlir::moe::getEnclosingGrid(Operation *op) {
-  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
-                                  : op->getParentOfType<ModuleOp>();
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
   for (; module; module = module->getParentOfType<ModuleOp>())
     if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
       return grid;
   return {};
 }
 
-LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
-                                                   NamedAttribute attr) {
+LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   if (attr.getName() == kGridAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << kGridAttrName
                              << "' may only be attached to a builtin.module";
     if (!isa<GridAttr>(attr.getValue()))
-      return op->emitError() << "'" << kGridAttrName
-                             << "' must be a #moe.grid attribute";
+      return op->emitError() << "'" << kGridAttrName << "' must be a #moe.grid attribute";
     return success();
   }
   StringRef name = attr.getName().getValue();
@@ -84,20 +81,16 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kBufferPlanAttrName || name == kPlanAttrName) {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
-      return op->emitError() << "'" << name
-                             << "' must be a dictionary on a builtin.module";
+      return op->emitError() << "'" << name << "' must be a dictionary on a builtin.module";
     return success();
   }
-  if (name == kOptimizerAttrName || name == kSeedAttrName ||
-      name == kClusterAttrName) {
+  if (name == kOptimizerAttrName || name == kSeedAttrName || name == kClusterAttrName) {
     if (!isa<ModuleOp>(op))
-      return op->emitError()
-             << "'" << name << "' may only be attached to a builtin.module";
+      return op->emitError() << "'" << name << "' may only be attached to a builtin.module";
     if (name == kSeedAttrName) {
       auto seed = dyn_cast<IntegerAttr>(attr.getValue());
       if (!seed || seed.getValue().isNegative())
-        return op->emitError() << "'" << name
-                               << "' must be a non-negative integer";
+        return op->emitError() << "'" << name << "' must be a non-negative integer";
       return success();
     }
     auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
@@ -106,48 +99,39 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op,
     if (name == kOptimizerAttrName) {
       auto type = dict.getAs<StringAttr>("type");
       if (!type || type.getValue() != "adamw")
-        return op->emitError() << "'" << name
-                               << "' must have type = \"adamw\"";
+        return op->emitError() << "'" << name << "' must have type = \"adamw\"";
       auto lr = dict.getAs<FloatAttr>("lr");
       if (!lr || !(lr.getValueAsDouble() > 0.0))
-        return op->emitError() << "'" << name
-                               << "' must have a learning rate lr > 0";
+        return op->emitError() << "'" << name << "' must have a learning rate lr > 0";
     }
     return success();
   }
   if (attr.getName() == kInputAttrName)
     return op->emitError() << "'" << kInputAttrName
                            << "' belongs on a function argument, not on an op";
-  return op->emitError() << "unknown moe dialect attribute '"
-                         << attr.getName().getValue() << "'";
+  return op->emitError() << "unknown moe dialect attribute '" << attr.getName().getValue() << "'";
 }
 
-LogicalResult MoEDialect::verifyRegionArgAttribute(Operation *op,
-                                                   unsigned regionIndex,
-                                                   unsigned argIndex,
-                                                   NamedAttribute attr) {
+LogicalResult MoEDialect::verifyRegionArgAttribute(Operation *op, unsigned regionIndex,
+                                                   unsigned argIndex, NamedAttribute attr) {
   if (attr.getName() != kInputAttrName)
-    return op->emitError() << "unknown moe argument attribute '"
-                           << attr.getName().getValue() << "'";
+    return op->emitError() << "unknown moe argument attribute '" << attr.getName().getValue()
+                           << "'";
   auto kind = dyn_cast<StringAttr>(attr.getValue());
-  if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets" &&
-                kind.getValue() != "step"))
-    return op->emitError() << "'" << kInputAttrName << "' on argument #"
-                           << argIndex
+  if (!kind ||
+      (kind.getValue() != "tokens" && kind.getValue() != "targets" && kind.getValue() != "step"))
+    return op->emitError() << "'" << kInputAttrName << "' on argument #" << argIndex
                            << " must be \"tokens\", \"targets\" or \"step\", got "
                            << attr.getValue();
   if (!isa<FunctionOpInterface>(op))
-    return op->emitError() << "'" << kInputAttrName
-                           << "' may only mark arguments of a function";
+    return op->emitError() << "'" << kInputAttrName << "' may only mark arguments of a function";
   Region &region = op->getRegion(regionIndex);
   if (region.empty())
     return success();
   Type type = region.getArgument(argIndex).getType();
   auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor || !tensor.hasStaticShape() ||
-      !tensor.getElementType().isSignlessInteger(32))
-    return op->emitError() << "step input #" << argIndex << " ("
-                           << kind.getValue()
+  if (!tensor || !tensor.hasStaticShape() || !tensor.getElementType().isSignlessInteger(32))
+    return op->emitError() << "step input #" << argIndex << " (" << kind.getValue()
                            << ") must be a static tensor of i32, got " << type;
   return success();
 }

@@ -16,14 +16,13 @@ using namespace mlir::moe;
 /// custom<GridAxes>: `[dp, ep]`, stored as a string array.
 static ParseResult parseGridAxes(OpAsmParser &parser, ArrayAttr &axes) {
   SmallVector<Attribute> names;
-  if (parser.parseCommaSeparatedList(
-          AsmParser::Delimiter::Square, [&]() -> ParseResult {
-            StringRef name;
-            if (parser.parseKeyword(&name))
-              return failure();
-            names.push_back(parser.getBuilder().getStringAttr(name));
-            return success();
-          }))
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+        StringRef name;
+        if (parser.parseKeyword(&name))
+          return failure();
+        names.push_back(parser.getBuilder().getStringAttr(name));
+        return success();
+      }))
     return failure();
   axes = parser.getBuilder().getArrayAttr(names);
   return success();
@@ -31,9 +30,8 @@ static ParseResult parseGridAxes(OpAsmParser &parser, ArrayAttr &axes) {
 
 static void printGridAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axes) {
   printer << "[";
-  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
-    printer << cast<StringAttr>(axis).getValue();
-  });
+  llvm::interleaveComma(axes, printer,
+                        [&](Attribute axis) { printer << cast<StringAttr>(axis).getValue(); });
   printer << "]";
 }
 

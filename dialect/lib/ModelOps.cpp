@@ -20,8 +20,7 @@ LogicalResult EmbeddingOp::verify() {
   expected.push_back(tensorType(getTable()).getShape()[1]);
   if (failed(checkShape(*this, "result", getResult(), expected)))
     return failure();
-  return checkSameElementType(*this,
-                              {{"table", getTable()}, {"result", getResult()}});
+  return checkSameElementType(*this, {{"table", getTable()}, {"result", getResult()}});
 }
 
 LogicalResult RMSNormOp::verify() {
@@ -32,8 +31,7 @@ LogicalResult RMSNormOp::verify() {
       failed(checkSameElementType(*this, {{"x", getX()}, {"gamma", getGamma()}})))
     return failure();
   if (!(getEpsilon().convertToFloat() > 0.0f))
-    return emitOpError() << "epsilon must be > 0, got "
-                         << getEpsilon().convertToFloat();
+    return emitOpError() << "epsilon must be > 0, got " << getEpsilon().convertToFloat();
   return success();
 }
 
@@ -41,33 +39,26 @@ LogicalResult AttentionOp::verify() {
   if (failed(checkRank(*this, "q", getQ(), 3, "[B, S, H * hd]")) ||
       failed(checkRank(*this, "k", getK(), 3, "[B, S, KV * hd]")) ||
       failed(checkRank(*this, "v", getV(), 3, "[B, S, KV * hd]")) ||
-      failed(checkSameElementType(
-          *this, {{"q", getQ()}, {"k", getK()}, {"v", getV()}})))
+      failed(checkSameElementType(*this, {{"q", getQ()}, {"k", getK()}, {"v", getV()}})))
     return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads();
   if (heads < 1 || kvHeads < 1)
-    return emitOpError() << "heads and kv_heads must be >= 1, got " << heads
-                         << " and " << kvHeads;
+    return emitOpError() << "heads and kv_heads must be >= 1, got " << heads << " and " << kvHeads;
   if (heads % kvHeads != 0)
-    return emitOpError() << "heads (" << heads
-                         << ") must be a multiple of kv_heads (" << kvHeads
+    return emitOpError() << "heads (" << heads << ") must be a multiple of kv_heads (" << kvHeads
                          << ")";
   ArrayRef<int64_t> q = tensorType(getQ()).getShape();
   if (q[2] % heads != 0)
-    return emitOpError() << "q width " << q[2]
-                         << " is not divisible by heads (" << heads << ")";
+    return emitOpError() << "q width " << q[2] << " is not divisible by heads (" << heads << ")";
   int64_t headDim = q[2] / heads;
   SmallVector<int64_t> kv = {q[0], q[1], kvHeads * headDim};
-  if (failed(checkShape(*this, "k", getK(), kv)) ||
-      failed(checkShape(*this, "v", getV(), kv)))
+  if (failed(checkShape(*this, "k", getK(), kv)) || failed(checkShape(*this, "v", getV(), kv)))
     return failure();
   if (std::optional<APFloat> theta = getRopeTheta()) {
     if (!(theta->convertToFloat() > 0.0f))
-      return emitOpError() << "rope_theta must be > 0, got "
-                           << theta->convertToFloat();
+      return emitOpError() << "rope_theta must be > 0, got " << theta->convertToFloat();
     if (headDim % 2 != 0)
-      return emitOpError() << "rotary embeddings need an even head width, got "
-                           << headDim;
+      return emitOpError() << "rotary embeddings need an even head width, got " << headDim;
   }
   return success();
 }
@@ -80,38 +71,34 @@ LogicalResult LinearOp::verify() {
   if (x.empty())
     return emitOpError("x must have rank >= 1");
   if (x.back() != w[0])
-    return emitOpError() << "x width " << x.back()
-                         << " does not match weight input dimension " << w[0];
+    return emitOpError() << "x width " << x.back() << " does not match weight input dimension "
+                         << w[0];
   SmallVector<int64_t> expected = leading(x);
   expected.push_back(w[1]);
   if (failed(checkShape(*this, "result", getResult(), expected)))
     return failure();
   if (getBias() && failed(checkShape(*this, "bias", getBias(), {w[1]})))
     return failure();
-  return checkSameElementType(*this, {{"x", getX()},
-                                      {"weight", getWeight()},
-                                      {"bias", getBias()},
-                                      {"result", getResult()}});
+  return checkSameElementType(
+      *this,
+      {{"x", getX()}, {"weight", getWeight()}, {"bias", getBias()}, {"result", getResult()}});
 }
 
 LogicalResult FFNOp::verify() {
   RankedTensorType x = tensorType(getX());
   if (x.getRank() < 1)
     return emitOpError("x must have rank >= 1");
-  if (failed(verifyFFNWeights(*this, getActivation(), {}, x.getShape().back(),
-                              getWUp(), getWDown(), getWGate())))
+  if (failed(verifyFFNWeights(*this, getActivation(), {}, x.getShape().back(), getWUp(), getWDown(),
+                              getWGate())))
     return failure();
-  return checkSameElementType(*this, {{"x", getX()},
-                                      {"w_up", getWUp()},
-                                      {"w_down", getWDown()},
-                                      {"w_gate", getWGate()}});
+  return checkSameElementType(
+      *this, {{"x", getX()}, {"w_up", getWUp()}, {"w_down", getWDown()}, {"w_gate", getWGate()}});
 }
 
 LogicalResult CrossEntropyOp::verify() {
   ArrayRef<int64_t> logits = tensorType(getLogits()).getShape();
   if (logits.size() < 2)
-    return emitOpError() << "logits must have rank >= 2 ([..., V]), got rank "
-                         << logits.size();
+    return emitOpError() << "logits must have rank >= 2 ([..., V]), got rank " << logits.size();
   return checkShape(*this, "targets", getTargets(), leading(logits));
 }
 

@@ -11,15 +11,13 @@ LogicalResult LRScheduleOp::verify() {
     return emitOpError() << "lr must be > 0, got " << lr;
   if (!(minLr >= 0 && minLr <= lr))
     return emitOpError() << "min_lr must be in [0, lr], got " << minLr;
-  if (getTotalSteps() < 1 || getWarmupSteps() < 0 ||
-      getWarmupSteps() > getTotalSteps())
+  if (getTotalSteps() < 1 || getWarmupSteps() < 0 || getWarmupSteps() > getTotalSteps())
     return emitOpError() << "needs 0 <= warmup_steps <= total_steps and "
                             "total_steps >= 1, got "
                          << getWarmupSteps() << " and " << getTotalSteps();
   StringRef s = getSchedule();
   if (s != "cosine" && s != "linear" && s != "constant")
-    return emitOpError() << "schedule must be cosine, linear or constant, got '"
-                         << s << "'";
+    return emitOpError() << "schedule must be cosine, linear or constant, got '" << s << "'";
   return success();
 }
 
@@ -29,8 +27,8 @@ LogicalResult GlobalNormOp::verify() {
   if (static_cast<bool>(getSharded()) != static_cast<bool>(getShardAxes()))
     return emitOpError("sharded and shard_axes come together");
   if (getSharded() && getSharded()->size() != getGrads().size())
-    return emitOpError() << "sharded has " << getSharded()->size()
-                         << " entries for " << getGrads().size() << " operands";
+    return emitOpError() << "sharded has " << getSharded()->size() << " entries for "
+                         << getGrads().size() << " operands";
   if (getShardAxes()) {
     int64_t group;
     if (failed(checks::verifyGroup(*this, *getShardAxes(), group)))
@@ -42,25 +40,20 @@ LogicalResult GlobalNormOp::verify() {
 LogicalResult AdamWUpdateOp::verify() {
   double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
   if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
-    return emitOpError() << "betas must be in [0, 1), got " << b1 << " and "
-                         << b2;
+    return emitOpError() << "betas must be in [0, 1), got " << b1 << " and " << b2;
   if (!(getEps().convertToDouble() > 0))
     return emitOpError("eps must be > 0");
-  if (!(getWeightDecay().convertToDouble() >= 0) ||
-      !(getGradClip().convertToDouble() >= 0))
+  if (!(getWeightDecay().convertToDouble() >= 0) || !(getGradClip().convertToDouble() >= 0))
     return emitOpError("weight_decay and grad_clip must be >= 0");
   return success();
 }
 
-LogicalResult
-AdamWUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  auto param =
-      symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+LogicalResult AdamWUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
   if (!param)
     return emitOpError() << "'" << getParam() << "' does not name a moe.param";
   if (param.getType() != getGrad().getType())
-    return emitOpError() << "gradient type " << getGrad().getType()
-                         << " differs from parameter '" << getParam()
-                         << "' of type " << param.getType();
+    return emitOpError() << "gradient type " << getGrad().getType() << " differs from parameter '"
+                         << getParam() << "' of type " << param.getType();
   return success();
 }

@@ -17,16 +17,12 @@ LogicalResult ParamOp::verify() {
   return success();
 }
 
-LogicalResult
-GetParamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  auto param =
-      symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getNameAttr());
+LogicalResult GetParamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getNameAttr());
   if (!param)
-    return emitOpError() << "'" << getName()
-                         << "' does not name a moe.param";
+    return emitOpError() << "'" << getName() << "' does not name a moe.param";
   if (param.getType() != getResult().getType())
-    return emitOpError() << "result type " << getResult().getType()
-                         << " differs from parameter '" << getName()
-                         << "' of type " << param.getType();
+    return emitOpError() << "result type " << getResult().getType() << " differs from parameter '"
+                         << getName() << "' of type " << param.getType();
   return success();
 }

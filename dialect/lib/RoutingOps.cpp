@@ -16,45 +16,38 @@ static SmallVector<int64_t> withLast(ArrayRef<int64_t> shape, int64_t last) {
 }
 
 /// Checks that an F32 coefficient is >= 0 (or > 0 when `strict`).
-static LogicalResult checkCoefficient(Operation *op, StringRef name,
-                                      float value, bool strict) {
+static LogicalResult checkCoefficient(Operation *op, StringRef name, float value, bool strict) {
   if (strict ? value > 0.0f : value >= 0.0f)
     return success();
-  return op->emitOpError() << name << " must be " << (strict ? ">" : ">=")
-                           << " 0, got " << value;
+  return op->emitOpError() << name << " must be " << (strict ? ">" : ">=") << " 0, got " << value;
 }
 
 LogicalResult RouterOp::verify() {
   int64_t experts;
   SmallVector<int64_t> choices;
-  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(),
-                           getGates(), getExperts(), experts, choices)))
+  if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(), getGates(),
+                           getExperts(), experts, choices)))
     return failure();
   if (std::optional<APFloat> factor = getCapacityFactor())
-    if (failed(checkCoefficient(*this, "capacity_factor",
-                                factor->convertToFloat(), /*strict=*/true)))
+    if (failed(
+            checkCoefficient(*this, "capacity_factor", factor->convertToFloat(), /*strict=*/true)))
       return failure();
   return failure(
-      failed(checkCoefficient(*this, "aux_loss_coef",
-                              getAuxLossCoef().convertToFloat(), false)) ||
-      failed(checkCoefficient(*this, "z_loss_coef",
-                              getZLossCoef().convertToFloat(), false)) ||
-      failed(checkCoefficient(*this, "routed_scaling",
-                              getRoutedScaling().convertToFloat(), true)));
+      failed(checkCoefficient(*this, "aux_loss_coef", getAuxLossCoef().convertToFloat(), false)) ||
+      failed(checkCoefficient(*this, "z_loss_coef", getZLossCoef().convertToFloat(), false)) ||
+      failed(checkCoefficient(*this, "routed_scaling", getRoutedScaling().convertToFloat(), true)));
 }
 
 /// Checks that `choices` ([..., k]) has the leading dimensions of `tokens`
 /// ([..., D]).
-static LogicalResult checkSameTokens(Operation *op, StringRef tokensName,
-                                     Value tokens, StringRef choicesName,
-                                     Value choices) {
+static LogicalResult checkSameTokens(Operation *op, StringRef tokensName, Value tokens,
+                                     StringRef choicesName, Value choices) {
   ArrayRef<int64_t> t = tensorType(tokens).getShape();
   ArrayRef<int64_t> c = tensorType(choices).getShape();
   if (c.empty() || t.empty() || t.drop_back() != c.drop_back())
-    return op->emitOpError()
-           << choicesName << " (" << formatShape(c)
-           << ") must be [..., k] with the leading dimensions of "
-           << tokensName << " (" << formatShape(t) << ")";
+    return op->emitOpError() << choicesName << " (" << formatShape(c)
+                             << ") must be [..., k] with the leading dimensions of " << tokensName
+                             << " (" << formatShape(t) << ")";
   return success();
 }
 
@@ -69,8 +62,7 @@ LogicalResult DispatchOp::verify() {
                             "got "
                          << formatShape(r);
   if (r[2] != d)
-    return emitOpError() << "result width " << r[2]
-                         << " must equal x width " << d;
+    return emitOpError() << "result width " << r[2] << " must equal x width " << d;
   return checkSameElementType(*this, {{"x", getX()}, {"result", getResult()}});
 }
 
@@ -79,20 +71,18 @@ LogicalResult ExpertFFNOp::verify() {
     return failure();
   ArrayRef<int64_t> x = tensorType(getX()).getShape();
   int64_t experts = x[0];
-  if (failed(verifyFFNWeights(*this, getActivation(), {experts}, x[2],
-                              getWUp(), getWDown(), getWGate())) ||
-      failed(checkSameElementType(*this, {{"x", getX()},
-                                          {"w_up", getWUp()},
-                                          {"w_down", getWDown()},
-                                          {"w_gate", getWGate()}})))
+  if (failed(verifyFFNWeights(*this, getActivation(), {experts}, x[2], getWUp(), getWDown(),
+                              getWGate())) ||
+      failed(checkSameElementType(
+          *this,
+          {{"x", getX()}, {"w_up", getWUp()}, {"w_down", getWDown()}, {"w_gate", getWGate()}})))
     return failure();
   std::optional<PlacementAttr> placement = getPlacement();
   if (!placement)
     return success();
   GridAttr grid = getEnclosingGrid(*this);
   if (!grid)
-    return emitOpError() << "placement requires a '"
-                         << MoEDialect::kGridAttrName
+    return emitOpError() << "placement requires a '" << MoEDialect::kGridAttrName
                          << "' attribute on the enclosing module";
   if (static_cast<int64_t>(placement->getNumRanks()) != grid.getEp())
     return emitOpError() << "placement lists " << placement->getNumRanks()
@@ -100,23 +90,21 @@ LogicalResult ExpertFFNOp::verify() {
   llvm::BitVector placed(experts);
   for (int64_t expert : placement->getExperts()) {
     if (expert >= experts)
-      return emitOpError() << "placement names expert " << expert
-                           << " but there are " << experts << " experts";
+      return emitOpError() << "placement names expert " << expert << " but there are " << experts
+                           << " experts";
     placed.set(expert);
   }
   if (!placed.all())
-    return emitOpError() << "placement leaves expert "
-                         << placed.find_first_unset() << " on no rank";
+    return emitOpError() << "placement leaves expert " << placed.find_first_unset()
+                         << " on no rank";
   return success();
 }
 
 LogicalResult CombineOp::verify() {
   if (failed(checkRank(*this, "y", getY(), 3, "[E, C, D]")) ||
-      failed(checkShape(*this, "experts", getExperts(),
-                        tensorType(getGates()).getShape())) ||
-      failed(checkSameElementType(*this, {{"y", getY()},
-                                          {"gates", getGates()},
-                                          {"result", getResult()}})))
+      failed(checkShape(*this, "experts", getExperts(), tensorType(getGates()).getShape())) ||
+      failed(checkSameElementType(*this,
+                                  {{"y", getY()}, {"gates", getGates()}, {"result", getResult()}})))
     return failure();
   ArrayRef<int64_t> gates = tensorType(getGates()).getShape();
   if (gates.empty())

@@ -24,22 +24,21 @@ LogicalResult checks::checkShape(Operation *op, StringRef name, Value value,
   ArrayRef<int64_t> actual = tensorType(value).getShape();
   if (actual == expected)
     return success();
-  return op->emitOpError() << name << " must have shape "
-                           << formatShape(expected) << ", got "
+  return op->emitOpError() << name << " must have shape " << formatShape(expected) << ", got "
                            << formatShape(actual);
 }
 
-LogicalResult checks::checkRank(Operation *op, StringRef name, Value value,
-                                int64_t rank, StringRef layout) {
+LogicalResult checks::checkRank(Operation *op, StringRef name, Value value, int64_t rank,
+                                StringRef layout) {
   int64_t actual = tensorType(value).getRank();
   if (actual == rank)
     return success();
-  return op->emitOpError() << name << " must have rank " << rank << " ("
-                           << layout << "), got rank " << actual;
+  return op->emitOpError() << name << " must have rank " << rank << " (" << layout << "), got rank "
+                           << actual;
 }
 
-LogicalResult checks::checkSameElementType(
-    Operation *op, ArrayRef<std::pair<StringRef, Value>> namedValues) {
+LogicalResult checks::checkSameElementType(Operation *op,
+                                           ArrayRef<std::pair<StringRef, Value>> namedValues) {
   if (namedValues.empty())
     return success();
   Type first = tensorType(namedValues.front().second).getElementType();
@@ -48,16 +47,15 @@ LogicalResult checks::checkSameElementType(
       continue;
     Type type = tensorType(value).getElementType();
     if (type != first)
-      return op->emitOpError()
-             << name << " must have element type " << first << " (that of "
-             << namedValues.front().first << "), got " << type;
+      return op->emitOpError() << name << " must have element type " << first << " (that of "
+                               << namedValues.front().first << "), got " << type;
   }
   return success();
 }
 
 LogicalResult checks::verifyFFNWeights(Operation *op, Activation activation,
-                                       ArrayRef<int64_t> group, int64_t d,
-                                       Value up, Value down, Value gate) {
+                                       ArrayRef<int64_t> group, int64_t d, Value up, Value down,
+                                       Value gate) {
   auto rank = static_cast<int64_t>(group.size()) + 2;
   StringRef layoutUp = group.empty() ? "[D, F]" : "[E, D, F]";
   StringRef layoutDown = group.empty() ? "[F, D]" : "[E, F, D]";
@@ -85,43 +83,38 @@ LogicalResult checks::verifyFFNWeights(Operation *op, Activation activation,
   return success();
 }
 
-LogicalResult checks::verifyGroup(Operation *op, ArrayAttr axes,
-                                  int64_t &groupSize) {
+LogicalResult checks::verifyGroup(Operation *op, ArrayAttr axes, int64_t &groupSize) {
   if (axes.empty())
     return op->emitOpError("must name at least one grid axis");
   llvm::SmallSet<StringRef, 3> seen;
   for (Attribute axis : axes) {
     StringRef name = cast<StringAttr>(axis).getValue();
     if (name != "dp" && name != "ep" && name != "tp")
-      return op->emitOpError() << "unknown grid axis '" << name
-                               << "' (expected dp, ep or tp)";
+      return op->emitOpError() << "unknown grid axis '" << name << "' (expected dp, ep or tp)";
     if (!seen.insert(name).second)
       return op->emitOpError() << "grid axis '" << name << "' is listed twice";
   }
   GridAttr grid = getEnclosingGrid(op);
   if (!grid)
-    return op->emitOpError()
-           << "requires a '" << MoEDialect::kGridAttrName
-           << "' attribute on the enclosing module";
+    return op->emitOpError() << "requires a '" << MoEDialect::kGridAttrName
+                             << "' attribute on the enclosing module";
   groupSize = grid.getGroupSize(axes.getValue());
   return success();
 }
 
-LogicalResult checks::checkRoutingGroups(Operation *op, int64_t groups,
-                                         Value x) {
+LogicalResult checks::checkRoutingGroups(Operation *op, int64_t groups, Value x) {
   if (groups < 1)
     return op->emitOpError() << "groups must be >= 1, got " << groups;
   ArrayRef<int64_t> shape = tensorType(x).getShape();
   int64_t lead = shape.size() > 1 ? shape.front() : 1;
   if (groups > 1 && lead % groups != 0)
-    return op->emitOpError() << "groups (" << groups
-                             << ") must divide the batch dimension (" << lead
-                             << "): a group is whole sequences";
+    return op->emitOpError() << "groups (" << groups << ") must divide the batch dimension ("
+                             << lead << "): a group is whole sequences";
   return success();
 }
 
-LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec,
-                                     Value input, bool elementwiseOnly) {
+LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec, Value input,
+                                     bool elementwiseOnly) {
   if (!codec)
     return success();
   if (elementwiseOnly && !codec.isElementwise())
@@ -135,15 +128,13 @@ LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec,
     return op->emitOpError() << "codec " << stringifyCodecKind(codec.getKind())
                              << " does not compress " << element << " data";
   if (codec.getKind() == CodecKind::powersgd && type.getRank() < 2)
-    return op->emitOpError()
-           << "codec powersgd needs a tensor of rank >= 2, got rank "
-           << type.getRank();
+    return op->emitOpError() << "codec powersgd needs a tensor of rank >= 2, got rank "
+                             << type.getRank();
   return success();
 }
 
-LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight,
-                                    Value bias, int64_t topK, Value gates,
-                                    Value expertIds, int64_t &experts,
+LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value bias, int64_t topK,
+                                    Value gates, Value expertIds, int64_t &experts,
                                     SmallVectorImpl<int64_t> &choices) {
   ArrayRef<int64_t> xs = tensorType(x).getShape();
   if (xs.empty())
@@ -152,19 +143,18 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight,
     return failure();
   ArrayRef<int64_t> w = tensorType(weight).getShape();
   if (w[0] != xs.back())
-    return op->emitOpError() << "weight input dimension " << w[0]
-                             << " does not match x width " << xs.back();
+    return op->emitOpError() << "weight input dimension " << w[0] << " does not match x width "
+                             << xs.back();
   experts = w[1];
   if (bias && failed(checkShape(op, "bias", bias, {experts})))
     return failure();
   if (topK < 1 || topK > experts)
-    return op->emitOpError() << "top_k (" << topK << ") must be in [1, "
-                             << experts << "], the number of experts";
+    return op->emitOpError() << "top_k (" << topK << ") must be in [1, " << experts
+                             << "], the number of experts";
   choices.assign(xs.begin(), xs.end() - 1);
   choices.push_back(topK);
-  return failure(
-      failed(checkShape(op, "gates", gates, choices)) ||
-      failed(checkShape(op, "experts", expertIds, choices)) ||
-      failed(checkSameElementType(
-          op, {{"x", x}, {"weight", weight}, {"bias", bias}, {"gates", gates}})));
+  return failure(failed(checkShape(op, "gates", gates, choices)) ||
+                 failed(checkShape(op, "experts", expertIds, choices)) ||
+                 failed(checkSameElementType(
+                     op, {{"x", x}, {"weight", weight}, {"bias", bias}, {"gates", gates}})));
 }

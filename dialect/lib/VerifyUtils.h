@@ -15,39 +15,33 @@
 namespace mlir::moe::checks {
 
 /// The ranked tensor type of `value` (every moe tensor operand is ranked).
-inline RankedTensorType tensorType(Value value) {
-  return cast<RankedTensorType>(value.getType());
-}
+inline RankedTensorType tensorType(Value value) { return cast<RankedTensorType>(value.getType()); }
 
 /// "2x16x64" for a shape; "scalar" for rank 0.
 std::string formatShape(ArrayRef<int64_t> shape);
 
 /// Checks that `value` (named `name` in messages) has exactly `expected`.
-LogicalResult checkShape(Operation *op, StringRef name, Value value,
-                         ArrayRef<int64_t> expected);
+LogicalResult checkShape(Operation *op, StringRef name, Value value, ArrayRef<int64_t> expected);
 
 /// Checks that `value` has rank `rank`; `layout` (e.g. "[D, E]") explains it.
-LogicalResult checkRank(Operation *op, StringRef name, Value value,
-                        int64_t rank, StringRef layout);
+LogicalResult checkRank(Operation *op, StringRef name, Value value, int64_t rank, StringRef layout);
 
 /// Checks that every named value has the element type of the first.
-LogicalResult
-checkSameElementType(Operation *op,
-                     ArrayRef<std::pair<StringRef, Value>> namedValues);
+LogicalResult checkSameElementType(Operation *op,
+                                   ArrayRef<std::pair<StringRef, Value>> namedValues);
 
 /// Checks the weights of a feed-forward block with input width `d`:
 /// up [G..., D, F], down [G..., F, D], and a gate shaped like up exactly when
 /// the activation is swiglu. `group` holds leading expert dimensions.
-LogicalResult verifyFFNWeights(Operation *op, Activation activation,
-                               ArrayRef<int64_t> group, int64_t d, Value up,
-                               Value down, Value gate);
+LogicalResult verifyFFNWeights(Operation *op, Activation activation, ArrayRef<int64_t> group,
+                               int64_t d, Value up, Value down, Value gate);
 
 /// Checks what a router and a fused gate share: x [..., D], weight [D, E],
 /// bias [E], 1 <= top_k <= E, gates and experts [..., top_k], one float
 /// element type. Sets `experts` and `choices` ([..., top_k]).
-LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias,
-                            int64_t topK, Value gates, Value expertIds,
-                            int64_t &experts, SmallVectorImpl<int64_t> &choices);
+LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias, int64_t topK,
+                            Value gates, Value expertIds, int64_t &experts,
+                            SmallVectorImpl<int64_t> &choices);
 
 /// Checks routing `groups`: >= 1 and dividing x's leading (batch) dimension
 /// (groups are whole sequences).
@@ -59,8 +53,7 @@ LogicalResult verifyGroup(Operation *op, ArrayAttr axes, int64_t &groupSize);
 
 /// Checks that `codec` may compress a collective of `kind` (a name for
 /// messages) over `input`; `elementwiseOnly` restricts to fp16/bf16/int8.
-LogicalResult verifyCodecUse(Operation *op, CodecAttr codec, Value input,
-                             bool elementwiseOnly);
+LogicalResult verifyCodecUse(Operation *op, CodecAttr codec, Value input, bool elementwiseOnly);
 
 } // namespace mlir::moe::checks
 

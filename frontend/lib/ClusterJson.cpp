@@ -25,14 +25,13 @@ int64_t ClusterSpec::numDevices() const {
 }
 
 namespace {
-const std::vector<std::string> kIntraTopologies = {
-    "switch", "full-mesh", "ring", "pcie", "shared-memory"};
+const std::vector<std::string> kIntraTopologies = {"switch", "full-mesh", "ring", "pcie",
+                                                   "shared-memory"};
 const std::vector<std::string> kInterTopologies = {"fat-tree", "rail", "ring"};
 
 /// Reads a link object at `pointer`, defaulting every field to `base`.
-LinkSpec readLink(const JsonDoc &doc, DiagnosticList &diags,
-                  const std::string &pointer, const LinkSpec &base,
-                  const std::vector<std::string> &topologies) {
+LinkSpec readLink(const JsonDoc &doc, DiagnosticList &diags, const std::string &pointer,
+                  const LinkSpec &base, const std::vector<std::string> &topologies) {
   ObjectReader r(doc, diags, pointer);
   LinkSpec link = base;
   if (!r.valid())
@@ -50,8 +49,8 @@ LinkSpec readLink(const JsonDoc &doc, DiagnosticList &diags,
   return link;
 }
 
-DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags,
-                    const std::string &pointer, const std::string &name) {
+DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags, const std::string &pointer,
+                    const std::string &name) {
   ObjectReader r(doc, diags, pointer);
   DeviceKind kind;
   if (!r.valid())
@@ -88,34 +87,32 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags,
                             "bf16 and f16 FLOP/s)");
     else if (f.valid()) {
       kind.flopsF32 = number(f, "f32", kind.flopsF32);
-      kind.flopsBF16 = f.getNumber("bf16", inherited ? kind.flopsBF16 : kind.flopsF32,
-                                   0.0, 1e21, true);
-      kind.flopsF16 = f.getNumber("f16", inherited ? kind.flopsF16 : kind.flopsF32,
-                                  0.0, 1e21, true);
+      kind.flopsBF16 =
+          f.getNumber("bf16", inherited ? kind.flopsBF16 : kind.flopsF32, 0.0, 1e21, true);
+      kind.flopsF16 =
+          f.getNumber("f16", inherited ? kind.flopsF16 : kind.flopsF32, 0.0, 1e21, true);
       f.finish({"f32", "bf16", "f16"});
     }
   }
   kind.memoryBytes = number(r, "memory_bytes", kind.memoryBytes);
   kind.memoryBandwidth = number(r, "memory_bandwidth", kind.memoryBandwidth);
-  kind.nicBandwidth = r.getNumber("nic_bandwidth", inherited ? kind.nicBandwidth : 12.5e9,
-                                  0.0, 1e15, true);
-  kind.devicesPerNode =
-      r.getInt("devices_per_node", kind.devicesPerNode, 1, 1 << 16);
+  kind.nicBandwidth =
+      r.getNumber("nic_bandwidth", inherited ? kind.nicBandwidth : 12.5e9, 0.0, 1e15, true);
+  kind.devicesPerNode = r.getInt("devices_per_node", kind.devicesPerNode, 1, 1 << 16);
   r.claim("intra_node_link");
   if (r.has("intra_node_link"))
-    kind.intraNode = readLink(doc, diags, r.at("intra_node_link"),
-                              kind.intraNode, kIntraTopologies);
+    kind.intraNode =
+        readLink(doc, diags, r.at("intra_node_link"), kind.intraNode, kIntraTopologies);
   else if (!inherited)
     kind.intraNode = {kind.memoryBandwidth, 1e-6, "switch"};
-  r.finish({"base", "peak_flops", "memory_bytes", "memory_bandwidth",
-            "nic_bandwidth", "devices_per_node", "intra_node_link"});
+  r.finish({"base", "peak_flops", "memory_bytes", "memory_bandwidth", "nic_bandwidth",
+            "devices_per_node", "intra_node_link"});
   return kind;
 }
 } // namespace
 
-std::optional<ClusterSpec>
-moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
-                               DiagnosticList &diags) {
+std::optional<ClusterSpec> moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
+                                                           DiagnosticList &diags) {
   ClusterSpec c;
   c.doc = doc;
   ObjectReader r(*doc, diags, "");
@@ -129,11 +126,10 @@ moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
   if (r.has("device_kinds")) {
     ObjectReader kinds(*doc, diags, "/device_kinds");
     if (kinds.valid())
-      for (auto it = doc->root()["device_kinds"].begin();
-           it != doc->root()["device_kinds"].end(); ++it) {
+      for (auto it = doc->root()["device_kinds"].begin(); it != doc->root()["device_kinds"].end();
+           ++it) {
         kinds.claim(it.key());
-        declared[it.key()] =
-            readKind(*doc, diags, kinds.at(it.key()), it.key());
+        declared[it.key()] = readKind(*doc, diags, kinds.at(it.key()), it.key());
       }
   }
   std::vector<std::string> known;
@@ -143,14 +139,13 @@ moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
     known.push_back(entry.first);
 
   r.claim("nodes");
-  const json *nodes = doc->root().contains("nodes") ? &doc->root()["nodes"]
-                                                    : nullptr;
+  const json *nodes = doc->root().contains("nodes") ? &doc->root()["nodes"] : nullptr;
   if (!nodes)
     diags.error(doc->file(), doc->valuePos(""),
                 "/nodes: required field is missing (an array of node groups)");
   else if (!nodes->is_array() || nodes->empty())
-    r.error("nodes", "expected a non-empty array of node groups, got " +
-                         ObjectReader::show(*nodes));
+    r.error("nodes",
+            "expected a non-empty array of node groups, got " + ObjectReader::show(*nodes));
   else
     for (size_t i = 0; i < nodes->size(); ++i) {
       ObjectReader g(*doc, diags, "/nodes/" + std::to_string(i));
@@ -171,14 +166,14 @@ moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
                               "/device_kinds" +
                               (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
       }
-      group.devicesPerNode = g.getInt(
-          "devices_per_node", kind ? kind->devicesPerNode : 8, 1, 1 << 16);
+      group.devicesPerNode =
+          g.getInt("devices_per_node", kind ? kind->devicesPerNode : 8, 1, 1 << 16);
       g.claim("intra_node_link");
       if (kind) {
         group.intraNode = kind->intraNode;
         if (g.has("intra_node_link"))
-          group.intraNode = readLink(*doc, diags, g.at("intra_node_link"),
-                                     kind->intraNode, kIntraTopologies);
+          group.intraNode =
+              readLink(*doc, diags, g.at("intra_node_link"), kind->intraNode, kIntraTopologies);
         c.kinds[kind->name] = *kind;
       }
       if (g.has("host_cores"))
@@ -198,8 +193,7 @@ moec::frontend::readClusterJson(std::shared_ptr<const JsonDoc> doc,
   c.interNode = inter;
   r.finish({"name", "device_kinds", "nodes", "inter_node_link"});
   if (!diags.hasErrors() && c.numDevices() > (int64_t(1) << 24))
-    r.error("nodes", std::to_string(c.numDevices()) +
-                         " devices exceed the supported 16777216");
+    r.error("nodes", std::to_string(c.numDevices()) + " devices exceed the supported 16777216");
   if (diags.hasErrors())
     return std::nullopt;
   return c;

@@ -38,8 +38,7 @@ DictionaryAttr clusterAttr(const ClusterSpec &c, MLIRContext &context) {
                   b.getNamedAttr("peak_flops_bf16", b.getF64FloatAttr(k.flopsBF16)),
                   b.getNamedAttr("peak_flops_f16", b.getF64FloatAttr(k.flopsF16)),
                   b.getNamedAttr("memory_bytes", b.getF64FloatAttr(k.memoryBytes)),
-                  b.getNamedAttr("memory_bandwidth",
-                                 b.getF64FloatAttr(k.memoryBandwidth)),
+                  b.getNamedAttr("memory_bandwidth", b.getF64FloatAttr(k.memoryBandwidth)),
               })));
   return b.getDictionaryAttr({
       b.getNamedAttr("name", b.getStringAttr(c.name)),

@@ -16,14 +16,12 @@ std::string Diagnostic::str() const {
   return os.str();
 }
 
-void DiagnosticList::error(const std::string &file, SourcePos pos,
-                           std::string message) {
+void DiagnosticList::error(const std::string &file, SourcePos pos, std::string message) {
   list.push_back({Diagnostic::Kind::Error, file, pos, std::move(message)});
   ++numErrors;
 }
 
-void DiagnosticList::warning(const std::string &file, SourcePos pos,
-                             std::string message) {
+void DiagnosticList::warning(const std::string &file, SourcePos pos, std::string message) {
   list.push_back({Diagnostic::Kind::Warning, file, pos, std::move(message)});
 }
 
@@ -53,8 +51,8 @@ static size_t editDistance(const std::string &a, const std::string &b) {
   return row[b.size()];
 }
 
-std::string moec::frontend::closestMatch(
-    const std::string &word, const std::vector<std::string> &candidates) {
+std::string moec::frontend::closestMatch(const std::string &word,
+                                         const std::vector<std::string> &candidates) {
   std::string best;
   const size_t threshold = std::max<size_t>(2, word.size() / 3) + 1;
   size_t bestDistance = threshold;
@@ -62,8 +60,7 @@ std::string moec::frontend::closestMatch(
     size_t d = editDistance(word, candidate);
     // A candidate that contains the word (or vice versa) is a likely match,
     // though not a better one than a closer spelling.
-    if ((candidate.find(word) != std::string::npos ||
-         word.find(candidate) != std::string::npos) &&
+    if ((candidate.find(word) != std::string::npos || word.find(candidate) != std::string::npos) &&
         std::min(word.size(), candidate.size()) >= 3)
       d = std::min(d, threshold - 1);
     if (d < bestDistance) {

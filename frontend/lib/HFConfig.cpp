@@ -20,21 +20,33 @@ constexpr int64_t kMaxDim = int64_t(1) << 24;
 
 /// Fields that describe packaging, tokenizer ids or inference, not the
 /// training step.
-const std::vector<std::string> kNoEffect = {
-    "architectures",       "auto_map",          "bos_token_id",
-    "eos_token_id",        "pad_token_id",      "decoder_start_token_id",
-    "torch_dtype",         "transformers_version", "use_cache",
-    "output_router_logits", "_name_or_path",    "pretraining_tp",
-    "ep_size",             "router_dtype",      "task_specific_params",
-    "max_window_layers",   "is_encoder_decoder", "use_sliding_window",
-    "tie_word_embeddings", "attention_dropout", "model_type"};
+const std::vector<std::string> kNoEffect = {"architectures",
+                                            "auto_map",
+                                            "bos_token_id",
+                                            "eos_token_id",
+                                            "pad_token_id",
+                                            "decoder_start_token_id",
+                                            "torch_dtype",
+                                            "transformers_version",
+                                            "use_cache",
+                                            "output_router_logits",
+                                            "_name_or_path",
+                                            "pretraining_tp",
+                                            "ep_size",
+                                            "router_dtype",
+                                            "task_specific_params",
+                                            "max_window_layers",
+                                            "is_encoder_decoder",
+                                            "use_sliding_window",
+                                            "tie_word_embeddings",
+                                            "attention_dropout",
+                                            "model_type"};
 
 class Importer {
 public:
   Importer(std::shared_ptr<const JsonDoc> doc, const HFImportOptions &options,
            DiagnosticList &diags)
-      : doc(std::move(doc)), options(options), diags(diags),
-        r(*this->doc, diags, "") {}
+      : doc(std::move(doc)), options(options), diags(diags), r(*this->doc, diags, "") {}
 
   std::optional<ModelSpec> run();
 
@@ -52,8 +64,7 @@ private:
 
   void common(ModelSpec &s);
   void llamaLike(ModelSpec &s);
-  void sparseEvery(ModelSpec &s, int64_t step,
-                   const std::vector<int64_t> &dense);
+  void sparseEvery(ModelSpec &s, int64_t step, const std::vector<int64_t> &dense);
 
   std::shared_ptr<const JsonDoc> doc;
   const HFImportOptions &options;
@@ -70,10 +81,9 @@ void Importer::common(ModelSpec &s) {
   int64_t maxPos = r.getInt("max_position_embeddings", 4096, 1, 1 << 24);
   s.seqLen = options.seqLen ? options.seqLen : std::min<int64_t>(maxPos, 4096);
   if (options.seqLen > maxPos)
-    warn(r.at("max_position_embeddings"),
-         "--seq-len " + std::to_string(options.seqLen) +
-             " exceeds max_position_embeddings (" + std::to_string(maxPos) +
-             ")");
+    warn(r.at("max_position_embeddings"), "--seq-len " + std::to_string(options.seqLen) +
+                                              " exceeds max_position_embeddings (" +
+                                              std::to_string(maxPos) + ")");
   s.initStd = r.getNumber("initializer_range", 0.02, 0.0, 10.0, true);
   s.vocabSize = r.getInt("vocab_size", std::nullopt, 2, int64_t(1) << 31);
   s.embeddingPtr = s.headPtr = r.at("vocab_size");
@@ -94,8 +104,7 @@ void Importer::llamaLike(ModelSpec &s) {
   s.numHeads = r.getInt("num_attention_heads", std::nullopt, 1, 1 << 14);
   s.numKvHeads = r.getInt("num_key_value_heads", s.numHeads, 1, 1 << 14);
   s.attentionPtr = r.at("num_attention_heads");
-  s.kvHeadsPtr = r.has("num_key_value_heads") ? r.at("num_key_value_heads")
-                                              : s.attentionPtr;
+  s.kvHeadsPtr = r.has("num_key_value_heads") ? r.at("num_key_value_heads") : s.attentionPtr;
   s.headDimPtr = s.attentionPtr;
   if (r.has("head_dim")) {
     s.headDim = r.getInt("head_dim", std::nullopt, 1, kMaxDim);
@@ -104,8 +113,7 @@ void Importer::llamaLike(ModelSpec &s) {
     r.claim("head_dim");
     s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
     if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads)
-      r.error("num_attention_heads", std::to_string(s.numHeads) +
-                                         " does not divide hidden_size (" +
+      r.error("num_attention_heads", std::to_string(s.numHeads) + " does not divide hidden_size (" +
                                          std::to_string(s.dModel) + ")");
   }
   s.ffnDim = r.getInt("intermediate_size", std::nullopt, 1, kMaxDim);
@@ -131,12 +139,10 @@ void Importer::llamaLike(ModelSpec &s) {
 }
 
 /// Layer i is MoE when (i + 1) % step == 0 and i is not listed dense.
-void Importer::sparseEvery(ModelSpec &s, int64_t step,
-                           const std::vector<int64_t> &dense) {
+void Importer::sparseEvery(ModelSpec &s, int64_t step, const std::vector<int64_t> &dense) {
   for (size_t i = 0; i < s.layers.size(); ++i)
-    s.layers[i].dense =
-        (step <= 0 || (int64_t(i) + 1) % step != 0) ||
-        std::find(dense.begin(), dense.end(), int64_t(i)) != dense.end();
+    s.layers[i].dense = (step <= 0 || (int64_t(i) + 1) % step != 0) ||
+                        std::find(dense.begin(), dense.end(), int64_t(i)) != dense.end();
 }
 
 std::optional<ModelSpec> Importer::run() {
@@ -151,9 +157,8 @@ std::optional<ModelSpec> Importer::run() {
     std::string list;
     for (const std::string &f : families)
       list += (list.empty() ? "" : ", ") + f;
-    r.error("model_type", "\"" + family +
-                              "\" is not a supported MoE family (supported: " +
-                              list + ")");
+    r.error("model_type",
+            "\"" + family + "\" is not a supported MoE family (supported: " + list + ")");
     return std::nullopt;
   }
   s.name = family;
@@ -174,8 +179,8 @@ std::optional<ModelSpec> Importer::run() {
     s.ffnPtr = r.at("d_ff");
     s.normEps = r.getNumber("layer_norm_epsilon", 1e-6, 0.0, 1.0, true);
     s.ropeTheta = std::nullopt;
-    std::string act = r.getString("dense_act_fn", std::string("relu"),
-                                  {"relu", "gelu", "gelu_new"});
+    std::string act =
+        r.getString("dense_act_fn", std::string("relu"), {"relu", "gelu", "gelu_new"});
     r.getString("feed_forward_proj", std::string("relu"));
     if (r.getBool("is_gated_act", false))
       r.error("is_gated_act", "gated FFNs are not supported for this family");
@@ -193,11 +198,10 @@ std::optional<ModelSpec> Importer::run() {
     s.layers.resize(static_cast<size_t>(s.numLayers));
     // HF SwitchTransformers: block i is sparse when i % step == 1 (or step 1).
     for (size_t i = 0; i < s.layers.size(); ++i)
-      s.layers[i].dense =
-          !(step > 0 && (step == 1 || int64_t(i) % step == 1));
+      s.layers[i].dense = !(step > 0 && (step == 1 || int64_t(i) % step == 1));
     int64_t tokens = s.seqLen * s.batchSize;
-    m.capacityFactor = static_cast<double>(capacity) * m.numExperts /
-                       (static_cast<double>(tokens) * m.topK);
+    m.capacityFactor =
+        static_cast<double>(capacity) * m.numExperts / (static_cast<double>(tokens) * m.topK);
     if (r.getBool("router_bias", false))
       notModelled.push_back("router_bias (a bias on router logits)");
     if (r.getNumber("router_jitter_noise", 0.0, 0.0, 1e3) > 0)
@@ -230,8 +234,7 @@ std::optional<ModelSpec> Importer::run() {
       m.auxLossCoef = r.getNumber("router_aux_loss_coef", 0.02, 0.0, 1e3);
       if (r.getNumber("router_jitter_noise", 0.0, 0.0, 1e3) > 0)
         notModelled.push_back("router_jitter_noise (router input noise)");
-    } else if (family == "qwen2_moe" || family == "qwen3_moe" ||
-               family == "olmoe") {
+    } else if (family == "qwen2_moe" || family == "qwen3_moe" || family == "olmoe") {
       m.numExperts = r.getInt("num_experts", std::nullopt, 1, 1 << 16);
       moePtr = r.at("num_experts");
       m.renormalize = r.getBool("norm_topk_prob", false);
@@ -243,8 +246,7 @@ std::optional<ModelSpec> Importer::run() {
         r.claim("clip_qkv");
         notModelled.push_back("(implicit) per-head q/k RMSNorm of OLMoE");
       } else {
-        m.expertFfnDim =
-            r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
+        m.expertFfnDim = r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
         std::vector<int64_t> dense;
         if (r.has("mlp_only_layers")) {
           r.claim("mlp_only_layers");
@@ -260,13 +262,11 @@ std::optional<ModelSpec> Importer::run() {
         }
         sparseEvery(s, r.getInt("decoder_sparse_step", 1, 0, 1 << 14), dense);
         if (family == "qwen2_moe") {
-          int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0,
-                                    kMaxDim);
+          int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0, kMaxDim);
           if (shared) {
             m.numSharedExperts = 1;
             m.sharedFfnDim = shared;
-            notModelled.push_back(
-                "(implicit) the sigmoid gate on Qwen2-MoE's shared expert");
+            notModelled.push_back("(implicit) the sigmoid gate on Qwen2-MoE's shared expert");
           }
         } else {
           notModelled.push_back("(implicit) per-head q/k RMSNorm of Qwen3");
@@ -275,18 +275,14 @@ std::optional<ModelSpec> Importer::run() {
     } else { // deepseek_v2, deepseek_v3
       m.numExperts = r.getInt("n_routed_experts", std::nullopt, 1, 1 << 16);
       moePtr = r.at("n_routed_experts");
-      m.expertFfnDim =
-          r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
+      m.expertFfnDim = r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
       m.numSharedExperts = r.getInt("n_shared_experts", 0, 0, 1 << 10);
       m.renormalize = r.getBool("norm_topk_prob", false);
-      m.routedScaling =
-          r.getNumber("routed_scaling_factor", 1.0, 0.0, 1e6, true);
-      m.scoring = r.getString("scoring_func", std::string("softmax"),
-                              {"softmax", "sigmoid"});
+      m.routedScaling = r.getNumber("routed_scaling_factor", 1.0, 0.0, 1e6, true);
+      m.scoring = r.getString("scoring_func", std::string("softmax"), {"softmax", "sigmoid"});
       m.auxLossCoef = r.getNumber("aux_loss_alpha", 0.001, 0.0, 1e3);
-      std::string method = r.getString(
-          "topk_method", std::string("greedy"),
-          {"greedy", "group_limited_greedy", "noaux_tc"});
+      std::string method = r.getString("topk_method", std::string("greedy"),
+                                       {"greedy", "group_limited_greedy", "noaux_tc"});
       m.routerBias = method == "noaux_tc";
       int64_t groups = r.getInt("n_group", 1, 1, 1 << 16);
       r.getInt("topk_group", 1, 1, 1 << 16);
@@ -299,8 +295,7 @@ std::optional<ModelSpec> Importer::run() {
       int64_t firstDense = r.getInt("first_k_dense_replace", 0, 0, 1 << 14);
       int64_t freq = r.getInt("moe_layer_freq", 1, 1, 1 << 14);
       for (size_t i = 0; i < s.layers.size(); ++i)
-        s.layers[i].dense =
-            int64_t(i) < firstDense || int64_t(i) % freq != 0;
+        s.layers[i].dense = int64_t(i) < firstDense || int64_t(i) % freq != 0;
       // Multi-head latent attention, imported as standard attention.
       int64_t vHeadDim = r.getInt("v_head_dim", s.headDim, 1, kMaxDim);
       r.getInt("qk_nope_head_dim", 0, 0, kMaxDim);
@@ -308,24 +303,21 @@ std::optional<ModelSpec> Importer::run() {
       if (r.has("kv_lora_rank") || r.has("q_lora_rank")) {
         s.headDim = vHeadDim;
         s.headDimPtr = r.at("v_head_dim");
-        notModelled.push_back(
-            "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
-            "(multi-head latent attention; imported as multi-head attention "
-            "with head width v_head_dim = " +
-            std::to_string(vHeadDim) + ")");
+        notModelled.push_back("q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+                              "(multi-head latent attention; imported as multi-head attention "
+                              "with head width v_head_dim = " +
+                              std::to_string(vHeadDim) + ")");
       }
       r.claim("q_lora_rank");
       r.claim("kv_lora_rank");
       unsupported("num_nextn_predict_layers", "multi-token prediction");
-      unsupported("quantization_config", "FP8 weights; training uses " +
-                                             options.dtype);
+      unsupported("quantization_config", "FP8 weights; training uses " + options.dtype);
     }
   }
   if (family != "switch_transformers") {
     m.topK = r.getInt("num_experts_per_tok", std::nullopt, 1, 1 << 16);
     if (m.topK > m.numExperts && !moePtr.empty())
-      r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds " +
-                                         moePtr + " (" +
+      r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds " + moePtr + " (" +
                                          std::to_string(m.numExperts) + ")");
   }
   for (LayerSpec &layer : s.layers) {
@@ -338,9 +330,7 @@ std::optional<ModelSpec> Importer::run() {
   // Name every field the import did not use.
   std::vector<std::string> noEffect, unknown;
   for (const std::string &key : r.unread())
-    (std::find(kNoEffect.begin(), kNoEffect.end(), key) != kNoEffect.end()
-         ? noEffect
-         : unknown)
+    (std::find(kNoEffect.begin(), kNoEffect.end(), key) != kNoEffect.end() ? noEffect : unknown)
         .push_back(key);
   auto join = [](const std::vector<std::string> &names) {
     std::string out;
@@ -349,8 +339,7 @@ std::optional<ModelSpec> Importer::run() {
     return out;
   };
   if (!noEffect.empty())
-    warn("", "ignored fields without effect on a training step: " +
-                 join(noEffect));
+    warn("", "ignored fields without effect on a training step: " + join(noEffect));
   for (const std::string &key : unknown)
     notModelled.push_back(key + " (unknown to the importer)");
   if (!notModelled.empty())
@@ -364,9 +353,8 @@ std::optional<ModelSpec> Importer::run() {
 }
 } // namespace
 
-std::optional<ModelSpec>
-moec::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
-                              const HFImportOptions &options,
-                              DiagnosticList &diags) {
+std::optional<ModelSpec> moec::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
+                                                        const HFImportOptions &options,
+                                                        DiagnosticList &diags) {
   return Importer(std::move(doc), options, diags).run();
 }

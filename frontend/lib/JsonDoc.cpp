@@ -32,8 +32,7 @@ namespace moec::frontend {
 /// value and key starts; reports duplicate keys.
 class PositionScanner {
 public:
-  PositionScanner(const std::string &text, JsonDoc &doc,
-                  DiagnosticList &diags)
+  PositionScanner(const std::string &text, JsonDoc &doc, DiagnosticList &diags)
       : text(text), doc(doc), diags(diags) {
     lineStarts.push_back(0);
     for (size_t i = 0; i < text.size(); ++i)
@@ -44,8 +43,7 @@ public:
   SourcePos pos(size_t offset) const {
     auto it = std::upper_bound(lineStarts.begin(), lineStarts.end(), offset);
     size_t line = static_cast<size_t>(it - lineStarts.begin());
-    return {static_cast<unsigned>(line),
-            static_cast<unsigned>(offset - lineStarts[line - 1] + 1)};
+    return {static_cast<unsigned>(line), static_cast<unsigned>(offset - lineStarts[line - 1] + 1)};
   }
 
   bool run() {
@@ -88,8 +86,7 @@ private:
         std::string name = stringToken();
         if (!seen.insert(name).second) {
           diags.error(doc.file(), keyPos,
-                      JsonDoc::child(pointer, name) + ": duplicate key \"" +
-                          name + "\"");
+                      JsonDoc::child(pointer, name) + ": duplicate key \"" + name + "\"");
           ok = false;
         }
         skipSpace();
@@ -154,8 +151,8 @@ static size_t parseErrorOffset(const std::string &text, size_t lastRead) {
   while (off > 0 && (off >= text.size() || isSpace(text[off])))
     --off;
   auto isWord = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-           c == '-' || c == '+' || c == '_';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' ||
+           c == '_';
   };
   if (off < text.size() && isWord(text[off]))
     while (off > 0 && isWord(text[off - 1]))
@@ -163,8 +160,7 @@ static size_t parseErrorOffset(const std::string &text, size_t lastRead) {
   return off;
 }
 
-std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file,
-                                        const std::string &text,
+std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &text,
                                         DiagnosticList &diags) {
   auto doc = std::unique_ptr<JsonDoc>(new JsonDoc());
   doc->fileName = std::move(file);
@@ -176,8 +172,7 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file,
       msg = "empty document; expected a JSON object";
     PositionScanner lines(text, *doc, diags);
     diags.error(doc->fileName,
-                text.empty() ? SourcePos{1, 1}
-                             : lines.pos(parseErrorOffset(text, e.byte)),
+                text.empty() ? SourcePos{1, 1} : lines.pos(parseErrorOffset(text, e.byte)),
                 "malformed JSON: " + msg);
     return nullptr;
   } catch (const json::exception &e) {
@@ -200,12 +195,10 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file,
   return doc;
 }
 
-std::unique_ptr<JsonDoc> JsonDoc::load(const std::string &path,
-                                       DiagnosticList &diags) {
+std::unique_ptr<JsonDoc> JsonDoc::load(const std::string &path, DiagnosticList &diags) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    diags.error(path, SourcePos(),
-                std::string("cannot read file: ") + std::strerror(errno));
+    diags.error(path, SourcePos(), std::string("cannot read file: ") + std::strerror(errno));
     return nullptr;
   }
   std::ostringstream text;

@@ -26,17 +26,17 @@ constexpr int64_t kMaxDim = int64_t(1) << 24;
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const std::vector<std::string> kMoEFields = {
-    "num_experts",      "top_k",          "expert_ffn_dim",
-    "activation",       "num_shared_experts", "shared_expert_ffn_dim",
-    "capacity_factor",  "router_scoring", "renormalize",
-    "aux_loss_coef",    "router_z_loss_coef", "routed_scaling",
-    "router_bias"};
+const std::vector<std::string> kMoEFields = {"num_experts",        "top_k",
+                                             "expert_ffn_dim",     "activation",
+                                             "num_shared_experts", "shared_expert_ffn_dim",
+                                             "capacity_factor",    "router_scoring",
+                                             "renormalize",        "aux_loss_coef",
+                                             "router_z_loss_coef", "routed_scaling",
+                                             "router_bias"};
 
 /// Reads MoE settings from `r`, each field defaulting to `base`. `expertsAt`
 /// names where num_experts was set, for the top_k message.
-MoESettings readMoE(ObjectReader &r, const MoESettings &base,
-                    std::string &expertsAt) {
+MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &expertsAt) {
   MoESettings m = base;
   if (r.has("num_experts"))
     expertsAt = r.at("num_experts");
@@ -44,56 +44,47 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base,
   m.topK = r.getInt("top_k", base.topK, 1, 1 << 16);
   if (r.has("top_k") || r.has("num_experts"))
     if (m.topK > m.numExperts)
-      r.error(r.has("top_k") ? "top_k" : "num_experts",
-              std::to_string(m.topK) + " exceeds " + expertsAt + " (" +
-                  std::to_string(m.numExperts) + ")");
+      r.error(r.has("top_k") ? "top_k" : "num_experts", std::to_string(m.topK) + " exceeds " +
+                                                            expertsAt + " (" +
+                                                            std::to_string(m.numExperts) + ")");
   std::optional<int64_t> ffnFallback;
   if (base.expertFfnDim)
     ffnFallback = base.expertFfnDim;
   m.expertFfnDim = r.getInt("expert_ffn_dim", ffnFallback, 1, kMaxDim);
-  m.activation =
-      r.getString("activation", base.activation, {"swiglu", "gelu", "relu"});
-  m.numSharedExperts =
-      r.getInt("num_shared_experts", base.numSharedExperts, 0, 1 << 10);
-  m.sharedFfnDim =
-      r.getInt("shared_expert_ffn_dim", base.sharedFfnDim, 0, kMaxDim);
+  m.activation = r.getString("activation", base.activation, {"swiglu", "gelu", "relu"});
+  m.numSharedExperts = r.getInt("num_shared_experts", base.numSharedExperts, 0, 1 << 10);
+  m.sharedFfnDim = r.getInt("shared_expert_ffn_dim", base.sharedFfnDim, 0, kMaxDim);
   // Absent keeps the base value; null asks for dropless routing.
   if (r.isNull("capacity_factor"))
     m.capacityFactor = std::nullopt;
   if (r.has("capacity_factor"))
     m.capacityFactor = r.getNumber("capacity_factor", 1.0, 0.0, 1e6, true);
   r.claim("capacity_factor");
-  m.scoring = r.getString("router_scoring", base.scoring,
-                          {"softmax", "sigmoid"});
+  m.scoring = r.getString("router_scoring", base.scoring, {"softmax", "sigmoid"});
   m.renormalize = r.getBool("renormalize", base.renormalize);
   m.auxLossCoef = r.getNumber("aux_loss_coef", base.auxLossCoef, 0.0, 1e3);
   m.zLossCoef = r.getNumber("router_z_loss_coef", base.zLossCoef, 0.0, 1e3);
-  m.routedScaling =
-      r.getNumber("routed_scaling", base.routedScaling, 0.0, 1e6, true);
+  m.routedScaling = r.getNumber("routed_scaling", base.routedScaling, 0.0, 1e6, true);
   m.routerBias = r.getBool("router_bias", base.routerBias);
   return m;
 }
 
-OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags,
-                            const JsonDoc &doc) {
+OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags, const JsonDoc &doc) {
   OptimizerSpec o;
   r.getString("type", std::string("adamw"), {"adamw"});
   o.lr = r.getNumber("lr", o.lr, 0.0, 10.0, true);
   if (r.has("betas")) {
     r.claim("betas");
     const json &betas = doc.root().at(json::json_pointer(r.at("betas")));
-    if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() ||
-        !betas[1].is_number()) {
-      r.error("betas", "expected [beta1, beta2], got " +
-                           ObjectReader::show(betas));
+    if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number()) {
+      r.error("betas", "expected [beta1, beta2], got " + ObjectReader::show(betas));
     } else {
       o.beta1 = betas[0].get<double>();
       o.beta2 = betas[1].get<double>();
       for (int i = 0; i < 2; ++i) {
         double b = i ? o.beta2 : o.beta1;
         if (!(b >= 0.0 && b < 1.0))
-          diags.error(doc.file(),
-                      doc.valuePos(r.at("betas") + "/" + std::to_string(i)),
+          diags.error(doc.file(), doc.valuePos(r.at("betas") + "/" + std::to_string(i)),
                       r.at("betas") + "/" + std::to_string(i) + ": " +
                           ObjectReader::show(betas[i]) +
                           " is out of range (allowed: >= 0 and < 1)");
@@ -107,23 +98,21 @@ OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags,
   o.gradClip = r.getNumber("grad_clip", o.gradClip, 0.0, 1e9);
   o.totalSteps = r.getInt("total_steps", o.totalSteps, 1, kMaxInt);
   o.warmupSteps = r.getInt("warmup_steps", o.warmupSteps, 0, kMaxInt);
-  o.schedule =
-      r.getString("schedule", o.schedule, {"cosine", "linear", "constant"});
+  o.schedule = r.getString("schedule", o.schedule, {"cosine", "linear", "constant"});
   o.minLr = r.getNumber("min_lr", std::min(o.minLr, o.lr), 0.0, 10.0);
   if (o.minLr > o.lr)
-    r.error("min_lr", formatNumber(o.minLr) + " exceeds " + r.at("lr") + " (" +
-                          formatNumber(o.lr) + ")");
+    r.error("min_lr",
+            formatNumber(o.minLr) + " exceeds " + r.at("lr") + " (" + formatNumber(o.lr) + ")");
   if (o.warmupSteps > o.totalSteps)
-    r.error("warmup_steps", std::to_string(o.warmupSteps) + " exceeds " +
-                                r.at("total_steps") + " (" +
-                                std::to_string(o.totalSteps) + ")");
+    r.error("warmup_steps", std::to_string(o.warmupSteps) + " exceeds " + r.at("total_steps") +
+                                " (" + std::to_string(o.totalSteps) + ")");
   r.finish();
   return o;
 }
 } // namespace
 
-std::optional<ModelSpec> moec::frontend::readModelJson(
-    std::shared_ptr<const JsonDoc> doc, DiagnosticList &diags) {
+std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const JsonDoc> doc,
+                                                       DiagnosticList &diags) {
   ModelSpec s;
   s.doc = doc;
   ObjectReader r(*doc, diags, "");
@@ -140,10 +129,8 @@ std::optional<ModelSpec> moec::frontend::readModelJson(
   else {
     r.claim("head_dim");
     if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads != 0)
-      r.error("n_heads", std::to_string(s.numHeads) + " does not divide " +
-                             r.at("d_model") + " (" +
-                             std::to_string(s.dModel) +
-                             "); set head_dim explicitly");
+      r.error("n_heads", std::to_string(s.numHeads) + " does not divide " + r.at("d_model") + " (" +
+                             std::to_string(s.dModel) + "); set head_dim explicitly");
     s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
   }
   s.ffnDim = r.getInt("ffn_dim", 4 * s.dModel, 1, kMaxDim);
@@ -181,8 +168,8 @@ std::optional<ModelSpec> moec::frontend::readModelJson(
       if (m.has("dense_layers")) {
         const json &list = doc->root()["moe"]["dense_layers"];
         if (!list.is_array()) {
-          m.error("dense_layers", "expected an array of layer indices, got " +
-                                      ObjectReader::show(list));
+          m.error("dense_layers",
+                  "expected an array of layer indices, got " + ObjectReader::show(list));
         } else {
           for (size_t i = 0; i < list.size(); ++i) {
             std::string at = m.at("dense_layers") + "/" + std::to_string(i);
@@ -206,9 +193,8 @@ std::optional<ModelSpec> moec::frontend::readModelJson(
   // Layers, with per-layer overrides.
   s.layers.resize(static_cast<size_t>(std::max<int64_t>(s.numLayers, 0)));
   for (size_t i = 0; i < s.layers.size(); ++i) {
-    s.layers[i].dense = !hasMoE || std::find(denseLayers.begin(),
-                                             denseLayers.end(),
-                                             int64_t(i)) != denseLayers.end();
+    s.layers[i].dense = !hasMoE || std::find(denseLayers.begin(), denseLayers.end(), int64_t(i)) !=
+                                       denseLayers.end();
     s.layers[i].moe = global;
     s.layers[i].ptr = hasMoE ? "/moe" : "/ffn_dim";
   }
@@ -216,16 +202,14 @@ std::optional<ModelSpec> moec::frontend::readModelJson(
   if (r.has("layers")) {
     ObjectReader layers(*doc, diags, "/layers");
     if (layers.valid()) {
-      for (auto it = doc->root()["layers"].begin();
-           it != doc->root()["layers"].end(); ++it) {
+      for (auto it = doc->root()["layers"].begin(); it != doc->root()["layers"].end(); ++it) {
         const std::string &key = it.key();
         layers.claim(key);
         char *end = nullptr;
         long index = std::strtol(key.c_str(), &end, 10);
         if (key.empty() || *end || index < 0 || index >= s.numLayers) {
           diags.error(doc->file(), doc->keyPos(layers.at(key)),
-                      layers.at(key) + ": \"" + key +
-                          "\" is not a layer index (allowed: 0 to " +
+                      layers.at(key) + ": \"" + key + "\" is not a layer index (allowed: 0 to " +
                           std::to_string(s.numLayers - 1) + ")");
           continue;
         }
@@ -253,10 +237,9 @@ std::optional<ModelSpec> moec::frontend::readModelJson(
     if (o.valid())
       s.optimizer = readOptimizer(o, diags, *doc);
   }
-  r.finish({"name", "vocab_size", "d_model", "n_layers", "n_heads",
-            "n_kv_heads", "head_dim", "ffn_dim", "seq_len", "batch_size",
-            "dtype", "rope_theta", "norm_eps", "init_std", "seed", "moe",
-            "layers", "optimizer"});
+  r.finish({"name", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+            "ffn_dim", "seq_len", "batch_size", "dtype", "rope_theta", "norm_eps", "init_std",
+            "seed", "moe", "layers", "optimizer"});
   if (diags.hasErrors())
     return std::nullopt;
   checkModelSpec(s, diags);

@@ -12,20 +12,18 @@ void moec::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
     diags.error(doc.file(), doc.valuePos(ptr), ptr + ": " + message);
   };
   if (s.numHeads % s.numKvHeads != 0)
-    error(s.kvHeadsPtr, std::to_string(s.numKvHeads) + " does not divide " +
-                            s.attentionPtr + " (" +
+    error(s.kvHeadsPtr, std::to_string(s.numKvHeads) + " does not divide " + s.attentionPtr + " (" +
                             std::to_string(s.numHeads) + ")");
   if (s.ropeTheta && s.headDim % 2 != 0)
-    error(s.headDimPtr, "rotary embeddings need an even head width, got " +
-                              std::to_string(s.headDim));
+    error(s.headDimPtr,
+          "rotary embeddings need an even head width, got " + std::to_string(s.headDim));
   int64_t tokens = s.numTokens();
   std::set<std::string> reported; // one message per place of definition
   for (const LayerSpec &layer : s.layers) {
     if (layer.dense || !reported.insert(layer.ptr).second)
       continue;
     if (layer.moe.topK > layer.moe.numExperts)
-      error(layer.ptr, "top_k " + std::to_string(layer.moe.topK) +
-                           " exceeds num_experts " +
+      error(layer.ptr, "top_k " + std::to_string(layer.moe.topK) + " exceeds num_experts " +
                            std::to_string(layer.moe.numExperts));
     if (tokens > (int64_t(1) << 40) / std::max<int64_t>(layer.moe.topK, 1))
       error(layer.ptr, "batch_size * seq_len * top_k is too large");

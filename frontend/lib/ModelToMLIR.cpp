@@ -14,12 +14,10 @@ using namespace mlir::moe;
 using ::moec::frontend::ModelSpec;
 using ::moec::frontend::MoESettings;
 
-int64_t ::moec::frontend::expertCapacity(const MoESettings &moe,
-                                        int64_t tokens) {
+int64_t ::moec::frontend::expertCapacity(const MoESettings &moe, int64_t tokens) {
   if (!moe.capacityFactor)
     return tokens;
-  double slots = *moe.capacityFactor * static_cast<double>(tokens) *
-                 static_cast<double>(moe.topK) /
+  double slots = *moe.capacityFactor * static_cast<double>(tokens) * static_cast<double>(moe.topK) /
                  static_cast<double>(moe.numExperts);
   auto capacity = static_cast<int64_t>(std::ceil(slots));
   return std::max<int64_t>(1, std::min(capacity, tokens));
@@ -28,8 +26,7 @@ int64_t ::moec::frontend::expertCapacity(const MoESettings &moe,
 namespace {
 class Emitter {
 public:
-  Emitter(const ModelSpec &spec, MLIRContext &context)
-      : spec(spec), ctx(context), b(&context) {
+  Emitter(const ModelSpec &spec, MLIRContext &context) : spec(spec), ctx(context), b(&context) {
     if (spec.dtype == "bf16")
       elementType = b.getBF16Type();
     else if (spec.dtype == "f16")
@@ -51,16 +48,13 @@ private:
   }
 
   /// Declares parameter `name` and reads it in the step.
-  Value param(const std::string &name, ArrayRef<int64_t> shape,
-              InitKind init, Location where) {
+  Value param(const std::string &name, ArrayRef<int64_t> shape, InitKind init, Location where) {
     auto type = tensor(shape);
     double scale = init == InitKind::normal ? spec.initStd : 0.0;
     ParamOp::create(top, where, name, type, InitAttr::get(&ctx, init, scale));
-    return GetParamOp::create(body, where, type,
-                              FlatSymbolRefAttr::get(&ctx, name));
+    return GetParamOp::create(body, where, type, FlatSymbolRefAttr::get(&ctx, name));
   }
-  Value weight(const std::string &name, ArrayRef<int64_t> shape,
-               Location where) {
+  Value weight(const std::string &name, ArrayRef<int64_t> shape, Location where) {
     return param(name, shape, InitKind::normal, where);
   }
 
@@ -70,8 +64,8 @@ private:
   }
 
   Value attentionBlock(Value x, const std::string &prefix);
-  Value ffnBlock(Value h, const ::moec::frontend::LayerSpec &layer,
-                 const std::string &prefix, Value &auxLoss);
+  Value ffnBlock(Value h, const ::moec::frontend::LayerSpec &layer, const std::string &prefix,
+                 Value &auxLoss);
 
   const ModelSpec &spec;
   MLIRContext &ctx;
@@ -87,26 +81,22 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
   int64_t d = spec.dModel, hd = spec.headDim;
   Value gamma = param(prefix + "attn_norm", {d}, InitKind::ones, where);
   Value norm = rmsNorm(x, gamma, where);
-  Value q = LinearOp::create(body, where, norm,
-                             weight(prefix + "wq", {d, spec.numHeads * hd}, where));
-  Value k = LinearOp::create(body, where, norm,
-                             weight(prefix + "wk", {d, spec.numKvHeads * hd}, where));
-  Value v = LinearOp::create(body, where, norm,
-                             weight(prefix + "wv", {d, spec.numKvHeads * hd}, where));
+  Value q =
+      LinearOp::create(body, where, norm, weight(prefix + "wq", {d, spec.numHeads * hd}, where));
+  Value k =
+      LinearOp::create(body, where, norm, weight(prefix + "wk", {d, spec.numKvHeads * hd}, where));
+  Value v =
+      LinearOp::create(body, where, norm, weight(prefix + "wv", {d, spec.numKvHeads * hd}, where));
   auto attention = AttentionOp::create(
       body, where, q.getType(), q, k, v, spec.numHeads, spec.numKvHeads,
-      spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta))
-                     : FloatAttr());
-  Value out = LinearOp::create(
-      body, where, attention,
-      weight(prefix + "wo", {spec.numHeads * hd, d}, where));
+      spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta)) : FloatAttr());
+  Value out = LinearOp::create(body, where, attention,
+                               weight(prefix + "wo", {spec.numHeads * hd, d}, where));
   return AddOp::create(body, where, x, out);
 }
 
 static Activation activationOf(const std::string &name) {
-  return name == "gelu" ? Activation::gelu
-         : name == "relu" ? Activation::relu
-                          : Activation::swiglu;
+  return name == "gelu" ? Activation::gelu : name == "relu" ? Activation::relu : Activation::swiglu;
 }
 
 Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
@@ -120,11 +110,8 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
   auto dense = [&](const std::string &name, Activation act, int64_t f) {
     Value up = weight(name + ".up", {d, f}, where);
     Value down = weight(name + ".down", {f, d}, where);
-    Value gate = act == Activation::swiglu
-                     ? weight(name + ".gate", {d, f}, where)
-                     : Value();
-    return FFNOp::create(body, where, h.getType(), act, h, up, down, gate)
-        .getResult();
+    Value gate = act == Activation::swiglu ? weight(name + ".gate", {d, f}, where) : Value();
+    return FFNOp::create(body, where, h.getType(), act, h, up, down, gate).getResult();
   };
 
   Value out;
@@ -135,38 +122,31 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     int64_t e = m.numExperts, f = m.expertFfnDim;
     Activation act = activationOf(m.activation);
     Value router = weight(prefix + "router", {d, e}, where);
-    Value bias = m.routerBias ? param(prefix + "router_bias", {e},
-                                      InitKind::zeros, where)
-                              : Value();
-    auto route = RouterOp::create(
-        body, where, m.scoring == "sigmoid" ? Scoring::sigmoid : Scoring::softmax,
-        h, router, bias, m.topK);
+    Value bias =
+        m.routerBias ? param(prefix + "router_bias", {e}, InitKind::zeros, where) : Value();
+    auto route =
+        RouterOp::create(body, where, m.scoring == "sigmoid" ? Scoring::sigmoid : Scoring::softmax,
+                         h, router, bias, m.topK);
     route.setRenormalize(m.renormalize);
     if (m.capacityFactor)
-      route.setCapacityFactorAttr(
-          b.getF32FloatAttr(static_cast<float>(*m.capacityFactor)));
+      route.setCapacityFactorAttr(b.getF32FloatAttr(static_cast<float>(*m.capacityFactor)));
     route.setAuxLossCoef(APFloat(static_cast<float>(m.auxLossCoef)));
     route.setZLossCoef(APFloat(static_cast<float>(m.zLossCoef)));
     route.setRoutedScaling(APFloat(static_cast<float>(m.routedScaling)));
     int64_t capacity = ::moec::frontend::expertCapacity(m, spec.numTokens());
-    Value buffer = DispatchOp::create(body, where, h, route.getExperts(), e,
-                                      capacity);
+    Value buffer = DispatchOp::create(body, where, h, route.getExperts(), e, capacity);
     Value up = weight(prefix + "experts.up", {e, d, f}, where);
     Value down = weight(prefix + "experts.down", {e, f, d}, where);
-    Value gate = act == Activation::swiglu
-                     ? weight(prefix + "experts.gate", {e, d, f}, where)
-                     : Value();
-    Value expertsOut = ExpertFFNOp::create(body, where, buffer.getType(), act,
-                                           buffer, up, down, gate,
-                                           PlacementAttr());
-    out = CombineOp::create(body, where, expertsOut, route.getGates(),
-                            route.getExperts());
+    Value gate =
+        act == Activation::swiglu ? weight(prefix + "experts.gate", {e, d, f}, where) : Value();
+    Value expertsOut = ExpertFFNOp::create(body, where, buffer.getType(), act, buffer, up, down,
+                                           gate, PlacementAttr());
+    out = CombineOp::create(body, where, expertsOut, route.getGates(), route.getExperts());
     if (m.numSharedExperts > 0) {
       int64_t width = m.numSharedExperts * (m.sharedFfnDim ? m.sharedFfnDim : f);
       out = AddOp::create(body, where, out, dense(prefix + "shared", act, width));
     }
-    auxLoss = auxLoss ? AddOp::create(body, where, auxLoss, route.getAuxLoss())
-                            .getResult()
+    auxLoss = auxLoss ? AddOp::create(body, where, auxLoss, route.getAuxLoss()).getResult()
                       : route.getAuxLoss();
   }
   return AddOp::create(body, where, x, out);
@@ -177,26 +157,23 @@ OwningOpRef<ModuleOp> Emitter::run() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(rootLoc, spec.name);
   top = OpBuilder::atBlockEnd(module->getBody());
   const auto &o = spec.optimizer;
-  (*module)->setAttr(
-      "moe.optimizer",
-      b.getDictionaryAttr({
-          b.getNamedAttr("type", b.getStringAttr("adamw")),
-          b.getNamedAttr("lr", b.getF64FloatAttr(o.lr)),
-          b.getNamedAttr("beta1", b.getF64FloatAttr(o.beta1)),
-          b.getNamedAttr("beta2", b.getF64FloatAttr(o.beta2)),
-          b.getNamedAttr("eps", b.getF64FloatAttr(o.eps)),
-          b.getNamedAttr("weight_decay", b.getF64FloatAttr(o.weightDecay)),
-          b.getNamedAttr("grad_clip", b.getF64FloatAttr(o.gradClip)),
-          b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(o.warmupSteps)),
-          b.getNamedAttr("total_steps", b.getI64IntegerAttr(o.totalSteps)),
-          b.getNamedAttr("schedule", b.getStringAttr(o.schedule)),
-          b.getNamedAttr("min_lr", b.getF64FloatAttr(o.minLr)),
-      }));
-  (*module)->setAttr("moe.seed",
-                     b.getI64IntegerAttr(static_cast<int64_t>(spec.seed)));
+  (*module)->setAttr("moe.optimizer",
+                     b.getDictionaryAttr({
+                         b.getNamedAttr("type", b.getStringAttr("adamw")),
+                         b.getNamedAttr("lr", b.getF64FloatAttr(o.lr)),
+                         b.getNamedAttr("beta1", b.getF64FloatAttr(o.beta1)),
+                         b.getNamedAttr("beta2", b.getF64FloatAttr(o.beta2)),
+                         b.getNamedAttr("eps", b.getF64FloatAttr(o.eps)),
+                         b.getNamedAttr("weight_decay", b.getF64FloatAttr(o.weightDecay)),
+                         b.getNamedAttr("grad_clip", b.getF64FloatAttr(o.gradClip)),
+                         b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(o.warmupSteps)),
+                         b.getNamedAttr("total_steps", b.getI64IntegerAttr(o.totalSteps)),
+                         b.getNamedAttr("schedule", b.getStringAttr(o.schedule)),
+                         b.getNamedAttr("min_lr", b.getF64FloatAttr(o.minLr)),
+                     }));
+  (*module)->setAttr("moe.seed", b.getI64IntegerAttr(static_cast<int64_t>(spec.seed)));
 
-  auto ids = RankedTensorType::get({spec.batchSize, spec.seqLen},
-                                   b.getI32Type());
+  auto ids = RankedTensorType::get({spec.batchSize, spec.seqLen}, b.getI32Type());
   auto fn = func::FuncOp::create(
       top, rootLoc, "train_step",
       b.getFunctionType({ids, ids}, {RankedTensorType::get({}, b.getF32Type())}));
@@ -217,8 +194,8 @@ OwningOpRef<ModuleOp> Emitter::run() {
   Location headLoc = loc(spec.headPtr);
   Value gamma = param("norm_f", {spec.dModel}, InitKind::ones, headLoc);
   Value h = rmsNorm(x, gamma, headLoc);
-  Value logits = LinearOp::create(
-      body, headLoc, h, weight("lm_head", {spec.dModel, spec.vocabSize}, headLoc));
+  Value logits =
+      LinearOp::create(body, headLoc, h, weight("lm_head", {spec.dModel, spec.vocabSize}, headLoc));
   Value loss = CrossEntropyOp::create(body, headLoc, logits, fn.getArgument(1));
   if (auxLoss)
     loss = AddOp::create(body, headLoc, loss, auxLoss);

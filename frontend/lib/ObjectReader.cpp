@@ -34,8 +34,7 @@ static const char *typeName(const json &value) {
   }
 }
 
-ObjectReader::ObjectReader(const JsonDoc &doc, DiagnosticList &diags,
-                           std::string pointer)
+ObjectReader::ObjectReader(const JsonDoc &doc, DiagnosticList &diags, std::string pointer)
     : doc(doc), diags(diags), ptr(std::move(pointer)) {
   const json &root = doc.root();
   const json *value = &root;
@@ -47,8 +46,8 @@ ObjectReader::ObjectReader(const JsonDoc &doc, DiagnosticList &diags,
     return;
   if (!value->is_object()) {
     diags.error(doc.file(), doc.valuePos(ptr),
-                (ptr.empty() ? std::string("document") : ptr) +
-                    ": expected an object, got " + typeName(*value));
+                (ptr.empty() ? std::string("document") : ptr) + ": expected an object, got " +
+                    typeName(*value));
     return;
   }
   object = value;
@@ -83,24 +82,21 @@ void ObjectReader::error(const std::string &key, const std::string &message) {
 
 void ObjectReader::typeError(const std::string &key, const char *expected) {
   const json *value = field(key);
-  error(key, std::string("expected ") + expected + ", got " +
-                 (value ? show(*value) : "nothing"));
+  error(key, std::string("expected ") + expected + ", got " + (value ? show(*value) : "nothing"));
 }
 
-int64_t ObjectReader::getInt(const std::string &key,
-                             std::optional<int64_t> fallback, int64_t min,
+int64_t ObjectReader::getInt(const std::string &key, std::optional<int64_t> fallback, int64_t min,
                              int64_t max) {
   const json *value = field(key);
   if (!value || value->is_null()) {
     if (!fallback && object)
       diags.error(doc.file(), doc.valuePos(ptr),
-                  at(key) + ": required field is missing (an integer in [" +
-                      std::to_string(min) + ", " + std::to_string(max) + "])");
+                  at(key) + ": required field is missing (an integer in [" + std::to_string(min) +
+                      ", " + std::to_string(max) + "])");
     return fallback.value_or(min);
   }
   bool integral = value->is_number_integer() ||
-                  (value->is_number_float() &&
-                   std::isfinite(value->get<double>()) &&
+                  (value->is_number_float() && std::isfinite(value->get<double>()) &&
                    value->get<double>() == std::floor(value->get<double>()) &&
                    std::fabs(value->get<double>()) < 9e15);
   if (!integral) {
@@ -108,25 +104,22 @@ int64_t ObjectReader::getInt(const std::string &key,
     return fallback.value_or(min);
   }
   // Unsigned values above INT64_MAX and floats beyond it are out of range.
-  if (value->is_number_unsigned() &&
-      value->get<uint64_t>() > static_cast<uint64_t>(max)) {
-    error(key, show(*value) + " is out of range (allowed: " +
-                   std::to_string(min) + " to " + std::to_string(max) + ")");
+  if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(max)) {
+    error(key, show(*value) + " is out of range (allowed: " + std::to_string(min) + " to " +
+                   std::to_string(max) + ")");
     return fallback.value_or(min);
   }
-  int64_t v = value->is_number_float()
-                  ? static_cast<int64_t>(value->get<double>())
-                  : value->get<int64_t>();
+  int64_t v =
+      value->is_number_float() ? static_cast<int64_t>(value->get<double>()) : value->get<int64_t>();
   if (v < min || v > max) {
-    error(key, show(*value) + " is out of range (allowed: " +
-                   std::to_string(min) + " to " + std::to_string(max) + ")");
+    error(key, show(*value) + " is out of range (allowed: " + std::to_string(min) + " to " +
+                   std::to_string(max) + ")");
     return fallback.value_or(min);
   }
   return v;
 }
 
-double ObjectReader::getNumber(const std::string &key,
-                               std::optional<double> fallback, double min,
+double ObjectReader::getNumber(const std::string &key, std::optional<double> fallback, double min,
                                double max, bool minExclusive) {
   const json *value = field(key);
   if (!value || value->is_null()) {
@@ -142,17 +135,15 @@ double ObjectReader::getNumber(const std::string &key,
   double v = value->get<double>();
   bool below = minExclusive ? !(v > min) : !(v >= min);
   if (below || !(v <= max)) {
-    error(key, show(*value) + " is out of range (allowed: " +
-                   (minExclusive ? "> " : ">= ") + formatNumber(min) +
-                   " and <= " + formatNumber(max) + ")");
+    error(key, show(*value) + " is out of range (allowed: " + (minExclusive ? "> " : ">= ") +
+                   formatNumber(min) + " and <= " + formatNumber(max) + ")");
     return fallback.value_or(minExclusive ? max : min);
   }
   return v;
 }
 
-std::optional<double> ObjectReader::getOptionalNumber(const std::string &key,
-                                                      double min, double max,
-                                                      bool minExclusive) {
+std::optional<double> ObjectReader::getOptionalNumber(const std::string &key, double min,
+                                                      double max, bool minExclusive) {
   if (!has(key)) {
     field(key);
     return std::nullopt;
@@ -171,8 +162,7 @@ bool ObjectReader::getBool(const std::string &key, bool fallback) {
   return value->get<bool>();
 }
 
-std::string ObjectReader::getString(const std::string &key,
-                                    std::optional<std::string> fallback,
+std::string ObjectReader::getString(const std::string &key, std::optional<std::string> fallback,
                                     const std::vector<std::string> &allowed) {
   const json *value = field(key);
   std::string choices;
@@ -190,8 +180,7 @@ std::string ObjectReader::getString(const std::string &key,
     return fallback.value_or("");
   }
   std::string v = value->get<std::string>();
-  if (!allowed.empty() &&
-      std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
     std::string hint = closestMatch(v, allowed);
     error(key, show(*value) + " is not allowed (allowed: " + choices + ")" +
                    (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
@@ -204,8 +193,7 @@ void ObjectReader::finish(const std::vector<std::string> &known) {
   if (!object)
     return;
   std::vector<std::string> names =
-      known.empty() ? std::vector<std::string>(seen.begin(), seen.end())
-                    : known;
+      known.empty() ? std::vector<std::string>(seen.begin(), seen.end()) : known;
   for (auto it = object->begin(); it != object->end(); ++it) {
     if (seen.count(it.key()))
       continue;

@@ -57,8 +57,7 @@ LogicalResult Differentiator::run() {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   builder.setInsertionPoint(ret);
   Value loss = ret.getOperand(0);
-  grads[loss] = FillOp::create(builder, ret.getLoc(), loss.getType(),
-                               builder.getF64FloatAttr(1.0));
+  grads[loss] = FillOp::create(builder, ret.getLoc(), loss.getType(), builder.getF64FloatAttr(1.0));
 
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
@@ -77,23 +76,19 @@ LogicalResult Differentiator::run() {
       StringAttr name = get.getNameAttr().getAttr();
       auto [it, inserted] = paramGrads.try_emplace(name, resultGrads[0]);
       if (!inserted)
-        it->second =
-            AddOp::create(builder, get.getLoc(), it->second, resultGrads[0]);
+        it->second = AddOp::create(builder, get.getLoc(), it->second, resultGrads[0]);
       continue;
     }
     auto differentiable = dyn_cast<GradientOpInterface>(op);
     if (!differentiable)
-      return op->emitOpError()
-             << "has no gradient rule, but its result reaches the loss "
-                "(moe-autodiff)";
+      return op->emitOpError() << "has no gradient rule, but its result reaches the loss "
+                                  "(moe-autodiff)";
     SmallVector<Value> operandGrads;
-    if (failed(differentiable.buildGradient(builder, resultGrads,
-                                            operandGrads)))
+    if (failed(differentiable.buildGradient(builder, resultGrads, operandGrads)))
       return failure();
     if (operandGrads.size() != op->getNumOperands())
-      return op->emitOpError() << "gradient rule returned "
-                               << operandGrads.size() << " gradients for "
-                               << op->getNumOperands() << " operands";
+      return op->emitOpError() << "gradient rule returned " << operandGrads.size()
+                               << " gradients for " << op->getNumOperands() << " operands";
     for (auto [operand, grad] : llvm::zip(op->getOperands(), operandGrads))
       if (grad)
         accumulate(operand, grad);
@@ -119,8 +114,7 @@ LogicalResult Differentiator::run() {
   SmallVector<Type> types;
   for (Value v : results)
     types.push_back(v.getType());
-  fn.setFunctionType(
-      FunctionType::get(fn.getContext(), fn.getArgumentTypes(), types));
+  fn.setFunctionType(FunctionType::get(fn.getContext(), fn.getArgumentTypes(), types));
   for (auto [i, name] : llvm::enumerate(names))
     fn.setResultAttr(i + 1, MoEDialect::kGradOfAttrName, name);
   return success();
@@ -137,13 +131,12 @@ double setting(DictionaryAttr dict, StringRef key, double fallback) {
   return fallback;
 }
 
-LogicalResult
-Differentiator::appendOptimizer(Location loc, Value loss,
-                                ArrayRef<std::pair<ParamOp, Value>> updates) {
+LogicalResult Differentiator::appendOptimizer(Location loc, Value loss,
+                                              ArrayRef<std::pair<ParamOp, Value>> updates) {
   auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
   if (updates.empty())
-    return fn.emitError() << "moe-autodiff: no parameter of @"
-                          << fn.getSymName() << " receives a gradient";
+    return fn.emitError() << "moe-autodiff: no parameter of @" << fn.getSymName()
+                          << " receives a gradient";
   auto dict = fn->getParentOfType<ModuleOp>()->getAttrOfType<DictionaryAttr>(
       MoEDialect::kOptimizerAttrName);
   auto i32 = RankedTensorType::get({}, builder.getI32Type());
@@ -151,8 +144,7 @@ Differentiator::appendOptimizer(Location loc, Value loss,
   unsigned index = fn.getNumArguments();
   if (failed(fn.insertArgument(index, i32,
                                builder.getDictionaryAttr(builder.getNamedAttr(
-                                   MoEDialect::kInputAttrName,
-                                   builder.getStringAttr("step"))),
+                                   MoEDialect::kInputAttrName, builder.getStringAttr("step"))),
                                loc)))
     return fn.emitError("moe-autodiff: cannot add the step argument");
   Value step = fn.getArgument(index);
@@ -162,26 +154,20 @@ Differentiator::appendOptimizer(Location loc, Value loss,
   Value rate = LRScheduleOp::create(
       builder, loc, f32, step, builder.getF64FloatAttr(lr),
       builder.getF64FloatAttr(setting(dict, "min_lr", std::min(3e-5, lr))),
-      builder.getI64IntegerAttr(
-          static_cast<int64_t>(setting(dict, "warmup_steps", 100))),
-      builder.getI64IntegerAttr(
-          static_cast<int64_t>(setting(dict, "total_steps", 1000))),
+      builder.getI64IntegerAttr(static_cast<int64_t>(setting(dict, "warmup_steps", 100))),
+      builder.getI64IntegerAttr(static_cast<int64_t>(setting(dict, "total_steps", 1000))),
       schedule ? schedule : builder.getStringAttr("cosine"));
   SmallVector<Value> grads;
   for (auto &update : updates)
     grads.push_back(update.second);
   Value norm = GlobalNormOp::create(builder, loc, f32, grads);
   for (auto [param, grad] : updates) {
-    double decay = param.getTensorType().getRank() >= 2
-                       ? setting(dict, "weight_decay", 0.1)
-                       : 0.0;
+    double decay = param.getTensorType().getRank() >= 2 ? setting(dict, "weight_decay", 0.1) : 0.0;
     AdamWUpdateOp::create(
-        builder, param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()),
-        grad, rate, norm, step,
-        builder.getF64FloatAttr(setting(dict, "beta1", 0.9)),
+        builder, param.getLoc(), FlatSymbolRefAttr::get(param.getSymNameAttr()), grad, rate, norm,
+        step, builder.getF64FloatAttr(setting(dict, "beta1", 0.9)),
         builder.getF64FloatAttr(setting(dict, "beta2", 0.95)),
-        builder.getF64FloatAttr(setting(dict, "eps", 1e-8)),
-        builder.getF64FloatAttr(decay),
+        builder.getF64FloatAttr(setting(dict, "eps", 1e-8)), builder.getF64FloatAttr(decay),
         builder.getF64FloatAttr(setting(dict, "grad_clip", 1.0)));
   }
   func::ReturnOp::create(builder, ret.getLoc(), loss);
@@ -194,9 +180,8 @@ struct AutodiffPass : public moe::impl::AutodiffPassBase<AutodiffPass> {
 
   void runOnOperation() override {
     if (optimizer != "adamw" && optimizer != "none") {
-      getOperation().emitError()
-          << "moe-autodiff: unknown optimizer '" << optimizer
-          << "' (expected adamw or none)";
+      getOperation().emitError() << "moe-autodiff: unknown optimizer '" << optimizer
+                                 << "' (expected adamw or none)";
       return signalPassFailure();
     }
     bool found = false;
@@ -208,9 +193,8 @@ struct AutodiffPass : public moe::impl::AutodiffPassBase<AutodiffPass> {
         return signalPassFailure();
     }
     if (!found) {
-      getOperation().emitError()
-          << "moe-autodiff: no step function (a func.func returning one "
-             "tensor<f32> loss) in the module";
+      getOperation().emitError() << "moe-autodiff: no step function (a func.func returning one "
+                                    "tensor<f32> loss) in the module";
       signalPassFailure();
     }
   }

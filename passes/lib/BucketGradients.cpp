@@ -23,15 +23,13 @@ bool joins(AllReduceOp next, ArrayRef<AllReduceOp> run) {
       next.getReduction() != first.getReduction() || next.getScale() != first.getScale())
     return false;
   Operation *producer = next.getInput().getDefiningOp();
-  return !producer || llvm::none_of(run, [&](AllReduceOp member) {
-    return member.getOperation() == producer;
-  });
+  return !producer ||
+         llvm::none_of(run, [&](AllReduceOp member) { return member.getOperation() == producer; });
 }
 
 int64_t numel(AllReduceOp op) { return cast<RankedTensorType>(op.getType()).getNumElements(); }
 
-struct BucketGradientsPass
-    : public moe::impl::BucketGradientsPassBase<BucketGradientsPass> {
+struct BucketGradientsPass : public moe::impl::BucketGradientsPassBase<BucketGradientsPass> {
   using BucketGradientsPassBase::BucketGradientsPassBase;
 
   void runOnOperation() override {

@@ -33,8 +33,7 @@ FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef tex
   auto [name, arg] = text.split(':');
   MLIRContext *ctx = module.getContext();
   auto bad = [&](const Twine &why) -> FailureOr<CodecAttr> {
-    module.emitError() << "moe-compress-collectives: " << option << "=" << text << ": "
-                       << why;
+    module.emitError() << "moe-compress-collectives: " << option << "=" << text << ": " << why;
     return failure();
   };
   double value = 0;
@@ -53,15 +52,16 @@ FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef tex
   if (name == "fp16" || name == "bf16" || name == "sign") {
     if (hasArg)
       return bad("this codec takes no parameter");
-    CodecKind kind = name == "fp16" ? CodecKind::fp16
-                     : name == "bf16" ? CodecKind::bf16 : CodecKind::sign;
+    CodecKind kind = name == "fp16"   ? CodecKind::fp16
+                     : name == "bf16" ? CodecKind::bf16
+                                      : CodecKind::sign;
     return CodecAttr::get(ctx, kind, 0, 0.0, 0, kind == CodecKind::sign && errorFeedback);
   }
   if (name == "int8") {
     if (hasArg && (value < 1 || value != static_cast<double>(integer(0))))
       return bad("int8:BLOCK needs a whole block size >= 1");
-    return CodecAttr::getChecked(emitError, ctx, CodecKind::int8, integer(256),
-                                 llvm::APFloat(0.0), int64_t(0), false);
+    return CodecAttr::getChecked(emitError, ctx, CodecKind::int8, integer(256), llvm::APFloat(0.0),
+                                 int64_t(0), false);
   }
   if (name == "topk") {
     if (hasArg && !(value > 0 && value <= 1))
@@ -119,13 +119,13 @@ struct CodecChooser {
       }
     }
     Builder b(ctx);
-    op->setAttr(MoEDialect::kCodecChoiceAttrName,
-                b.getDictionaryAttr(
-                    {b.getNamedAttr("codec", b.getStringAttr(chosen ? stringifyCodecKind(
-                                                                          chosen.getKind())
-                                                                    : "none")),
-                     b.getNamedAttr("uncompressed_s", b.getF64FloatAttr(plain)),
-                     b.getNamedAttr("predicted_s", b.getF64FloatAttr(best))}));
+    op->setAttr(
+        MoEDialect::kCodecChoiceAttrName,
+        b.getDictionaryAttr(
+            {b.getNamedAttr(
+                 "codec", b.getStringAttr(chosen ? stringifyCodecKind(chosen.getKind()) : "none")),
+             b.getNamedAttr("uncompressed_s", b.getF64FloatAttr(plain)),
+             b.getNamedAttr("predicted_s", b.getF64FloatAttr(best))}));
     return chosen;
   }
 };
@@ -191,8 +191,8 @@ struct CompressCollectivesPass
     if (dispatch == "auto") {
       module.walk([&](AllToAllOp exchange) {
         auto type = cast<RankedTensorType>(exchange.getInput().getType());
-        if (CodecAttr codec = chooser->choose(exchange, exchange.getAxes(),
-                                              type.getNumElements(), false)) {
+        if (CodecAttr codec =
+                chooser->choose(exchange, exchange.getAxes(), type.getNumElements(), false)) {
           exchange.setCodecAttr(codec);
           ++compressed;
         }
@@ -238,14 +238,13 @@ struct CompressCollectivesPass
         if (grid && grid.getGroupSize(reduce.getAxes().getValue()) <= 1)
           return;
         auto param = module.lookupSymbol<ParamOp>(update.getParamAttr());
-        int g = param && param->hasAttr(MoEDialect::kShardAttrName)              ? 1
+        int g = param && param->hasAttr(MoEDialect::kShardAttrName)    ? 1
                 : vocabulary.contains(update.getParamAttr().getAttr()) ? 2
                                                                        : 0;
         CodecAttr codec = *codecs[g];
         if (automatic[g])
           codec = chooser->choose(reduce, reduce.getAxes(),
-                                  cast<RankedTensorType>(reduce.getType()).getNumElements(),
-                                  true);
+                                  cast<RankedTensorType>(reduce.getType()).getNumElements(), true);
         if (!codec)
           return;
         // PowerSGD factors matrices: vectors (gains, biases) stay exact.
@@ -264,11 +263,10 @@ struct CompressCollectivesPass
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
-    module->setAttr(MoEDialect::kCompressionAttrName,
-                    b.getDictionaryAttr({b.getNamedAttr("warmup_steps",
-                                                        b.getI64IntegerAttr(warmupSteps)),
-                                         b.getNamedAttr("compressed",
-                                                        b.getI64IntegerAttr(compressed))}));
+    module->setAttr(
+        MoEDialect::kCompressionAttrName,
+        b.getDictionaryAttr({b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(warmupSteps)),
+                             b.getNamedAttr("compressed", b.getI64IntegerAttr(compressed))}));
   }
 };
 

@@ -82,9 +82,8 @@ double sharedHostTime(const Cluster &c, const std::map<unsigned, int64_t> &nodes
 
 } // namespace
 
-FailureOr<Cluster>
-Cluster::fromAttr(DictionaryAttr attr,
-                  function_ref<InFlightDiagnostic()> emitError) {
+FailureOr<Cluster> Cluster::fromAttr(DictionaryAttr attr,
+                                     function_ref<InFlightDiagnostic()> emitError) {
   Cluster c;
   if (auto n = attr.getAs<StringAttr>("name"))
     c.name = n.str();
@@ -95,8 +94,8 @@ Cluster::fromAttr(DictionaryAttr attr,
   std::map<std::string, unsigned> kindIndex;
   for (NamedAttribute k : kinds) {
     auto d = dyn_cast<DictionaryAttr>(k.getValue());
-    DeviceKind kind{k.getName().str(), number(d, "peak_flops_f32"),
-                    number(d, "memory_bandwidth"), number(d, "memory_bytes")};
+    DeviceKind kind{k.getName().str(), number(d, "peak_flops_f32"), number(d, "memory_bandwidth"),
+                    number(d, "memory_bytes")};
     if (kind.flopsF32 <= 0 || kind.memoryBandwidth <= 0 || kind.memoryBytes <= 0)
       return emitError() << "moe.cluster device kind '" << kind.name
                          << "' needs positive peak_flops_f32, "
@@ -165,8 +164,7 @@ OpCost mlir::moe::cost::costOf(Operation *op) {
     c.expert = name == "expert_ffn";
   } else if (name == "router" || name == "fused_gate") {
     c.flops = 2 * numel(in(0)) * lastDim(in(1)) * scale;
-  } else if (name == "permute" || name == "unpermute" || name == "dispatch" ||
-             name == "combine") {
+  } else if (name == "permute" || name == "unpermute" || name == "dispatch" || name == "combine") {
     c.expert = true;
   }
   return c;
@@ -176,8 +174,7 @@ double mlir::moe::cost::computeTime(const OpCost &c, const DeviceKind &kind) {
   return std::max(c.flops / kind.flopsF32, c.bytes / kind.memoryBandwidth);
 }
 
-double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group,
-                                      double bytes) {
+double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group, double bytes) {
   int64_t p = static_cast<int64_t>(group.size());
   if (p <= 1 || bytes <= 0)
     return 0;
@@ -213,8 +210,7 @@ double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group
               cluster.interNode.latency);
 }
 
-double mlir::moe::cost::allToAllTime(const Cluster &cluster, const Group &group,
-                                     double bytes) {
+double mlir::moe::cost::allToAllTime(const Cluster &cluster, const Group &group, double bytes) {
   int64_t p = static_cast<int64_t>(group.size());
   if (p <= 1 || bytes <= 0)
     return 0;
@@ -230,12 +226,9 @@ double mlir::moe::cost::allToAllTime(const Cluster &cluster, const Group &group,
     double intraPeers = static_cast<double>(local - 1);
     double interPeers = static_cast<double>(p - local);
     // A full mesh has one link per pair: peers are served concurrently.
-    double intra = l.topology == "full-mesh"
-                       ? (intraPeers > 0 ? perPeer / l.bandwidth : 0)
-                       : intraPeers * perPeer / l.bandwidth;
-    double inter = interPeers > 0
-                       ? interPeers * perPeer / cluster.interNode.bandwidth
-                       : 0;
+    double intra = l.topology == "full-mesh" ? (intraPeers > 0 ? perPeer / l.bandwidth : 0)
+                                             : intraPeers * perPeer / l.bandwidth;
+    double inter = interPeers > 0 ? interPeers * perPeer / cluster.interNode.bandwidth : 0;
     double latency = intraPeers * l.latency + interPeers * cluster.interNode.latency;
     worst = std::max(worst, std::max(intra, inter) + latency);
   }
@@ -254,7 +247,7 @@ mlir::moe::cost::Group mlir::moe::cost::gridGroup(int64_t dp, int64_t ep, int64_
   return group;
 }
 
-double mlir::moe::cost::codecTime(const DeviceKind &kind, double elems,
-                                  double encodedBytes, int passes) {
+double mlir::moe::cost::codecTime(const DeviceKind &kind, double elems, double encodedBytes,
+                                  int passes) {
   return passes * ((4 * elems + encodedBytes) / kind.memoryBandwidth + kCodecLaunch);
 }

@@ -26,9 +26,8 @@ inline LogicalResult retypeDispatchBuffer(Value buffer, int64_t slots) {
       continue;
     auto ffn = dyn_cast<ExpertFFNOp>(user);
     if (!ffn || ffn.getX() != buffer)
-      return user->emitOpError()
-             << "uses a dispatch buffer whose slots change; expected only "
-                "moe.expert_ffn and moe.unpermute (run before moe-autodiff)";
+      return user->emitOpError() << "uses a dispatch buffer whose slots change; expected only "
+                                    "moe.expert_ffn and moe.unpermute (run before moe-autodiff)";
     if (failed(retypeDispatchBuffer(ffn.getResult(), slots)))
       return failure();
   }

@@ -26,9 +26,8 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
     return "it gives the device kinds of a mixed cluster unequal shares of tokens and "
            "experts; the runtime executes equal shares only";
   for (auto fn : module.getOps<func::FuncOp>()) {
-    auto tokens = fn.getNumArguments()
-                      ? dyn_cast<RankedTensorType>(fn.getArgument(0).getType())
-                      : RankedTensorType();
+    auto tokens = fn.getNumArguments() ? dyn_cast<RankedTensorType>(fn.getArgument(0).getType())
+                                       : RankedTensorType();
     if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % replicas)
       return "the batch of " + std::to_string(tokens.getShape()[0]) +
              " sequences does not split over its " + std::to_string(replicas) +
@@ -39,11 +38,10 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
   module.walk([&](ExpertFFNOp ffn) {
     int64_t experts = cast<RankedTensorType>(ffn.getX().getType()).getShape()[0];
     if (why.empty() && experts % grid.getEp())
-      why = std::to_string(experts) + " experts do not split evenly over ep = " +
-            std::to_string(grid.getEp());
+      why = std::to_string(experts) +
+            " experts do not split evenly over ep = " + std::to_string(grid.getEp());
     // moe-partition executes equal contiguous blocks of experts only.
-    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement");
-        why.empty() && placement)
+    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"); why.empty() && placement)
       if (int64_t r = placement.firstNonBlockRank(experts, grid.getEp()); r >= 0)
         why = "its placement (pinned experts) gives ep rank " + std::to_string(r) +
               " experts other than an equal contiguous block";
@@ -63,16 +61,15 @@ struct ExecutablePlanPass : public moe::impl::ExecutablePlanPassBase<ExecutableP
     if (why.empty())
       return;
     std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
-                        std::to_string(grid.getEp()) + " x tp " +
-                        std::to_string(grid.getTp());
+                        std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
     if (strict) {
       module.emitError() << "the cluster's plan (" << shape << ") is not executable: " << why
                          << "; force degrees the runtime runs with --dp/--ep/--tp, or use "
                             "--emit=plan for the report alone";
       return signalPassFailure();
     }
-    module.emitWarning() << "the cluster's plan (" << shape << ") is not executable ("
-                         << why << "); the emitted step stays on one rank";
+    module.emitWarning() << "the cluster's plan (" << shape << ") is not executable (" << why
+                         << "); the emitted step stays on one rank";
     module->removeAttr(MoEDialect::kGridAttrName);
     module.walk([](ExpertFFNOp ffn) { ffn->removeAttr("placement"); });
   }

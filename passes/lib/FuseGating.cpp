@@ -23,13 +23,11 @@ LogicalResult fuse(RouterOp router) {
   SmallVector<CombineOp> combines;
   auto useCapacity = [&](Operation *user, int64_t e, int64_t c) -> LogicalResult {
     if (e != experts)
-      return user->emitOpError()
-             << "has " << e << " experts but its router scores " << experts
-             << " (moe-fuse-gating)";
+      return user->emitOpError() << "has " << e << " experts but its router scores " << experts
+                                 << " (moe-fuse-gating)";
     if (capacity && *capacity != c)
-      return user->emitOpError()
-             << "has capacity " << c << " but another user of the same "
-             << "router has " << *capacity << " (moe-fuse-gating)";
+      return user->emitOpError() << "has capacity " << c << " but another user of the same "
+                                 << "router has " << *capacity << " (moe-fuse-gating)";
     capacity = c;
     return success();
   };
@@ -57,26 +55,22 @@ LogicalResult fuse(RouterOp router) {
   OpBuilder b(router);
   auto fused = FusedGateOp::create(
       b, router.getLoc(), router.getGates().getType(), choices, choices,
-      RankedTensorType::get({experts}, b.getI32Type()),
-      router.getAuxLoss().getType(), router.getScoringAttr(), router.getX(),
-      router.getWeight(), router.getBias(), router.getTopKAttr(),
-      b.getI64IntegerAttr(capacity.value_or(tokens)),
-      router.getRenormalizeAttr(), router.getCapacityFactorAttr(),
-      router.getAuxLossCoefAttr(), router.getZLossCoefAttr(),
-      router.getRoutedScalingAttr());
+      RankedTensorType::get({experts}, b.getI32Type()), router.getAuxLoss().getType(),
+      router.getScoringAttr(), router.getX(), router.getWeight(), router.getBias(),
+      router.getTopKAttr(), b.getI64IntegerAttr(capacity.value_or(tokens)),
+      router.getRenormalizeAttr(), router.getCapacityFactorAttr(), router.getAuxLossCoefAttr(),
+      router.getZLossCoefAttr(), router.getRoutedScalingAttr());
   for (DispatchOp d : dispatches) {
     b.setInsertionPoint(d);
-    d.replaceAllUsesWith(PermuteOp::create(b, d.getLoc(), d.getType(), d.getX(),
-                                           fused.getSlots())
-                             .getResult());
+    d.replaceAllUsesWith(
+        PermuteOp::create(b, d.getLoc(), d.getType(), d.getX(), fused.getSlots()).getResult());
     d.erase();
   }
   for (CombineOp c : combines) {
     b.setInsertionPoint(c);
-    c.replaceAllUsesWith(UnpermuteOp::create(b, c.getLoc(), c.getType(),
-                                             c.getY(), fused.getSlots(),
-                                             c.getGates())
-                             .getResult());
+    c.replaceAllUsesWith(
+        UnpermuteOp::create(b, c.getLoc(), c.getType(), c.getY(), fused.getSlots(), c.getGates())
+            .getResult());
     c.erase();
   }
   router.getGates().replaceAllUsesWith(fused.getGates());

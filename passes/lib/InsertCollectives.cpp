@@ -30,19 +30,19 @@ namespace {
 struct Sync {
   ArrayAttr replicaAxes; ///< [dp, ep] without degree-1 axes
   ArrayAttr dpAxes, epAxes;
-  double shardScale;     ///< 1 / (dp * ep)
+  double shardScale; ///< 1 / (dp * ep)
 };
 
 /// The synchronised gradient of `param`, reduced right after `grad` is
 /// final (before its first use).
-Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded,
-                  const Sync &s) {
+Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded, const Sync &s) {
   if (sharded)
-    return AllReduceOp::create(b, loc, grad.getType(), ReductionAttr::get(b.getContext(), Reduction::sum), grad,
-                               s.dpAxes, CodecAttr(),
-                               b.getF64FloatAttr(s.shardScale))
+    return AllReduceOp::create(b, loc, grad.getType(),
+                               ReductionAttr::get(b.getContext(), Reduction::sum), grad, s.dpAxes,
+                               CodecAttr(), b.getF64FloatAttr(s.shardScale))
         .getResult();
-  return AllReduceOp::create(b, loc, grad.getType(), ReductionAttr::get(b.getContext(), Reduction::mean), grad,
+  return AllReduceOp::create(b, loc, grad.getType(),
+                             ReductionAttr::get(b.getContext(), Reduction::mean), grad,
                              s.replicaAxes, CodecAttr(), b.getF64FloatAttr(1.0))
       .getResult();
 }
@@ -106,19 +106,18 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     unsigned i = operand.getOperandNumber();
     if (i == 0) {
       operand.set(AllReduceOp::create(b, ret.getLoc(), operand.get().getType(),
-                                      ReductionAttr::get(b.getContext(), Reduction::mean), operand.get(),
-                                      s.replicaAxes, CodecAttr(),
+                                      ReductionAttr::get(b.getContext(), Reduction::mean),
+                                      operand.get(), s.replicaAxes, CodecAttr(),
                                       b.getF64FloatAttr(1.0)));
-    } else if (auto of = fn.getResultAttrOfType<FlatSymbolRefAttr>(i, MoEDialect::kGradOfAttrName)) {
-      operand.set(synchronise(b, ret.getLoc(), operand.get(),
-                              isSharded(of.getValue()), s));
+    } else if (auto of =
+                   fn.getResultAttrOfType<FlatSymbolRefAttr>(i, MoEDialect::kGradOfAttrName)) {
+      operand.set(synchronise(b, ret.getLoc(), operand.get(), isSharded(of.getValue()), s));
     }
   }
   return success();
 }
 
-struct InsertCollectivesPass
-    : public moe::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
+struct InsertCollectivesPass : public moe::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
@@ -130,8 +129,7 @@ struct InsertCollectivesPass
       replica.push_back("dp");
     if (grid.getEp() > 1)
       replica.push_back("ep");
-    Sync s{b.getStrArrayAttr(replica), b.getStrArrayAttr({"dp"}),
-           b.getStrArrayAttr({"ep"}),
+    Sync s{b.getStrArrayAttr(replica), b.getStrArrayAttr({"dp"}), b.getStrArrayAttr({"ep"}),
            1.0 / static_cast<double>(grid.getDp() * grid.getEp())};
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal() || fn.getNumResults() == 0)

@@ -31,8 +31,8 @@ int64_t bytesOf(Type type) {
 
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
-         !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp,
-              ReduceScatterOp, AllGatherOp, AllToAllOp>(op);
+         !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
+              AllGatherOp, AllToAllOp>(op);
 }
 
 /// One tensor of the plan.
@@ -44,9 +44,7 @@ struct Buffer {
 /// Greedy-by-size placement: largest first, lowest aligned offset that
 /// overlaps no placed buffer with an intersecting lifetime. Returns the peak.
 int64_t place(SmallVectorImpl<Buffer *> &buffers) {
-  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) {
-    return a->bytes > b->bytes;
-  });
+  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) { return a->bytes > b->bytes; });
   SmallVector<Buffer *> placed;
   int64_t peak = 0;
   for (Buffer *b : buffers) {
@@ -78,13 +76,12 @@ Operation *gradientOf(Operation *op) {
     bool matches = false;
     if (auto g = dyn_cast<FFNGradOp>(user); g && isa<FFNOp>(op)) {
       auto f = cast<FFNOp>(op);
-      matches = g.getX() == x && g.getWUp() == f.getWUp() &&
-                g.getWDown() == f.getWDown() && g.getWGate() == f.getWGate();
-    } else if (auto g = dyn_cast<ExpertFFNGradOp>(user);
-               g && isa<ExpertFFNOp>(op)) {
+      matches = g.getX() == x && g.getWUp() == f.getWUp() && g.getWDown() == f.getWDown() &&
+                g.getWGate() == f.getWGate();
+    } else if (auto g = dyn_cast<ExpertFFNGradOp>(user); g && isa<ExpertFFNOp>(op)) {
       auto f = cast<ExpertFFNOp>(op);
-      matches = g.getX() == x && g.getWUp() == f.getWUp() &&
-                g.getWDown() == f.getWDown() && g.getWGate() == f.getWGate();
+      matches = g.getX() == x && g.getWUp() == f.getWUp() && g.getWDown() == f.getWDown() &&
+                g.getWGate() == f.getWGate();
     }
     if (matches)
       return user;
@@ -102,9 +99,8 @@ public:
   void finish();
 
 private:
-  FlatSymbolRefAttr kernelFor(Location loc, StringRef family,
-                              FunctionType signature, DictionaryAttr config,
-                              ArrayRef<StringRef> epilogue);
+  FlatSymbolRefAttr kernelFor(Location loc, StringRef family, FunctionType signature,
+                              DictionaryAttr config, ArrayRef<StringRef> epilogue);
 
   ModuleOp module;
   OpBuilder builder;
@@ -117,10 +113,8 @@ private:
   DenseMap<Operation *, SmallVector<Value>> saved;
 };
 
-FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family,
-                                      FunctionType signature,
-                                      DictionaryAttr config,
-                                      ArrayRef<StringRef> epilogue) {
+FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family, FunctionType signature,
+                                      DictionaryAttr config, ArrayRef<StringRef> epilogue) {
   std::string key;
   llvm::raw_string_ostream os(key);
   os << family << "|" << signature << "|" << config << "|";
@@ -128,15 +122,13 @@ FlatSymbolRefAttr Lowering::kernelFor(Location loc, StringRef family,
   auto it = kernels.find(key);
   if (it != kernels.end())
     return it->second;
-  std::string name =
-      (family + "_" + std::to_string(familyCount[family]++)).str();
+  std::string name = (family + "_" + std::to_string(familyCount[family]++)).str();
   OpBuilder top = OpBuilder::atBlockBegin(module.getBody());
   // After the parameters, before the functions.
   for (Operation &op : *module.getBody())
     if (isa<ParamOp, KernelOp>(op))
       top.setInsertionPointAfter(&op);
-  KernelOp::create(top, loc, name, family, signature, config,
-                   top.getStrArrayAttr(epilogue));
+  KernelOp::create(top, loc, name, family, signature, config, top.getStrArrayAttr(epilogue));
   auto ref = FlatSymbolRefAttr::get(builder.getContext(), name);
   kernels[key] = ref;
   return ref;
@@ -149,9 +141,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
   SmallVector<Operation *> ops;
   for (Operation &op : fn.getBody().front().without_terminator()) {
     if (!isa<MoEDialect>(op.getDialect()))
-      return op.emitOpError()
-             << "cannot be lowered to a kernel (moe-lower-to-kernels handles "
-                "moe ops only)";
+      return op.emitOpError() << "cannot be lowered to a kernel (moe-lower-to-kernels handles "
+                                 "moe ops only)";
     if (isKernelOp(&op))
       ops.push_back(&op);
   }
@@ -169,11 +160,9 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
       if (linear->hasOneUse())
         if (auto add = dyn_cast<AddOp>(*linear->user_begin());
             add && add->getBlock() == linear->getBlock()) {
-          Value residual = add.getLhs() == linear.getResult() ? add.getRhs()
-                                                              : add.getLhs();
+          Value residual = add.getLhs() == linear.getResult() ? add.getRhs() : add.getLhs();
           if (residual.getType() == linear.getType() &&
-              (!residual.getDefiningOp() ||
-               residual.getDefiningOp()->isBeforeInBlock(linear))) {
+              (!residual.getDefiningOp() || residual.getDefiningOp()->isBeforeInBlock(linear))) {
             operands.push_back(residual);
             epilogue.push_back("residual_add");
             fused.insert(add);
@@ -212,21 +201,17 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
     }
     auto signature = builder.getFunctionType(TypeRange(operands), results);
     FlatSymbolRefAttr kernel =
-        kernelFor(op->getLoc(), family, signature,
-                  builder.getDictionaryAttr(config), epilogue);
+        kernelFor(op->getLoc(), family, signature, builder.getDictionaryAttr(config), epilogue);
     auto launch = LaunchOp::create(
         builder, last->getLoc(), results, kernel, operands,
-        builder.getDenseI64ArrayAttr(
-            SmallVector<int64_t>(3 * results.size(), 0)),
-        updates);
+        builder.getDenseI64ArrayAttr(SmallVector<int64_t>(3 * results.size(), 0)), updates);
     if (gradient)
       saved[gradient] = SmallVector<Value>(launch.getResults().take_back(numPre));
     if (last != op) {
       last->replaceAllUsesWith(launch);
       last->erase();
     } else {
-      op->replaceAllUsesWith(
-          launch.getResults().take_front(op->getNumResults()));
+      op->replaceAllUsesWith(launch.getResults().take_front(op->getNumResults()));
     }
     if (last != op || op->use_empty())
       op->erase();
@@ -279,9 +264,8 @@ void Lowering::planFunction(func::FuncOp fn) {
 
   for (Operation &op : body) {
     if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
-      stateBytes += 2 * 4 *
-                    cast<RankedTensorType>(launch.getOperands().front().getType())
-                        .getNumElements();
+      stateBytes +=
+          2 * 4 * cast<RankedTensorType>(launch.getOperands().front().getType()).getNumElements();
     if (op.getNumResults() == 0 || isa<GetParamOp>(op))
       continue;
     SmallVector<int64_t> plan;
@@ -309,24 +293,17 @@ void Lowering::finish() {
   module->setAttr(
       MoEDialect::kBufferPlanAttrName,
       builder.getDictionaryAttr({
-          builder.getNamedAttr("activation_bytes",
-                               builder.getI64IntegerAttr(activationPeak)),
-          builder.getNamedAttr("gradient_bytes",
-                               builder.getI64IntegerAttr(gradientPeak)),
-          builder.getNamedAttr("parameter_bytes",
-                               builder.getI64IntegerAttr(paramBytes)),
-          builder.getNamedAttr("optimizer_state_bytes",
-                               builder.getI64IntegerAttr(stateBytes)),
+          builder.getNamedAttr("activation_bytes", builder.getI64IntegerAttr(activationPeak)),
+          builder.getNamedAttr("gradient_bytes", builder.getI64IntegerAttr(gradientPeak)),
+          builder.getNamedAttr("parameter_bytes", builder.getI64IntegerAttr(paramBytes)),
+          builder.getNamedAttr("optimizer_state_bytes", builder.getI64IntegerAttr(stateBytes)),
           builder.getNamedAttr("total_bytes", builder.getI64IntegerAttr(total)),
-          builder.getNamedAttr("num_kernels",
-                               builder.getI64IntegerAttr(kernels.size())),
-          builder.getNamedAttr("num_launches",
-                               builder.getI64IntegerAttr(numLaunches)),
+          builder.getNamedAttr("num_kernels", builder.getI64IntegerAttr(kernels.size())),
+          builder.getNamedAttr("num_launches", builder.getI64IntegerAttr(numLaunches)),
       }));
 }
 
-struct LowerToKernelsPass
-    : public moe::impl::LowerToKernelsPassBase<LowerToKernelsPass> {
+struct LowerToKernelsPass : public moe::impl::LowerToKernelsPassBase<LowerToKernelsPass> {
   using LowerToKernelsPassBase::LowerToKernelsPassBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();

@@ -40,8 +40,7 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
     // The expert count every layer's ep must divide.
     int64_t experts = 0;
     module.walk([&](ExpertFFNOp ffn) {
-      experts = std::gcd(experts,
-                         cast<RankedTensorType>(ffn.getX().getType()).getShape()[0]);
+      experts = std::gcd(experts, cast<RankedTensorType>(ffn.getX().getType()).getShape()[0]);
     });
     int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(ranks)) : 1;
     if (ranks % degree != 0)

@@ -58,16 +58,14 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
       continue;
     if (auto gate = dyn_cast<FusedGateOp>(op)) {
       if (gate.getGroups() % replicas != 0)
-        return gate.emitOpError()
-               << "routes in " << gate.getGroups() << " groups, which do not "
-               << "split over " << replicas
-               << " replicas (run moe-routing-groups first)";
+        return gate.emitOpError() << "routes in " << gate.getGroups() << " groups, which do not "
+                                  << "split over " << replicas
+                                  << " replicas (run moe-routing-groups first)";
       gate.setGroupsAttr(OpBuilder(gate).getI64IntegerAttr(gate.getGroups() / replicas));
     }
     if (auto permute = dyn_cast<PermuteOp>(op)) {
       auto type = cast<RankedTensorType>(permute.getType());
-      if (failed(retypeDispatchBuffer(permute.getResult(),
-                                      type.getShape()[1] / replicas)))
+      if (failed(retypeDispatchBuffer(permute.getResult(), type.getShape()[1] / replicas)))
         return failure();
       continue;
     }
@@ -82,8 +80,8 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
       batched.insert(result);
     }
   }
-  fn.setFunctionType(FunctionType::get(fn.getContext(), body.getArgumentTypes(),
-                                       fn.getResultTypes()));
+  fn.setFunctionType(
+      FunctionType::get(fn.getContext(), body.getArgumentTypes(), fn.getResultTypes()));
   return success();
 }
 
@@ -102,10 +100,10 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
     int64_t local = experts / ep;
     if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"))
       if (int64_t r = placement.firstNonBlockRank(experts, ep); r >= 0)
-        return ffn.emitOpError()
-               << "placement gives ep rank " << r
-               << " experts other than the contiguous block [" << r * local << ", "
-               << (r + 1) * local << "); only equal contiguous blocks are executable";
+        return ffn.emitOpError() << "placement gives ep rank " << r
+                                 << " experts other than the contiguous block [" << r * local
+                                 << ", " << (r + 1) * local
+                                 << "); only equal contiguous blocks are executable";
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
     for (Value w : ffn->getOperands().drop_front()) {
@@ -133,16 +131,14 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
       backTypes.push_back(counts.getType());
     }
     auto forth = AllToAllOp::create(b, ffn.getLoc(), inTypes, ffn.getX(), counts, axes,
-                                    b.getI64IntegerAttr(0), b.getI64IntegerAttr(1),
-                                    CodecAttr());
+                                    b.getI64IntegerAttr(0), b.getI64IntegerAttr(1), CodecAttr());
     ffn.getXMutable().assign(forth.getResult());
     Value y = ffn.getResult();
     y.setType(local3);
     b.setInsertionPointAfter(ffn);
-    auto back = AllToAllOp::create(b, ffn.getLoc(), backTypes, y,
-                                   counts ? forth.getRecvCounts() : Value(), axes,
-                                   b.getI64IntegerAttr(1), b.getI64IntegerAttr(0),
-                                   CodecAttr());
+    auto back =
+        AllToAllOp::create(b, ffn.getLoc(), backTypes, y, counts ? forth.getRecvCounts() : Value(),
+                           axes, b.getI64IntegerAttr(1), b.getI64IntegerAttr(0), CodecAttr());
     y.replaceAllUsesExcept(back.getResult(), back);
   }
   return success();
@@ -155,8 +151,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
     if (!grid || grid.getNumRanks() == 1)
       return;
     if (grid.getTp() != 1) {
-      module.emitError() << "moe-partition: tensor parallelism (tp = "
-                         << grid.getTp()
+      module.emitError() << "moe-partition: tensor parallelism (tp = " << grid.getTp()
                          << ") is planned by moe-plan-sharding but not "
                             "executable yet; use a grid with tp = 1";
       return signalPassFailure();

@@ -7,8 +7,7 @@
 
 using namespace mlir;
 
-void moe::buildTrainPipeline(OpPassManager &pm,
-                             const TrainPipelineOptions &options) {
+void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options) {
   if (options.evalStep)
     pm.addPass(createAddEvalStepPass());
   if (options.plan) {

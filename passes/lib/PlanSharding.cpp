@@ -66,8 +66,7 @@ struct Grid {
 
 class Planner {
 public:
-  Planner(const Cluster &cluster, const StepSummary &step)
-      : cluster(cluster), step(step) {
+  Planner(const Cluster &cluster, const StepSummary &step) : cluster(cluster), step(step) {
     for (int64_t r = 0; r < cluster.numRanks(); ++r) {
       denseSpeed.push_back(1.0 / step.denseTime[cluster.rankKind[r]]);
       expertSpeed.push_back(1.0 / step.expertTime[cluster.rankKind[r]]);
@@ -94,8 +93,7 @@ public:
 
   /// Experts per rank of one expert-parallel group, proportional to speed
   /// (largest remainder, at least one each).
-  std::vector<int64_t> expertCounts(const std::vector<double> &speed,
-                                    int64_t experts) const {
+  std::vector<int64_t> expertCounts(const std::vector<double> &speed, int64_t experts) const {
     double total = std::accumulate(speed.begin(), speed.end(), 0.0);
     size_t n = speed.size();
     std::vector<int64_t> counts(n, 1);
@@ -143,8 +141,7 @@ public:
         if (it == byExperts.end())
           it = byExperts.emplace(experts, expertCounts(speed, experts)).first;
         for (int64_t e = 0; e < ep; ++e)
-          expertFraction[d * ep + e] +=
-              static_cast<double>(it->second[e]) / experts / layers;
+          expertFraction[d * ep + e] += static_cast<double>(it->second[e]) / experts / layers;
       }
     }
     double tdp = static_cast<double>(tp);
@@ -166,8 +163,7 @@ public:
               (zero ? step.denseParamBytes / static_cast<double>(dp * ep) +
                           step.expertParamBytes * expertFraction[d * ep + e] /
                               static_cast<double>(dp)
-                    : step.denseParamBytes +
-                          step.expertParamBytes * expertFraction[d * ep + e]) /
+                    : step.denseParamBytes + step.expertParamBytes * expertFraction[d * ep + e]) /
               tdp;
           time += 7 * updated / cluster.kinds[k].memoryBandwidth;
           // Ranks sharing a host share its compute and memory.
@@ -185,8 +181,8 @@ public:
           group.push_back(g.rank(d, e, t));
         // Linear in the bytes: one evaluation for all layers plus the
         // other layers' latencies.
-        double bytes = std::accumulate(step.layerDispatchBytes.begin(),
-                                       step.layerDispatchBytes.end(), 0.0);
+        double bytes =
+            std::accumulate(step.layerDispatchBytes.begin(), step.layerDispatchBytes.end(), 0.0);
         double layersA2A = static_cast<double>(step.layerDispatchBytes.size());
         double a2a = 0;
         if (layersA2A > 0)
@@ -205,9 +201,8 @@ public:
             group.push_back(g.rank(d, e, t));
           double bytes = static_cast<double>(step.tokens) * share[d * ep + e] *
                          static_cast<double>(step.width) * 4;
-          c.tensorParallel =
-              std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) *
-                                             allReduceTime(cluster, group, bytes));
+          c.tensorParallel = std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) *
+                                                            allReduceTime(cluster, group, bytes));
         }
     }
     // Gradients: each tp shard of the replicated parameters over its
@@ -220,15 +215,14 @@ public:
           replicas.push_back(g.rank(d, e, t));
       // One bucketed all-reduce per kind (the step program sends each run
       // of equal reductions as one collective).
-      denseAR = std::max(denseAR, allReduceTime(cluster, replicas,
-                                                step.denseParamBytes / tdp));
+      denseAR = std::max(denseAR, allReduceTime(cluster, replicas, step.denseParamBytes / tdp));
       for (int64_t e = 0; e < ep; ++e) {
         Group experts;
         for (int64_t d = 0; d < dp; ++d)
           experts.push_back(g.rank(d, e, t));
-        expertAR = std::max(
-            expertAR, allReduceTime(cluster, experts,
-                                    step.expertParamBytes * expertFraction[e] / tdp));
+        expertAR =
+            std::max(expertAR, allReduceTime(cluster, experts,
+                                             step.expertParamBytes * expertFraction[e] / tdp));
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -241,11 +235,11 @@ public:
           int64_t r = g.rank(d, e, t);
           double dense = step.denseParamBytes / tdp;
           double expert = step.expertParamBytes * expertFraction[d * ep + e] / tdp;
-          double bytes = 2 * (dense + expert) +
-                         2 * (zero ? dense / static_cast<double>(dp * ep) +
-                                         expert / static_cast<double>(dp)
-                                   : dense + expert) +
-                         step.activationBytes * share[d * ep + e] / tdp;
+          double bytes =
+              2 * (dense + expert) +
+              2 * (zero ? dense / static_cast<double>(dp * ep) + expert / static_cast<double>(dp)
+                        : dense + expert) +
+              step.activationBytes * share[d * ep + e] / tdp;
           if (bytes > c.memory) {
             c.memory = bytes;
             c.memoryKind = cluster.kindOf(r).name;
@@ -261,9 +255,8 @@ public:
   /// dp group holds the same placement): each rank's speed-proportional
   /// count, pinned experts (expert -> ep rank) first, the rest in order.
   /// Fails (empty) when the pins ask a rank for more than its count.
-  std::vector<std::vector<int64_t>>
-  placement(const Grid &g, int64_t experts,
-            const std::map<int64_t, int64_t> &pins = {}) const {
+  std::vector<std::vector<int64_t>> placement(const Grid &g, int64_t experts,
+                                              const std::map<int64_t, int64_t> &pins = {}) const {
     std::vector<int64_t> counts = expertCounts(groupSpeeds(g, 0), experts);
     std::vector<std::vector<int64_t>> lists(counts.size());
     std::vector<bool> placed(experts, false);
@@ -327,8 +320,7 @@ LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
   if (ec)
-    return op->emitError() << "moe-plan-sharding: cannot write '" << path
-                           << "': " << ec.message();
+    return op->emitError() << "moe-plan-sharding: cannot write '" << path << "': " << ec.message();
   os << text;
   return success();
 }
@@ -347,8 +339,7 @@ void PlanShardingPass::runOnOperation() {
                      "module attribute (moe-translate --cluster FILE)");
     return signalPassFailure();
   }
-  FailureOr<Cluster> cluster =
-      Cluster::fromAttr(clusterAttr, [&] { return module.emitError(); });
+  FailureOr<Cluster> cluster = Cluster::fromAttr(clusterAttr, [&] { return module.emitError(); });
   if (failed(cluster))
     return signalPassFailure();
 
@@ -396,8 +387,7 @@ void PlanShardingPass::runOnOperation() {
     OpCost c = costOf(op);
     step.flops += c.flops;
     for (size_t k = 0; k < cluster->kinds.size(); ++k)
-      (c.expert ? step.expertTime : step.denseTime)[k] +=
-          computeTime(c, cluster->kinds[k]);
+      (c.expert ? step.expertTime : step.denseTime)[k] += computeTime(c, cluster->kinds[k]);
   });
   for (BlockArgument arg : fn.getArguments())
     if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
@@ -413,8 +403,7 @@ void PlanShardingPass::runOnOperation() {
   }
   for (ParamOp p : module.getOps<ParamOp>()) {
     double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
-    (expertParams.contains(p.getSymName()) ? step.expertParamBytes
-                                           : step.denseParamBytes) += bytes;
+    (expertParams.contains(p.getSymName()) ? step.expertParamBytes : step.denseParamBytes) += bytes;
   }
   if (auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName))
     step.activationBytes =
@@ -465,12 +454,10 @@ void PlanShardingPass::runOnOperation() {
     }
 
   int64_t n = cluster->numRanks();
-  int64_t minExperts = step.layerExperts.empty()
-                           ? 1
-                           : *llvm::min_element(step.layerExperts);
+  int64_t minExperts = step.layerExperts.empty() ? 1 : *llvm::min_element(step.layerExperts);
   if (step.tokens > 0 && n > step.tokens) {
-    module.emitError() << "moe-plan-sharding: " << n << " devices but only "
-                       << step.tokens << " tokens per step; every rank needs tokens";
+    module.emitError() << "moe-plan-sharding: " << n << " devices but only " << step.tokens
+                       << " tokens per step; every rank needs tokens";
     return signalPassFailure();
   }
   // Candidates: tp dividing the smallest node (and the heads), ep dividing
@@ -511,10 +498,9 @@ void PlanShardingPass::runOnOperation() {
                        << (dpDegree > 0 ? "dp = " + std::to_string(dpDegree) + " " : "")
                        << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
                        << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
-                       << (maxPinnedRank >= 0
-                               ? "ep > " + std::to_string(maxPinnedRank) +
-                                     " and room for the pinned experts "
-                               : "")
+                       << (maxPinnedRank >= 0 ? "ep > " + std::to_string(maxPinnedRank) +
+                                                    " and room for the pinned experts "
+                                              : "")
                        << "on " << n << " devices: dp x ep x tp must equal the device "
                        << "count, ep must be at most " << minExperts
                        << " (the fewest experts of a layer), tp a power of two "
@@ -552,8 +538,8 @@ void PlanShardingPass::runOnOperation() {
   const Candidate &best = candidates[order.front()];
   if (!best.fits) {
     module.emitError() << "moe-plan-sharding: no plan fits in device memory; "
-                       << "the smallest needs " << gigabytes(best.memory)
-                       << " on a " << best.memoryKind << " device";
+                       << "the smallest needs " << gigabytes(best.memory) << " on a "
+                       << best.memoryKind << " device";
     return signalPassFailure();
   }
 
@@ -571,23 +557,21 @@ void PlanShardingPass::runOnOperation() {
         os << "; every other plan exceeds device memory";
       } else {
         double dc = next.compute - best.compute, da = next.allToAll - best.allToAll,
-               dr = next.allReduce - best.allReduce,
-               dt = next.tensorParallel - best.tensorParallel;
-        os << "; the runner-up dp=" << next.dp << " x ep=" << next.ep << " x tp="
-           << next.tp << (next.zero ? " with ZeRO-1" : "") << " takes "
-           << seconds(next.step()) << ", ";
+               dr = next.allReduce - best.allReduce, dt = next.tensorParallel - best.tensorParallel;
+        os << "; the runner-up dp=" << next.dp << " x ep=" << next.ep << " x tp=" << next.tp
+           << (next.zero ? " with ZeRO-1" : "") << " takes " << seconds(next.step()) << ", ";
         if (dt >= dc && dt >= da && dt >= dr)
-          os << "mostly in tensor-parallel all-reduces (" << seconds(next.tensorParallel)
-             << " vs " << seconds(best.tensorParallel) << ")";
+          os << "mostly in tensor-parallel all-reduces (" << seconds(next.tensorParallel) << " vs "
+             << seconds(best.tensorParallel) << ")";
         else if (da >= dc && da >= dr)
           os << "mostly in all-to-all (" << seconds(next.allToAll) << " vs "
              << seconds(best.allToAll) << ")";
         else if (dr >= dc)
-          os << "mostly in gradient all-reduce (" << seconds(next.allReduce)
-             << " vs " << seconds(best.allReduce) << ")";
+          os << "mostly in gradient all-reduce (" << seconds(next.allReduce) << " vs "
+             << seconds(best.allReduce) << ")";
         else
-          os << "mostly in compute (" << seconds(next.compute) << " vs "
-             << seconds(best.compute) << ")";
+          os << "mostly in compute (" << seconds(next.compute) << " vs " << seconds(best.compute)
+             << ")";
       }
     }
   }
@@ -623,8 +607,7 @@ void PlanShardingPass::runOnOperation() {
                       b.getNamedAttr("compute_s", b.getF64FloatAttr(best.compute)),
                       b.getNamedAttr("all_to_all_s", b.getF64FloatAttr(best.allToAll)),
                       b.getNamedAttr("all_reduce_s", b.getF64FloatAttr(best.allReduce)),
-                      b.getNamedAttr("tensor_parallel_s",
-                                     b.getF64FloatAttr(best.tensorParallel)),
+                      b.getNamedAttr("tensor_parallel_s", b.getF64FloatAttr(best.tensorParallel)),
                       b.getNamedAttr("zero_stage", b.getI64IntegerAttr(best.zero ? 1 : 0)),
                       b.getNamedAttr("max_memory_bytes", b.getF64FloatAttr(best.memory)),
                       b.getNamedAttr("candidates", b.getI64IntegerAttr(order.size())),
@@ -640,21 +623,20 @@ void PlanShardingPass::runOnOperation() {
   if (!reportTable.empty()) {
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model")
-       << " on " << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
+    os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model") << " on "
+       << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
        << "step: " << llvm::format("%.4g", step.flops / 1e9) << " GFLOP"
        << (step.forwardOnly ? " (forward x 3)" : "") << ", parameters "
-       << gigabytes(step.denseParamBytes) << " dense + "
-       << gigabytes(step.expertParamBytes) << " experts, activations "
-       << gigabytes(step.activationBytes) << "\n"
-       << llvm::format("  %-1s %5s %5s %3s %4s %12s %12s %12s %12s %12s %12s  %s\n", "",
-                       "dp", "ep", "tp", "zero", "compute", "all-to-all", "all-reduce",
-                       "tp comm", "step", "memory/dev", "fits");
+       << gigabytes(step.denseParamBytes) << " dense + " << gigabytes(step.expertParamBytes)
+       << " experts, activations " << gigabytes(step.activationBytes) << "\n"
+       << llvm::format("  %-1s %5s %5s %3s %4s %12s %12s %12s %12s %12s %12s  %s\n", "", "dp", "ep",
+                       "tp", "zero", "compute", "all-to-all", "all-reduce", "tp comm", "step",
+                       "memory/dev", "fits");
     for (size_t i : order) {
       const Candidate &c = candidates[i];
       os << llvm::format("  %-1s %5lld %5lld %3lld %4s %12s %12s %12s %12s %12s %12s  %s\n",
-                         &c == &best ? "*" : "", (long long)c.dp, (long long)c.ep,
-                         (long long)c.tp, c.zero ? "1" : "-", seconds(c.compute).c_str(),
+                         &c == &best ? "*" : "", (long long)c.dp, (long long)c.ep, (long long)c.tp,
+                         c.zero ? "1" : "-", seconds(c.compute).c_str(),
                          seconds(c.allToAll).c_str(), seconds(c.allReduce).c_str(),
                          seconds(c.tensorParallel).c_str(), seconds(c.step()).c_str(),
                          gigabytes(c.memory).c_str(), c.fits ? "yes" : "no");
@@ -672,8 +654,7 @@ void PlanShardingPass::runOnOperation() {
       os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
     if (!expertOps.empty()) {
       std::vector<std::vector<int64_t>> lists = planner.placement(
-          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType())
-                    .getShape()[0]);
+          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType()).getShape()[0]);
       os << "; experts of the first MoE layer per ep rank:";
       for (auto &l : lists)
         os << " " << l.size();
@@ -686,30 +667,37 @@ void PlanShardingPass::runOnOperation() {
     llvm::json::Array cands;
     for (size_t i : order) {
       const Candidate &c = candidates[i];
-      cands.push_back(llvm::json::Object{
-          {"dp", c.dp}, {"ep", c.ep}, {"tp", c.tp}, {"zero_stage", c.zero ? 1 : 0},
-          {"compute_s", c.compute}, {"all_to_all_s", c.allToAll},
-          {"all_reduce_s", c.allReduce}, {"tensor_parallel_s", c.tensorParallel},
-          {"step_s", c.step()}, {"max_memory_bytes", c.memory},
-          {"max_memory_device", c.memoryKind}, {"fits", c.fits}});
+      cands.push_back(llvm::json::Object{{"dp", c.dp},
+                                         {"ep", c.ep},
+                                         {"tp", c.tp},
+                                         {"zero_stage", c.zero ? 1 : 0},
+                                         {"compute_s", c.compute},
+                                         {"all_to_all_s", c.allToAll},
+                                         {"all_reduce_s", c.allReduce},
+                                         {"tensor_parallel_s", c.tensorParallel},
+                                         {"step_s", c.step()},
+                                         {"max_memory_bytes", c.memory},
+                                         {"max_memory_device", c.memoryKind},
+                                         {"fits", c.fits}});
     }
     llvm::json::Array shares;
     std::vector<double> coord = planner.coordinateShares(grid);
     for (int64_t r = 0; r < n; ++r)
       shares.push_back(coord[r / best.tp] / static_cast<double>(best.tp));
-    llvm::json::Object report{
-        {"cluster", cluster->name},
-        {"devices", n},
-        {"step_gflop", step.flops / 1e9},
-        {"forward_only", step.forwardOnly},
-        {"dense_parameter_bytes", step.denseParamBytes},
-        {"expert_parameter_bytes", step.expertParamBytes},
-        {"activation_bytes", step.activationBytes},
-        {"candidates", std::move(cands)},
-        {"chosen", llvm::json::Object{{"dp", best.dp}, {"ep", best.ep}, {"tp", best.tp},
-                                      {"zero_stage", best.zero ? 1 : 0}}},
-        {"token_share", std::move(shares)},
-        {"why", why}};
+    llvm::json::Object report{{"cluster", cluster->name},
+                              {"devices", n},
+                              {"step_gflop", step.flops / 1e9},
+                              {"forward_only", step.forwardOnly},
+                              {"dense_parameter_bytes", step.denseParamBytes},
+                              {"expert_parameter_bytes", step.expertParamBytes},
+                              {"activation_bytes", step.activationBytes},
+                              {"candidates", std::move(cands)},
+                              {"chosen", llvm::json::Object{{"dp", best.dp},
+                                                            {"ep", best.ep},
+                                                            {"tp", best.tp},
+                                                            {"zero_stage", best.zero ? 1 : 0}}},
+                              {"token_share", std::move(shares)},
+                              {"why", why}};
     std::string text;
     llvm::raw_string_ostream os(text);
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";

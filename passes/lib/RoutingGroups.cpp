@@ -25,17 +25,15 @@ LogicalResult regroup(FusedGateOp gate, int64_t groups) {
   auto x = cast<RankedTensorType>(gate.getX().getType());
   int64_t batch = x.getRank() > 1 ? x.getShape().front() : 1;
   if (batch % groups != 0)
-    return gate.emitOpError()
-           << "cannot route in " << groups << " groups: the batch (" << batch
-           << " sequences) does not divide into whole-sequence groups";
+    return gate.emitOpError() << "cannot route in " << groups << " groups: the batch (" << batch
+                              << " sequences) does not divide into whole-sequence groups";
   int64_t tokens = x.getNumElements() / x.getShape().back();
   int64_t perGroup = tokens / groups;
   int64_t experts = cast<RankedTensorType>(gate.getCounts().getType()).getShape()[0];
   int64_t capacity;
   if (auto factor = gate.getCapacityFactor())
-    capacity = static_cast<int64_t>(std::ceil(
-        static_cast<double>(factor->convertToFloat()) * perGroup *
-        gate.getTopK() / experts));
+    capacity = static_cast<int64_t>(std::ceil(static_cast<double>(factor->convertToFloat()) *
+                                              perGroup * gate.getTopK() / experts));
   else // dropless: a group's token count
     capacity = perGroup;
   // As the frontend sizes it: at least 1, at most the group's tokens.
@@ -50,8 +48,7 @@ LogicalResult regroup(FusedGateOp gate, int64_t groups) {
   return success();
 }
 
-struct RoutingGroupsPass
-    : public moe::impl::RoutingGroupsPassBase<RoutingGroupsPass> {
+struct RoutingGroupsPass : public moe::impl::RoutingGroupsPassBase<RoutingGroupsPass> {
   using RoutingGroupsPassBase::RoutingGroupsPassBase;
 
   void runOnOperation() override {

@@ -19,8 +19,8 @@ static std::string directoryOf(const std::string &path) {
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
 }
 
-bool moert::writeFileAtomic(const std::string &path,
-                            const std::string &contents, std::string &error) {
+bool moert::writeFileAtomic(const std::string &path, const std::string &contents,
+                            std::string &error) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -63,9 +63,8 @@ std::string moert::encodeSafetensors(const TensorMap &tensors) {
   uint64_t offset = 0;
   for (const auto &[name, t] : tensors) {
     uint64_t bytes = t.data.size() * sizeof(float);
-    header[name] = {{"dtype", "F32"},
-                    {"shape", t.shape},
-                    {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -77,14 +76,12 @@ std::string moert::encodeSafetensors(const TensorMap &tensors) {
     out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
   out += text;
   for (const auto &[name, t] : tensors)
-    out.append(reinterpret_cast<const char *>(t.data.data()),
-               t.data.size() * sizeof(float));
+    out.append(reinterpret_cast<const char *>(t.data.data()), t.data.size() * sizeof(float));
   return out;
 }
 
-bool moert::decodeSafetensors(const std::string &bytes,
-                              const std::string &origin, TensorMap &tensors,
-                              std::string &error) {
+bool moert::decodeSafetensors(const std::string &bytes, const std::string &origin,
+                              TensorMap &tensors, std::string &error) {
   auto fail = [&](const std::string &message) {
     error = origin + ": " + message;
     return false;
@@ -109,12 +106,11 @@ bool moert::decodeSafetensors(const std::string &bytes,
       continue;
     const json &entry = it.value();
     std::string what = "tensor '" + it.key() + "'";
-    if (!entry.is_object() || !entry.contains("dtype") ||
-        !entry.contains("shape") || !entry.contains("data_offsets"))
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets"))
       return fail(what + ": needs dtype, shape and data_offsets");
     if (entry["dtype"] != "F32")
-      return fail(what + ": dtype " + entry["dtype"].dump() +
-                  " is not supported (F32 only)");
+      return fail(what + ": dtype " + entry["dtype"].dump() + " is not supported (F32 only)");
     const json &shape = entry["shape"], &offsets = entry["data_offsets"];
     if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
         !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
@@ -131,13 +127,11 @@ bool moert::decodeSafetensors(const std::string &bytes,
     }
     uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > dataSize)
-      return fail(what + ": data_offsets [" + std::to_string(begin) + ", " +
-                  std::to_string(end) + "] outside the data (" +
-                  std::to_string(dataSize) + " bytes)");
+      return fail(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  "] outside the data (" + std::to_string(dataSize) + " bytes)");
     if (end - begin != elements * sizeof(float))
-      return fail(what + ": " + std::to_string(end - begin) +
-                  " bytes of data for " + std::to_string(elements) +
-                  " f32 elements");
+      return fail(what + ": " + std::to_string(end - begin) + " bytes of data for " +
+                  std::to_string(elements) + " f32 elements");
     ranges.push_back({begin, end});
     t.data.resize(elements);
     if (elements)
@@ -151,8 +145,7 @@ bool moert::decodeSafetensors(const std::string &bytes,
   return true;
 }
 
-static bool readFile(const std::string &path, std::string &out,
-                     std::string &error) {
+static bool readFile(const std::string &path, std::string &out, std::string &error) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error = path + ": cannot read: " + std::strerror(errno);
@@ -164,21 +157,19 @@ static bool readFile(const std::string &path, std::string &out,
   return true;
 }
 
-bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors,
-                           const json &state, std::string &error) {
+bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, const json &state,
+                           std::string &error) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    error = dir + ": cannot create the checkpoint directory: " +
-            std::strerror(errno);
+    error = dir + ": cannot create the checkpoint directory: " + std::strerror(errno);
     return false;
   }
   // Tensors first, state last: state.json names the step the tensors hold.
-  return writeFileAtomic(dir + "/tensors.safetensors",
-                         encodeSafetensors(tensors), error) &&
+  return writeFileAtomic(dir + "/tensors.safetensors", encodeSafetensors(tensors), error) &&
          writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error);
 }
 
-bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors,
-                           json &state, std::string &error) {
+bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &state,
+                           std::string &error) {
   std::string bytes, text;
   if (!readFile(dir + "/state.json", text, error) ||
       !readFile(dir + "/tensors.safetensors", bytes, error))

@@ -15,7 +15,6 @@ namespace {
 
 int64_t topkCount(double ratio, int64_t n) { return moert_topk_count(ratio, n); }
 
-
 template <typename T> void put(std::vector<uint8_t> &out, size_t &at, T value) {
   std::memcpy(out.data() + at, &value, sizeof(T));
   at += sizeof(T);
@@ -79,8 +78,8 @@ std::vector<float> moert::powerRight(const std::vector<float> &m, const std::vec
 namespace {
 
 /// Keeps what was not sent for the next step.
-void keepResidual(const CodecSpec &spec, const std::vector<float> &y,
-                  const float *sent, CodecState &state) {
+void keepResidual(const CodecSpec &spec, const std::vector<float> &y, const float *sent,
+                  CodecState &state) {
   if (!spec.errorFeedback)
     return;
   for (size_t i = 0; i < y.size(); ++i)
@@ -121,8 +120,7 @@ uint16_t moert::floatToHalf(float value) {
       return static_cast<uint16_t>(sign);
     mant |= 0x800000;
     int shift = 14 - e;
-    uint32_t half = mant >> shift, rest = mant & ((1u << shift) - 1),
-             halfway = 1u << (shift - 1);
+    uint32_t half = mant >> shift, rest = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
     if (rest > halfway || (rest == halfway && (half & 1)))
       ++half;
     return static_cast<uint16_t>(sign | half);
@@ -208,7 +206,8 @@ bool moert::parseCodec(const std::string &text, CodecSpec &spec, std::string &er
     e.set(spec, v);
     return true;
   }
-  error = "unknown codec '" + text + "' (expected fp16, bf16, int8[:block], topk[:ratio], "
+  error = "unknown codec '" + text +
+          "' (expected fp16, bf16, int8[:block], topk[:ratio], "
           "sign or powersgd[:rank])";
   return false;
 }
@@ -218,17 +217,16 @@ int64_t moert::encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows, int6
                                    spec.rank, n, rows, cols);
 }
 
-void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
-                   std::vector<uint8_t> &out, CodecState &state, int64_t rows,
-                   int64_t cols) {
+void moert::encode(const CodecSpec &spec, const float *data, int64_t n, std::vector<uint8_t> &out,
+                   CodecState &state, int64_t rows, int64_t cols) {
   out.assign(static_cast<size_t>(encodedBytes(spec, n, rows, cols)), 0);
   size_t at = 0;
   switch (spec.kind) {
   case CodecKind::FP16:
   case CodecKind::BF16:
     for (int64_t i = 0; i < n; ++i)
-      put<uint16_t>(out, at, spec.kind == CodecKind::FP16 ? floatToHalf(data[i])
-                                                          : floatToBF16(data[i]));
+      put<uint16_t>(out, at,
+                    spec.kind == CodecKind::FP16 ? floatToHalf(data[i]) : floatToBF16(data[i]));
     return;
   case CodecKind::Int8: {
     // Scales first, then the values.
@@ -254,10 +252,11 @@ void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
     std::vector<int32_t> index(n);
     std::iota(index.begin(), index.end(), 0);
     // The k largest magnitudes (ties: the lower index), sent in index order.
-    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(), [&](int32_t a, int32_t b) {
-      float fa = std::fabs(y[a]), fb = std::fabs(y[b]);
-      return fa > fb || (fa == fb && a < b);
-    });
+    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(),
+                     [&](int32_t a, int32_t b) {
+                       float fa = std::fabs(y[a]), fb = std::fabs(y[b]);
+                       return fa > fb || (fa == fb && a < b);
+                     });
     std::sort(index.begin(), index.begin() + k);
     std::vector<float> sent(n, 0.0f);
     for (int64_t j = 0; j < k; ++j)
@@ -308,8 +307,8 @@ void moert::encode(const CodecSpec &spec, const float *data, int64_t n,
   }
 }
 
-void moert::decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
-                   int64_t rows, int64_t cols) {
+void moert::decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out, int64_t rows,
+                   int64_t cols) {
   size_t at = 0;
   switch (spec.kind) {
   case CodecKind::FP16:

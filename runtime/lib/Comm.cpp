@@ -28,8 +28,7 @@ int validate(moert_comm *comm, const int32_t *group, int n) {
   if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
     return fail("group " + text + " names a rank twice");
   if (seen.front() < 0 || seen.back() >= comm->size)
-    return fail("group " + text + " names a rank outside [0, " +
-                std::to_string(comm->size) + ")");
+    return fail("group " + text + " names a rank outside [0, " + std::to_string(comm->size) + ")");
   for (int i = 0; i < n; ++i)
     if (group[i] == comm->rank)
       return i;
@@ -52,12 +51,11 @@ int moert_comm_rank(const moert_comm *comm) { return comm->rank; }
 int moert_comm_size(const moert_comm *comm) { return comm->size; }
 const char *moert_comm_error(const moert_comm *comm) { return comm->error.c_str(); }
 int64_t moert_comm_bytes(const moert_comm *comm, int collective) {
-  return collective >= 0 && collective < MOERT_NUM_COLLECTIVES ? comm->bytes[collective]
-                                                               : 0;
+  return collective >= 0 && collective < MOERT_NUM_COLLECTIVES ? comm->bytes[collective] : 0;
 }
 
-int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count,
-                         const int32_t *group, int n) {
+int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int32_t *group,
+                         int n) {
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->allReduce(data, count, group, n, i)))
     return 1;
@@ -65,12 +63,10 @@ int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count,
   return 0;
 }
 
-int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBytes,
-                       void *recv, const int64_t *recvBytes, const int32_t *group,
-                       int n) {
+int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBytes, void *recv,
+                       const int64_t *recvBytes, const int32_t *group, int n) {
   int i = validate(comm, group, n);
-  if (i < 0 ||
-      finish(comm, comm->allToAllV(send, sendBytes, recv, recvBytes, group, n, i)))
+  if (i < 0 || finish(comm, comm->allToAllV(send, sendBytes, recv, recvBytes, group, n, i)))
     return 1;
   for (int j = 0; j < n; ++j)
     if (j != i)
@@ -87,8 +83,8 @@ int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes, void *re
   return 0;
 }
 
-int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv,
-                             int64_t count, const int32_t *group, int n) {
+int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv, int64_t count,
+                             const int32_t *group, int n) {
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->reduceScatter(send, recv, count, group, n, i)))
     return 1;
@@ -96,8 +92,8 @@ int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv,
   return 0;
 }
 
-int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root,
-                    const int32_t *group, int n) {
+int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root, const int32_t *group,
+                    int n) {
   int i = validate(comm, group, n);
   if (i < 0)
     return 1;

@@ -22,17 +22,15 @@ struct moert_comm {
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
 
   /// Backends return false after setting `error` (without the rank prefix).
-  virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n,
-                         int index) = 0;
+  virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) = 0;
   virtual bool allToAllV(const void *send, const int64_t *sendBytes, void *recv,
-                         const int64_t *recvBytes, const int32_t *group, int n,
+                         const int64_t *recvBytes, const int32_t *group, int n, int index) = 0;
+  virtual bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group, int n,
                          int index) = 0;
-  virtual bool allGather(const void *send, int64_t bytes, void *recv,
-                         const int32_t *group, int n, int index) = 0;
-  virtual bool reduceScatter(const float *send, float *recv, int64_t count,
-                             const int32_t *group, int n, int index) = 0;
-  virtual bool broadcast(void *data, int64_t bytes, int rootIndex,
-                         const int32_t *group, int n, int index) = 0;
+  virtual bool reduceScatter(const float *send, float *recv, int64_t count, const int32_t *group,
+                             int n, int index) = 0;
+  virtual bool broadcast(void *data, int64_t bytes, int rootIndex, const int32_t *group, int n,
+                         int index) = 0;
   virtual bool barrier(const int32_t *group, int n, int index) = 0;
 };
 

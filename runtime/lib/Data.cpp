@@ -16,8 +16,8 @@ static bool endsWith(const std::string &s, const std::string &suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool moert::loadTokens(const std::string &path, DataFormat format,
-                       TokenStream &out, std::string &error) {
+bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &out,
+                       std::string &error) {
   struct stat info;
   if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
     error = path + ": cannot read data file: it is a directory";
@@ -48,8 +48,7 @@ bool moert::loadTokens(const std::string &path, DataFormat format,
   try {
     out.raw.resize(static_cast<size_t>(size));
   } catch (const std::bad_alloc &) {
-    error = path + ": the data file (" + std::to_string(size) +
-            " bytes) does not fit in memory";
+    error = path + ": the data file (" + std::to_string(size) + " bytes) does not fit in memory";
     return false;
   }
   out.wide = format == DataFormat::Bin;
@@ -73,11 +72,9 @@ size_t moert::trainSplitEnd(size_t n, double valFraction) {
   return n - static_cast<size_t>(static_cast<double>(n) * valFraction);
 }
 
-BatchSampler::BatchSampler(const TokenStream &tokens, size_t begin,
-                           size_t end, int64_t batch, int64_t seqLen,
-                           uint64_t seed)
-    : tokens(tokens), begin(begin), end(end), batch(batch), seqLen(seqLen),
-      seed(seed) {}
+BatchSampler::BatchSampler(const TokenStream &tokens, size_t begin, size_t end, int64_t batch,
+                           int64_t seqLen, uint64_t seed)
+    : tokens(tokens), begin(begin), end(end), batch(batch), seqLen(seqLen), seed(seed) {}
 
 bool BatchSampler::valid(std::string &error) const {
   size_t need = static_cast<size_t>(seqLen) + 1;
@@ -98,8 +95,7 @@ static uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-void BatchSampler::next(std::vector<int32_t> &inputs,
-                        std::vector<int32_t> &targets) {
+void BatchSampler::next(std::vector<int32_t> &inputs, std::vector<int32_t> &targets) {
   size_t windows = end - begin - static_cast<size_t>(seqLen);
   inputs.resize(static_cast<size_t>(batch * seqLen));
   targets.resize(inputs.size());

@@ -32,8 +32,8 @@ namespace {
 
 /// Element (col, row, batch) of a matrix buffer.
 const float *at(const halide_buffer_t *b, int64_t col, int64_t row, int64_t batch) {
-  int64_t offset = (col - b->dim[0].min) * b->dim[0].stride +
-                   (row - b->dim[1].min) * b->dim[1].stride;
+  int64_t offset =
+      (col - b->dim[0].min) * b->dim[0].stride + (row - b->dim[1].min) * b->dim[1].stride;
   if (b->dimensions > 2)
     offset += (batch - b->dim[2].min) * b->dim[2].stride;
   return reinterpret_cast<const float *>(b->host) + offset;
@@ -99,9 +99,8 @@ int runTask(void *, int task, uint8_t *closure) {
     const float *a = p.transA ? at(p.a, outRow, 0, outBatch) : at(p.a, 0, outRow, outBatch);
     const float *b = p.transB ? at(p.b, 0, outCol, outBatch) : at(p.b, outCol, 0, outBatch);
     cblas_sgemm(CblasRowMajor, p.transA ? CblasTrans : CblasNoTrans,
-                p.transB ? CblasTrans : CblasNoTrans, rows, cols, p.k, 1.0f, a,
-                p.a->dim[1].stride, b, p.b->dim[1].stride, i == 0 ? 0.0f : 1.0f, c,
-                out->dim[1].stride);
+                p.transB ? CblasTrans : CblasNoTrans, rows, cols, p.k, 1.0f, a, p.a->dim[1].stride,
+                b, p.b->dim[1].stride, i == 0 ? 0.0f : 1.0f, c, out->dim[1].stride);
   }
   return 0;
 }
@@ -123,8 +122,16 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out) {
         return -1;
   if (out->dim[0].stride != 1 || out->dimensions < 2)
     return -1;
-  Job job{products, count, out, out->dim[1].extent, out->dim[0].extent,
-          out->dimensions > 2 ? out->dim[2].extent : 1, 0, 0, 1, 1};
+  Job job{products,
+          count,
+          out,
+          out->dim[1].extent,
+          out->dim[0].extent,
+          out->dimensions > 2 ? out->dim[2].extent : 1,
+          0,
+          0,
+          1,
+          1};
   job.blockRows = job.m;
   job.blockCols = job.n;
   int64_t wanted = job.batches >= 4 ? 1 : 8; // tasks per group
@@ -148,8 +155,8 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out) {
 
 } // namespace
 
-extern "C" int moert_gemm(halide_buffer_t *a, halide_buffer_t *b, int k, int transA,
-                          int transB, halide_buffer_t *out) {
+extern "C" int moert_gemm(halide_buffer_t *a, halide_buffer_t *b, int k, int transA, int transB,
+                          halide_buffer_t *out) {
   Product p{a, b, k, transA != 0, transB != 0};
   return gemmSum(&p, 1, out);
 }

@@ -37,19 +37,18 @@ public:
       MPI_Comm_free(&entry.second);
   }
 
-  bool allReduce(float *data, int64_t count, const int32_t *group, int n,
-                 int) override {
+  bool allReduce(float *data, int64_t count, const int32_t *group, int n, int) override {
     MPI_Comm c;
     MPI_Request req;
     return fits(count, "all_reduce") && commOf(group, n, c) &&
            run("all_reduce", group, n,
-               MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT,
-                              MPI_SUM, c, &req),
+               MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, c,
+                              &req),
                req);
   }
 
-  bool allToAllV(const void *send, const int64_t *sendBytes, void *recv,
-                 const int64_t *recvBytes, const int32_t *group, int n, int) override {
+  bool allToAllV(const void *send, const int64_t *sendBytes, void *recv, const int64_t *recvBytes,
+                 const int32_t *group, int n, int) override {
     std::vector<int> sc(n), sd(n), rc(n), rd(n);
     int64_t so = 0, ro = 0;
     for (int j = 0; j < n; ++j) {
@@ -65,15 +64,14 @@ public:
     }
     MPI_Comm c;
     MPI_Request req;
-    return commOf(group, n, c) &&
-           run("all_to_all_v", group, n,
-               MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                              rd.data(), MPI_BYTE, c, &req),
-               req);
+    return commOf(group, n, c) && run("all_to_all_v", group, n,
+                                      MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv,
+                                                     rc.data(), rd.data(), MPI_BYTE, c, &req),
+                                      req);
   }
 
-  bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group,
-                 int n, int) override {
+  bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group, int n,
+                 int) override {
     MPI_Comm c;
     MPI_Request req;
     return fits(bytes * n, "all_gather") && commOf(group, n, c) &&
@@ -83,14 +81,14 @@ public:
                req);
   }
 
-  bool reduceScatter(const float *send, float *recv, int64_t count, const int32_t *group,
-                     int n, int) override {
+  bool reduceScatter(const float *send, float *recv, int64_t count, const int32_t *group, int n,
+                     int) override {
     MPI_Comm c;
     MPI_Request req;
     return fits(count * n, "reduce_scatter") && commOf(group, n, c) &&
            run("reduce_scatter", group, n,
-               MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT,
-                                         MPI_SUM, c, &req),
+               MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, c,
+                                         &req),
                req);
   }
 
@@ -100,8 +98,7 @@ public:
     MPI_Request req;
     return fits(bytes, "broadcast") && commOf(group, n, c) &&
            run("broadcast", group, n,
-               MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, rootIndex, c, &req),
-               req);
+               MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, rootIndex, c, &req), req);
   }
 
   bool barrier(const int32_t *group, int n, int) override {
@@ -117,9 +114,8 @@ private:
   }
 
   bool fits(int64_t value, const char *what) {
-    return value <= INT_MAX ||
-           fail(std::string(what) + ": " + std::to_string(value) +
-                " elements exceed what one MPI call takes (INT_MAX)");
+    return value <= INT_MAX || fail(std::string(what) + ": " + std::to_string(value) +
+                                    " elements exceed what one MPI call takes (INT_MAX)");
   }
 
   /// The MPI communicator of a group (members in group order), cached.
@@ -180,8 +176,7 @@ private:
     auto deadline = deadlineFromNow();
     int done = 0;
     while (!done) {
-      MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                  MPI_STATUSES_IGNORE);
+      MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
       if (done)
         break;
       if (std::chrono::steady_clock::now() > deadline) {
@@ -190,8 +185,7 @@ private:
           if (!tokens[peers[i]])
             missing += (missing.empty() ? "" : ", ") + std::to_string(group[peers[i]]);
         return fail("the first collective on group " + key + " timed out after " +
-                    std::to_string(timeout) + " s: rank(s) " + missing +
-                    " did not arrive");
+                    std::to_string(timeout) + " s: rank(s) " + missing + " did not arrive");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -201,8 +195,7 @@ private:
 
   /// Polls a started non-blocking collective until it completes or the
   /// deadline passes.
-  bool run(const char *what, const int32_t *group, int n, int started,
-           MPI_Request &req) {
+  bool run(const char *what, const int32_t *group, int n, int started, MPI_Request &req) {
     if (started != MPI_SUCCESS)
       return fail(std::string(what) + " on group " + groupText(group, n) +
                   " could not start (MPI error " + std::to_string(started) + ")");
@@ -229,8 +222,7 @@ private:
 } // namespace
 
 extern "C" int moert_mpi_launched(void) {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-         std::getenv("PMIX_RANK");
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
 extern "C" moert_comm *moert_mpi_init(int *argc, char ***argv, double timeoutSeconds) {

@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr,
-                                   int64_t warmup, int64_t total,
-                                   int schedule) {
+extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr, int64_t warmup,
+                                   int64_t total, int schedule) {
   // Same as moe.lr_schedule: schedule 0 cosine, 1 linear, 2 constant.
   double t = step + 1.0;
   if (t <= static_cast<double>(warmup))
@@ -19,8 +18,7 @@ extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr,
   return static_cast<float>(rate);
 }
 
-extern "C" float moert_global_norm(const float *const *grads,
-                                   const int64_t *sizes, int count) {
+extern "C" float moert_global_norm(const float *const *grads, const int64_t *sizes, int count) {
   double sum = 0;
   for (int i = 0; i < count; ++i)
     for (int64_t j = 0; j < sizes[i]; ++j)

@@ -147,8 +147,8 @@ extern "C" int moert_scratch_set_limit(int64_t bytes) {
     return 0;
   size_t n = roundUp(static_cast<size_t>(bytes), 4096);
   // Reserved, not committed: pages are faulted in on first use and stay.
-  void *m = mmap(nullptr, n, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *m =
+      mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED)
     return -1;
   p.region = static_cast<char *>(m);

@@ -16,8 +16,7 @@
 #include <map>
 #include <vector>
 
-extern "C" int moert_grid_group(const moert_context *ctx, int axes,
-                                int32_t *members) {
+extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *members) {
   int dp = std::max(ctx->dp, 1), ep = std::max(ctx->ep, 1), tp = std::max(ctx->tp, 1);
   int t = ctx->rank % tp, e = ctx->rank / tp % ep, d = ctx->rank / tp / ep;
   int n = 0;
@@ -34,8 +33,7 @@ extern "C" int moert_grid_group(const moert_context *ctx, int axes,
 
 namespace {
 std::vector<int32_t> groupOf(const moert_context *ctx, int axes) {
-  std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) *
-                               std::max(ctx->tp, 1));
+  std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1));
   members.resize(moert_grid_group(ctx, axes, members.data()));
   return members;
 }
@@ -58,10 +56,9 @@ moert::CodecSpec specOf(const moert_codec *c);
 /// Sends segment q of `send` (sendElems[q] floats, consecutive) to member q
 /// and receives recvElems[q] floats from each into `recv`, compressed on the
 /// wire by `codec` (fp16, bf16, int8; null: raw floats).
-int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group,
-                     const float *send, const std::vector<int64_t> &sendElems,
-                     float *recv, const std::vector<int64_t> &recvElems,
-                     const moert_codec *codec) {
+int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, const float *send,
+                     const std::vector<int64_t> &sendElems, float *recv,
+                     const std::vector<int64_t> &recvElems, const moert_codec *codec) {
   int64_t p = static_cast<int64_t>(group.size());
   if (p == 1) {
     std::memcpy(recv, send, static_cast<size_t>(sendElems[0]) * 4);
@@ -111,9 +108,8 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group,
 
 } // namespace
 
-extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
-                                     int64_t count, int axes, int mean,
-                                     double scale) {
+extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count,
+                                     int axes, int mean, double scale) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (out != in)
     std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
@@ -140,8 +136,7 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
   std::vector<float> bucket(static_cast<size_t>(total));
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
     std::memcpy(bucket.data() + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-  if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean,
-                                     scale))
+  if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean, scale))
     return rc;
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
     std::memcpy(outs[t], bucket.data() + at, static_cast<size_t>(counts[t]) * sizeof(float));
@@ -149,8 +144,8 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
 }
 
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
-                                     const int64_t *shape, int rank, int split,
-                                     int concat, int axes, const moert_codec *codec) {
+                                     const int64_t *shape, int rank, int split, int concat,
+                                     int axes, const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   int64_t total = 1;
@@ -163,8 +158,7 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
   int64_t part = s.extent / p;
   for (int64_t q = 0; q < p; ++q)
     for (int64_t o = 0; o < s.outer; ++o)
-      std::memcpy(&send[q * chunk + o * part * s.inner],
-                  &in[(o * s.extent + q * part) * s.inner],
+      std::memcpy(&send[q * chunk + o * part * s.inner], &in[(o * s.extent + q * part) * s.inner],
                   static_cast<size_t>(part * s.inner) * sizeof(float));
   std::vector<int64_t> elems(p, chunk);
   if (int rc = exchangeSegments(ctx, group, send.data(), elems, recv.data(), elems, codec))
@@ -185,9 +179,8 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
   return 0;
 }
 
-extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
-                                            const float *in, const int64_t *shape,
-                                            int split, int concat, int axes,
+extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in,
+                                            const int64_t *shape, int split, int concat, int axes,
                                             const int32_t *counts, int32_t *recv,
                                             const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
@@ -203,7 +196,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
   // blocks (a, q) of [A, p * C, D] for every a.
   int64_t a = shape[0], d = shape[2];
   int64_t c = toOwners ? shape[1] : shape[1] / p;
-  int64_t perDest = toOwners ? a / p : a; // blocks sent to each member
+  int64_t perDest = toOwners ? a / p : a;    // blocks sent to each member
   auto inBlock = [&](int64_t q, int64_t i) { // i-th block for member q
     return toOwners ? (q * perDest + i) : (i * p + q);
   };
@@ -226,9 +219,9 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
   if (p > 1) {
     if (!ctx->comm)
       return 1;
-    if (int rc = moert_all_to_all_v(ctx->comm, sendCounts.data(), countBytes.data(),
-                                    recvCounts.data(), countBytes.data(), group.data(),
-                                    static_cast<int>(p)))
+    if (int rc =
+            moert_all_to_all_v(ctx->comm, sendCounts.data(), countBytes.data(), recvCounts.data(),
+                               countBytes.data(), group.data(), static_cast<int>(p)))
       return rc;
   } else {
     recvCounts = sendCounts;
@@ -253,8 +246,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
       std::memcpy(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
       cursor += n;
     }
-  if (int rc = exchangeSegments(ctx, group, send.data(), sendElems, got.data(), recvElems,
-                                codec))
+  if (int rc = exchangeSegments(ctx, group, send.data(), sendElems, got.data(), recvElems, codec))
     return rc;
   // 3. Unpack: valid rows, zeros after them.
   const float *from = got.data();
@@ -272,8 +264,8 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out,
 }
 
 extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
-                                      const int64_t *sizes, const unsigned char *sharded,
-                                      int count, int axes, float *norm) {
+                                      const int64_t *sizes, const unsigned char *sharded, int count,
+                                      int axes, float *norm) {
   double replicated = 0, shards = 0;
   for (int i = 0; i < count; ++i) {
     double sum = 0;
@@ -307,9 +299,7 @@ moert::CodecSpec specOf(const moert_codec *c) {
 
 using moert::CodecStates;
 
-moert::CodecState &stateOf(moert_context *ctx, int site) {
-  return moert::codecStates(ctx)[site];
-}
+moert::CodecState &stateOf(moert_context *ctx, int site) { return moert::codecStates(ctx)[site]; }
 
 std::vector<int64_t> sentBy(const moert_comm *comm) {
   std::vector<int64_t> sent(MOERT_NUM_COLLECTIVES, 0);
@@ -333,8 +323,7 @@ int gatherPieces(moert_comm *comm, const std::vector<uint8_t> &piece,
 /// The compressed sum over `group` of every member's `in` into `out`.
 int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
                   const moert::CodecSpec &spec, moert::CodecState &state,
-                  const std::vector<int32_t> &group, int me, int64_t rows,
-                  int64_t cols) {
+                  const std::vector<int32_t> &group, int me, int64_t rows, int64_t cols) {
   int64_t p = static_cast<int64_t>(group.size());
   int size = static_cast<int>(p);
   moert_comm *comm = ctx->comm;
@@ -356,8 +345,8 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
     }
     std::vector<int64_t> counts(p, bytes);
     if (p > 1) {
-      if (int rc = moert_all_to_all_v(comm, send.data(), counts.data(), recv.data(),
-                                      counts.data(), group.data(), size))
+      if (int rc = moert_all_to_all_v(comm, send.data(), counts.data(), recv.data(), counts.data(),
+                                      group.data(), size))
         return rc;
     } else {
       recv = send;
@@ -448,8 +437,8 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
   }
   std::vector<int64_t> before = sentBy(ctx->comm);
   std::vector<float> result(count);
-  if (int rc = compressedSum(ctx, result.data(), in, count, spec, stateOf(ctx, site), group,
-                             me, rows, cols))
+  if (int rc = compressedSum(ctx, result.data(), in, count, spec, stateOf(ctx, site), group, me,
+                             rows, cols))
     return rc;
   std::vector<int64_t> after = sentBy(ctx->comm);
   for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)

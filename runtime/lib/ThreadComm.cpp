@@ -22,8 +22,8 @@ using moert::groupText;
 
 namespace {
 
-const char *kNames[] = {"all_reduce", "all_to_all_v", "all_gather",
-                        "reduce_scatter", "broadcast", "barrier"};
+const char *kNames[] = {"all_reduce",     "all_to_all_v", "all_gather",
+                        "reduce_scatter", "broadcast",    "barrier"};
 
 struct Posting {
   const void *in = nullptr;
@@ -54,8 +54,7 @@ public:
     size = world.size;
   }
 
-  bool allReduce(float *data, int64_t count, const int32_t *group, int n,
-                 int index) override {
+  bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) override {
     Rendezvous c(*this, MOERT_ALL_REDUCE, group, n, index);
     if (!c.arrive({data, nullptr, count}))
       return false;
@@ -75,9 +74,8 @@ public:
     return true;
   }
 
-  bool allToAllV(const void *send, const int64_t *sendBytes, void *recv,
-                 const int64_t *recvBytes, const int32_t *group, int n,
-                 int index) override {
+  bool allToAllV(const void *send, const int64_t *sendBytes, void *recv, const int64_t *recvBytes,
+                 const int32_t *group, int n, int index) override {
     Rendezvous c(*this, MOERT_ALL_TO_ALL, group, n, index);
     if (!c.arrive({send, sendBytes, 0}))
       return false;
@@ -90,13 +88,12 @@ public:
         from += p.sendBytes[k];
       int64_t length = p.sendBytes[index];
       if (length != recvBytes[j]) {
-        mismatch = "rank " + std::to_string(group[j]) + " sends " +
-                   std::to_string(length) + " bytes but " +
-                   std::to_string(recvBytes[j]) + " are expected";
+        mismatch = "rank " + std::to_string(group[j]) + " sends " + std::to_string(length) +
+                   " bytes but " + std::to_string(recvBytes[j]) + " are expected";
         break;
       }
-      std::memcpy(static_cast<char *>(recv) + offset,
-                  static_cast<const char *>(p.in) + from, static_cast<size_t>(length));
+      std::memcpy(static_cast<char *>(recv) + offset, static_cast<const char *>(p.in) + from,
+                  static_cast<size_t>(length));
       offset += length;
     }
     if (!c.depart())
@@ -106,8 +103,8 @@ public:
     return true;
   }
 
-  bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group,
-                 int n, int index) override {
+  bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group, int n,
+                 int index) override {
     Rendezvous c(*this, MOERT_ALL_GATHER, group, n, index);
     if (!c.arrive({send, nullptr, bytes}))
       return false;
@@ -117,12 +114,12 @@ public:
                   static_cast<size_t>(bytes));
     if (!c.depart())
       return false;
-    return ok || fail("all_gather on group " + groupText(group, n) +
-                      ": members passed different sizes");
+    return ok ||
+           fail("all_gather on group " + groupText(group, n) + ": members passed different sizes");
   }
 
-  bool reduceScatter(const float *send, float *recv, int64_t count,
-                     const int32_t *group, int n, int index) override {
+  bool reduceScatter(const float *send, float *recv, int64_t count, const int32_t *group, int n,
+                     int index) override {
     Rendezvous c(*this, MOERT_REDUCE_SCATTER, group, n, index);
     if (!c.arrive({send, nullptr, count}))
       return false;
@@ -187,8 +184,8 @@ private:
       }
       if (op->kind != kind)
         return comm.fail("collective #" + std::to_string(seq) + " on group " + groupKey +
-                         ": this rank called " + kNames[kind] +
-                         " but another member called " + kNames[op->kind]);
+                         ": this rank called " + kNames[kind] + " but another member called " +
+                         kNames[op->kind]);
       mine.posted = true;
       op->members[index] = mine;
       ++op->arrived;
@@ -198,10 +195,9 @@ private:
         for (int i = 0; i < n; ++i)
           if (!op->members[i].posted)
             missing += (missing.empty() ? "" : ", ") + std::to_string(group[i]);
-        return comm.fail(std::string(kNames[kind]) + " #" + std::to_string(seq) +
-                         " on group " + groupKey + " timed out after " +
-                         std::to_string(world.timeout.count()) + " s: rank(s) " +
-                         missing + " did not arrive");
+        return comm.fail(std::string(kNames[kind]) + " #" + std::to_string(seq) + " on group " +
+                         groupKey + " timed out after " + std::to_string(world.timeout.count()) +
+                         " s: rank(s) " + missing + " did not arrive");
       }
       return true;
     }

@@ -49,10 +49,18 @@ void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int ep
     for (size_t j = 0; j < n * parts; ++j) {
       float v;
       switch (p.init) {
-      case MOERT_INIT_ZEROS: v = 0; break;
-      case MOERT_INIT_ONES: v = 1; break;
-      case MOERT_INIT_NORMAL: v = static_cast<float>(normal(rng)); break;
-      default: v = static_cast<float>(uniform(rng)); break;
+      case MOERT_INIT_ZEROS:
+        v = 0;
+        break;
+      case MOERT_INIT_ONES:
+        v = 1;
+        break;
+      case MOERT_INIT_NORMAL:
+        v = static_cast<float>(normal(rng));
+        break;
+      default:
+        v = static_cast<float>(uniform(rng));
+        break;
       }
       if (j / n == mine)
         params[i][j % n] = v;
@@ -61,15 +69,14 @@ void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int ep
 }
 
 /// One terminal line, redrawn in place.
-void drawProgress(long long done, long long total, float loss, double tps,
-                  double elapsed) {
+void drawProgress(long long done, long long total, float loss, double tps, double elapsed) {
   const int width = 28;
   int filled = static_cast<int>(width * done / std::max(1LL, total));
   std::string bar(filled, '#');
   bar.resize(width, '.');
   double eta = done > 0 ? elapsed / done * (total - done) : 0;
-  std::printf("\r\033[K[%s] %lld/%lld  loss %.4f  %.0f tok/s  eta %.0fs", bar.c_str(),
-              done, total, loss, tps, eta);
+  std::printf("\r\033[K[%s] %lld/%lld  loss %.4f  %.0f tok/s  eta %.0fs", bar.c_str(), done, total,
+              loss, tps, eta);
   std::fflush(stdout);
 }
 
@@ -123,9 +130,20 @@ void Trainer::bindContext(moert::CodecStates restored) {
     totalExperts += prog.layer_experts[l];
   expertCounts.assign(totalExperts, 0);
   droppedSlots.assign(std::max(prog.num_moe_layers, 1), 0);
-  ctx = moert_context{paramPtrs.data(), momentPtrs.data(), act.data(), grad.data(),
-                      expertCounts.data(), droppedSlots.data(), comm, rank, prog.grid_dp,
-                      prog.grid_ep, prog.grid_tp, nullptr, {0, 0, 0, 0, 0, 0}, 0};
+  ctx = moert_context{paramPtrs.data(),
+                      momentPtrs.data(),
+                      act.data(),
+                      grad.data(),
+                      expertCounts.data(),
+                      droppedSlots.data(),
+                      comm,
+                      rank,
+                      prog.grid_dp,
+                      prog.grid_ep,
+                      prog.grid_tp,
+                      nullptr,
+                      {0, 0, 0, 0, 0, 0},
+                      0};
   if (!restored.empty())
     moert::codecStates(&ctx) = std::move(restored);
 }
@@ -142,16 +160,15 @@ void Trainer::checkValidationSplit() {
   std::string error;
   canEval = prog.eval_step && o.valFraction > 0;
   if (canEval && !valSampler.valid(error))
-    die(o.data + ": validation split: " + error +
-        " (use more data or a larger --val-fraction)");
+    die(o.data + ": validation split: " + error + " (use more data or a larger --val-fraction)");
 }
 
 int Trainer::run() {
   openMetrics();
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
-                prog.num_params, (long long)globalBatch, (long long)prog.seq_len,
-                firstStep, o.steps - 1);
+                prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
+                o.steps - 1);
   checkValidationSplit();
   bar = lead && o.progress && isatty(fileno(stdout));
   trainLoop();
@@ -228,12 +245,12 @@ Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, lon
   for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
     b.codecSent += codecBy[k] = ctx.codec_sent[k] - before.codecSent[k];
   b.codecPlain = ctx.codec_uncompressed - before.codecPlain;
-  b.sent[0] = comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - before.sent[0] -
-                         codecBy[MOERT_ALL_REDUCE]
-                   : 0;
-  b.sent[1] = comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] -
-                         codecBy[MOERT_ALL_TO_ALL]
-                   : 0;
+  b.sent[0] =
+      comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - before.sent[0] - codecBy[MOERT_ALL_REDUCE]
+           : 0;
+  b.sent[1] =
+      comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] - codecBy[MOERT_ALL_TO_ALL]
+           : 0;
   lastSent[0] = b.sent[0];
   lastSent[1] = b.sent[1];
   // Compressed all-reduces: bytes sent, what uncompressed ones would have
@@ -254,8 +271,7 @@ long long Trainer::gatherLoad(long long s) {
   if (ranks > 1) {
     std::vector<float> load(expertCounts.begin(), expertCounts.end());
     load.push_back(static_cast<float>(dropped));
-    if (moert_step_all_reduce(&ctx, load.data(), load.data(),
-                              static_cast<int64_t>(load.size()),
+    if (moert_step_all_reduce(&ctx, load.data(), load.data(), static_cast<int64_t>(load.size()),
                               MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
       commError("step " + std::to_string(s) + ": load metrics");
     for (size_t e = 0; e < expertCounts.size(); ++e)
@@ -267,8 +283,8 @@ long long Trainer::gatherLoad(long long s) {
 
 /// Progress (lead rank): the bar on a terminal, a line every 10 steps (100
 /// under the bar), and the step's metrics.
-void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b,
-                         long long dropped, std::chrono::steady_clock::time_point runStart) {
+void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, long long dropped,
+                         std::chrono::steady_clock::time_point runStart) {
   if (bar)
     drawProgress(s + 1 - firstStep, o.steps - firstStep, r.loss, r.tokensPerSecond,
                  std::chrono::duration<double>(r.end - runStart).count());
@@ -276,23 +292,23 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b,
     if (bar)
       std::printf("\r\033[K");
     if (!bar || s == firstStep || (s + 1) % 100 == 0 || s + 1 == o.steps)
-      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps,
-                  r.loss, r.tokensPerSecond, dropped);
+      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps, r.loss,
+                  r.tokensPerSecond, dropped);
   }
   if (metrics)
-    writeMetrics({{"step", s + 1},
-                  {"loss", r.loss},
-                  {"tokens_per_s", r.tokensPerSecond},
-                  {"dropped_tokens", dropped},
-                  {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
-                  {"comm_bytes_analytical",
-                   {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
-                    {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
-                  {"comm_bytes_ragged_bound", prog.step_ragged_bound},
-                  {"codec_bytes", {{"sent", b.codecSent},
-                                   {"uncompressed", b.codecPlain},
-                                   {"expected", b.codecExpected}}},
-                  {"expert_tokens", expertTokens()}});
+    writeMetrics(
+        {{"step", s + 1},
+         {"loss", r.loss},
+         {"tokens_per_s", r.tokensPerSecond},
+         {"dropped_tokens", dropped},
+         {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
+         {"comm_bytes_analytical",
+          {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
+           {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
+         {"comm_bytes_ragged_bound", prog.step_ragged_bound},
+         {"codec_bytes",
+          {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
+         {"expert_tokens", expertTokens()}});
 }
 
 /// The last step's token-slots per expert, one array per MoE layer.
@@ -357,8 +373,7 @@ void Trainer::reportMemory() {
               "%.1f MB\n",
               peak / 1e6, sh.startResident / 1e6, grown / 1e6,
               predicted ? 100.0 * (grown - predicted) / predicted : 0.0, predicted / 1e6,
-              planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6,
-              scratch / 1e6);
+              planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6, scratch / 1e6);
   if (metrics)
     writeMetrics({{"peak_rss_bytes", peak},
                   {"start_rss_bytes", sh.startResident},

@@ -67,9 +67,9 @@ moert::CodecStates Trainer::resumeFromCheckpoint() {
 void Trainer::restoreParameters(const moert::TensorMap &tensors) {
   for (int i = 0; i < prog.num_params; ++i) {
     std::string name = prog.params[i].name;
-    for (auto [suffix, target] :
-         {std::pair<std::string, moert::AlignedFloats *>{"", &params[i]},
-          {".adam_m", &moments[2 * i]}, {".adam_v", &moments[2 * i + 1]}}) {
+    for (auto [suffix, target] : {std::pair<std::string, moert::AlignedFloats *>{"", &params[i]},
+                                  {".adam_m", &moments[2 * i]},
+                                  {".adam_v", &moments[2 * i + 1]}}) {
       if (target->empty())
         continue;
       // Checkpoints hold full tensors: a shard reads its block, so a run
@@ -102,14 +102,14 @@ moert::CodecStates Trainer::restoreCodecStates(const moert::TensorMap &tensors) 
       continue;
     }
     int64_t n = tensor.shape[1];
-    std::vector<float> mine(tensor.data.begin() + rank * n,
-                            tensor.data.begin() + (rank + 1) * n);
+    std::vector<float> mine(tensor.data.begin() + rank * n, tensor.data.begin() + (rank + 1) * n);
     moert::CodecState &codec = restored[site];
     (what == "residual" ? codec.residual : codec.q) = std::move(mine);
   }
   if (skipped && lead)
     std::printf("note: %s holds codec state for another number of ranks; error "
-                "feedback restarts from zero\n", o.checkpoint.c_str());
+                "feedback restarts from zero\n",
+                o.checkpoint.c_str());
   return restored;
 }
 
@@ -124,10 +124,11 @@ void Trainer::saveCheckpoint() {
   gatherParameters(tensors);
   if (ranks > 1 && ctx.codec_states)
     gatherCodecStates(tensors);
-  nlohmann::json state = {{"step", o.steps}, {"data_position", sampler.position()},
-                          {"seed", sh.seed},
-                          {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep},
-                                    {"tp", prog.grid_tp}}}};
+  nlohmann::json state = {
+      {"step", o.steps},
+      {"data_position", sampler.position()},
+      {"seed", sh.seed},
+      {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}}};
   if (lead) {
     std::string error;
     if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error))
@@ -146,8 +147,8 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
     if (parts == 1)
       std::copy(local.begin(), local.end(), out.begin());
     else if (moert_all_gather(comm, local.data(),
-                              static_cast<int64_t>(local.size() * sizeof(float)),
-                              out.data(), epGroup.data(), epSize) != 0)
+                              static_cast<int64_t>(local.size() * sizeof(float)), out.data(),
+                              epGroup.data(), epSize) != 0)
       commError("checkpoint: gathering expert shards");
     return out;
   };
@@ -168,8 +169,7 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
 /// [ranks, n] tensors, so a resume on the same grid continues exactly.
 void Trainer::gatherCodecStates(moert::TensorMap &tensors) {
   std::vector<int32_t> everyone(ranks);
-  int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
-                              everyone.data());
+  int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, everyone.data());
   for (auto &[site, codec] : moert::codecStates(&ctx))
     for (auto [what, values] :
          {std::pair<const char *, std::vector<float> *>{"residual", &codec.residual},
@@ -178,10 +178,9 @@ void Trainer::gatherCodecStates(moert::TensorMap &tensors) {
         continue;
       std::vector<float> all(values->size() * ranks);
       if (moert_all_gather(comm, values->data(),
-                           static_cast<int64_t>(values->size() * sizeof(float)),
-                           all.data(), everyone.data(), size) != 0)
+                           static_cast<int64_t>(values->size() * sizeof(float)), all.data(),
+                           everyone.data(), size) != 0)
         commError("checkpoint: gathering codec state");
-      tensors[codecTensorName(site, what)] = {{ranks, static_cast<int64_t>(values->size())},
-                                              all};
+      tensors[codecTensorName(site, what)] = {{ranks, static_cast<int64_t>(values->size())}, all};
     }
 }

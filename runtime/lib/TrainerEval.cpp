@@ -23,8 +23,7 @@ long long tokensPerStepFor(const moert_program &p) {
 
 /// The prompt as token ids: bytes of text, or comma-separated ids for
 /// token (.bin) data.
-std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data,
-                                  int64_t vocab) {
+std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data, int64_t vocab) {
   std::vector<int32_t> ids;
   std::string text = o.hasPrompt ? o.prompt : data.wide ? "0" : "\n";
   if (!data.wide) {
@@ -51,8 +50,8 @@ std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &da
 
 /// Draws one token from `logits` at `temperature`, among the `topK` most
 /// likely (all when 0).
-int32_t drawToken(const float *logits, int64_t vocab, double temperature,
-                  long long topK, std::mt19937_64 &rng) {
+int32_t drawToken(const float *logits, int64_t vocab, double temperature, long long topK,
+                  std::mt19937_64 &rng) {
   std::vector<std::pair<float, int32_t>> order(vocab);
   for (int64_t v = 0; v < vocab; ++v)
     order[v] = {logits[v], static_cast<int32_t>(v)};
@@ -77,8 +76,7 @@ double Trainer::evaluate(long long step) {
   for (long long b = 0; b < o.evalBatches; ++b) {
     valSampler.next(in, tg);
     float loss = 0;
-    if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss,
-                       nullptr) != 0)
+    if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss, nullptr) != 0)
       commError("evaluation failed in a kernel or collective");
     total += loss;
   }
@@ -87,8 +85,8 @@ double Trainer::evaluate(long long step) {
     return mean;
   if (bar)
     std::printf("\r\033[K");
-  std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n",
-              step, mean, (long long)o.evalBatches, tokensPerStepFor(prog) * replicas);
+  std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n", step, mean,
+              (long long)o.evalBatches, tokensPerStepFor(prog) * replicas);
   if (metrics)
     writeMetrics({{"step", step}, {"val_loss", mean}});
   return mean;
@@ -106,10 +104,11 @@ void Trainer::sampleText() {
   std::mt19937_64 rng(sh.seed + 2);
   moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
   std::string error;
-  bool heldOut = moert::BatchSampler(data, sh.split, data.size(), globalBatch,
-                                     prog.seq_len, sh.seed + 3).valid(error);
-  moert::BatchSampler filler(data, heldOut ? sh.split : 0, data.size(), globalBatch,
-                             prog.seq_len, sh.seed + 3);
+  bool heldOut =
+      moert::BatchSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 3)
+          .valid(error);
+  moert::BatchSampler filler(data, heldOut ? sh.split : 0, data.size(), globalBatch, prog.seq_len,
+                             sh.seed + 3);
   filler.next(in, tg);
   std::vector<int32_t> generated;
   for (long long i = 0; i < o.sample; ++i) {
@@ -134,13 +133,12 @@ int32_t Trainer::sampleNext(const std::vector<int32_t> &context, std::vector<int
   if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss,
                      lead ? logits.data() : nullptr) != 0)
     commError("sampling failed in a kernel or collective");
-  int32_t next = lead ? drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab,
-                                  o.temperature, o.topK, rng)
-                      : 0;
+  int32_t next =
+      lead ? drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab, o.temperature, o.topK, rng)
+           : 0;
   if (ranks > 1) {
     std::vector<int32_t> all(ranks);
-    int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
-                                all.data());
+    int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, all.data());
     if (moert_broadcast(comm, &next, sizeof next, 0, all.data(), size) != 0)
       commError("sampling: broadcasting the next token");
   }
@@ -149,8 +147,7 @@ int32_t Trainer::sampleNext(const std::vector<int32_t> &context, std::vector<int
 
 /// The sample (lead rank): text with unprintable bytes as '?', or the
 /// prompt's and the generated token ids for token data; and its metrics.
-void Trainer::printSample(const std::vector<int32_t> &prompt,
-                          const std::vector<int32_t> &context,
+void Trainer::printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
                           const std::vector<int32_t> &generated) {
   std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
               o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");

@@ -33,8 +33,7 @@
 // without it runs ranks as threads only).
 extern "C" {
 int moert_mpi_launched(void) __attribute__((weak));
-moert_comm *moert_mpi_init(int *argc, char ***argv, double timeout_seconds)
-    __attribute__((weak));
+moert_comm *moert_mpi_init(int *argc, char ***argv, double timeout_seconds) __attribute__((weak));
 void moert_mpi_finalize(moert_comm *comm) __attribute__((weak));
 }
 
@@ -112,9 +111,9 @@ int main(int argc, char **argv) {
   // onto a heap that fragments and never shrinks.
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   // Kernel scratch is reused across steps within the compiler's bound.
-  moert_scratch_set_limit(moec_program.planned_scratch_bytes *
-                          std::max(1, moec_program.grid_dp * moec_program.grid_ep *
-                                          moec_program.grid_tp));
+  moert_scratch_set_limit(
+      moec_program.planned_scratch_bytes *
+      std::max(1, moec_program.grid_dp * moec_program.grid_ep * moec_program.grid_tp));
   Options o = parseOptions(argc, argv);
   const moert_program &prog = moec_program;
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;

@@ -13,14 +13,12 @@ using namespace moert::trainer;
   std::exit(1);
 }
 
-long long moert::trainer::parseInt(const std::string &flag, const char *text,
-                                   long long min) {
+long long moert::trainer::parseInt(const std::string &flag, const char *text, long long min) {
   char *end = nullptr;
   errno = 0;
   long long v = std::strtoll(text, &end, 10);
   if (!*text || *end || errno || v < min)
-    die(flag + " expects an integer >= " + std::to_string(min) + ", got '" +
-        text + "'");
+    die(flag + " expects an integer >= " + std::to_string(min) + ", got '" + text + "'");
   return v;
 }
 
@@ -28,8 +26,7 @@ namespace {
 
 /// `text` as a number that `inRange` accepts, or the error "`expects`, got
 /// 'TEXT'". An empty text reads as 0 when `emptyIsZero`.
-double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double),
-                 const char *expects) {
+double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), const char *expects) {
   char *end = nullptr;
   double v = std::strtod(text, &end);
   if ((!emptyIsZero && !*text) || *end || !inRange(v))
@@ -76,8 +73,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else if (a == "--resume")
       o.resume = true;
     else if (a == "--val-fraction")
-      o.valFraction = parseReal(value(), true, [](double v) { return v >= 0 && v < 1; },
-                                "--val-fraction expects a number in [0, 1)");
+      o.valFraction = parseReal(
+          value(), true, [](double v) { return v >= 0 && v < 1; },
+          "--val-fraction expects a number in [0, 1)");
     else if (a == "--eval-every")
       o.evalEvery = parseInt(a, value(), 1);
     else if (a == "--eval-batches")
@@ -88,8 +86,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.prompt = value();
       o.hasPrompt = true;
     } else if (a == "--temperature")
-      o.temperature = parseReal(value(), false, [](double v) { return v > 0 && v <= 100; },
-                                "--temperature expects a number in (0, 100]");
+      o.temperature = parseReal(
+          value(), false, [](double v) { return v > 0 && v <= 100; },
+          "--temperature expects a number in (0, 100]");
     else if (a == "--top-k")
       o.topK = parseInt(a, value(), 0);
     else if (a == "--no-progress")
@@ -97,8 +96,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else if (a == "--ranks")
       o.ranks = static_cast<int>(parseInt(a, value(), 1));
     else if (a == "--comm-timeout")
-      o.timeout = parseReal(value(), false, [](double v) { return v > 0 && v <= 86400; },
-                            "--comm-timeout expects seconds in (0, 86400]");
+      o.timeout = parseReal(
+          value(), false, [](double v) { return v > 0 && v <= 86400; },
+          "--comm-timeout expects seconds in (0, 86400]");
     else if (a == "--threads") {
       // The kernels' thread pool reads HL_NUM_THREADS when it starts.
       const char *v = value();

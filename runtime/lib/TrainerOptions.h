@@ -26,7 +26,7 @@ struct Options {
   std::string prompt;
   bool hasPrompt = false;
   double temperature = 0.8;
-  long long topK = 0; ///< 0: sample from the whole vocabulary
+  long long topK = 0;   ///< 0: sample from the whole vocabulary
   bool progress = true; ///< a progress bar when stdout is a terminal
 };
 

@@ -51,8 +51,7 @@ const std::vector<KernelVariant> &kernelVariants() {
   return all;
 }
 
-ScratchWithin::ScratchWithin(std::initializer_list<const char *> variants)
-    : variants(variants) {
+ScratchWithin::ScratchWithin(std::initializer_list<const char *> variants) : variants(variants) {
   moert_scratch_reset_peak();
 }
 
@@ -95,8 +94,8 @@ TEST(KernelContractTest, EveryGeneratorIsTested) {
       continue;
     bool tested = std::any_of(kernelVariants().begin(), kernelVariants().end(),
                               [&](const KernelVariant &v) { return row.generator == v.generator; });
-    EXPECT_TRUE(tested) << "generator " << row.generator.str() << " (family "
-                        << row.family.str() << ") has no kernel test variant";
+    EXPECT_TRUE(tested) << "generator " << row.generator.str() << " (family " << row.family.str()
+                        << ") has no kernel test variant";
   }
 }
 
@@ -116,10 +115,9 @@ TEST(KernelContractTest, ScratchBoundFollowsTheParams) {
   EXPECT_EQ(scratchBound("add", {"size=40"}), 8192);
   EXPECT_EQ(scratchBound("embedding_grad", {"tokens=6", "vocab=10", "width=16"}),
             8192 + 4 * (6 + 160));
-  EXPECT_GT(scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8",
-                                      "activation=swiglu"}),
-            scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8",
-                                      "activation=gelu"}));
+  EXPECT_GT(
+      scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8", "activation=swiglu"}),
+      scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8", "activation=gelu"}));
   EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "blas"), 1);
   EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "rows"), 12);
   EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "theta"), 0);

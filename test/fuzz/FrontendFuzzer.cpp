@@ -37,15 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // The runtime's checkpoint reader takes the same bytes as a file.
     moert::TensorMap tensors;
     std::string error;
-    if (!moert::decodeSafetensors(text, "fuzz.safetensors", tensors, error) &&
-        error.empty()) {
+    if (!moert::decodeSafetensors(text, "fuzz.safetensors", tensors, error) && error.empty()) {
       std::fprintf(stderr, "decodeSafetensors failed without a message\n");
       std::abort();
     }
   }
   DiagnosticList parseDiags;
-  std::shared_ptr<const JsonDoc> doc =
-      JsonDoc::parse("fuzz.json", text, parseDiags);
+  std::shared_ptr<const JsonDoc> doc = JsonDoc::parse("fuzz.json", text, parseDiags);
   check(doc != nullptr, parseDiags, "JsonDoc::parse");
   if (!doc)
     return 0;
@@ -60,8 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     DiagnosticList diags;
     HFImportOptions options;
     options.seqLen = 64;
-    check(importHFConfig(doc, options, diags).has_value(), diags,
-          "importHFConfig");
+    check(importHFConfig(doc, options, diags).has_value(), diags, "importHFConfig");
   }
   {
     DiagnosticList diags;

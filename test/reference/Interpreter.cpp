@@ -34,8 +34,7 @@ Tensor Tensor::ids(std::vector<int64_t> shape, std::vector<int32_t> values) {
 }
 
 int64_t Tensor::numel() const {
-  return std::accumulate(shape.begin(), shape.end(), int64_t(1),
-                         std::multiplies<int64_t>());
+  return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
 }
 
 namespace {
@@ -50,14 +49,13 @@ std::vector<int64_t> shapeOf(Value v) {
 int64_t rows(const Tensor &t) { return t.numel() / t.shape.back(); }
 
 /// c[m, n] (+)= a[m, k] * b[k, n], with optional transposes of a and b.
-void matmul(const double *a, const double *b, double *c, int64_t m, int64_t k,
-            int64_t n, bool transA, bool transB, bool accumulate) {
+void matmul(const double *a, const double *b, double *c, int64_t m, int64_t k, int64_t n,
+            bool transA, bool transB, bool accumulate) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double sum = accumulate ? c[i * n + j] : 0.0;
       for (int64_t l = 0; l < k; ++l)
-        sum += (transA ? a[l * m + i] : a[i * k + l]) *
-               (transB ? b[j * k + l] : b[l * n + j]);
+        sum += (transA ? a[l * m + i] : a[i * k + l]) * (transB ? b[j * k + l] : b[l * n + j]);
       c[i * n + j] = sum;
     }
 }
@@ -87,8 +85,7 @@ double actGrad(Activation a, double z) {
   case Activation::gelu: {
     const double c = std::sqrt(2.0 / M_PI);
     double t = std::tanh(c * (z + 0.044715 * z * z * z));
-    return 0.5 * (1.0 + t) +
-           0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z);
+    return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z);
   }
   case Activation::relu:
     return z > 0 ? 1.0 : 0.0;
@@ -97,9 +94,8 @@ double actGrad(Activation a, double z) {
 }
 
 /// One FFN on `m` rows: y = act(...) @ down. Pointers into [D,F] etc.
-void ffnForward(Activation a, const double *x, const double *up,
-                const double *down, const double *gate, double *y, int64_t m,
-                int64_t d, int64_t f) {
+void ffnForward(Activation a, const double *x, const double *up, const double *down,
+                const double *gate, double *y, int64_t m, int64_t d, int64_t f) {
   Vec hu(m * f), hg, h(m * f);
   matmul(x, up, hu.data(), m, d, f, false, false, false);
   if (a == Activation::swiglu) {
@@ -114,10 +110,9 @@ void ffnForward(Activation a, const double *x, const double *up,
   matmul(h.data(), down, y, m, f, d, false, false, false);
 }
 
-void ffnBackward(Activation a, const double *x, const double *up,
-                 const double *down, const double *gate, const double *dy,
-                 double *dx, double *dup, double *ddown, double *dgate,
-                 int64_t m, int64_t d, int64_t f) {
+void ffnBackward(Activation a, const double *x, const double *up, const double *down,
+                 const double *gate, const double *dy, double *dx, double *dup, double *ddown,
+                 double *dgate, int64_t m, int64_t d, int64_t f) {
   Vec hu(m * f), hg, h(m * f), dh(m * f), dhu(m * f), dhg;
   matmul(x, up, hu.data(), m, d, f, false, false, false);
   if (a == Activation::swiglu) {
@@ -166,21 +161,18 @@ struct AttentionShape {
 };
 
 /// Copies q/k with RoPE applied, per (batch, pos, head).
-Vec roped(const Tensor &t, const AttentionShape &a, int64_t heads,
-          std::optional<double> theta) {
+Vec roped(const Tensor &t, const AttentionShape &a, int64_t heads, std::optional<double> theta) {
   Vec out = t.data;
   if (theta)
     for (int64_t b = 0; b < a.b; ++b)
       for (int64_t s = 0; s < a.s; ++s)
         for (int64_t h = 0; h < heads; ++h)
-          rope(&out[((b * a.s + s) * heads + h) * a.hd], a.hd, s, *theta,
-               false);
+          rope(&out[((b * a.s + s) * heads + h) * a.hd], a.hd, s, *theta, false);
   return out;
 }
 
 /// Causal attention probabilities of query head h at (b, i) over j <= i.
-Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b,
-          int64_t h, int64_t i) {
+Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b, int64_t h, int64_t i) {
   int64_t g = h / (a.h / a.kv);
   double scale = 1.0 / std::sqrt(static_cast<double>(a.hd));
   Vec p(i + 1);
@@ -188,8 +180,7 @@ Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b,
   for (int64_t j = 0; j <= i; ++j) {
     double dot = 0;
     for (int64_t c = 0; c < a.hd; ++c)
-      dot += q[((b * a.s + i) * a.h + h) * a.hd + c] *
-             k[((b * a.s + j) * a.kv + g) * a.hd + c];
+      dot += q[((b * a.s + i) * a.h + h) * a.hd + c] * k[((b * a.s + j) * a.kv + g) * a.hd + c];
     p[j] = dot * scale;
     mx = std::max(mx, p[j]);
   }
@@ -202,8 +193,8 @@ Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b,
 }
 
 /// Token-slot assignment of dispatch/combine: slot or -1 (dropped).
-std::vector<int64_t> assignSlots(const Tensor &experts, int64_t numExperts,
-                                 int64_t capacity, std::string &error) {
+std::vector<int64_t> assignSlots(const Tensor &experts, int64_t numExperts, int64_t capacity,
+                                 std::string &error) {
   std::vector<int64_t> slots(experts.ints.size(), -1), count(numExperts, 0);
   for (size_t i = 0; i < experts.ints.size(); ++i) {
     int32_t e = experts.ints[i];
@@ -220,15 +211,14 @@ std::vector<int64_t> assignSlots(const Tensor &experts, int64_t numExperts,
 /// Routing of one token: scores, selection, gates; shared by router and
 /// router_grad.
 struct Routing {
-  Vec logits, scores;        // [E]
-  std::vector<int64_t> sel;  // [k]
-  Vec gates;                 // [k]
-  double selectedSum = 1.0;  // sum of selected scores (renormalisation)
+  Vec logits, scores;       // [E]
+  std::vector<int64_t> sel; // [k]
+  Vec gates;                // [k]
+  double selectedSum = 1.0; // sum of selected scores (renormalisation)
 };
 
-Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d,
-              int64_t e, int64_t k, Scoring scoring, bool renormalize,
-              double scaling) {
+Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d, int64_t e, int64_t k,
+              Scoring scoring, bool renormalize, double scaling) {
   Routing r;
   r.logits.assign(e, 0.0);
   matmul(x, w.data.data(), r.logits.data(), 1, d, e, false, false, false);
@@ -245,9 +235,7 @@ Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d,
   }
   std::vector<int64_t> order(e);
   std::iota(order.begin(), order.end(), 0);
-  auto key = [&](int64_t i) {
-    return r.scores[i] + (bias ? bias->data[i] : 0.0);
-  };
+  auto key = [&](int64_t i) { return r.scores[i] + (bias ? bias->data[i] : 0.0); };
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return key(a) > key(b); });
   r.sel.assign(order.begin(), order.begin() + k);
@@ -255,8 +243,7 @@ Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d,
   for (int64_t i : r.sel)
     r.selectedSum += r.scores[i];
   for (int64_t i : r.sel)
-    r.gates.push_back(scaling * r.scores[i] /
-                      (renormalize ? r.selectedSum : 1.0));
+    r.gates.push_back(scaling * r.scores[i] / (renormalize ? r.selectedSum : 1.0));
   return r;
 }
 
@@ -280,14 +267,11 @@ double logSumExp(const Vec &v) {
 
 class Runner {
 public:
-  using Moments =
-      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>;
-  Runner(std::map<std::string, Tensor> &params, Moments &moments,
-         std::string &error)
+  using Moments = std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>;
+  Runner(std::map<std::string, Tensor> &params, Moments &moments, std::string &error)
       : params(params), moments(moments), error(error) {}
 
-  bool run(func::FuncOp fn, const std::vector<Tensor> &args,
-           std::vector<Tensor> &results);
+  bool run(func::FuncOp fn, const std::vector<Tensor> &args, std::vector<Tensor> &results);
 
 private:
   bool step(Operation *op);
@@ -307,12 +291,10 @@ private:
   llvm::DenseMap<Value, Tensor> values;
 };
 
-bool Runner::run(func::FuncOp fn, const std::vector<Tensor> &args,
-                 std::vector<Tensor> &results) {
+bool Runner::run(func::FuncOp fn, const std::vector<Tensor> &args, std::vector<Tensor> &results) {
   Block &body = fn.getBody().front();
   if (args.size() != body.getNumArguments()) {
-    error = "expected " + std::to_string(body.getNumArguments()) +
-            " arguments";
+    error = "expected " + std::to_string(body.getNumArguments()) + " arguments";
     return false;
   }
   for (auto [arg, value] : llvm::zip(body.getArguments(), args)) {
@@ -338,8 +320,7 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
   int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
   Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
-  Tensor experts = Tensor::ids(shapeOf(o.getExperts()),
-                               std::vector<int32_t>(t * k));
+  Tensor experts = Tensor::ids(shapeOf(o.getExperts()), std::vector<int32_t>(t * k));
   // Routing groups: the balancing loss is the mean of the groups' losses.
   int64_t groups = 1;
   if constexpr (std::is_same_v<OpT, FusedGateOp>)
@@ -348,8 +329,7 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   Vec frac(groups * e, 0.0), meanP(groups * e, 0.0);
   double z = 0;
   for (int64_t i = 0; i < t; ++i) {
-    Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
-                      o.getRenormalize(),
+    Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(),
                       o.getRoutedScaling().convertToFloat());
     Vec p = balanceProbs(r, o.getScoring());
     int64_t g = i / tg;
@@ -367,8 +347,8 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   for (int64_t c = 0; c < groups * e; ++c)
     aux += frac[c] * meanP[c] / groups;
   Tensor loss = Tensor::zeros({});
-  loss.data[0] = o.getAuxLossCoef().convertToFloat() * e * aux +
-                 o.getZLossCoef().convertToFloat() * z;
+  loss.data[0] =
+      o.getAuxLossCoef().convertToFloat() * e * aux + o.getZLossCoef().convertToFloat() * z;
   out(o.getGates(), gates);
   out(o.getExperts(), experts);
   out(o.getAuxLoss(), loss);
@@ -383,26 +363,22 @@ template <typename OpT> void Runner::runFFN(OpT o, bool grouped) {
   int64_t groups = grouped ? x.shape[0] : 1, n = grouped ? x.shape[1] : rows(x);
   Tensor y = Tensor::zeros(x.shape);
   for (int64_t g = 0; g < groups; ++g)
-    ffnForward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f],
-               &down.data[g * f * d], gate ? &gate->data[g * d * f] : nullptr,
-               &y.data[g * n * d], n, d, f);
+    ffnForward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f], &down.data[g * f * d],
+               gate ? &gate->data[g * d * f] : nullptr, &y.data[g * n * d], n, d, f);
   out(o.getResult(), y);
 }
 
 template <typename OpT> void Runner::runFFNGrad(OpT o, bool grouped) {
-  Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()),
-         &dy = in(o.getDy());
+  Tensor &x = in(o.getX()), &up = in(o.getWUp()), &down = in(o.getWDown()), &dy = in(o.getDy());
   const Tensor *gate = o.getWGate() ? &in(o.getWGate()) : nullptr;
   int64_t d = x.shape.back(), f = up.shape.back();
   int64_t groups = grouped ? x.shape[0] : 1, n = grouped ? x.shape[1] : rows(x);
-  Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape),
-         dd = Tensor::zeros(down.shape),
+  Tensor dx = Tensor::zeros(x.shape), du = Tensor::zeros(up.shape), dd = Tensor::zeros(down.shape),
          dg = Tensor::zeros(gate ? up.shape : std::vector<int64_t>{0});
   for (int64_t g = 0; g < groups; ++g)
-    ffnBackward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f],
-                &down.data[g * f * d], gate ? &gate->data[g * d * f] : nullptr,
-                &dy.data[g * n * d], &dx.data[g * n * d], &du.data[g * d * f],
-                &dd.data[g * f * d], gate ? &dg.data[g * d * f] : nullptr, n,
+    ffnBackward(o.getActivation(), &x.data[g * n * d], &up.data[g * d * f], &down.data[g * f * d],
+                gate ? &gate->data[g * d * f] : nullptr, &dy.data[g * n * d], &dx.data[g * n * d],
+                &du.data[g * d * f], &dd.data[g * f * d], gate ? &dg.data[g * d * f] : nullptr, n,
                 d, f);
   out(o.getDx(), dx);
   out(o.getDwUp(), du);
@@ -432,8 +408,7 @@ bool Runner::step(Operation *op) {
         Tensor y = Tensor::zeros(shapeOf(o.getResult()));
         for (size_t i = 0; i < ids.ints.size(); ++i) {
           if (ids.ints[i] < 0 || ids.ints[i] >= v)
-            return fail(op, "token id " + std::to_string(ids.ints[i]) +
-                                " out of range");
+            return fail(op, "token id " + std::to_string(ids.ints[i]) + " out of range");
           std::copy_n(&table.data[ids.ints[i] * d], d, &y.data[i * d]);
         }
         out(o.getResult(), y);
@@ -479,8 +454,7 @@ bool Runner::step(Operation *op) {
           }
           double inv = 1.0 / std::sqrt(ms / d + eps);
           for (int64_t c = 0; c < d; ++c) {
-            dx.data[r * d + c] = inv * dyr[c] * g.data[c] -
-                                 xr[c] * inv * inv * inv * ax / d;
+            dx.data[r * d + c] = inv * dyr[c] * g.data[c] - xr[c] * inv * inv * inv * ax / d;
             dg.data[c] += dyr[c] * xr[c] * inv;
           }
         }
@@ -492,8 +466,7 @@ bool Runner::step(Operation *op) {
         Tensor &x = in(o.getX()), &w = in(o.getWeight());
         int64_t k = w.shape[0], n = w.shape[1], m = rows(x);
         Tensor y = Tensor::zeros(shapeOf(o.getResult()));
-        matmul(x.data.data(), w.data.data(), y.data.data(), m, k, n, false,
-               false, false);
+        matmul(x.data.data(), w.data.data(), y.data.data(), m, k, n, false, false, false);
         if (o.getBias()) {
           Tensor &b = in(o.getBias());
           for (int64_t i = 0; i < m; ++i)
@@ -507,10 +480,8 @@ bool Runner::step(Operation *op) {
         Tensor &x = in(o.getX()), &w = in(o.getWeight()), &dy = in(o.getDy());
         int64_t k = w.shape[0], n = w.shape[1], m = rows(x);
         Tensor dx = Tensor::zeros(x.shape), dw = Tensor::zeros(w.shape);
-        matmul(dy.data.data(), w.data.data(), dx.data.data(), m, n, k, false,
-               true, false);
-        matmul(x.data.data(), dy.data.data(), dw.data.data(), k, m, n, true,
-               false, false);
+        matmul(dy.data.data(), w.data.data(), dx.data.data(), m, n, k, false, true, false);
+        matmul(x.data.data(), dy.data.data(), dw.data.data(), k, m, n, true, false, false);
         out(o.getDx(), dx);
         out(o.getDweight(), dw);
         return true;
@@ -551,8 +522,8 @@ bool Runner::step(Operation *op) {
       })
       .Case([&](AttentionOp o) {
         Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV());
-        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(),
-                         o.getNumKvHeads(), o.getHeadDim()};
+        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(), o.getNumKvHeads(),
+                         o.getHeadDim()};
         std::optional<double> theta;
         if (auto t = o.getRopeTheta())
           theta = t->convertToFloat();
@@ -572,10 +543,9 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](AttentionGradOp o) {
-        Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV()),
-               &dout = in(o.getDout());
-        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(),
-                         o.getNumKvHeads(), q.shape[2] / o.getNumHeads()};
+        Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV()), &dout = in(o.getDout());
+        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(), o.getNumKvHeads(),
+                         q.shape[2] / o.getNumHeads()};
         std::optional<double> theta;
         if (auto t = o.getRopeTheta())
           theta = t->convertToFloat();
@@ -613,11 +583,9 @@ bool Runner::step(Operation *op) {
           for (int64_t b = 0; b < a.b; ++b)
             for (int64_t s = 0; s < a.s; ++s) {
               for (int64_t h = 0; h < a.h; ++h)
-                rope(&dq.data[((b * a.s + s) * a.h + h) * a.hd], a.hd, s,
-                     *theta, true);
+                rope(&dq.data[((b * a.s + s) * a.h + h) * a.hd], a.hd, s, *theta, true);
               for (int64_t g = 0; g < a.kv; ++g)
-                rope(&dk.data[((b * a.s + s) * a.kv + g) * a.hd], a.hd, s,
-                     *theta, true);
+                rope(&dk.data[((b * a.s + s) * a.kv + g) * a.hd], a.hd, s, *theta, true);
             }
         }
         out(o.getDq(), dq);
@@ -630,8 +598,7 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](RouterGradOp o) {
-        Tensor &x = in(o.getX()), &w = in(o.getWeight()),
-               &dgates = in(o.getDgates());
+        Tensor &x = in(o.getX()), &w = in(o.getWeight()), &dgates = in(o.getDgates());
         double daux = in(o.getDaux()).data[0];
         Tensor *bias = o.getBias() ? &in(o.getBias()) : nullptr;
         int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
@@ -642,8 +609,8 @@ bool Runner::step(Operation *op) {
         int64_t groups = o.getGroups(), tg = t / groups;
         Vec frac(groups * e, 0.0);
         for (int64_t i = 0; i < t; ++i) {
-          routes.push_back(route(&x.data[i * d], w, bias, d, e, k,
-                                 o.getScoring(), o.getRenormalize(), scaling));
+          routes.push_back(
+              route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(), scaling));
           for (int64_t j : routes.back().sel)
             frac[i / tg * e + j] += 1.0 / (tg * k);
         }
@@ -658,11 +625,10 @@ bool Runner::step(Operation *op) {
             sumTerm += dgates.data[i * k + j] * r.scores[r.sel[j]];
           for (int64_t j = 0; j < k; ++j) {
             double g = dgates.data[i * k + j];
-            ds[r.sel[j]] += o.getRenormalize()
-                                ? scaling * (g / r.selectedSum -
-                                             sumTerm / (r.selectedSum *
-                                                        r.selectedSum))
-                                : scaling * g;
+            ds[r.sel[j]] +=
+                o.getRenormalize()
+                    ? scaling * (g / r.selectedSum - sumTerm / (r.selectedSum * r.selectedSum))
+                    : scaling * g;
           }
           // Through the balancing loss (f_e constant).
           Vec gp(e);
@@ -680,7 +646,7 @@ bool Runner::step(Operation *op) {
               ds[c] += (gp[c] - dot) / sum;
           }
           // Scores to logits.
-          double* dl = &dlogits[i * e];
+          double *dl = &dlogits[i * e];
           if (o.getScoring() == Scoring::softmax) {
             double dot = 0;
             for (int64_t c = 0; c < e; ++c)
@@ -694,13 +660,10 @@ bool Runner::step(Operation *op) {
           // The z-loss.
           double lse = logSumExp(r.logits);
           for (int64_t c = 0; c < e; ++c)
-            dl[c] += daux * zcoef * 2.0 * lse / t *
-                     std::exp(r.logits[c] - lse);
+            dl[c] += daux * zcoef * 2.0 * lse / t * std::exp(r.logits[c] - lse);
         }
-        matmul(dlogits.data(), w.data.data(), dx.data.data(), t, e, d, false,
-               true, false);
-        matmul(x.data.data(), dlogits.data(), dw.data.data(), d, t, e, true,
-               false, false);
+        matmul(dlogits.data(), w.data.data(), dx.data.data(), t, e, d, false, true, false);
+        matmul(x.data.data(), dlogits.data(), dw.data.data(), d, t, e, true, false, false);
         out(o.getDx(), dx);
         out(o.getDweight(), dw);
         return true;
@@ -709,8 +672,7 @@ bool Runner::step(Operation *op) {
         Tensor &x = in(o.getX()), &experts = in(o.getExperts());
         std::vector<int64_t> shape = shapeOf(o.getResult());
         int64_t d = shape[2], k = experts.shape.back();
-        std::vector<int64_t> slots =
-            assignSlots(experts, shape[0], shape[1], error);
+        std::vector<int64_t> slots = assignSlots(experts, shape[0], shape[1], error);
         if (!error.empty())
           return fail(op, error);
         Tensor buf = Tensor::zeros(shape);
@@ -731,14 +693,12 @@ bool Runner::step(Operation *op) {
         for (size_t i = 0; i < slots.size(); ++i)
           if (slots[i] >= 0)
             for (int64_t j = 0; j < d; ++j)
-              dx.data[(i / k) * d + j] +=
-                  dbuf.data[(experts.ints[i] * c + slots[i]) * d + j];
+              dx.data[(i / k) * d + j] += dbuf.data[(experts.ints[i] * c + slots[i]) * d + j];
         out(o.getDx(), dx);
         return true;
       })
       .Case([&](CombineOp o) {
-        Tensor &y = in(o.getY()), &gates = in(o.getGates()),
-               &experts = in(o.getExperts());
+        Tensor &y = in(o.getY()), &gates = in(o.getGates()), &experts = in(o.getExperts());
         int64_t c = y.shape[1], d = y.shape[2], k = experts.shape.back();
         std::vector<int64_t> slots = assignSlots(experts, y.shape[0], c, error);
         if (!error.empty())
@@ -753,8 +713,8 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](CombineGradOp o) {
-        Tensor &y = in(o.getY()), &gates = in(o.getGates()),
-               &experts = in(o.getExperts()), &dout = in(o.getDout());
+        Tensor &y = in(o.getY()), &gates = in(o.getGates()), &experts = in(o.getExperts()),
+               &dout = in(o.getDout());
         int64_t c = y.shape[1], d = y.shape[2], k = experts.shape.back();
         std::vector<int64_t> slots = assignSlots(experts, y.shape[0], c, error);
         if (!error.empty())
@@ -799,8 +759,7 @@ bool Runner::step(Operation *op) {
           double lse = logSumExp(row);
           for (int64_t j = 0; j < v; ++j)
             dl.data[i * v + j] =
-                (std::exp(row[j] - lse) - (j == targets.ints[i] ? 1.0 : 0.0)) *
-                dloss / t;
+                (std::exp(row[j] - lse) - (j == targets.ints[i] ? 1.0 : 0.0)) * dloss / t;
         }
         out(o.getDlogits(), dl);
         return true;
@@ -808,18 +767,17 @@ bool Runner::step(Operation *op) {
       .Case([&](FusedGateOp o) {
         routeTokens(o);
         Tensor &experts = in(o.getExperts());
-        int64_t e = in(o.getWeight()).shape[1], k = o.getTopK(),
-                t = rows(in(o.getX()));
+        int64_t e = in(o.getWeight()).shape[1], k = o.getTopK(), t = rows(in(o.getX()));
         // Each group assigns its own `cap` slots per expert; group g's
         // slots of expert e start at e * (G * cap) + g * cap.
         int64_t cap = o.getCapacity(), groups = o.getGroups();
         int64_t per = t * k / groups;
-        Tensor slots = Tensor::ids(shapeOf(o.getSlots()),
-                                   std::vector<int32_t>(t * k));
+        Tensor slots = Tensor::ids(shapeOf(o.getSlots()), std::vector<int32_t>(t * k));
         Tensor counts = Tensor::ids({e}, std::vector<int32_t>(e, 0));
         for (int64_t g = 0; g < groups; ++g) {
-          Tensor part = Tensor::ids({per}, std::vector<int32_t>(
-              experts.ints.begin() + g * per, experts.ints.begin() + (g + 1) * per));
+          Tensor part =
+              Tensor::ids({per}, std::vector<int32_t>(experts.ints.begin() + g * per,
+                                                      experts.ints.begin() + (g + 1) * per));
           std::vector<int64_t> assigned = assignSlots(part, e, cap, error);
           if (assigned.empty() && per > 0)
             return fail(op, error);
@@ -828,8 +786,7 @@ bool Runner::step(Operation *op) {
             counts.ints[ex] += 1;
             slots.ints[g * per + i] =
                 assigned[i] < 0 ? -1
-                                : static_cast<int32_t>(ex * groups * cap +
-                                                       g * cap + assigned[i]);
+                                : static_cast<int32_t>(ex * groups * cap + g * cap + assigned[i]);
           }
         }
         out(o.getSlots(), slots);
@@ -839,8 +796,7 @@ bool Runner::step(Operation *op) {
       .Case([&](PermuteOp o) {
         Tensor &x = in(o.getX()), &slots = in(o.getSlots());
         std::vector<int64_t> shape = shapeOf(o.getResult());
-        int64_t d = shape[2], k = slots.shape.back(),
-                total = shape[0] * shape[1];
+        int64_t d = shape[2], k = slots.shape.back(), total = shape[0] * shape[1];
         Tensor buf = Tensor::zeros(shape);
         for (size_t i = 0; i < slots.ints.size(); ++i) {
           int32_t s = slots.ints[i];
@@ -855,8 +811,7 @@ bool Runner::step(Operation *op) {
       .Case([&](UnpermuteOp o) {
         Tensor &buf = in(o.getBuf()), &slots = in(o.getSlots());
         Tensor *weights = o.getWeights() ? &in(o.getWeights()) : nullptr;
-        int64_t d = buf.shape[2], k = slots.shape.back(),
-                total = buf.shape[0] * buf.shape[1];
+        int64_t d = buf.shape[2], k = slots.shape.back(), total = buf.shape[0] * buf.shape[1];
         Tensor res = Tensor::zeros(shapeOf(o.getResult()));
         for (size_t i = 0; i < slots.ints.size(); ++i) {
           int32_t s = slots.ints[i];
@@ -872,8 +827,8 @@ bool Runner::step(Operation *op) {
         return true;
       })
       .Case([&](UnpermuteGradOp o) {
-        Tensor &buf = in(o.getBuf()), &slots = in(o.getSlots()),
-               &weights = in(o.getWeights()), &dout = in(o.getDout());
+        Tensor &buf = in(o.getBuf()), &slots = in(o.getSlots()), &weights = in(o.getWeights()),
+               &dout = in(o.getDout());
         int64_t d = buf.shape[2], k = slots.shape.back();
         Tensor dbuf = Tensor::zeros(buf.shape), dw = Tensor::zeros(weights.shape);
         for (size_t i = 0; i < slots.ints.size(); ++i) {
@@ -955,8 +910,8 @@ bool Runner::step(Operation *op) {
 void ::moec::reference::Interpreter::initParams(uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (ParamOp p : module.getOps<ParamOp>()) {
-    Tensor t = Tensor::zeros(std::vector<int64_t>(
-        p.getTensorType().getShape().begin(), p.getTensorType().getShape().end()));
+    Tensor t = Tensor::zeros(std::vector<int64_t>(p.getTensorType().getShape().begin(),
+                                                  p.getTensorType().getShape().end()));
     InitAttr init = p.getInit();
     double scale = init.getScaleValue();
     std::normal_distribution<double> normal(0.0, scale > 0 ? scale : 1.0);
@@ -981,10 +936,8 @@ void ::moec::reference::Interpreter::initParams(uint64_t seed) {
   }
 }
 
-bool ::moec::reference::Interpreter::run(const std::string &name,
-                                      const std::vector<Tensor> &args,
-                                      std::vector<Tensor> &results,
-                                      std::string &error) {
+bool ::moec::reference::Interpreter::run(const std::string &name, const std::vector<Tensor> &args,
+                                         std::vector<Tensor> &results, std::string &error) {
   auto fn = module.lookupSymbol<func::FuncOp>(name);
   if (!fn) {
     error = "no function @" + name;

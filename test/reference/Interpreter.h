@@ -38,8 +38,7 @@ public:
   /// Current parameter values by name.
   std::map<std::string, Tensor> params;
   /// AdamW moments (m, v) by parameter name, created at the first update.
-  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
-      moments;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> moments;
 
   /// Gives every declared parameter a value from its initialiser, using a
   /// fixed-seed generator (normal and uniform draws are deterministic).
@@ -47,8 +46,8 @@ public:
 
   /// Runs function `name` on `args`. On failure returns false and sets
   /// `error` (an id out of range, an op it does not know, ...).
-  bool run(const std::string &name, const std::vector<Tensor> &args,
-           std::vector<Tensor> &results, std::string &error);
+  bool run(const std::string &name, const std::vector<Tensor> &args, std::vector<Tensor> &results,
+           std::string &error);
 
 private:
   mlir::ModuleOp module;

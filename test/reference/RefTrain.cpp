@@ -27,7 +27,9 @@ using namespace moec::frontend;
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: moe-ref-train model.json --data FILE --steps N [--seed S] [--routing-groups G]\n");
+    std::fprintf(
+        stderr,
+        "usage: moe-ref-train model.json --data FILE --steps N [--seed S] [--routing-groups G]\n");
     return 2;
   }
   std::string model = argv[1], data;
@@ -74,8 +76,7 @@ int main(int argc, char **argv) {
   }
   uint64_t s = seed >= 0 ? static_cast<uint64_t>(seed) : spec->seed;
   size_t split = moert::trainSplitEnd(tokens.size(), valFraction);
-  moert::BatchSampler sampler(tokens, 0, split, spec->batchSize,
-                              spec->seqLen, s);
+  moert::BatchSampler sampler(tokens, 0, split, spec->batchSize, spec->seqLen, s);
   moec::reference::Interpreter interp(*module);
   interp.initParams(s);
   std::vector<int32_t> in, tg;

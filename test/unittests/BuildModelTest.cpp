@@ -21,24 +21,21 @@ namespace {
 class BuildModelTest : public MoETest {
 protected:
   /// Declares a parameter and returns a get_param of it inside the function.
-  Value param(OpBuilder &moduleBuilder, OpBuilder &body, StringRef name,
-              ArrayRef<int64_t> shape, InitAttr init) {
+  Value param(OpBuilder &moduleBuilder, OpBuilder &body, StringRef name, ArrayRef<int64_t> shape,
+              InitAttr init) {
     auto type = RankedTensorType::get(shape, Float32Type::get(&context));
     ParamOp::create(moduleBuilder, loc, name, type, init);
-    return GetParamOp::create(body, loc, type,
-                              FlatSymbolRefAttr::get(&context, name));
+    return GetParamOp::create(body, loc, type, FlatSymbolRefAttr::get(&context, name));
   }
 
   Location loc = UnknownLoc::get(&context);
 };
 
 TEST_F(BuildModelTest, OneMoELayerVerifiesAndRoundTrips) {
-  const int64_t batch = 2, seq = 8, vocab = 64, d = 16, experts = 4, k = 2,
-                width = 32;
+  const int64_t batch = 2, seq = 8, vocab = 64, d = 16, experts = 4, k = 2, width = 32;
   OpBuilder b(&context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  (*module)->setAttr(MoEDialect::kGridAttrName,
-                     GridAttr::get(&context, 1, 2, 1, ArrayAttr()));
+  (*module)->setAttr(MoEDialect::kGridAttrName, GridAttr::get(&context, 1, 2, 1, ArrayAttr()));
   OpBuilder top = OpBuilder::atBlockEnd(module->getBody());
 
   auto ids = RankedTensorType::get({batch, seq}, b.getI32Type());
@@ -57,17 +54,13 @@ TEST_F(BuildModelTest, OneMoELayerVerifiesAndRoundTrips) {
   router.setRenormalize(true);
   router.setCapacityFactorAttr(b.getF32FloatAttr(1.25f));
   int64_t capacity = (batch * seq * k * 5 + 4 * experts - 1) / (4 * experts);
-  Value buf = DispatchOp::create(body, loc, x, router.getExperts(), experts,
-                                 capacity);
+  Value buf = DispatchOp::create(body, loc, x, router.getExperts(), experts, capacity);
   Value up = param(top, body, "up", {experts, d, width}, normal);
   Value down = param(top, body, "down", {experts, width, d}, normal);
   Value gate = param(top, body, "gate", {experts, d, width}, normal);
-  auto ffn = ExpertFFNOp::create(body, loc, buf.getType(), Activation::swiglu,
-                                 buf, up, down, gate,
-                                 PlacementAttr::get(&context, {0, 1, 2, 3},
-                                                    {2, 2}));
-  Value y = CombineOp::create(body, loc, ffn.getResult(), router.getGates(),
-                              router.getExperts());
+  auto ffn = ExpertFFNOp::create(body, loc, buf.getType(), Activation::swiglu, buf, up, down, gate,
+                                 PlacementAttr::get(&context, {0, 1, 2, 3}, {2, 2}));
+  Value y = CombineOp::create(body, loc, ffn.getResult(), router.getGates(), router.getExperts());
   Value head = param(top, body, "head", {d, vocab}, normal);
   Value logits = LinearOp::create(body, loc, y, head);
   Value ce = CrossEntropyOp::create(body, loc, logits, fn.getArgument(1));
@@ -78,13 +71,9 @@ TEST_F(BuildModelTest, OneMoELayerVerifiesAndRoundTrips) {
   EXPECT_TRUE(errors.empty());
 
   // Inferred types.
-  EXPECT_EQ(cast<RankedTensorType>(x.getType()).getShape(),
-            ArrayRef<int64_t>({batch, seq, d}));
-  EXPECT_EQ(cast<RankedTensorType>(buf.getType()).getShape(),
-            ArrayRef<int64_t>({experts, 10, d}));
-  EXPECT_EQ(cast<RankedTensorType>(router.getExperts().getType())
-                .getElementType(),
-            b.getI32Type());
+  EXPECT_EQ(cast<RankedTensorType>(x.getType()).getShape(), ArrayRef<int64_t>({batch, seq, d}));
+  EXPECT_EQ(cast<RankedTensorType>(buf.getType()).getShape(), ArrayRef<int64_t>({experts, 10, d}));
+  EXPECT_EQ(cast<RankedTensorType>(router.getExperts().getType()).getElementType(), b.getI32Type());
   EXPECT_EQ(router.getNumExperts(), experts);
   EXPECT_EQ(cast<RankedTensorType>(logits.getType()).getShape(),
             ArrayRef<int64_t>({batch, seq, vocab}));
@@ -95,8 +84,7 @@ TEST_F(BuildModelTest, OneMoELayerVerifiesAndRoundTrips) {
   ASSERT_TRUE(reparsed) << (errors.empty() ? "" : errors[0]);
   EXPECT_EQ(moe_test::print(*reparsed), text);
   EXPECT_NE(text.find("moe.router softmax"), std::string::npos);
-  EXPECT_NE(text.find("capacity_factor = 1.250000e+00 : f32"),
-            std::string::npos);
+  EXPECT_NE(text.find("capacity_factor = 1.250000e+00 : f32"), std::string::npos);
   EXPECT_NE(text.find("#moe.placement<[[0, 1], [2, 3]]>"), std::string::npos);
 }
 

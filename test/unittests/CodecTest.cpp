@@ -27,8 +27,8 @@ std::vector<float> randomData(int64_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::vector<float> roundTrip(const CodecSpec &spec, const std::vector<float> &x,
-                             CodecState &state, int64_t rows = 0, int64_t cols = 0) {
+std::vector<float> roundTrip(const CodecSpec &spec, const std::vector<float> &x, CodecState &state,
+                             int64_t rows = 0, int64_t cols = 0) {
   std::vector<uint8_t> bytes;
   encode(spec, x.data(), static_cast<int64_t>(x.size()), bytes, state, rows, cols);
   EXPECT_EQ(static_cast<int64_t>(bytes.size()),
@@ -52,9 +52,9 @@ TEST(CodecTest, HalfAndBFloat16RoundToNearestEven) {
     EXPECT_EQ(halfToFloat(floatToHalf(v)), v) << v;
   EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00); // rounds up to infinity
-  EXPECT_EQ(floatToHalf(5.9604645e-08f), 0x0001); // smallest subnormal
-  EXPECT_EQ(floatToHalf(2.9802322e-08f), 0x0000); // halfway to zero: even
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);           // rounds up to infinity
+  EXPECT_EQ(floatToHalf(5.9604645e-08f), 0x0001);     // smallest subnormal
+  EXPECT_EQ(floatToHalf(2.9802322e-08f), 0x0000);     // halfway to zero: even
   EXPECT_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00); // halfway: even
   EXPECT_EQ(floatToHalf(1.0f + 3.0f / 2048), 0x3c02);
   EXPECT_TRUE(std::isnan(halfToFloat(floatToHalf(NAN))));
@@ -104,9 +104,9 @@ TEST(CodecTest, Int8PerBlockScales) {
 TEST(CodecTest, TopKKeepsTheLargestAndFeedsBackTheRest) {
   int64_t n = 10000;
   CodecSpec spec = parsed("topk:0.01");
-  EXPECT_EQ(encodedBytes(spec, n), 8 * 100); // indices included
+  EXPECT_EQ(encodedBytes(spec, n), 8 * 100);     // indices included
   EXPECT_EQ(encodedBytes(spec, 10099), 8 * 100); // at most the ratio
-  EXPECT_EQ(encodedBytes(spec, 50), 8); // at least one
+  EXPECT_EQ(encodedBytes(spec, 50), 8);          // at least one
   EXPECT_GE(4.0 * n / encodedBytes(spec, n), 50.0);
   std::vector<float> x = randomData(n, 3);
   CodecState state;

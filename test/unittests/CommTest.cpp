@@ -115,8 +115,8 @@ TEST(CommTest, RaggedAllToAllDeliversEveryChunk) {
     }
     recv.resize(6 + 3 * r); // sum over j of (j + r + 1)
     const int32_t all[] = {0, 1, 2};
-    int rc = moert_all_to_all_v(comm, send.data(), sendBytes.data(), recv.data(),
-                                recvBytes.data(), all, ranks);
+    int rc = moert_all_to_all_v(comm, send.data(), sendBytes.data(), recv.data(), recvBytes.data(),
+                                all, ranks);
     received[r] = recv;
     sent[r] = moert_comm_bytes(comm, MOERT_ALL_TO_ALL);
     return rc;
@@ -176,16 +176,13 @@ TEST(CommTest, AMissingPeerIsAnErrorNamingItNotAHang) {
   };
   auto start = std::chrono::steady_clock::now();
   EXPECT_NE(run(3, 0.2), 0);
-  double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(waited, 5.0);
   ASSERT_EQ(run.errors.size(), 2u);
   for (const std::string &e : run.errors)
-    EXPECT_NE(e.find("all_reduce #0 on group [0, 1, 2] timed out after 0.2"),
-              std::string::npos)
+    EXPECT_NE(e.find("all_reduce #0 on group [0, 1, 2] timed out after 0.2"), std::string::npos)
         << e;
-  EXPECT_NE(run.errors[0].find("rank(s) 2 did not arrive"), std::string::npos)
-      << run.errors[0];
+  EXPECT_NE(run.errors[0].find("rank(s) 2 did not arrive"), std::string::npos) << run.errors[0];
 }
 
 TEST(CommTest, BadGroupsAreErrors) {

@@ -73,13 +73,12 @@ TEST(CostModelTest, AllToAllSwitchMeshAndNetwork) {
   // Two nodes of 2: one peer on the node, two over the network.
   Cluster two = makeCluster(2, 2, 1e11);
   double intra = 1e8 / 1e11, inter = 2 * 1e8 / 1e10;
-  EXPECT_DOUBLE_EQ(allToAllTime(two, {0, 1, 2, 3}, 4e8),
-                   std::max(intra, inter) + 1e-6 + 2 * 5e-6);
+  EXPECT_DOUBLE_EQ(allToAllTime(two, {0, 1, 2, 3}, 4e8), std::max(intra, inter) + 1e-6 + 2 * 5e-6);
 }
 
 TEST(CostModelTest, RooflineTakesTheSlowerOfComputeAndMemory) {
   DeviceKind k{"dev", 1e12, 1e11, 8e10};
-  EXPECT_DOUBLE_EQ(computeTime({2e12, 1e9, false}, k), 2.0); // compute-bound
+  EXPECT_DOUBLE_EQ(computeTime({2e12, 1e9, false}, k), 2.0);  // compute-bound
   EXPECT_DOUBLE_EQ(computeTime({1e9, 1e12, false}, k), 10.0); // memory-bound
 }
 

@@ -42,8 +42,7 @@ TEST(JsonDocTest, DuplicateKeysAndSyntaxErrorsAreReported) {
 }
 
 TEST(DiagnosticsTest, SuggestsCloseNamesOnly) {
-  std::vector<std::string> fields = {"num_experts", "top_k", "n_layers",
-                                     "layers"};
+  std::vector<std::string> fields = {"num_experts", "top_k", "n_layers", "layers"};
   EXPECT_EQ(closestMatch("topk", fields), "top_k");
   EXPECT_EQ(closestMatch("num_layers", fields), "n_layers");
   EXPECT_EQ(closestMatch("num_expert", fields), "num_experts");
@@ -58,7 +57,8 @@ TEST(ModelSpecTest, ReadsDefaultsAndOverrides) {
     "moe": {"num_experts": 4, "expert_ffn_dim": 64, "capacity_factor": null,
             "dense_layers": [0]},
     "layers": {"2": {"top_k": 1, "router_scoring": "sigmoid"}}
-  })", diags);
+  })",
+                            diags);
   ASSERT_TRUE(doc);
   std::optional<ModelSpec> spec = readModelJson(std::move(doc), diags);
   ASSERT_TRUE(spec) << diags.str();

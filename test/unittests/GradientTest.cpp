@@ -19,9 +19,9 @@
 #include <random>
 
 using namespace mlir;
+using moe_test::MoETest;
 using ::moec::reference::Interpreter;
 using ::moec::reference::Tensor;
-using moe_test::MoETest;
 
 namespace {
 
@@ -45,8 +45,7 @@ protected:
     mlir::moe::AutodiffPassOptions options;
     options.optimizer = "none"; // return the gradients
     pm.addPass(mlir::moe::createAutodiffPass(options));
-    ASSERT_TRUE(succeeded(pm.run(*module)))
-        << (errors.empty() ? "" : errors[0]);
+    ASSERT_TRUE(succeeded(pm.run(*module))) << (errors.empty() ? "" : errors[0]);
 
     Interpreter interp(*module);
     interp.initParams(7);
@@ -63,10 +62,7 @@ protected:
     double worst = 0;
     int checked = 0;
     for (unsigned r = 1; r < out.size(); ++r) {
-      auto name = cast<FlatSymbolRefAttr>(
-                      fn.getResultAttr(r, "moe.grad_of"))
-                      .getValue()
-                      .str();
+      auto name = cast<FlatSymbolRefAttr>(fn.getResultAttr(r, "moe.grad_of")).getValue().str();
       Tensor &param = interp.params[name];
       const Tensor &grad = out[r];
       ASSERT_EQ(grad.shape, param.shape) << name;
@@ -157,9 +153,7 @@ std::string attentionStep(const std::string &rope) {
     })mlir";
 }
 
-TEST_F(GradientTest, CausalGroupedQueryAttention) {
-  check(attentionStep(""), {ids({2, 4}, 5, 4)});
-}
+TEST_F(GradientTest, CausalGroupedQueryAttention) { check(attentionStep(""), {ids({2, 4}, 5, 4)}); }
 
 TEST_F(GradientTest, CausalAttentionWithRotaryEmbeddings) {
   check(attentionStep("{rope_theta = 1.0e4 : f32}"), {ids({2, 4}, 5, 5)});
@@ -193,8 +187,7 @@ TEST_F(GradientTest, FFNReLU) { check(ffnStep("relu"), {ids({3}, 4, 8)}); }
 
 /// A full routed block: router -> dispatch (capacity C) -> experts ->
 /// combine, loss = CE + aux. `router` is the router's settings.
-std::string moeStep(const std::string &scoring, const std::string &attrs,
-                    int capacity, bool bias) {
+std::string moeStep(const std::string &scoring, const std::string &attrs, int capacity, bool bias) {
   std::string c = std::to_string(capacity);
   return R"mlir(
     moe.param @x : tensor<2x3x4xf32> init <normal, scale = 1.0>
@@ -209,16 +202,16 @@ std::string moeStep(const std::string &scoring, const std::string &attrs,
       %b = moe.get_param @bias : tensor<4xf32>
       %g, %e, %aux = moe.router )mlir" +
          scoring + " %x, %w" + (bias ? " bias %b" : "") + " top_k 2 " + attrs +
-         " : (tensor<2x3x4xf32>, tensor<4x4xf32>" +
-         (bias ? ", tensor<4xf32>" : "") + R"mlir() -> (tensor<2x3x2xf32>, tensor<2x3x2xi32>, tensor<f32>)
+         " : (tensor<2x3x4xf32>, tensor<4x4xf32>" + (bias ? ", tensor<4xf32>" : "") +
+         R"mlir() -> (tensor<2x3x2xf32>, tensor<2x3x2xi32>, tensor<f32>)
       %buf = moe.dispatch %x, %e : (tensor<2x3x4xf32>, tensor<2x3x2xi32>) -> tensor<4x)mlir" +
          c + R"mlir(x4xf32>
       %u = moe.get_param @up : tensor<4x4x5xf32>
       %d = moe.get_param @down : tensor<4x5x4xf32>
       %gt = moe.get_param @gate : tensor<4x4x5xf32>
       %y = moe.expert_ffn swiglu %buf, %u, %d gate %gt : (tensor<4x)mlir" +
-         c + "x4xf32>, tensor<4x4x5xf32>, tensor<4x5x4xf32>, tensor<4x4x5xf32>) -> tensor<4x" +
-         c + R"mlir(x4xf32>
+         c + "x4xf32>, tensor<4x4x5xf32>, tensor<4x5x4xf32>, tensor<4x4x5xf32>) -> tensor<4x" + c +
+         R"mlir(x4xf32>
       %o = moe.combine %y, %g, %e : (tensor<4x)mlir" +
          c + R"mlir(x4xf32>, tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> tensor<2x3x4xf32>
       %r = moe.add %x, %o : tensor<2x3x4xf32>
@@ -231,33 +224,31 @@ std::string moeStep(const std::string &scoring, const std::string &attrs,
 TEST_F(GradientTest, SoftmaxRoutingRenormalisedWithDropsAndLosses) {
   // 6 tokens x 2 choices over 4 experts with 2 slots each: some drop.
   check(moeStep("softmax",
-                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}",
-                2, false),
+                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}", 2,
+                false),
         {ids({2, 3}, 4, 9)});
 }
 
 TEST_F(GradientTest, SoftmaxRoutingDropless) {
-  check(moeStep("softmax", "{aux_loss_coef = 0.05 : f32}", 6, false),
-        {ids({2, 3}, 4, 10)});
+  check(moeStep("softmax", "{aux_loss_coef = 0.05 : f32}", 6, false), {ids({2, 3}, 4, 10)});
 }
 
 TEST_F(GradientTest, SigmoidRoutingWithSelectionBiasAndScaling) {
   check(moeStep("sigmoid",
-                "{renormalize = true, routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}",
-                3, true),
+                "{renormalize = true, routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}", 3,
+                true),
         {ids({2, 3}, 4, 11)});
 }
 
 TEST_F(GradientTest, FusedGatingWithDrops) {
   check(moeStep("softmax",
-                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}",
-                2, false),
+                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}", 2,
+                false),
         {ids({2, 3}, 4, 9)}, 1.0, /*fuseGating=*/true);
 }
 
 TEST_F(GradientTest, FusedGatingDroplessSigmoidWithBias) {
-  check(moeStep("sigmoid", "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}",
-                6, true),
+  check(moeStep("sigmoid", "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}", 6, true),
         {ids({2, 3}, 4, 12)}, 1.0, /*fuseGating=*/true);
 }
 
@@ -275,7 +266,8 @@ TEST_F(GradientTest, FusedGatingComputesWhatItReplaces) {
   // Same parameters, same inputs: the fused and unfused steps give the same
   // loss and gradients, bit for bit; fusion only makes the permutation
   // explicit.
-  std::string source = moeStep("softmax", "{renormalize = true, aux_loss_coef = 0.1 : f32}", 2, false);
+  std::string source =
+      moeStep("softmax", "{renormalize = true, aux_loss_coef = 0.1 : f32}", 2, false);
   std::vector<Tensor> results[2];
   for (int fused = 0; fused < 2; ++fused) {
     OwningOpRef<ModuleOp> module = parse(source);
@@ -290,8 +282,7 @@ TEST_F(GradientTest, FusedGatingComputesWhatItReplaces) {
     Interpreter interp(*module);
     interp.initParams(7);
     std::string error;
-    ASSERT_TRUE(interp.run("step", {ids({2, 3}, 4, 9)}, results[fused], error))
-        << error;
+    ASSERT_TRUE(interp.run("step", {ids({2, 3}, 4, 9)}, results[fused], error)) << error;
   }
   ASSERT_EQ(results[0].size(), results[1].size());
   for (size_t i = 0; i < results[0].size(); ++i)

@@ -19,14 +19,14 @@
 #include <vector>
 
 static int failures = 0;
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "rank %d: check failed: %s: ", rank, #cond);        \
-      std::fprintf(stderr, __VA_ARGS__);                                        \
-      std::fprintf(stderr, "\n");                                               \
-      ++failures;                                                               \
-    }                                                                           \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "rank %d: check failed: %s: ", rank, #cond);                            \
+      std::fprintf(stderr, __VA_ARGS__);                                                           \
+      std::fprintf(stderr, "\n");                                                                  \
+      ++failures;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -61,11 +61,11 @@ int main(int argc, char **argv) {
     float want = 0;
     for (int r = 0; r < size; ++r)
       want += static_cast<float>(r) + static_cast<float>(k) / 8;
-    CHECK(std::fabs(data[k] - want) <= 1e-5f * std::fabs(want), "k=%d got %g want %g", k,
-          data[k], want);
+    CHECK(std::fabs(data[k] - want) <= 1e-5f * std::fabs(want), "k=%d got %g want %g", k, data[k],
+          want);
   }
-  CHECK(moert_comm_bytes(comm, MOERT_ALL_REDUCE) == 2 * (size - 1) * count * 4 / size,
-        "bytes %lld", (long long)moert_comm_bytes(comm, MOERT_ALL_REDUCE));
+  CHECK(moert_comm_bytes(comm, MOERT_ALL_REDUCE) == 2 * (size - 1) * count * 4 / size, "bytes %lld",
+        (long long)moert_comm_bytes(comm, MOERT_ALL_REDUCE));
 
   // Ragged all-to-all: rank r sends r + j + 1 bytes of 'a' + r to rank j.
   std::vector<int64_t> sendBytes(size), recvBytes(size);
@@ -77,23 +77,23 @@ int main(int argc, char **argv) {
     want += std::string(recvBytes[j], static_cast<char>('a' + j));
   }
   std::string recv(want.size(), '?');
-  CHECK(moert_all_to_all_v(comm, send.data(), sendBytes.data(), &recv[0],
-                           recvBytes.data(), all.data(), size) == 0,
+  CHECK(moert_all_to_all_v(comm, send.data(), sendBytes.data(), &recv[0], recvBytes.data(),
+                           all.data(), size) == 0,
         "%s", moert_comm_error(comm));
   CHECK(recv == want, "got %s want %s", recv.c_str(), want.c_str());
 
   // all_gather, reduce_scatter, broadcast, barrier.
   int32_t mine = 10 * rank;
   std::vector<int32_t> gathered(size);
-  CHECK(moert_all_gather(comm, &mine, sizeof mine, gathered.data(), all.data(), size) == 0,
-        "%s", moert_comm_error(comm));
+  CHECK(moert_all_gather(comm, &mine, sizeof mine, gathered.data(), all.data(), size) == 0, "%s",
+        moert_comm_error(comm));
   for (int r = 0; r < size; ++r)
     CHECK(gathered[r] == 10 * r, "gathered[%d] = %d", r, gathered[r]);
   std::vector<float> chunks(2 * size), part(2);
   for (int j = 0; j < size; ++j)
     chunks[2 * j] = chunks[2 * j + 1] = static_cast<float>(rank + j);
-  CHECK(moert_reduce_scatter_f32(comm, chunks.data(), part.data(), 2, all.data(), size) == 0,
-        "%s", moert_comm_error(comm));
+  CHECK(moert_reduce_scatter_f32(comm, chunks.data(), part.data(), 2, all.data(), size) == 0, "%s",
+        moert_comm_error(comm));
   float sumWant = static_cast<float>(size * (size - 1) / 2 + size * rank);
   CHECK(part[0] == sumWant && part[1] == sumWant, "got %g want %g", part[0], sumWant);
   double value = rank == size - 1 ? 3.25 : 0;
@@ -104,8 +104,8 @@ int main(int argc, char **argv) {
   // A sub-group in reverse order: members' chunks follow the group order.
   std::vector<int32_t> reversed(all.rbegin(), all.rend());
   std::vector<int32_t> order(size);
-  CHECK(moert_all_gather(comm, &rank, sizeof rank, order.data(), reversed.data(), size) == 0,
-        "%s", moert_comm_error(comm));
+  CHECK(moert_all_gather(comm, &rank, sizeof rank, order.data(), reversed.data(), size) == 0, "%s",
+        moert_comm_error(comm));
   CHECK(order == reversed, "reverse-ordered gather");
   CHECK(moert_barrier(comm, all.data(), size) == 0, "%s", moert_comm_error(comm));
 

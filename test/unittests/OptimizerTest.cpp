@@ -19,9 +19,9 @@
 #include <random>
 
 using namespace mlir;
+using moe_test::MoETest;
 using ::moec::reference::Interpreter;
 using ::moec::reference::Tensor;
-using moe_test::MoETest;
 
 namespace {
 
@@ -49,11 +49,11 @@ TEST_F(OptimizerTest, WarmupThenCosineDecay) {
     EXPECT_TRUE(interp.run("lr", {step(s)}, out, error)) << error;
     return out.at(0).data[0];
   };
-  EXPECT_DOUBLE_EQ(at(0), 0.1);              // t = 1 of 10 warmup steps
-  EXPECT_DOUBLE_EQ(at(9), 1.0);              // end of warmup
-  EXPECT_NEAR(at(59), 0.55, 1e-12);          // halfway: min + (max-min)/2
-  EXPECT_NEAR(at(109), 0.1, 1e-12);          // end of the schedule
-  EXPECT_NEAR(at(500), 0.1, 1e-12);          // stays at min_lr
+  EXPECT_DOUBLE_EQ(at(0), 0.1);     // t = 1 of 10 warmup steps
+  EXPECT_DOUBLE_EQ(at(9), 1.0);     // end of warmup
+  EXPECT_NEAR(at(59), 0.55, 1e-12); // halfway: min + (max-min)/2
+  EXPECT_NEAR(at(109), 0.1, 1e-12); // end of the schedule
+  EXPECT_NEAR(at(500), 0.1, 1e-12); // stays at min_lr
 }
 
 TEST_F(OptimizerTest, FirstAdamWStepMovesEachWeightByTheLearningRate) {
@@ -82,8 +82,7 @@ TEST_F(OptimizerTest, FirstAdamWStepMovesEachWeightByTheLearningRate) {
   ASSERT_TRUE(interp.run("step", {targets, step(0)}, out, error)) << error;
   for (const char *name : {"x", "w"})
     for (size_t i = 0; i < before[name].data.size(); ++i)
-      EXPECT_NEAR(std::fabs(interp.params[name].data[i] - before[name].data[i]),
-                  0.01, 1e-9)
+      EXPECT_NEAR(std::fabs(interp.params[name].data[i] - before[name].data[i]), 0.01, 1e-9)
           << name << "[" << i << "]";
 }
 
@@ -96,7 +95,8 @@ TEST_F(OptimizerTest, TinyModelFitsOneBatch) {
             "num_shared_experts": 1, "aux_loss_coef": 0.01},
     "optimizer": {"lr": 0.01, "warmup_steps": 0, "total_steps": 60,
                   "schedule": "constant", "weight_decay": 0.0}
-  })", diags);
+  })",
+                                            diags);
   ASSERT_TRUE(doc) << diags.str();
   auto spec = moec::frontend::readModelJson(std::move(doc), diags);
   ASSERT_TRUE(spec) << diags.str();
@@ -110,8 +110,7 @@ TEST_F(OptimizerTest, TinyModelFitsOneBatch) {
     tokens[i] = static_cast<int32_t>(rng() % 16);
     targets[i] = static_cast<int32_t>(rng() % 16);
   }
-  std::vector<Tensor> args = {Tensor::ids({2, 8}, tokens),
-                              Tensor::ids({2, 8}, targets), Tensor()};
+  std::vector<Tensor> args = {Tensor::ids({2, 8}, tokens), Tensor::ids({2, 8}, targets), Tensor()};
   double first = 0, last = 0;
   for (int32_t s = 0; s < 60; ++s) {
     args[2] = step(s);

@@ -65,8 +65,7 @@ std::vector<int32_t> allTokens(const TokenStream &s) {
 TEST_F(RuntimeTest, TextIsBytesAndBinIsLittleEndianUint16) {
   TokenStream text, bin;
   std::string error;
-  ASSERT_TRUE(loadTokens(write("a.txt", "Hi\n\xff"), DataFormat::Auto, text, error))
-      << error;
+  ASSERT_TRUE(loadTokens(write("a.txt", "Hi\n\xff"), DataFormat::Auto, text, error)) << error;
   EXPECT_EQ(allTokens(text), (std::vector<int32_t>{'H', 'i', '\n', 255}));
   EXPECT_EQ(text.maxToken, 255);
   ASSERT_TRUE(loadTokens(write("a.bin", std::string("\x01\x00\xff\xff\x34\x12", 6)),
@@ -111,7 +110,7 @@ TEST_F(RuntimeTest, SamplingIsSeededShiftedAndResumable) {
   EXPECT_EQ(in1, in2);
   EXPECT_NE(in1, in3);
   for (size_t i = 0; i < in1.size(); ++i) {
-    EXPECT_EQ(tg1[i], in1[i] + 1); // targets are the next token
+    EXPECT_EQ(tg1[i], in1[i] + 1);                  // targets are the next token
     EXPECT_LT(tg1[i], static_cast<int32_t>(split)); // stays in the train split
   }
   // Resuming at a position continues the same sequence of batches.
@@ -176,8 +175,7 @@ TEST_F(RuntimeTest, CheckpointsRoundTripAtomically) {
   // Overwriting leaves exactly the two files: no temporaries behind.
   state["step"] = 240;
   ASSERT_TRUE(saveCheckpoint(ckpt, tensors, state, error)) << error;
-  EXPECT_EQ(files(ckpt),
-            (std::vector<std::string>{"state.json", "tensors.safetensors"}));
+  EXPECT_EQ(files(ckpt), (std::vector<std::string>{"state.json", "tensors.safetensors"}));
   TensorMap back;
   nlohmann::json stateBack;
   ASSERT_TRUE(loadCheckpoint(ckpt, back, stateBack, error)) << error;

@@ -25,8 +25,8 @@ protected:
     mlir::moe::registerAllDialects(registry);
     context.appendDialectRegistry(registry);
     context.loadAllAvailableDialects();
-    handler = std::make_unique<mlir::ScopedDiagnosticHandler>(
-        &context, [this](mlir::Diagnostic &diag) {
+    handler =
+        std::make_unique<mlir::ScopedDiagnosticHandler>(&context, [this](mlir::Diagnostic &diag) {
           errors.push_back(diag.str());
           return mlir::success();
         });

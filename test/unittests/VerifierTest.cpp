@@ -22,8 +22,7 @@ protected:
   /// A function taking `inputs`, with a builder at the end of its body.
   std::pair<func::FuncOp, OpBuilder> function(ArrayRef<Type> inputs) {
     OpBuilder top = OpBuilder::atBlockEnd(module->getBody());
-    auto fn = func::FuncOp::create(
-        top, loc, "f", FunctionType::get(&context, inputs, {}));
+    auto fn = func::FuncOp::create(top, loc, "f", FunctionType::get(&context, inputs, {}));
     return {fn, OpBuilder::atBlockEnd(fn.addEntryBlock())};
   }
 
@@ -37,13 +36,12 @@ protected:
 
 TEST_F(VerifierTest, RouterTopKAboveExpertsIsAnError) {
   auto [fn, b] = function({f32({4, 8}), f32({8, 4})});
-  RouterOp::create(b, loc, Scoring::sigmoid, fn.getArgument(0),
-                   fn.getArgument(1), Value(), /*topK=*/6);
+  RouterOp::create(b, loc, Scoring::sigmoid, fn.getArgument(0), fn.getArgument(1), Value(),
+                   /*topK=*/6);
   func::ReturnOp::create(b, loc);
   EXPECT_TRUE(failed(verify(*module)));
   ASSERT_FALSE(errors.empty());
-  EXPECT_EQ(errors[0],
-            "'moe.router' op top_k (6) must be in [1, 4], the number of experts");
+  EXPECT_EQ(errors[0], "'moe.router' op top_k (6) must be in [1, 4], the number of experts");
 }
 
 TEST_F(VerifierTest, CollectiveWithoutGridIsAnError) {
@@ -58,8 +56,7 @@ TEST_F(VerifierTest, CollectiveWithoutGridIsAnError) {
                        "on the enclosing module");
   // Attaching a grid makes the same IR valid.
   errors.clear();
-  (*module)->setAttr(MoEDialect::kGridAttrName,
-                     GridAttr::get(&context, 2, 1, 1, ArrayAttr()));
+  (*module)->setAttr(MoEDialect::kGridAttrName, GridAttr::get(&context, 2, 1, 1, ArrayAttr()));
   EXPECT_TRUE(succeeded(verify(*module)));
   EXPECT_TRUE(errors.empty());
 }
@@ -67,13 +64,11 @@ TEST_F(VerifierTest, CollectiveWithoutGridIsAnError) {
 TEST_F(VerifierTest, DispatchBuilderMakesVerifiableBuffers) {
   auto ids = RankedTensorType::get({3, 2}, IntegerType::get(&context, 32));
   auto [fn, b] = function({f32({3, 16}), ids});
-  auto dispatch = DispatchOp::create(b, loc, fn.getArgument(0),
-                                     fn.getArgument(1), /*numExperts=*/8,
+  auto dispatch = DispatchOp::create(b, loc, fn.getArgument(0), fn.getArgument(1), /*numExperts=*/8,
                                      /*capacity=*/3);
   func::ReturnOp::create(b, loc);
   EXPECT_TRUE(succeeded(verify(*module)));
-  EXPECT_EQ(cast<RankedTensorType>(dispatch.getType()).getShape(),
-            ArrayRef<int64_t>({8, 3, 16}));
+  EXPECT_EQ(cast<RankedTensorType>(dispatch.getType()).getShape(), ArrayRef<int64_t>({8, 3, 16}));
 }
 
 TEST_F(VerifierTest, ParseErrorsCarryLocations) {

@@ -22,6 +22,5 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
   mlir::moe::registerMoEPasses();
   mlir::moe::registerMoEPipelines();
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "MoEC optimiser driver\n", registry));
+  return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, "MoEC optimiser driver\n", registry));
 }

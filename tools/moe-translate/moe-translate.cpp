@@ -35,44 +35,36 @@ using namespace llvm;
 using namespace moec::frontend;
 
 static cl::OptionCategory category("moe-translate options");
-static cl::opt<std::string> modelFile("import-model",
-                                      cl::desc("MoEC JSON model description"),
-                                      cl::value_desc("model.json"),
-                                      cl::cat(category));
+static cl::opt<std::string> modelFile("import-model", cl::desc("MoEC JSON model description"),
+                                      cl::value_desc("model.json"), cl::cat(category));
+static cl::opt<std::string> hfFile("import-hf-config",
+                                   cl::desc("HuggingFace config.json of a supported MoE family"),
+                                   cl::value_desc("config.json"), cl::cat(category));
+static cl::opt<int64_t> seqLen("seq-len",
+                               cl::desc("Sequence length for --import-hf-config (default: "
+                                        "min(max_position_embeddings, 4096))"),
+                               cl::init(0), cl::cat(category));
+static cl::opt<int64_t> batchSize("batch-size", cl::desc("Batch size for --import-hf-config"),
+                                  cl::init(1), cl::cat(category));
+static cl::opt<std::string> dtype("dtype",
+                                  cl::desc("Element type for --import-hf-config: f32, bf16, f16"),
+                                  cl::init("f32"), cl::cat(category));
 static cl::opt<std::string>
-    hfFile("import-hf-config",
-           cl::desc("HuggingFace config.json of a supported MoE family"),
-           cl::value_desc("config.json"), cl::cat(category));
-static cl::opt<int64_t> seqLen(
-    "seq-len",
-    cl::desc("Sequence length for --import-hf-config (default: "
-             "min(max_position_embeddings, 4096))"),
-    cl::init(0), cl::cat(category));
-static cl::opt<int64_t>
-    batchSize("batch-size", cl::desc("Batch size for --import-hf-config"),
-              cl::init(1), cl::cat(category));
-static cl::opt<std::string>
-    dtype("dtype", cl::desc("Element type for --import-hf-config: f32, bf16, f16"),
-          cl::init("f32"), cl::cat(category));
-static cl::opt<std::string>
-    clusterFile("cluster",
-                cl::desc("JSON cluster description to attach as moe.cluster"),
+    clusterFile("cluster", cl::desc("JSON cluster description to attach as moe.cluster"),
                 cl::value_desc("cluster.json"), cl::cat(category));
-static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
-                                       cl::value_desc("file"), cl::init("-"),
-                                       cl::cat(category));
-static cl::opt<std::string> stepProgramFile(
-    "emit-step-program",
-    cl::desc("Lowered moe IR (moec --emit=mlir) to its C++ step program"),
-    cl::value_desc("lowered.mlir"), cl::cat(category));
-static cl::opt<moec::codegen::Gemm> gemm(
-    "gemm", cl::desc("With --emit-step-program: who computes the contractions"),
-    cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto", "OpenBLAS for large products"),
-               clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
-               clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS extern stages")),
-    cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
-static cl::opt<bool> warningsAsErrors("Werror",
-                                      cl::desc("Treat warnings as errors"),
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"), cl::value_desc("file"),
+                                       cl::init("-"), cl::cat(category));
+static cl::opt<std::string>
+    stepProgramFile("emit-step-program",
+                    cl::desc("Lowered moe IR (moec --emit=mlir) to its C++ step program"),
+                    cl::value_desc("lowered.mlir"), cl::cat(category));
+static cl::opt<moec::codegen::Gemm>
+    gemm("gemm", cl::desc("With --emit-step-program: who computes the contractions"),
+         cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto", "OpenBLAS for large products"),
+                    clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
+                    clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS extern stages")),
+         cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
+static cl::opt<bool> warningsAsErrors("Werror", cl::desc("Treat warnings as errors"),
                                       cl::cat(category));
 
 /// Prints diagnostics; true when there are errors (or warnings under -Werror).
@@ -130,8 +122,8 @@ int main(int argc, char **argv) {
         !llvm::is_contained(entry.second->Categories, &category) &&
         !llvm::is_contained(ArrayRef<StringRef>{"help", "help-list", "version"}, entry.first))
       entry.second->setHiddenFlag(cl::Hidden);
-  cl::ParseCommandLineOptions(
-      argc, argv, "MoEC translator: model and cluster descriptions to moe IR\n");
+  cl::ParseCommandLineOptions(argc, argv,
+                              "MoEC translator: model and cluster descriptions to moe IR\n");
 
   if (!stepProgramFile.empty()) {
     if (!modelFile.empty() || !hfFile.empty() || !clusterFile.empty()) {
@@ -145,15 +137,13 @@ int main(int argc, char **argv) {
               "--import-hf-config FILE\n";
     return 2;
   }
-  if (seqLen < 0 || seqLen > (1 << 20) || batchSize < 1 ||
-      batchSize > (1 << 20)) {
+  if (seqLen < 0 || seqLen > (1 << 20) || batchSize < 1 || batchSize > (1 << 20)) {
     errs() << "moe-translate: error: --seq-len must be in [1, 1048576] and "
               "--batch-size in [1, 1048576]\n";
     return 2;
   }
   if (dtype != "f32" && dtype != "bf16" && dtype != "f16") {
-    errs() << "moe-translate: error: --dtype must be f32, bf16 or f16, got '"
-           << dtype << "'\n";
+    errs() << "moe-translate: error: --dtype must be f32, bf16 or f16, got '" << dtype << "'\n";
     return 2;
   }
 
@@ -183,8 +173,7 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context(registry);
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(*spec, context);
   if (module && cluster)
-    (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
-                       clusterAttr(*cluster, context));
+    (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName, clusterAttr(*cluster, context));
   if (!module || mlir::failed(mlir::verify(*module))) {
     errs() << "moe-translate: internal error: the generated IR does not "
               "verify (please report this with the input file)\n";

@@ -40,8 +40,7 @@ using namespace llvm;
 using namespace moec::frontend;
 
 static cl::OptionCategory category("moec options");
-static cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.json>"),
-                                      cl::cat(category));
+static cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.json>"), cl::cat(category));
 static cl::opt<bool> hfConfig("hf", cl::desc("The model is a HuggingFace config.json"),
                               cl::cat(category));
 static cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description"),
@@ -49,63 +48,61 @@ static cl::opt<std::string> clusterFile("cluster", cl::desc("Cluster description
 static cl::opt<std::string> outputPath("o", cl::desc("Output (file or directory)"),
                                        cl::value_desc("path"), cl::cat(category));
 enum class Emit { Mlir, Plan, Kernels, Cpp, Exe };
-static cl::opt<Emit> emit(
-    "emit", cl::desc("Stop after a stage"),
-    cl::values(clEnumValN(Emit::Mlir, "mlir", "the lowered training step (moe IR)"),
-               clEnumValN(Emit::Plan, "plan", "the buffer plan and kernel list (JSON)"),
-               clEnumValN(Emit::Kernels, "kernels",
-                          "generate every kernel into <o>/kernels with a manifest"),
-               clEnumValN(Emit::Cpp, "cpp", "the C++ step program"),
-               clEnumValN(Emit::Exe, "exe", "the training executable (default)")),
-    cl::init(Emit::Exe),
-    cl::cat(category));
-static cl::opt<bool> recompute(
-    "recompute-ffn",
-    cl::desc("FFN backward recomputes the pre-activations instead of saving "
-             "them in the forward (less activation memory, slower step)"),
-    cl::init(false), cl::cat(category));
-static cl::opt<moec::codegen::Gemm> gemm(
-    "gemm", cl::desc("Who computes the linear and FFN contractions"),
-    cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto",
-                          "OpenBLAS for large products, Halide for small ones (default)"),
-               clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
-               clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS sgemm extern stages")),
-    cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
-static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"),
-                             cl::cat(category));
-static cl::opt<unsigned> hfSeqLen(
-    "seq-len", cl::desc("With --hf: tokens per sequence (default: "
-                        "min(max_position_embeddings, 4096))"),
-    cl::init(0), cl::cat(category));
+static cl::opt<Emit>
+    emit("emit", cl::desc("Stop after a stage"),
+         cl::values(clEnumValN(Emit::Mlir, "mlir", "the lowered training step (moe IR)"),
+                    clEnumValN(Emit::Plan, "plan", "the buffer plan and kernel list (JSON)"),
+                    clEnumValN(Emit::Kernels, "kernels",
+                               "generate every kernel into <o>/kernels with a manifest"),
+                    clEnumValN(Emit::Cpp, "cpp", "the C++ step program"),
+                    clEnumValN(Emit::Exe, "exe", "the training executable (default)")),
+         cl::init(Emit::Exe), cl::cat(category));
+static cl::opt<bool>
+    recompute("recompute-ffn",
+              cl::desc("FFN backward recomputes the pre-activations instead of saving "
+                       "them in the forward (less activation memory, slower step)"),
+              cl::init(false), cl::cat(category));
+static cl::opt<moec::codegen::Gemm>
+    gemm("gemm", cl::desc("Who computes the linear and FFN contractions"),
+         cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto",
+                               "OpenBLAS for large products, Halide for small ones (default)"),
+                    clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
+                    clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS sgemm extern stages")),
+         cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
+static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
+static cl::opt<unsigned> hfSeqLen("seq-len",
+                                  cl::desc("With --hf: tokens per sequence (default: "
+                                           "min(max_position_embeddings, 4096))"),
+                                  cl::init(0), cl::cat(category));
 static cl::opt<unsigned> hfBatch("batch-size",
-                                 cl::desc("With --hf: sequences per step (default 1)"),
-                                 cl::init(1), cl::cat(category));
-static cl::opt<unsigned> ranks(
-    "ranks",
-    cl::desc("Partition the step over N ranks (data x expert parallel): the "
-             "binary runs them as threads, or one per process under mpirun"),
-    cl::init(1), cl::cat(category));
-static cl::opt<unsigned> expertParallel(
-    "ep",
-    cl::desc("Expert-parallel degree of --ranks (default: the largest divisor "
-             "of N that divides every layer's experts; dp = N / ep), or forced "
-             "on a --cluster plan"),
-    cl::init(0), cl::cat(category));
-static cl::opt<unsigned> dataParallel(
-    "dp", cl::desc("With --cluster: force the plan's data-parallel degree"), cl::init(0),
-    cl::cat(category));
-static cl::opt<unsigned> tensorParallel(
-    "tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"), cl::init(0),
-    cl::cat(category));
+                                 cl::desc("With --hf: sequences per step (default 1)"), cl::init(1),
+                                 cl::cat(category));
+static cl::opt<unsigned>
+    ranks("ranks",
+          cl::desc("Partition the step over N ranks (data x expert parallel): the "
+                   "binary runs them as threads, or one per process under mpirun"),
+          cl::init(1), cl::cat(category));
+static cl::opt<unsigned>
+    expertParallel("ep",
+                   cl::desc("Expert-parallel degree of --ranks (default: the largest divisor "
+                            "of N that divides every layer's experts; dp = N / ep), or forced "
+                            "on a --cluster plan"),
+                   cl::init(0), cl::cat(category));
+static cl::opt<unsigned>
+    dataParallel("dp", cl::desc("With --cluster: force the plan's data-parallel degree"),
+                 cl::init(0), cl::cat(category));
+static cl::opt<unsigned>
+    tensorParallel("tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"),
+                   cl::init(0), cl::cat(category));
 static cl::opt<std::string> pinExperts(
     "pin-experts",
     cl::desc("With --cluster: pin experts to ep ranks, EXPERT@RANK,... (moe-plan-sharding pin=)"),
     cl::value_desc("list"), cl::init(""), cl::cat(category));
-static cl::opt<std::string> compressGrad(
-    "compress-grad",
-    cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
-             "int8[:block], topk[:ratio], sign, powersgd[:rank]; error feedback on)"),
-    cl::value_desc("codec"), cl::init("none"), cl::cat(category));
+static cl::opt<std::string>
+    compressGrad("compress-grad",
+                 cl::desc("With --ranks: compress the gradient all-reduces with CODEC (fp16, bf16, "
+                          "int8[:block], topk[:ratio], sign, powersgd[:rank]; error feedback on)"),
+                 cl::value_desc("codec"), cl::init("none"), cl::cat(category));
 static cl::opt<std::string> compressEmbedding(
     "compress-embedding",
     cl::desc("With --compress-grad: another codec for the token embedding and LM head "
@@ -119,15 +116,15 @@ static cl::opt<std::string> compressDispatch(
 static cl::opt<unsigned> compressWarmup("compress-warmup",
                                         cl::desc("Uncompressed steps before the codec applies"),
                                         cl::init(0), cl::cat(category));
-static cl::opt<bool> noErrorFeedback(
-    "no-error-feedback",
-    cl::desc("Drop what topk, sign and powersgd do not send (for comparison)"),
-    cl::init(false), cl::cat(category));
-static cl::opt<unsigned> routingGroups(
-    "routing-groups",
-    cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
-             "a one-rank binary with G groups trains exactly as G ranks"),
-    cl::init(0), cl::cat(category));
+static cl::opt<bool>
+    noErrorFeedback("no-error-feedback",
+                    cl::desc("Drop what topk, sign and powersgd do not send (for comparison)"),
+                    cl::init(false), cl::cat(category));
+static cl::opt<unsigned>
+    routingGroups("routing-groups",
+                  cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
+                           "a one-rank binary with G groups trains exactly as G ranks"),
+                  cl::init(0), cl::cat(category));
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -138,9 +135,8 @@ struct Stage {
   ~Stage() {
     if (verbose)
       errs() << "moec: " << name << ": "
-             << static_cast<long long>(std::chrono::duration<double, std::milli>(
-                                           Clock::now() - start)
-                                           .count())
+             << static_cast<long long>(
+                    std::chrono::duration<double, std::milli>(Clock::now() - start).count())
              << " ms\n";
   }
   const char *name;
@@ -165,8 +161,8 @@ std::string generatorPath(const char *argv0) {
 mlir::LogicalResult printDiagnostic(mlir::Diagnostic &diag) {
   auto print = [](mlir::Location loc, mlir::DiagnosticSeverity severity, const Twine &text) {
     if (auto file = dyn_cast<mlir::FileLineColLoc>(loc))
-      errs() << file.getFilename().getValue() << ":" << file.getLine() << ":"
-             << file.getColumn() << ": ";
+      errs() << file.getFilename().getValue() << ":" << file.getLine() << ":" << file.getColumn()
+             << ": ";
     else
       errs() << "moec: ";
     errs() << (severity == mlir::DiagnosticSeverity::Error     ? "error: "
@@ -211,8 +207,7 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     return nullptr;
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(*spec, context);
   if (module && cluster)
-    (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName,
-                       clusterAttr(*cluster, context));
+    (*module)->setAttr(mlir::moe::MoEDialect::kClusterAttrName, clusterAttr(*cluster, context));
   return module;
 }
 
@@ -304,16 +299,15 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
   if (!grid || grid.getNumRanks() == 1)
     return mlir::success();
-  if (auto plan = module->getAttrOfType<mlir::DictionaryAttr>(
-          mlir::moe::MoEDialect::kPlanAttrName))
+  if (auto plan = module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kPlanAttrName))
     if (auto stage = plan.getAs<mlir::IntegerAttr>("zero_stage"); stage && stage.getInt())
       errs() << "moec: note: the plan shards the optimiser state (ZeRO-1); the runtime "
                 "keeps it replicated, so each rank holds more than the plan's memory\n";
   if (emit == Emit::Exe)
-    errs() << "moec: the step is partitioned for the plan's " << grid.getNumRanks()
-           << " ranks (dp " << grid.getDp() << " x ep " << grid.getEp() << " x tp "
-           << grid.getTp() << "): run it with --ranks " << grid.getNumRanks()
-           << " (threads) or under mpirun -n " << grid.getNumRanks() << "\n";
+    errs() << "moec: the step is partitioned for the plan's " << grid.getNumRanks() << " ranks (dp "
+           << grid.getDp() << " x ep " << grid.getEp() << " x tp " << grid.getTp()
+           << "): run it with --ranks " << grid.getNumRanks() << " (threads) or under mpirun -n "
+           << grid.getNumRanks() << "\n";
   return mlir::success();
 }
 
@@ -416,4 +410,3 @@ int main(int argc, char **argv) {
   }
   return build(*module, *calls, manifest, argv[0]);
 }
-

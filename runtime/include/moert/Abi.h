@@ -51,11 +51,7 @@ enum moert_activation {
 };
 
 /* Learning-rate schedules (moe.lr_schedule's `schedule`). */
-enum moert_lr_schedule {
-  MOERT_LR_COSINE = 0,
-  MOERT_LR_LINEAR = 1,
-  MOERT_LR_CONSTANT = 2
-};
+enum moert_lr_schedule { MOERT_LR_COSINE = 0, MOERT_LR_LINEAR = 1, MOERT_LR_CONSTANT = 2 };
 
 /* Grid axes of a collective's group, as a bit mask. */
 enum moert_axis { MOERT_AXIS_DP = 1, MOERT_AXIS_EP = 2, MOERT_AXIS_TP = 4 };
@@ -114,9 +110,9 @@ static inline int64_t moert_ring_all_reduce_bytes(int64_t n, int64_t p) {
  * (runtime/lib/StepComm.cpp): fp16, bf16 and int8 an all-to-all of encoded
  * chunks and an all-gather of the encoded sums; topk and sign an all-gather
  * of the encoding; powersgd ring all-reduces of P [rows, r] and Q [cols, r]. */
-static inline int64_t moert_codec_all_reduce_bytes(int kind, int64_t block_size,
-                                                   double ratio, int64_t rank, int64_t n,
-                                                   int64_t rows, int64_t cols, int64_t p) {
+static inline int64_t moert_codec_all_reduce_bytes(int kind, int64_t block_size, double ratio,
+                                                   int64_t rank, int64_t n, int64_t rows,
+                                                   int64_t cols, int64_t p) {
   if (p <= 1)
     return 0;
   switch (kind) {

@@ -24,8 +24,7 @@ template <typename T> struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U> AlignedAllocator(const AlignedAllocator<U> &) {}
   T *allocate(size_t n) {
-    size_t bytes = (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment *
-                   kBufferAlignment;
+    size_t bytes = (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     void *p = std::aligned_alloc(kBufferAlignment, bytes ? bytes : kBufferAlignment);
     if (!p)
       throw std::bad_alloc();

@@ -31,23 +31,22 @@ struct HostTensor {
 using TensorMap = std::map<std::string, HostTensor>;
 
 /// Writes `tensors` and `state` into directory `dir` (created if missing).
-bool saveCheckpoint(const std::string &dir, const TensorMap &tensors,
-                    const nlohmann::json &state, std::string &error);
+bool saveCheckpoint(const std::string &dir, const TensorMap &tensors, const nlohmann::json &state,
+                    std::string &error);
 
 /// Reads a checkpoint written by saveCheckpoint.
-bool loadCheckpoint(const std::string &dir, TensorMap &tensors,
-                    nlohmann::json &state, std::string &error);
+bool loadCheckpoint(const std::string &dir, TensorMap &tensors, nlohmann::json &state,
+                    std::string &error);
 
 /// safetensors encoding of `tensors` (all F32) and its inverse; `origin`
 /// names the data in errors.
 std::string encodeSafetensors(const TensorMap &tensors);
-bool decodeSafetensors(const std::string &bytes, const std::string &origin,
-                       TensorMap &tensors, std::string &error);
+bool decodeSafetensors(const std::string &bytes, const std::string &origin, TensorMap &tensors,
+                       std::string &error);
 
 /// Writes `contents` to `path` atomically (temporary file, fsync, rename,
 /// fsync of the directory).
-bool writeFileAtomic(const std::string &path, const std::string &contents,
-                     std::string &error);
+bool writeFileAtomic(const std::string &path, const std::string &contents, std::string &error);
 
 } // namespace moert
 

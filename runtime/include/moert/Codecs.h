@@ -42,9 +42,9 @@ enum class CodecKind {
 
 struct CodecSpec {
   CodecKind kind = CodecKind::FP16;
-  int64_t blockSize = 256; ///< int8: elements per scale
-  double ratio = 0.01;     ///< topk: fraction of elements sent
-  int64_t rank = 4;        ///< powersgd: rank of the factors
+  int64_t blockSize = 256;   ///< int8: elements per scale
+  double ratio = 0.01;       ///< topk: fraction of elements sent
+  int64_t rank = 4;          ///< powersgd: rank of the factors
   bool errorFeedback = true; ///< topk, sign, powersgd: keep a residual
 };
 
@@ -54,13 +54,12 @@ bool parseCodec(const std::string &text, CodecSpec &spec, std::string &error);
 
 /// The exact bytes `encode` produces for a tensor of `n` elements (PowerSGD:
 /// a [rows, cols] matrix, rows * cols = n).
-int64_t encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows = 0,
-                     int64_t cols = 0);
+int64_t encodedBytes(const CodecSpec &spec, int64_t n, int64_t rows = 0, int64_t cols = 0);
 
 /// The state one tensor's codec keeps on one rank across steps.
 struct CodecState {
-  std::vector<float> residual; ///< error feedback: input not yet sent
-  std::vector<float> q;        ///< powersgd: the warm-started right factor
+  std::vector<float> residual;           ///< error feedback: input not yet sent
+  std::vector<float> q;                  ///< powersgd: the warm-started right factor
   uint64_t seed = 0x9e3779b97f4a7c15ull; ///< powersgd: initial Q
 };
 
@@ -72,13 +71,12 @@ CodecStates &codecStates(moert_context *ctx);
 /// Encodes `n` floats (with the residual of `state` added when the codec
 /// keeps one, and the new residual stored) into `out`, which gets exactly
 /// encodedBytes(...) bytes. PowerSGD needs rows * cols = n.
-void encode(const CodecSpec &spec, const float *data, int64_t n,
-            std::vector<uint8_t> &out, CodecState &state, int64_t rows = 0,
-            int64_t cols = 0);
+void encode(const CodecSpec &spec, const float *data, int64_t n, std::vector<uint8_t> &out,
+            CodecState &state, int64_t rows = 0, int64_t cols = 0);
 
 /// Decodes what `encode` wrote into `n` floats.
-void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out,
-            int64_t rows = 0, int64_t cols = 0);
+void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out, int64_t rows = 0,
+            int64_t cols = 0);
 
 /// `data` plus the residual of `state` when the codec keeps one (created at
 /// zero on first use).
@@ -90,8 +88,8 @@ std::vector<float> withResidual(const CodecSpec &spec, const float *data, int64_
 /// seeded start the same on every rank), P = M Q and Q = M^T P.
 int64_t powerRank(const CodecSpec &spec, int64_t rows, int64_t cols);
 void powerStart(CodecState &state, int64_t cols, int64_t r);
-std::vector<float> powerLeft(const std::vector<float> &m, const std::vector<float> &q,
-                             int64_t rows, int64_t cols, int64_t r);
+std::vector<float> powerLeft(const std::vector<float> &m, const std::vector<float> &q, int64_t rows,
+                             int64_t cols, int64_t r);
 std::vector<float> powerRight(const std::vector<float> &m, const std::vector<float> &p,
                               int64_t rows, int64_t cols, int64_t r);
 

@@ -52,26 +52,23 @@ int moert_comm_rank(const moert_comm *comm);
 int moert_comm_size(const moert_comm *comm);
 
 /* Sum of `count` floats over the group, in place. */
-int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count,
-                         const int32_t *group, int group_size);
+int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int32_t *group,
+                         int group_size);
 /* Member i sends send_bytes[j] bytes (consecutive in `send`, in member
  * order) to member j and receives recv_bytes[j] from it (consecutive in
  * `recv`); what j sends to i must equal what i expects from j. */
-int moert_all_to_all_v(moert_comm *comm, const void *send,
-                       const int64_t *send_bytes, void *recv,
-                       const int64_t *recv_bytes, const int32_t *group,
-                       int group_size);
+int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *send_bytes, void *recv,
+                       const int64_t *recv_bytes, const int32_t *group, int group_size);
 /* recv = the members' `bytes`-byte chunks in member order. */
-int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes,
-                     void *recv, const int32_t *group, int group_size);
+int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes, void *recv,
+                     const int32_t *group, int group_size);
 /* recv (count floats) = sum over members of their send chunk for this
  * member (send holds group_size chunks of count floats). */
-int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv,
-                             int64_t count, const int32_t *group,
-                             int group_size);
+int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv, int64_t count,
+                             const int32_t *group, int group_size);
 /* The root's (a global rank in the group) `bytes` to every member. */
-int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root,
-                    const int32_t *group, int group_size);
+int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root, const int32_t *group,
+                    int group_size);
 int moert_barrier(moert_comm *comm, const int32_t *group, int group_size);
 
 /* The last failure's message ("" when none). */
@@ -82,8 +79,8 @@ int64_t moert_comm_bytes(const moert_comm *comm, int collective);
 /* Runs fn(comm, user) on `ranks` threads, one communicator each, with the
  * given timeout per collective; returns 0 when every rank returned 0, else
  * the first non-zero result (by rank). */
-int moert_run_threads(int ranks, double timeout_seconds,
-                      int (*fn)(moert_comm *comm, void *user), void *user);
+int moert_run_threads(int ranks, double timeout_seconds, int (*fn)(moert_comm *comm, void *user),
+                      void *user);
 
 #ifdef __cplusplus
 }

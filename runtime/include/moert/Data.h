@@ -40,15 +40,14 @@ struct TokenStream {
 /// Reads `path`. `Auto` picks Bin for a `.bin` suffix, Text otherwise.
 /// Returns false and sets `error` (with the path) for an unreadable file, an
 /// empty one, or a .bin file of odd size.
-bool loadTokens(const std::string &path, DataFormat format, TokenStream &out,
-                std::string &error);
+bool loadTokens(const std::string &path, DataFormat format, TokenStream &out, std::string &error);
 
 /// Random windows of `seqLen + 1` tokens from `[begin, end)` of a stream:
 /// inputs are the first `seqLen`, targets the last `seqLen`.
 class BatchSampler {
 public:
-  BatchSampler(const TokenStream &tokens, size_t begin, size_t end,
-               int64_t batch, int64_t seqLen, uint64_t seed);
+  BatchSampler(const TokenStream &tokens, size_t begin, size_t end, int64_t batch, int64_t seqLen,
+               uint64_t seed);
 
   /// False (with `error`) when the range is shorter than one window.
   bool valid(std::string &error) const;

@@ -68,13 +68,13 @@ typedef struct {
   uint64_t seed;
   /* One training step: forward, backward, optimiser. Returns 0, or a
    * non-zero kernel error code (the message went to the error handler). */
-  int (*train_step)(moert_context *ctx, const int32_t *tokens,
-                    const int32_t *targets, int32_t step, float *loss);
+  int (*train_step)(moert_context *ctx, const int32_t *tokens, const int32_t *targets, int32_t step,
+                    float *loss);
   /* The forward loss only (validation, sampling); parameters are not
    * changed. When `logits` is not null it receives the next-token logits,
    * batch x seq_len x vocab floats (row-major). */
-  int (*eval_step)(moert_context *ctx, const int32_t *tokens,
-                   const int32_t *targets, float *loss, float *logits);
+  int (*eval_step)(moert_context *ctx, const int32_t *tokens, const int32_t *targets, float *loss,
+                   float *logits);
   /* MoE layers in order: experts and capacity (slots per expert and routing
    * group) each. */
   int num_moe_layers;
@@ -102,10 +102,9 @@ typedef struct {
 } moert_program;
 
 /* Scalar routines the step program calls (lr schedule, clipping norm). */
-float moert_lr_schedule(int32_t step, double lr, double min_lr,
-                        int64_t warmup, int64_t total, int schedule);
-float moert_global_norm(const float *const *grads, const int64_t *sizes,
-                        int count);
+float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
+                        int schedule);
+float moert_global_norm(const float *const *grads, const int64_t *sizes, int count);
 void moert_fill(float *data, int64_t count, float value);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
@@ -115,20 +114,20 @@ void moert_fill(float *data, int64_t count, float value);
 /* Fills `members` (global ranks, in axis order) and returns the size. */
 int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
 /* out = scale * (sum, or mean when `mean`, over the group of in). */
-int moert_step_all_reduce(moert_context *ctx, float *out, const float *in,
-                          int64_t count, int axes, int mean, double scale);
+int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count, int axes,
+                          int mean, double scale);
 /* `n` all-reduces of the same group, reduction and scale as one bucket: the
  * inputs are packed, reduced by one collective (one rendezvous, one
  * latency), and unpacked into the outputs, as DDP buckets gradients. */
 int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
-                                 const float *const *ins, const int64_t *counts, int axes,
-                                 int mean, double scale);
+                                 const float *const *ins, const int64_t *counts, int axes, int mean,
+                                 double scale);
 /* moe.all_to_all (dense): `in` of shape[rank] splits into P chunks along
  * `split`; chunk p goes to member p; chunks received concatenate along
  * `concat` in member order into `out`. */
-int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
-                          const int64_t *shape, int rank, int split, int concat,
-                          int axes, const struct moert_codec *codec);
+int moert_step_all_to_all(moert_context *ctx, float *out, const float *in, const int64_t *shape,
+                          int rank, int split, int concat, int axes,
+                          const struct moert_codec *codec);
 /* A codec of moe.all_reduce (moert/Codecs.h); `kind` is an enum
  * moert_codec_kind (moert/Abi.h). */
 typedef struct moert_codec {
@@ -145,10 +144,9 @@ typedef struct moert_codec {
  * error feedback); powersgd by all-reducing P = M Q and Q = M^T P (rank r,
  * Q warm-started, error feedback), M viewed as [rows, cols]. `site` names
  * the tensor's state. Results are bit-identical on every member. */
-int moert_step_all_reduce_codec(moert_context *ctx, float *out, const float *in,
-                                int64_t count, int axes, int mean, double scale,
-                                const moert_codec *codec, int site, int64_t rows,
-                                int64_t cols);
+int moert_step_all_reduce_codec(moert_context *ctx, float *out, const float *in, int64_t count,
+                                int axes, int mean, double scale, const moert_codec *codec,
+                                int site, int64_t rows, int64_t cols);
 void moert_codec_states_free(moert_context *ctx);
 
 /* The ragged form on a dispatch buffer (moe.all_to_all ... counts): `shape`
@@ -158,16 +156,15 @@ void moert_codec_states_free(moert_context *ctx);
  * output block i; other rows of `out` are zero. Indexing: for [E, C, D] block
  * e; for [A, P*C, D] block (a, q) at a * P + q. */
 int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in,
-                                 const int64_t *shape, int split, int concat,
-                                 int axes, const int32_t *counts, int32_t *recv,
+                                 const int64_t *shape, int split, int concat, int axes,
+                                 const int32_t *counts, int32_t *recv,
                                  const struct moert_codec *codec);
 /* Both all_to_alls take an optional `codec` (fp16, bf16 or int8; null: raw
  * floats): each member's payload for each peer is encoded on the wire. */
 /* The L2 norm of the gradients; squares of the `sharded` ones are summed
  * over the group of `axes` (each rank holds a different shard). */
-int moert_step_global_norm(moert_context *ctx, const float *const *grads,
-                           const int64_t *sizes, const unsigned char *sharded,
-                           int count, int axes, float *norm);
+int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
+                           const unsigned char *sharded, int count, int axes, float *norm);
 
 #ifdef __cplusplus
 }

@@ -41,9 +41,8 @@ llvm::Error generateKernels(const KernelCalls &calls, llvm::StringRef dir,
 /// Compiles `stepProgram` (C++) and links it with the kernels in `dir`, the
 /// Halide runtime and moert into `output`; `mpi` also links the MPI
 /// communicator (a partitioned binary runs under mpirun).
-llvm::Error linkTrainer(llvm::StringRef stepProgram, llvm::StringRef dir,
-                        const KernelCalls &calls, llvm::StringRef output, bool mpi,
-                        const ToolchainOptions &options);
+llvm::Error linkTrainer(llvm::StringRef stepProgram, llvm::StringRef dir, const KernelCalls &calls,
+                        llvm::StringRef output, bool mpi, const ToolchainOptions &options);
 
 } // namespace moec::codegen
 

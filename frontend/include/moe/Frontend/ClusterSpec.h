@@ -23,7 +23,8 @@ namespace moec::frontend {
 struct LinkSpec {
   double bandwidth = 0; ///< bytes/s per device per direction
   double latency = 0;   ///< seconds
-  std::string topology; ///< intra: switch|full-mesh|ring|pcie|shared-memory; inter: fat-tree|rail|ring
+  std::string
+      topology; ///< intra: switch|full-mesh|ring|pcie|shared-memory; inter: fat-tree|rail|ring
 };
 
 struct DeviceKind {
@@ -38,9 +39,9 @@ struct DeviceKind {
 };
 
 struct NodeGroup {
-  int64_t count = 1;          ///< nodes in the group
+  int64_t count = 1; ///< nodes in the group
   int64_t devicesPerNode = 1;
-  std::string device;         ///< a DeviceKind name
+  std::string device; ///< a DeviceKind name
   LinkSpec intraNode;
   /// > 0: each node is one host with this many cores whose devices are
   /// ranks (threads or processes) sharing it; the device kind describes the

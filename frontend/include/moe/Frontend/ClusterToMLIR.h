@@ -11,8 +11,7 @@ namespace moec::frontend {
 
 /// The `moe.cluster` dictionary: name, totals, node groups, device kinds and
 /// the inter-node link, in SI units (docs/ClusterJSON.md).
-mlir::DictionaryAttr clusterAttr(const ClusterSpec &cluster,
-                                 mlir::MLIRContext &context);
+mlir::DictionaryAttr clusterAttr(const ClusterSpec &cluster, mlir::MLIRContext &context);
 
 } // namespace moec::frontend
 

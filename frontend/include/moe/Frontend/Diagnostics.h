@@ -48,8 +48,7 @@ private:
 
 /// The closest of `candidates` to `word` by edit distance, or "" when none is
 /// close enough to be a likely typo.
-std::string closestMatch(const std::string &word,
-                         const std::vector<std::string> &candidates);
+std::string closestMatch(const std::string &word, const std::vector<std::string> &candidates);
 
 } // namespace moec::frontend
 

@@ -18,7 +18,7 @@ namespace moec::frontend {
 
 /// What config.json does not say: the training shape.
 struct HFImportOptions {
-  int64_t seqLen = 0;    ///< 0: min(max_position_embeddings, 4096)
+  int64_t seqLen = 0; ///< 0: min(max_position_embeddings, 4096)
   int64_t batchSize = 1;
   std::string dtype = "f32";
 };
@@ -27,8 +27,7 @@ struct HFImportOptions {
 const std::vector<std::string> &supportedHFFamilies();
 
 std::optional<ModelSpec> importHFConfig(std::shared_ptr<const JsonDoc> doc,
-                                        const HFImportOptions &options,
-                                        DiagnosticList &diags);
+                                        const HFImportOptions &options, DiagnosticList &diags);
 
 } // namespace moec::frontend
 

@@ -24,13 +24,11 @@ class JsonDoc {
 public:
   /// Parses `text` read from `file`. On a syntax error, a duplicate key or a
   /// number out of range, reports it with its position and returns null.
-  static std::unique_ptr<JsonDoc> parse(std::string file,
-                                        const std::string &text,
+  static std::unique_ptr<JsonDoc> parse(std::string file, const std::string &text,
                                         DiagnosticList &diags);
 
   /// Reads and parses `path`; an unreadable file is an error.
-  static std::unique_ptr<JsonDoc> load(const std::string &path,
-                                       DiagnosticList &diags);
+  static std::unique_ptr<JsonDoc> load(const std::string &path, DiagnosticList &diags);
 
   const nlohmann::json &root() const { return rootValue; }
   const std::string &file() const { return fileName; }

@@ -24,30 +24,30 @@ namespace moec::frontend {
 struct MoESettings {
   int64_t numExperts = 8;
   int64_t topK = 2;
-  int64_t expertFfnDim = 0;        ///< 0: from the model (ffn_dim)
+  int64_t expertFfnDim = 0;          ///< 0: from the model (ffn_dim)
   std::string activation = "swiglu"; ///< swiglu | gelu | relu
   int64_t numSharedExperts = 0;
-  int64_t sharedFfnDim = 0;        ///< width of one shared expert; 0: expertFfnDim
+  int64_t sharedFfnDim = 0;                    ///< width of one shared expert; 0: expertFfnDim
   std::optional<double> capacityFactor = 1.25; ///< nullopt: dropless
-  std::string scoring = "softmax"; ///< softmax | sigmoid
+  std::string scoring = "softmax";             ///< softmax | sigmoid
   bool renormalize = true;
   double auxLossCoef = 0.01;
   double zLossCoef = 0.0;
   double routedScaling = 1.0;
-  bool routerBias = false;         ///< DeepSeek-V3 auxiliary-loss-free bias
+  bool routerBias = false; ///< DeepSeek-V3 auxiliary-loss-free bias
 };
 
 struct LayerSpec {
-  bool dense = false;   ///< a dense FFN instead of experts
-  MoESettings moe;      ///< meaningful when !dense
-  std::string ptr;      ///< where the layer's MoE settings were written
+  bool dense = false; ///< a dense FFN instead of experts
+  MoESettings moe;    ///< meaningful when !dense
+  std::string ptr;    ///< where the layer's MoE settings were written
 };
 
 struct OptimizerSpec {
   double lr = 3e-4;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weightDecay = 0.1;
-  double gradClip = 1.0;       ///< global-norm clipping; 0 disables
+  double gradClip = 1.0; ///< global-norm clipping; 0 disables
   int64_t warmupSteps = 100;
   std::string schedule = "cosine"; ///< cosine | linear | constant
   double minLr = 3e-5;
@@ -58,9 +58,9 @@ struct ModelSpec {
   std::string name = "model";
   int64_t vocabSize = 0, dModel = 0, numLayers = 0;
   int64_t numHeads = 0, numKvHeads = 0, headDim = 0;
-  int64_t ffnDim = 0;          ///< dense FFN width (dense layers)
+  int64_t ffnDim = 0; ///< dense FFN width (dense layers)
   int64_t seqLen = 0, batchSize = 0;
-  std::string dtype = "f32";   ///< f32 | bf16 | f16
+  std::string dtype = "f32";                 ///< f32 | bf16 | f16
   std::optional<double> ropeTheta = 10000.0; ///< nullopt: no rotary embedding
   double normEps = 1e-5;
   double initStd = 0.02;
@@ -71,15 +71,13 @@ struct ModelSpec {
   /// The document the spec was read from (for locations), and pointers of
   /// the elements ops come from.
   std::shared_ptr<const JsonDoc> doc;
-  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headDimPtr, headPtr,
-      lossPtr, ffnPtr;
+  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headDimPtr, headPtr, lossPtr, ffnPtr;
 
   int64_t numTokens() const { return seqLen * batchSize; }
 };
 
 /// Reads a MoEC model description. Returns nullopt after reporting errors.
-std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc,
-                                       DiagnosticList &diags);
+std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc, DiagnosticList &diags);
 
 /// Checks constraints across fields that both readers share (heads against
 /// kv heads, rotary embeddings against the head width).

@@ -14,8 +14,7 @@ namespace moec::frontend {
 /// a `train_step` function over token and target inputs returning the loss,
 /// and the optimiser settings and seed as module attributes. Ops carry the
 /// file:line:col of the JSON element they came from. The result verifies.
-mlir::OwningOpRef<mlir::ModuleOp> buildModule(const ModelSpec &spec,
-                                              mlir::MLIRContext &context);
+mlir::OwningOpRef<mlir::ModuleOp> buildModule(const ModelSpec &spec, mlir::MLIRContext &context);
 
 /// Capacity (slots per expert) of a layer's dispatch buffer for `tokens`
 /// tokens: ceil(capacity_factor * tokens * top_k / experts), at most

@@ -32,24 +32,20 @@ public:
   /// True when `key` is present with the value null.
   bool isNull(const std::string &key) const;
   /// Pointer of a field of this object.
-  std::string at(const std::string &key) const {
-    return JsonDoc::child(ptr, key);
-  }
+  std::string at(const std::string &key) const { return JsonDoc::child(ptr, key); }
 
   /// Integer field in [min, max]; absent gives `fallback` (an error when
   /// `fallback` is nullopt, i.e. the field is required).
-  int64_t getInt(const std::string &key, std::optional<int64_t> fallback,
-                 int64_t min, int64_t max);
+  int64_t getInt(const std::string &key, std::optional<int64_t> fallback, int64_t min, int64_t max);
   /// Number field in [min, max] (`minExclusive` makes the lower bound open).
-  double getNumber(const std::string &key, std::optional<double> fallback,
-                   double min, double max, bool minExclusive = false);
+  double getNumber(const std::string &key, std::optional<double> fallback, double min, double max,
+                   bool minExclusive = false);
   /// Optional number: nullopt when absent or null.
-  std::optional<double> getOptionalNumber(const std::string &key, double min,
-                                          double max, bool minExclusive);
+  std::optional<double> getOptionalNumber(const std::string &key, double min, double max,
+                                          bool minExclusive);
   bool getBool(const std::string &key, bool fallback);
   /// String field that must be one of `allowed` (any string when empty).
-  std::string getString(const std::string &key,
-                        std::optional<std::string> fallback,
+  std::string getString(const std::string &key, std::optional<std::string> fallback,
                         const std::vector<std::string> &allowed = {});
   /// Marks `key` as read without reading it (nested objects read elsewhere).
   void claim(const std::string &key) { seen.insert(key); }

@@ -60,8 +60,8 @@ struct Cluster {
 
   /// Reads a `moe.cluster` dictionary (docs/ClusterJSON.md); errors go to
   /// `emitError` and return failure.
-  static FailureOr<Cluster>
-  fromAttr(DictionaryAttr attr, function_ref<InFlightDiagnostic()> emitError);
+  static FailureOr<Cluster> fromAttr(DictionaryAttr attr,
+                                     function_ref<InFlightDiagnostic()> emitError);
 };
 
 /// Work of one op of the unpartitioned step.

@@ -13,8 +13,7 @@
 
 namespace mlir::moe {
 
-struct TrainPipelineOptions
-    : public PassPipelineOptions<TrainPipelineOptions> {
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<bool> evalStep{*this, "eval-step",
                         llvm::cl::desc("Add a forward-only evaluation step (moe-add-eval-step)"),
                         llvm::cl::init(false)};
@@ -32,36 +31,31 @@ struct TrainPipelineOptions
                     llvm::cl::init(false)};
   Option<int64_t> dp{*this, "dp", llvm::cl::desc("With plan: force the data-parallel degree"),
                      llvm::cl::init(0)};
-  Option<int64_t> tp{*this, "tp",
-                     llvm::cl::desc("With plan: force the tensor-parallel degree"),
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("With plan: force the tensor-parallel degree"),
                      llvm::cl::init(0)};
   Option<std::string> pinExperts{
-      *this, "pin-experts",
-      llvm::cl::desc("With plan: EXPERT@RANK,... (moe-plan-sharding pin=)"),
+      *this, "pin-experts", llvm::cl::desc("With plan: EXPERT@RANK,... (moe-plan-sharding pin=)"),
       llvm::cl::init("")};
   Option<std::string> reportJson{*this, "report-json",
                                  llvm::cl::desc("With plan: write the plan report (JSON) here"),
                                  llvm::cl::init("")};
-  Option<std::string> reportTable{
-      *this, "report-table", llvm::cl::desc("With plan: write the plan table here"),
-      llvm::cl::init("")};
+  Option<std::string> reportTable{*this, "report-table",
+                                  llvm::cl::desc("With plan: write the plan table here"),
+                                  llvm::cl::init("")};
   Option<bool> strictPlan{
       *this, "strict-plan",
       llvm::cl::desc("With plan: a plan the runtime cannot execute is an error (false: a "
                      "warning, and the step stays on one rank)"),
       llvm::cl::init(true)};
-  Option<std::string> optimizer{
-      *this, "optimizer",
-      llvm::cl::desc("Optimiser moe-autodiff appends: adamw or none"),
-      llvm::cl::init("adamw")};
-  Option<bool> fuseGating{*this, "fuse-gating",
-                          llvm::cl::desc("Run moe-fuse-gating"),
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("Optimiser moe-autodiff appends: adamw or none"),
+                                llvm::cl::init("adamw")};
+  Option<bool> fuseGating{*this, "fuse-gating", llvm::cl::desc("Run moe-fuse-gating"),
                           llvm::cl::init(true)};
-  Option<int64_t> routingGroups{
-      *this, "routing-groups",
-      llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
-                     "module's moe.grid, 1 without one)"),
-      llvm::cl::init(0)};
+  Option<int64_t> routingGroups{*this, "routing-groups",
+                                llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
+                                               "module's moe.grid, 1 without one)"),
+                                llvm::cl::init(0)};
   Option<std::string> compressGrad{
       *this, "compress-grad",
       llvm::cl::desc("Codec of the gradient all-reduces of a partitioned step "
@@ -76,16 +70,13 @@ struct TrainPipelineOptions
       *this, "compress-dispatch",
       llvm::cl::desc("Codec of the dispatch/combine all_to_alls (fp16, bf16, int8)"),
       llvm::cl::init("none")};
-  Option<int64_t> compressWarmup{
-      *this, "compress-warmup",
-      llvm::cl::desc("Uncompressed steps before the codecs apply"),
-      llvm::cl::init(0)};
-  Option<bool> errorFeedback{
-      *this, "error-feedback",
-      llvm::cl::desc("Keep the residual of topk, sign and powersgd"),
-      llvm::cl::init(true)};
-  Option<bool> lower{*this, "lower",
-                     llvm::cl::desc("Run moe-lower-to-kernels"),
+  Option<int64_t> compressWarmup{*this, "compress-warmup",
+                                 llvm::cl::desc("Uncompressed steps before the codecs apply"),
+                                 llvm::cl::init(0)};
+  Option<bool> errorFeedback{*this, "error-feedback",
+                             llvm::cl::desc("Keep the residual of topk, sign and powersgd"),
+                             llvm::cl::init(true)};
+  Option<bool> lower{*this, "lower", llvm::cl::desc("Run moe-lower-to-kernels"),
                      llvm::cl::init(true)};
   Option<bool> bucket{*this, "bucket",
                       llvm::cl::desc("After lowering, bucket adjacent gradient all-reduces "
