@@ -1,0 +1,62 @@
+//===- ElementwiseKernelTest.cpp - add, adamw_update ------------------------===//
+
+#include "KernelTestUtil.h"
+
+namespace {
+
+TEST(HalideKernelTest, Add) {
+  ScratchWithin scratch({"add_k"});
+  auto a = randomVector(40, 23), b = randomVector(40, 24);
+  Floats z(40);
+  Buffer<float> ba(a.data(), 40), bb(b.data(), 40), bz(z.data(), 40);
+  ASSERT_EQ(add_k(ba, bb, bz), 0) << lastError;
+  auto want = interpret("(%a: tensor<40xf32>, %b: tensor<40xf32>) -> tensor<40xf32>",
+                        "  %z = moe.add %a, %b : tensor<40xf32>\n  return %z : tensor<40xf32>",
+                        {tensorOf(a, {40}), tensorOf(b, {40})});
+  ASSERT_EQ(want.size(), 1u);
+  expectClose(z, want[0], 1);
+}
+
+TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {
+  ScratchWithin scratch({"adamw_k"});
+  // Three steps with clipping active; the kernel updates w, m, v in place.
+  const int n = 37;
+  auto w = randomVector(n, 25);
+  Floats m(n, 0.0f), v(n, 0.0f);
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+    moe.param @w : tensor<37xf32> init <zeros>
+    func.func @k(%g: tensor<37xf32>, %lr: tensor<f32>, %n: tensor<f32>, %s: tensor<i32>) {
+      moe.adamw_update @w, %g, %lr, %n, %s {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<37xf32>
+      return
+    })mlir",
+                                                        &context);
+  ASSERT_TRUE(module);
+  Interpreter interp(*module);
+  interp.params["w"] = tensorOf(w, {n});
+  for (int32_t s = 0; s < 3; ++s) {
+    auto g = randomVector(n, 30 + s);
+    float lr = 0.01f * (s + 1), norm = 2.5f; // clip factor 1 / 2.5
+    Buffer<float> bw(w.data(), n), bm(m.data(), n), bv(v.data(), n), bg(g.data(), n);
+    Buffer<float> blr = Buffer<float>::make_scalar(&lr), bn = Buffer<float>::make_scalar(&norm);
+    Buffer<int32_t> bs = Buffer<int32_t>::make_scalar(&s);
+    ASSERT_EQ(adamw_k(bw, bm, bv, bg, blr, bn, bs, bw, bm, bv), 0) << lastError;
+    Tensor tlr = Tensor::zeros({}), tn = Tensor::zeros({});
+    tlr.data[0] = lr;
+    tn.data[0] = norm;
+    std::vector<Tensor> out;
+    std::string error;
+    ASSERT_TRUE(interp.run("k", {tensorOf(g, {n}), tlr, tn, Tensor::ids({}, {s})}, out, error))
+        << error;
+  }
+  expectClose(w, interp.params["w"], 3);
+  Tensor mt = tensorOf(Floats(n), {n}), vt = mt;
+  mt.data = interp.moments["w"].first;
+  vt.data = interp.moments["w"].second;
+  expectClose(m, mt, 3);
+  expectClose(v, vt, 3);
+}
+
+} // namespace

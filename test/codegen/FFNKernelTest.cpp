@@ -1,0 +1,137 @@
+//===- FFNKernelTest.cpp - dense and expert FFNs, forward and backward ------===//
+
+#include "KernelTestUtil.h"
+
+namespace {
+
+/// Checks an FFN forward and/or backward kernel pair over `groups` groups
+/// (expert_ffn when grouped, ffn otherwise) with activation `act`. `saved`:
+/// the forward saves its pre-activations and the backward reads them.
+template <typename Fwd, typename Bwd>
+void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f, const std::string &act,
+              bool saved = false) {
+  bool gated = act == "swiglu";
+  auto x = randomVector(groups * rows * d, 14), up = randomVector(groups * d * f, 15),
+       down = randomVector(groups * f * d, 16), gate = randomVector(gated ? groups * d * f : 1, 17),
+       dy = randomVector(groups * rows * d, 18);
+  Floats y(x.size()), dx(x.size()), dup(up.size()), ddown(down.size()), dgate(gate.size());
+  auto b3 = [](Floats &v, int a, int b, int c) { return Buffer<float>(v.data(), a, b, c); };
+  auto bx = b3(x, d, rows, groups), bup = b3(up, f, d, groups), bdown = b3(down, d, f, groups),
+       bgate = gated ? b3(gate, f, d, groups) : b3(gate, 1, 1, 1), bdy = b3(dy, d, rows, groups),
+       by = b3(y, d, rows, groups), bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
+       bddown = b3(ddown, d, f, groups),
+       bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
+  Floats preUp(saved ? groups * rows * f : 1), preGate(saved && gated ? groups * rows * f : 1);
+  auto bpu = saved ? b3(preUp, f, rows, groups) : b3(preUp, 1, 1, 1),
+       bpg = saved && gated ? b3(preGate, f, rows, groups) : b3(preGate, 1, 1, 1);
+  if (fwd) {
+    ASSERT_EQ(fwd(bx, bup, bdown, bgate, by, bpu, bpg), 0) << lastError;
+  }
+  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bpu, bpg, bdx, bdup, bddown, bdgate), 0) << lastError;
+
+  bool grouped = groups > 1;
+  std::string tx = grouped ? type3(groups, rows, d) : type2(rows, d),
+              tu = grouped ? type3(groups, d, f) : type2(d, f),
+              td = grouped ? type3(groups, f, d) : type2(f, d);
+  std::string op = grouped ? "moe.expert_ffn" : "moe.ffn";
+  std::string gateOperand = gated ? " gate %g" : "";
+  std::string inTypes = tx + ", " + tu + ", " + td + (gated ? ", " + tu : "");
+  std::string gradInTypes = tx + ", " + tu + ", " + td + ", " + tx + (gated ? ", " + tu : "");
+  std::string gradOutTypes = tx + ", " + tu + ", " + td + (gated ? ", " + tu : "");
+  std::string body = "  %y = " + op + " " + act + " %x, %u, %d" + gateOperand + " : (" + inTypes +
+                     ") -> " + tx + "\n  %dx, %du, %dd" + (gated ? ", %dg" : "") + " = " + op +
+                     "_grad " + act + " %x, %u, %d, %dy" + gateOperand + " : (" + gradInTypes +
+                     ") -> (" + gradOutTypes + ")\n  return %y, %dx, %du, %dd" +
+                     (gated ? ", %dg" : "") + " : " + tx + ", " + gradOutTypes;
+  std::vector<int64_t> sx = grouped ? std::vector<int64_t>{groups, rows, d}
+                                    : std::vector<int64_t>{rows, d},
+                       su = grouped ? std::vector<int64_t>{groups, d, f}
+                                    : std::vector<int64_t>{d, f},
+                       sd = grouped ? std::vector<int64_t>{groups, f, d}
+                                    : std::vector<int64_t>{f, d};
+  std::vector<Tensor> args = {tensorOf(x, sx), tensorOf(up, su), tensorOf(down, sd),
+                              tensorOf(gated ? gate : Floats(groups * d * f), su),
+                              tensorOf(dy, sx)};
+  auto want = interpret("(%x: " + tx + ", %u: " + tu + ", %d: " + td + ", %g: " + tu +
+                            ", %dy: " + tx + ") -> (" + tx + ", " + gradOutTypes + ")",
+                        body, args);
+  ASSERT_EQ(want.size(), gated ? 5u : 4u);
+  if (fwd)
+    expectClose(y, want[0], d * f);
+  expectClose(dx, want[1], d * f);
+  expectClose(dup, want[2], rows * d);
+  expectClose(ddown, want[3], rows * f);
+  if (gated)
+    expectClose(dgate, want[4], rows * d);
+}
+
+TEST(HalideKernelTest, ExpertFFNSwiGLUForwardAndBackward) {
+  ScratchWithin scratch({"expert_ffn_k", "expert_ffn_grad_k"});
+  checkFFN(expert_ffn_k, expert_ffn_grad_k, 3, 4, 8, 12, "swiglu");
+}
+
+// Shapes the register-blocked schedule tiles: 16 = two AVX2 vectors, 24 =
+// three, 12 rows = two blocks of 6 (and, with AVX-512, one-vector blocks).
+TEST(HalideKernelTest, ExpertFFNBlockedForwardAndBackward) {
+  ScratchWithin scratch({"expert_ffn_blocked_k", "expert_ffn_blocked_grad_k"});
+  checkFFN(expert_ffn_blocked_k, expert_ffn_blocked_grad_k, 2, 12, 16, 32, "swiglu");
+}
+
+TEST(HalideKernelTest, DenseFFNBlockedReLUForwardAndBackward) {
+  ScratchWithin scratch({"ffn_relu_blocked_k", "ffn_relu_blocked_grad_k"});
+  checkFFN(ffn_relu_blocked_k, ffn_relu_blocked_grad_k, 1, 10, 32, 16, "relu");
+}
+
+TEST(HalideKernelTest, DenseFFNGELUForwardAndBackward) {
+  ScratchWithin scratch({"ffn_gelu_k", "ffn_gelu_grad_k"});
+  checkFFN(ffn_gelu_k, ffn_gelu_grad_k, 1, 6, 8, 12, "gelu");
+}
+
+TEST(HalideKernelTest, DenseFFNReLUBackward) {
+  ScratchWithin scratch({"ffn_relu_grad_k"});
+  checkFFN(static_cast<int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *)>(nullptr),
+           ffn_relu_grad_k, 1, 6, 8, 12, "relu");
+}
+
+// The backward reading the forward's saved pre-activations instead of
+// recomputing them (the default lowering), blocked and unblocked shapes,
+// gated and not.
+TEST(HalideKernelTest, ExpertFFNSavedPreactivations) {
+  ScratchWithin scratch({"expert_ffn_saved_k", "expert_ffn_saved_grad_k"});
+  checkFFN(expert_ffn_saved_k, expert_ffn_saved_grad_k, 2, 12, 16, 32, "swiglu", true);
+}
+
+// Contractions over 1024 slots or tokens are k-blocked: four experts in
+// parallel, and one dense FFN parallel over column blocks.
+TEST(HalideKernelTest, ExpertFFNKBlocked) {
+  ScratchWithin scratch({"expert_ffn_kblocked_k", "expert_ffn_kblocked_grad_k"});
+  checkFFN(expert_ffn_kblocked_k, expert_ffn_kblocked_grad_k, 4, 1024, 16, 32, "swiglu", true);
+}
+
+TEST(HalideKernelTest, DenseFFNGELUKBlocked) {
+  ScratchWithin scratch({"ffn_gelu_kblocked_k", "ffn_gelu_kblocked_grad_k"});
+  checkFFN(ffn_gelu_kblocked_k, ffn_gelu_kblocked_grad_k, 1, 1024, 16, 24, "gelu", true);
+}
+
+TEST(HalideKernelTest, DenseFFNGELUSavedPreactivations) {
+  ScratchWithin scratch({"ffn_gelu_saved_k", "ffn_gelu_saved_grad_k"});
+  checkFFN(ffn_gelu_saved_k, ffn_gelu_saved_grad_k, 1, 6, 8, 12, "gelu", true);
+}
+
+TEST(HalideKernelTest, ExpertFFNWithOpenBLAS) {
+  ScratchWithin scratch({"expert_ffn_blas_k", "expert_ffn_blas_grad_k",
+                         "expert_ffn_blas_recompute_k", "expert_ffn_blas_recompute_grad_k"});
+  checkFFN(expert_ffn_blas_k, expert_ffn_blas_grad_k, 3, 200, 16, 24, "swiglu", true);
+  checkFFN(expert_ffn_blas_recompute_k, expert_ffn_blas_recompute_grad_k, 4, 12, 16, 32, "swiglu");
+}
+
+TEST(HalideKernelTest, DenseFFNWithOpenBLAS) {
+  ScratchWithin scratch(
+      {"ffn_gelu_blas_k", "ffn_gelu_blas_grad_k", "ffn_relu_blas_k", "ffn_relu_blas_grad_k"});
+  checkFFN(ffn_gelu_blas_k, ffn_gelu_blas_grad_k, 1, 130, 16, 72, "gelu", true);
+  checkFFN(ffn_relu_blas_k, ffn_relu_blas_grad_k, 1, 10, 32, 16, "relu");
+}
+
+} // namespace

@@ -1,0 +1,110 @@
+//===- KernelTestUtil.h - what every kernel test shares ---------*- C++ -*-===//
+//
+// Kernels are generated at build time by moe-halide-gen for a few shapes
+// (the variants of test/codegen/CMakeLists.txt: the tiled and the small-shape
+// path of each schedule). Each test runs the same computation as a moe op in
+// the reference interpreter (double precision) and compares; one file per
+// generator file (<Generator>KernelTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_TEST_KERNELTESTUTIL_H
+#define MOEC_TEST_KERNELTESTUTIL_H
+
+#include "HalideBuffer.h"
+#include "Interpreter.h"
+#include "KernelHeaders.h"
+
+#include "KernelVariants.h"
+#include "moe/InitAllDialects.h"
+#include "moert/Aligned.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using Halide::Runtime::Buffer;
+// Every buffer handed to a kernel is 64-byte aligned, as in generated
+// binaries: Halide may use aligned vector loads and stores on them.
+using Floats = moert::AlignedFloats;
+using ::moec::reference::Interpreter;
+using ::moec::reference::Tensor;
+
+namespace kerneltest {
+
+/// Kernel errors are recorded here instead of aborting the process (the
+/// runtime installs the same kind of handler).
+inline std::string lastError;
+inline void recordError(void *, const char *message) { lastError = message; }
+struct InstallHandler {
+  InstallHandler() { halide_set_error_handler(recordError); }
+};
+inline InstallHandler installHandler;
+
+inline Floats randomVector(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Floats v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+inline Tensor tensorOf(const Floats &v, std::vector<int64_t> shape) {
+  Tensor t = Tensor::zeros(std::move(shape));
+  t.data.assign(v.begin(), v.end());
+  return t;
+}
+
+/// Runs `body` (ops over the arguments, returning its results) as @k in the
+/// reference interpreter.
+inline std::vector<Tensor> interpret(const std::string &signature, const std::string &body,
+                                     const std::vector<Tensor> &args) {
+  mlir::DialectRegistry registry;
+  mlir::moe::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  std::string source = "func.func @k" + signature + " {\n" + body + "\n}";
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  EXPECT_TRUE(module) << source;
+  if (!module)
+    return {};
+  Interpreter interp(*module);
+  std::vector<Tensor> out;
+  std::string error;
+  EXPECT_TRUE(interp.run("k", args, out, error)) << error;
+  return out;
+}
+
+/// f32 kernel output against the double-precision reference; the tolerance
+/// grows with the length of the reductions involved.
+inline void expectClose(const Floats &got, const Tensor &want, int reduction) {
+  ASSERT_EQ(got.size(), want.data.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want.data[i], 1e-5 * reduction * (1.0 + std::fabs(want.data[i])))
+        << "element " << i;
+}
+
+/// A row-major [outer, inner] array as a Halide buffer (dim 0 innermost).
+inline Buffer<float> view(Floats &v, int inner, int outer) {
+  return Buffer<float>(v.data(), inner, outer);
+}
+
+inline std::string type2(int a, int b) {
+  return "tensor<" + std::to_string(a) + "x" + std::to_string(b) + "xf32>";
+}
+
+inline std::string type3(int a, int b, int c) {
+  return "tensor<" + std::to_string(a) + "x" + std::to_string(b) + "x" + std::to_string(c) +
+         "xf32>";
+}
+
+} // namespace kerneltest
+
+using namespace kerneltest;
+
+#endif // MOEC_TEST_KERNELTESTUTIL_H

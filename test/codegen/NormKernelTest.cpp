@@ -1,0 +1,31 @@
+//===- NormKernelTest.cpp - rms_norm and its gradient -----------------------===//
+
+#include "KernelTestUtil.h"
+
+namespace {
+
+TEST(HalideKernelTest, RMSNormForwardAndBackward) {
+  ScratchWithin scratch({"rms_norm_k", "rms_norm_grad_k"});
+  const int rows = 5, width = 20;
+  auto x = randomVector(rows * width, 8), g = randomVector(width, 9),
+       dy = randomVector(rows * width, 10);
+  Floats y(rows * width), dx(rows * width), dg(width);
+  auto bx = view(x, width, rows), by = view(y, width, rows), bdy = view(dy, width, rows),
+       bdx = view(dx, width, rows);
+  Buffer<float> bg(g.data(), width), bdg(dg.data(), width);
+  ASSERT_EQ(rms_norm_k(bx, bg, by), 0) << lastError;
+  ASSERT_EQ(rms_norm_grad_k(bx, bg, bdy, bdx, bdg), 0) << lastError;
+  std::string tx = type2(rows, width), tg = "tensor<20xf32>";
+  auto want = interpret(
+      "(%x: " + tx + ", %g: " + tg + ", %dy: " + tx + ") -> (" + tx + ", " + tx + ", " + tg + ")",
+      "  %y = moe.rms_norm %x, %g {epsilon = 1.0e-3 : f32} : " + tx + ", " + tg +
+          "\n  %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-3 : f32} : " + tx + ", " +
+          tg + "\n  return %y, %dx, %dg : " + tx + ", " + tx + ", " + tg,
+      {tensorOf(x, {rows, width}), tensorOf(g, {width}), tensorOf(dy, {rows, width})});
+  ASSERT_EQ(want.size(), 3u);
+  expectClose(y, want[0], width);
+  expectClose(dx, want[1], width);
+  expectClose(dg, want[2], rows * width);
+}
+
+} // namespace

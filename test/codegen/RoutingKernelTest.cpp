@@ -1,0 +1,76 @@
+//===- RoutingKernelTest.cpp - fused_gate, router_grad ----------------------===//
+
+#include "KernelTestUtil.h"
+
+namespace {
+
+template <typename Gate, typename Grad>
+void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, int capacity,
+                  const std::string &attrs, int T = 6, int D = 8, int E = 4) {
+  const int K = 2;
+  auto x = randomVector(T * D, 50), w = randomVector(D * E, 51), b = randomVector(bias ? E : 1, 52),
+       dg = randomVector(T * K, 53);
+  for (float &v : b)
+    v *= 0.3f;
+  Floats gates(T * K), aux(1), dx(T * D), dw(D * E), daux = {0.7f};
+  std::vector<int32_t> experts(T * K), slots(T * K), counts(E);
+  auto bx = view(x, D, T), bw = view(w, E, D), bdg = view(dg, K, T), bgates = view(gates, K, T),
+       bdx = view(dx, D, T), bdw = view(dw, E, D);
+  Buffer<float> bb(b.data(), (int)b.size());
+  Buffer<int32_t> be(experts.data(), K, T), bs(slots.data(), K, T), bc(counts.data(), E);
+  Buffer<float> baux = Buffer<float>::make_scalar(aux.data()),
+                bdaux = Buffer<float>::make_scalar(daux.data());
+  ASSERT_EQ(gate(bx, bw, bb, bgates, be, bs, bc, baux), 0) << lastError;
+  ASSERT_EQ(grad(bx, bw, bb, bdg, bdaux, bdx, bdw), 0) << lastError;
+
+  std::string tx = type2(T, D), tw = type2(D, E), tg = type2(T, K),
+              ti = "tensor<" + std::to_string(T) + "x2xi32>",
+              tb = "tensor<" + std::to_string(E) + "xf32>",
+              tc = "tensor<" + std::to_string(E) + "xi32>";
+  std::string biasOp = bias ? " bias %b" : "", biasType = bias ? ", " + tb : "";
+  Tensor half = Tensor::zeros({});
+  half.data[0] = 0.7;
+  auto want = interpret(
+      "(%x: " + tx + ", %w: " + tw + ", %b: " + tb + ", %dg: " + tg + ", %da: tensor<f32>) -> (" +
+          tg + ", " + ti + ", " + ti + ", " + tc + ", tensor<f32>, " + tx + ", " + tw + ")",
+      "  %g, %e, %s, %c, %a = moe.fused_gate " + scoring + " %x, %w" + biasOp +
+          " top_k 2 capacity " + std::to_string(capacity) + " " + attrs + " : (" + tx + ", " + tw +
+          biasType + ") -> (" + tg + ", " + ti + ", " + ti + ", " + tc +
+          ", tensor<f32>)\n  %dx, %dw = moe.router_grad " + scoring + " %x, %w, %dg, %da" + biasOp +
+          " top_k 2 " + attrs + " : (" + tx + ", " + tw + ", " + tg + ", tensor<f32>" + biasType +
+          ") -> (" + tx + ", " + tw + ")\n  return %g, %e, %s, %c, %a, %dx, %dw : " + tg + ", " +
+          ti + ", " + ti + ", " + tc + ", tensor<f32>, " + tx + ", " + tw,
+      {tensorOf(x, {T, D}), tensorOf(w, {D, E}), tensorOf(bias ? b : Floats(E), {E}),
+       tensorOf(dg, {T, K}), half});
+  ASSERT_EQ(want.size(), 7u);
+  expectClose(gates, want[0], E);
+  EXPECT_EQ(experts, want[1].ints);
+  EXPECT_EQ(slots, want[2].ints);
+  EXPECT_EQ(counts, want[3].ints);
+  expectClose(aux, want[4], T * E);
+  expectClose(dx, want[5], D * E);
+  expectClose(dw, want[6], T * E);
+}
+
+TEST(HalideKernelTest, SoftmaxFusedGateWithDropsAndRouterGrad) {
+  ScratchWithin scratch({"fused_gate_softmax_k", "router_grad_softmax_k"});
+  checkRouting(fused_gate_softmax_k, router_grad_softmax_k, "softmax", false, 2,
+               "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}");
+}
+
+TEST(HalideKernelTest, SigmoidFusedGateWithBiasAndRouterGrad) {
+  ScratchWithin scratch({"fused_gate_sigmoid_k", "router_grad_sigmoid_k"});
+  checkRouting(fused_gate_sigmoid_k, router_grad_sigmoid_k, "sigmoid", true, 6,
+               "{routed_scaling = 2.5 : f32, aux_loss_coef = 0.1 : f32}");
+}
+
+TEST(HalideKernelTest, RoutingVectorisedWithTails) {
+  ScratchWithin scratch({"fused_gate_wide_k", "router_grad_wide_k"});
+  // 12 experts (a vector and a tail), width 20, 130 tokens (blocks of 64
+  // and a tail).
+  checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30,
+               "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32}", 130, 20,
+               12);
+}
+
+} // namespace
