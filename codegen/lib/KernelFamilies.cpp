@@ -255,6 +255,12 @@ Args adamwArgs(const KernelSpec &, unsigned, unsigned) {
   return {p, m, s, op(0, v), op(1, v), op(2, v), op(3, v), p, m, s};
 }
 
+/// The FFN generators serve the dense and the grouped expert families.
+const std::vector<StringLiteral> kFFNSignature = {"x",    "up",     "down",    "gate",
+                                                  "y",    "pre_up", "pre_gate"};
+const std::vector<StringLiteral> kFFNGradSignature = {
+    "x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"};
+
 const std::vector<KernelFamily> &rows() {
   using V = ViewKind;
   static const std::vector<KernelFamily> table = {
@@ -288,25 +294,25 @@ const std::vector<KernelFamily> &rows() {
        V::Reversed},
       {"ffn",
        "ffn",
-       {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"},
+       kFFNSignature,
        ffnParams,
        ffnArgs<V::Rows3>,
        V::Rows3},
       {"expert_ffn",
        "ffn",
-       {"x", "up", "down", "gate", "y", "pre_up", "pre_gate"},
+       kFFNSignature,
        ffnParams,
        ffnArgs<V::Reversed>,
        V::Reversed},
       {"ffn_grad",
        "ffn_grad",
-       {"x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"},
+       kFFNGradSignature,
        ffnParams,
        ffnGradArgs<V::Rows3>,
        V::Rows3},
       {"expert_ffn_grad",
        "ffn_grad",
-       {"x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"},
+       kFFNGradSignature,
        ffnParams,
        ffnGradArgs<V::Reversed>,
        V::Reversed},

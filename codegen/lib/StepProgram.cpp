@@ -55,37 +55,13 @@ SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
   return {};
 }
 
-const char *codecName(CodecKind kind) {
-  switch (kind) {
-  case CodecKind::fp16:
-    return "MOERT_CODEC_FP16";
-  case CodecKind::bf16:
-    return "MOERT_CODEC_BF16";
-  case CodecKind::int8:
-    return "MOERT_CODEC_INT8";
-  case CodecKind::topk:
-    return "MOERT_CODEC_TOPK";
-  case CodecKind::sign:
-    return "MOERT_CODEC_SIGN";
-  case CodecKind::powersgd:
-    return "MOERT_CODEC_POWERSGD";
-  }
-  return "-1";
+/// The ABI constant of a dialect enum case: `prefix` + the case's mnemonic
+/// in upper case (the static_asserts above keep the values equal).
+std::string abiName(StringRef prefix, StringRef mnemonic) {
+  return (prefix + mnemonic.upper()).str();
 }
-
-const char *initName(InitKind kind) {
-  switch (kind) {
-  case InitKind::zeros:
-    return "MOERT_INIT_ZEROS";
-  case InitKind::ones:
-    return "MOERT_INIT_ONES";
-  case InitKind::normal:
-    return "MOERT_INIT_NORMAL";
-  case InitKind::uniform:
-    return "MOERT_INIT_UNIFORM";
-  }
-  return "-1";
-}
+std::string codecName(CodecKind kind) { return abiName("MOERT_CODEC_", stringifyCodecKind(kind)); }
+std::string initName(InitKind kind) { return abiName("MOERT_INIT_", stringifyInitKind(kind)); }
 
 /// MOERT_AXIS_* bits of a list of grid axis names.
 int axesMask(ArrayAttr axes) {

@@ -212,6 +212,9 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
 }
 
 /// Flag combinations the pipeline does not judge.
+void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
+                     StringRef reportTable);
+
 int checkFlags() {
   if (modelFile.empty())
     return fail("give a model description: moec model.json -o OUT --emit=...");
@@ -228,9 +231,9 @@ int checkFlags() {
     return fail("--ranks partitions the step for N ranks of this machine; with "
                 "--cluster the plan chooses the ranks (force degrees with "
                 "--dp/--ep/--tp): give one of them");
-  bool compresses = compressGrad != "none" || compressDispatch != "none" ||
-                    (!compressEmbedding.empty() && compressEmbedding != "none");
-  if (compresses && ranks <= 1 && clusterFile.empty())
+  mlir::moe::TrainPipelineOptions options;
+  pipelineOptions(options, "", "");
+  if (options.compresses() && ranks <= 1 && clusterFile.empty())
     return fail("--compress-grad, --compress-embedding and --compress-dispatch compress "
                 "the collectives of a partitioned step: give --ranks N (N > 1), or a "
                 "--cluster whose executable plan has more than one rank");
