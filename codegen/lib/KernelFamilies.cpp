@@ -1,9 +1,12 @@
 //===- KernelFamilies.cpp - one row per kernel family ---------------------===//
 //
 // Each row: the family, its generator in codegen/generators/, the generator's
-// argument names in call order (KernelTest checks them against the generated
-// kernels' metadata), the GeneratorParams of a spec, and how a launch fills
-// the arguments. Sections follow the generator files.
+// argument names in call order (KernelContractTest checks them against the
+// generated kernels' metadata), the GeneratorParams of a spec, the scratch
+// its compute_root intermediates take under the generator's schedule (keep in
+// step with codegen/generators/; each kernel test measures the peak against
+// it), and how a launch fills the arguments. Sections follow the generator
+// files.
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,10 +69,19 @@ template <unsigned Ids> Args idsFlatArgs(const KernelSpec &, unsigned n, unsigne
   args.push_back(res(0, ViewKind::Rows2));
   return args;
 }
+int64_t embeddingScratch(const GeneratorParams &v) { return v("tokens"); } // ids
+int64_t embeddingGradScratch(const GeneratorParams &v) {
+  return v("tokens") + v("vocab") * v("width"); // ids, accumulator
+}
 Params crossEntropyParams(const KernelSpec &s, Gemm) {
   int64_t v = s.in(0).back();
   return {param("tokens", KernelSpec::numel(s.in(0)) / v), param("vocab", v)};
 }
+
+int64_t crossEntropyScratch(const GeneratorParams &v) {
+  return 2 * v("tokens");
+} // log-sum-exp, target logits
+int64_t crossEntropyGradScratch(const GeneratorParams &v) { return v("tokens"); } // target ids
 
 //===-- NormGenerator.cpp ------------------------------------------------===//
 
@@ -78,6 +90,8 @@ Params normParams(const KernelSpec &s, Gemm) {
   return {param("rows", KernelSpec::numel(s.in(0)) / d), param("width", d),
           param("epsilon", s.number("epsilon", 1e-5))};
 }
+
+int64_t normGradScratch(const GeneratorParams &v) { return v("rows"); } // inverse norms
 
 //===-- LinearGenerator.cpp ----------------------------------------------===//
 
@@ -101,6 +115,16 @@ Args linearArgs(const KernelSpec &s, unsigned n, unsigned) {
   bool residual = s.hasEpilogue("residual_add");
   return {op(0, v), op(1, v), linearHasBias(s) ? op(2, ViewKind::Flat) : dummy(1),
           residual ? op(n - 1, v) : dummy(2), res(0, v)};
+}
+/// The product before the bias and residual epilogue (OpenBLAS only).
+int64_t linearScratch(const GeneratorParams &v) {
+  return v("blas") && (v("bias") || v("residual")) ? v("rows") * v("out") : 0;
+}
+/// w^T, x^T, and dw's accumulator when its contraction over rows is
+/// k-blocked (codegen/generators/Matmul.h; counted always, a bound);
+/// nothing with OpenBLAS.
+int64_t linearGradScratch(const GeneratorParams &v) {
+  return v("blas") ? 0 : 2 * v("in") * v("out") + v("rows") * v("in");
 }
 Params linearGradParams(const KernelSpec &s, Gemm gemm) {
   ArrayRef<int64_t> w = s.in(1);
@@ -127,6 +151,16 @@ Params attentionParams(const KernelSpec &s, Gemm) {
   if (s.has("rope_theta"))
     p.push_back(param("theta", s.number("rope_theta")));
   return p;
+}
+
+template <bool Grad> int64_t attentionScratch(const GeneratorParams &v) {
+  int64_t b = v("batch"), s = v("seq"), h = v("heads"), hk = v("kv_heads"), dh = v("head_dim");
+  int64_t q = b * s * h * dh, k = b * s * hk * dh, probs = b * h * s * s;
+  int64_t rotary = s * dh; // the (cos, sin) table
+  if (!Grad)
+    return q + 2 * k + probs + q + rotary; // qr, kr, kr^T, prob, out
+  // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dv
+  return q + 3 * k + 2 * probs + q + 2 * k + rotary;
 }
 
 //===-- FFNGenerator.cpp (dense and grouped expert FFNs) -----------------===//
@@ -184,6 +218,21 @@ template <ViewKind V> Args ffnGradArgs(const KernelSpec &, unsigned n, unsigned 
           res(1, V),
           res(2, V),
           gated ? res(3, V) : dummy(3)};
+}
+
+template <bool Grad> int64_t ffnScratch(const GeneratorParams &v) {
+  int64_t e = v("groups"), c = v("rows"), d = v("width"), f = v("hidden");
+  bool gated = v.text("activation") == "swiglu";
+  int64_t preacts = v("save") || v("saved") ? 0 : gated ? 2 : 1;
+  if (v("blas") && !Grad)
+    return (1 + preacts) * e * c * f; // h, recomputed pre-activations
+  if (v("blas"))                      // dh, h, dhu (and dhg), recomputed pre-activations
+    return ((gated ? 4 : 3) + preacts) * e * c * f;
+  if (!Grad)
+    return e * c * f; // h
+  // down^T, up^T, gate^T, x^T, (h, dhu, dhg), h^T, and one weight gradient's
+  // per-group accumulators when k-blocked (a bound)
+  return (gated ? 4 : 3) * e * d * f + e * c * d + (gated ? 4 : 3) * e * c * f;
 }
 
 //===-- RoutingGenerator.cpp ---------------------------------------------===//
@@ -256,87 +305,98 @@ Args adamwArgs(const KernelSpec &, unsigned, unsigned) {
 }
 
 /// The FFN generators serve the dense and the grouped expert families.
-const std::vector<StringLiteral> kFFNSignature = {"x",    "up",     "down",    "gate",
-                                                  "y",    "pre_up", "pre_gate"};
+const std::vector<StringLiteral> kFFNSignature = {"x", "up",     "down",    "gate",
+                                                  "y", "pre_up", "pre_gate"};
 const std::vector<StringLiteral> kFFNGradSignature = {
     "x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"};
 
 const std::vector<KernelFamily> &rows() {
   using V = ViewKind;
   static const std::vector<KernelFamily> table = {
-      {"embedding", "embedding", {"ids", "table", "y"}, embeddingParams, idsFlatArgs<0>},
+      {"embedding",
+       "embedding",
+       {"ids", "table", "y"},
+       embeddingParams,
+       embeddingScratch,
+       idsFlatArgs<0>},
       {"embedding_grad",
        "embedding_grad",
        {"ids", "dy", "dtable"},
        embeddingParams,
+       embeddingGradScratch,
        idsFlatArgs<0>},
       {"cross_entropy",
        "cross_entropy",
        {"logits", "targets", "loss"},
        crossEntropyParams,
+       crossEntropyScratch,
        idsFlatArgs<1>},
       {"cross_entropy_grad",
        "cross_entropy_grad",
        {"logits", "targets", "dloss", "dlogits"},
        crossEntropyParams,
+       crossEntropyGradScratch,
        idsFlatArgs<1>},
-      {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams},
-      {"rms_norm_grad", "rms_norm_grad", {"x", "g", "dy", "dx", "dg"}, normParams},
-      {"linear", "linear", {"x", "w", "b", "r", "y"}, linearParams, linearArgs},
-      {"linear_grad", "linear_grad", {"x", "w", "dy", "dx", "dw"}, linearGradParams},
-      {"bias_grad", "bias_grad", {"dy", "db"}, biasGradParams},
-      {"attention", "attention", {"q", "k", "v", "o"}, attentionParams, nullptr, V::Reversed},
+      {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams, nullptr},
+      {"rms_norm_grad", "rms_norm_grad", {"x", "g", "dy", "dx", "dg"}, normParams, normGradScratch},
+      {"linear", "linear", {"x", "w", "b", "r", "y"}, linearParams, linearScratch, linearArgs},
+      {"linear_grad",
+       "linear_grad",
+       {"x", "w", "dy", "dx", "dw"},
+       linearGradParams,
+       linearGradScratch},
+      {"bias_grad", "bias_grad", {"dy", "db"}, biasGradParams, nullptr},
+      {"attention",
+       "attention",
+       {"q", "k", "v", "o"},
+       attentionParams,
+       attentionScratch<false>,
+       nullptr,
+       V::Reversed},
       {"attention_grad",
        "attention_grad",
        {"q", "k", "v", "dout", "dq", "dk", "dv"},
        attentionParams,
+       attentionScratch<true>,
        nullptr,
        V::Reversed},
-      {"ffn",
-       "ffn",
-       kFFNSignature,
-       ffnParams,
-       ffnArgs<V::Rows3>,
-       V::Rows3},
-      {"expert_ffn",
-       "ffn",
-       kFFNSignature,
-       ffnParams,
-       ffnArgs<V::Reversed>,
+      {"ffn", "ffn", kFFNSignature, ffnParams, ffnScratch<false>, ffnArgs<V::Rows3>, V::Rows3},
+      {"expert_ffn", "ffn", kFFNSignature, ffnParams, ffnScratch<false>, ffnArgs<V::Reversed>,
        V::Reversed},
-      {"ffn_grad",
-       "ffn_grad",
-       kFFNGradSignature,
-       ffnParams,
-       ffnGradArgs<V::Rows3>,
-       V::Rows3},
-      {"expert_ffn_grad",
-       "ffn_grad",
-       kFFNGradSignature,
-       ffnParams,
-       ffnGradArgs<V::Reversed>,
-       V::Reversed},
+      {"ffn_grad", "ffn_grad", kFFNGradSignature, ffnParams, ffnScratch<true>,
+       ffnGradArgs<V::Rows3>, V::Rows3},
+      {"expert_ffn_grad", "ffn_grad", kFFNGradSignature, ffnParams, ffnScratch<true>,
+       ffnGradArgs<V::Reversed>, V::Reversed},
       {"fused_gate",
        "fused_gate",
        {"x", "w", "bias", "gates", "experts", "slots", "counts", "aux"},
        routingParams,
+       nullptr,
        fusedGateArgs},
       {"router_grad",
        "router_grad",
        {"x", "w", "bias", "dgates", "daux", "dx", "dw"},
        routingParams,
+       nullptr,
        routerGradArgs},
-      {"permute", "permute", {"x", "slots", "buf"}, permuteParams},
-      {"unpermute", "unpermute", {"buf", "slots", "weights", "out"}, permuteParams, unpermuteArgs},
+      {"permute", "permute", {"x", "slots", "buf"}, permuteParams, nullptr},
+      {"unpermute",
+       "unpermute",
+       {"buf", "slots", "weights", "out"},
+       permuteParams,
+       nullptr,
+       unpermuteArgs},
       {"unpermute_grad",
        "unpermute_grad",
        {"buf", "slots", "weights", "dout", "dbuf", "dweights"},
-       permuteParams},
-      {"add", "add", {"a", "b", "z"}, addParams, nullptr, V::Vector},
+       permuteParams,
+       nullptr},
+      {"add", "add", {"a", "b", "z"}, addParams, nullptr, nullptr, V::Vector},
       {"adamw_update",
        "adamw_update",
        {"w", "m", "v", "g", "lr", "norm", "step", "updated.0", "updated.1", "updated.2"},
        adamwParams,
+       nullptr,
        adamwArgs,
        V::Flat},
       // Scalar work the runtime does (runtime/lib/Program.cpp).

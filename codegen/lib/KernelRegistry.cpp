@@ -1,7 +1,6 @@
 //===- KernelRegistry.cpp - kernel specs to generator calls ---------------===//
 
 #include "moe/Codegen/KernelRegistry.h"
-#include "moe/Codegen/ScratchBound.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -47,6 +46,37 @@ bool KernelSpec::hasEpilogue(StringRef name) const {
     if (cast<StringAttr>(e).getValue() == name)
       return true;
   return false;
+}
+
+int64_t GeneratorParams::operator()(StringRef key) const {
+  StringRef value = text(key);
+  if (value == "true")
+    return 1;
+  int64_t v = 0;
+  return value.getAsInteger(10, v) ? 0 : v;
+}
+
+StringRef GeneratorParams::text(StringRef key) const {
+  for (const std::string &p : params) {
+    StringRef entry(p);
+    if (entry.consume_front(key) && entry.consume_front("="))
+      return entry;
+  }
+  return {};
+}
+
+int64_t moec::codegen::scratchBound(StringRef generator, const std::vector<std::string> &params) {
+  int64_t elements = 0;
+  for (const KernelFamily &row : kernelFamilies())
+    if (row.generator == generator && row.scratch) {
+      elements = row.scratch(GeneratorParams(params));
+      break;
+    }
+  // Per block, the pool's 128-byte header and rounding to 128 bytes
+  // (runtime/lib/ScratchPool.cpp) and Halide's padding of heap allocations
+  // (a few vectors): 512 bytes for each of up to 16 intermediates.
+  constexpr int64_t kBlockSlack = 512, kMaxBlocks = 16;
+  return 4 * elements + kBlockSlack * kMaxBlocks;
 }
 
 FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {

@@ -1,4 +1,16 @@
 //===- AttentionKernelTest.cpp - attention and its gradient -----------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: attention_rope_k attention batch=2 seq=5 heads=4 kv_heads=2 head_dim=4 rope=true theta=10000
+// kernel: attention_rope_grad_k attention_grad batch=2 seq=5 heads=4 kv_heads=2 head_dim=4 rope=true theta=10000
+// kernel: attention_vec_k attention batch=2 seq=16 heads=4 kv_heads=2 head_dim=8 rope=true theta=10000
+// kernel: attention_vec_grad_k attention_grad batch=2 seq=16 heads=4 kv_heads=2 head_dim=8 rope=true theta=10000
+// kernel: attention_blocked_k attention batch=2 seq=64 heads=4 kv_heads=2 head_dim=16 rope=true theta=10000
+// kernel: attention_blocked_grad_k attention_grad batch=2 seq=64 heads=4 kv_heads=2 head_dim=16 rope=true theta=10000
+// kernel: attention_mha_k attention batch=1 seq=7 heads=2 kv_heads=2 head_dim=6
+// kernel: attention_mha_grad_k attention_grad batch=1 seq=7 heads=2 kv_heads=2 head_dim=6
 
 #include "KernelTestUtil.h"
 

@@ -1,4 +1,10 @@
 //===- CrossEntropyKernelTest.cpp - cross_entropy and its gradient ----------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: cross_entropy_k cross_entropy tokens=6 vocab=11
+// kernel: cross_entropy_grad_k cross_entropy_grad tokens=6 vocab=11
 
 #include "KernelTestUtil.h"
 

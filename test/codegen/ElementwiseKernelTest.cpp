@@ -1,4 +1,10 @@
 //===- ElementwiseKernelTest.cpp - add, adamw_update ------------------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: add_k add size=40
+// kernel: adamw_k adamw_update size=37 beta1=0.9 beta2=0.95 eps=1e-8 weight_decay=0.1 grad_clip=1.0
 
 #include "KernelTestUtil.h"
 

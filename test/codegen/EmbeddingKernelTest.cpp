@@ -1,4 +1,10 @@
 //===- EmbeddingKernelTest.cpp - embedding and its gradient -----------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: embedding_k embedding tokens=6 vocab=10 width=16
+// kernel: embedding_grad_k embedding_grad tokens=6 vocab=10 width=16
 
 #include "KernelTestUtil.h"
 

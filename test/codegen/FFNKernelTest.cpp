@@ -1,4 +1,38 @@
 //===- FFNKernelTest.cpp - dense and expert FFNs, forward and backward ------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: expert_ffn_k ffn groups=3 rows=4 width=8 hidden=12 activation=swiglu
+// kernel: expert_ffn_grad_k ffn_grad groups=3 rows=4 width=8 hidden=12 activation=swiglu
+// kernel: expert_ffn_blocked_k ffn groups=2 rows=12 width=16 hidden=32 activation=swiglu
+// kernel: expert_ffn_blocked_grad_k ffn_grad groups=2 rows=12 width=16 hidden=32 activation=swiglu
+// kernel: ffn_relu_blocked_k ffn groups=1 rows=10 width=32 hidden=16 activation=relu
+// kernel: ffn_relu_blocked_grad_k ffn_grad groups=1 rows=10 width=32 hidden=16 activation=relu
+// kernel: expert_ffn_saved_k ffn groups=2 rows=12 width=16 hidden=32 activation=swiglu save=true
+// kernel: expert_ffn_saved_grad_k ffn_grad groups=2 rows=12 width=16 hidden=32 activation=swiglu saved=true
+// kernel: ffn_gelu_saved_k ffn groups=1 rows=6 width=8 hidden=12 activation=gelu save=true
+// kernel: ffn_gelu_saved_grad_k ffn_grad groups=1 rows=6 width=8 hidden=12 activation=gelu saved=true
+// Long contractions over rows (>= 1024): the weight gradients are k-blocked,
+// parallel over groups (4) or over column blocks (1).
+// kernel: expert_ffn_kblocked_k ffn groups=4 rows=1024 width=16 hidden=32 activation=swiglu save=true
+// kernel: expert_ffn_kblocked_grad_k ffn_grad groups=4 rows=1024 width=16 hidden=32 activation=swiglu saved=true
+// kernel: ffn_gelu_kblocked_k ffn groups=1 rows=1024 width=16 hidden=24 activation=gelu save=true
+// kernel: ffn_gelu_kblocked_grad_k ffn_grad groups=1 rows=1024 width=16 hidden=24 activation=gelu saved=true
+// The same families with OpenBLAS extern GEMMs (blas=true): row and column
+// blocks with tails, groups below and at 4, saved and recomputed
+// pre-activations.
+// kernel: expert_ffn_blas_k ffn groups=3 rows=200 width=16 hidden=24 activation=swiglu save=true blas=true
+// kernel: expert_ffn_blas_grad_k ffn_grad groups=3 rows=200 width=16 hidden=24 activation=swiglu saved=true blas=true
+// kernel: expert_ffn_blas_recompute_k ffn groups=4 rows=12 width=16 hidden=32 activation=swiglu blas=true
+// kernel: expert_ffn_blas_recompute_grad_k ffn_grad groups=4 rows=12 width=16 hidden=32 activation=swiglu blas=true
+// kernel: ffn_gelu_blas_k ffn groups=1 rows=130 width=16 hidden=72 activation=gelu save=true blas=true
+// kernel: ffn_gelu_blas_grad_k ffn_grad groups=1 rows=130 width=16 hidden=72 activation=gelu saved=true blas=true
+// kernel: ffn_relu_blas_k ffn groups=1 rows=10 width=32 hidden=16 activation=relu blas=true
+// kernel: ffn_relu_blas_grad_k ffn_grad groups=1 rows=10 width=32 hidden=16 activation=relu blas=true
+// kernel: ffn_gelu_k ffn groups=1 rows=6 width=8 hidden=12 activation=gelu
+// kernel: ffn_gelu_grad_k ffn_grad groups=1 rows=6 width=8 hidden=12 activation=gelu
+// kernel: ffn_relu_grad_k ffn_grad groups=1 rows=6 width=8 hidden=12 activation=relu
 
 #include "KernelTestUtil.h"
 

@@ -12,7 +12,6 @@
 #include "KernelVariants.h"
 
 #include "moe/Codegen/KernelRegistry.h"
-#include "moe/Codegen/ScratchBound.h"
 #include "moe/InitAllDialects.h"
 #include "moert/ScratchPool.h"
 
@@ -118,7 +117,11 @@ TEST(KernelContractTest, ScratchBoundFollowsTheParams) {
   EXPECT_GT(
       scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8", "activation=swiglu"}),
       scratchBound("ffn_grad", {"groups=2", "rows=8", "width=4", "hidden=8", "activation=gelu"}));
-  EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "blas"), 1);
-  EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "rows"), 12);
-  EXPECT_EQ(moec::codegen::paramValue({"blas=true", "rows=12", "theta=1e4"}, "theta"), 0);
+  std::vector<std::string> params = {"rows_total=3", "blas=true", "rows=12", "theta=1e4"};
+  moec::codegen::GeneratorParams v(params);
+  EXPECT_EQ(v("blas"), 1);
+  EXPECT_EQ(v("rows"), 12);
+  EXPECT_EQ(v("theta"), 0);
+  EXPECT_EQ(v("absent"), 0);
+  EXPECT_EQ(v.text("theta"), "1e4");
 }

@@ -1,7 +1,7 @@
 //===- KernelTestUtil.h - what every kernel test shares ---------*- C++ -*-===//
 //
 // Kernels are generated at build time by moe-halide-gen for a few shapes
-// (the variants of test/codegen/CMakeLists.txt: the tiled and the small-shape
+// (the variants each test file declares in `// kernel:` lines: the tiled and the small-shape
 // path of each schedule). Each test runs the same computation as a moe op in
 // the reference interpreter (double precision) and compares; one file per
 // generator file (<Generator>KernelTest.cpp).

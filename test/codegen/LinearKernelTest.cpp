@@ -1,4 +1,17 @@
 //===- LinearKernelTest.cpp - linear, linear_grad, bias_grad ----------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: linear_tiled linear rows=8 in=16 out=24 bias=true residual=true
+// kernel: linear_small linear rows=3 in=5 out=6
+// kernel: linear_grad_tiled linear_grad rows=8 in=16 out=24
+// kernel: linear_grad_small linear_grad rows=3 in=5 out=7
+// kernel: linear_grad_kblocked linear_grad rows=1024 in=16 out=32
+// kernel: linear_blas linear rows=70 in=16 out=24 bias=true residual=true blas=true
+// kernel: linear_blas_plain linear rows=3 in=5 out=6 blas=true
+// kernel: linear_grad_blas linear_grad rows=70 in=16 out=200 blas=true
+// kernel: bias_grad_k bias_grad rows=7 out=12
 
 #include "KernelTestUtil.h"
 

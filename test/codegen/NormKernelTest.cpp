@@ -1,4 +1,10 @@
 //===- NormKernelTest.cpp - rms_norm and its gradient -----------------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: rms_norm_k rms_norm rows=5 width=20 epsilon=0.001
+// kernel: rms_norm_grad_k rms_norm_grad rows=5 width=20 epsilon=0.001
 
 #include "KernelTestUtil.h"
 

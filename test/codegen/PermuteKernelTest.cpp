@@ -1,4 +1,12 @@
 //===- PermuteKernelTest.cpp - permute, unpermute and its gradient ----------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: permute_k permute tokens=6 k=2 slots_total=12 width=8
+// kernel: unpermute_k unpermute tokens=6 k=2 slots_total=12 width=8 weighted=true
+// kernel: unpermute_plain_k unpermute tokens=6 k=2 slots_total=12 width=8 weighted=false
+// kernel: unpermute_grad_k unpermute_grad tokens=6 k=2 slots_total=12 width=8
 
 #include "KernelTestUtil.h"
 

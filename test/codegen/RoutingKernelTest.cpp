@@ -1,4 +1,14 @@
 //===- RoutingKernelTest.cpp - fused_gate, router_grad ----------------------===//
+//
+// The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
+// lines, which test/codegen/CMakeLists.txt reads and generates with
+// moe-halide-gen (the scratch bound and KernelContractTest see them too).
+// kernel: fused_gate_softmax_k fused_gate tokens=6 width=8 num_experts=4 top_k=2 capacity=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
+// kernel: fused_gate_sigmoid_k fused_gate tokens=6 width=8 num_experts=4 top_k=2 capacity=6 scoring=sigmoid has_bias=true routed_scaling=2.5 aux_loss_coef=0.1
+// kernel: router_grad_softmax_k router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
+// kernel: router_grad_sigmoid_k router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=sigmoid has_bias=true routed_scaling=2.5 aux_loss_coef=0.1
+// kernel: fused_gate_wide_k fused_gate tokens=130 width=20 num_experts=12 top_k=2 capacity=30 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
+// kernel: router_grad_wide_k router_grad tokens=130 width=20 num_experts=12 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
 
 #include "KernelTestUtil.h"
 

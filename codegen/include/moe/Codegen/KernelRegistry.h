@@ -5,7 +5,8 @@
 // saying which moe-halide-gen generator produces it, the generator's
 // argument names in order (its Halide Inputs, then Outputs), how a launch's
 // operands and results fill them (and the view each is presented in), the
-// GeneratorParams derived from the kernel spec, and the scratch bound. Rows
+// GeneratorParams derived from the kernel spec, and the scratch the kernel
+// takes. Rows
 // live in codegen/lib/KernelFamilies.cpp, one section per generator file.
 //
 //===----------------------------------------------------------------------===//
@@ -19,6 +20,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,19 @@ public:
   mlir::ArrayAttr epilogue;
 };
 
+/// Reads `key=value` GeneratorParams (MLIR-free).
+class GeneratorParams {
+public:
+  explicit GeneratorParams(const std::vector<std::string> &params) : params(params) {}
+  /// An integer value, 1 for `true`, 0 when absent or anything else.
+  int64_t operator()(llvm::StringRef key) const;
+  /// The text of a value, empty when absent.
+  llvm::StringRef text(llvm::StringRef key) const;
+
+private:
+  const std::vector<std::string> &params;
+};
+
 /// One kernel family's row.
 struct KernelFamily {
   /// The `moe.kernel` family (the moe op mnemonic).
@@ -81,6 +96,9 @@ struct KernelFamily {
   std::vector<llvm::StringLiteral> signature;
   /// The GeneratorParams (`key=value`) of a spec.
   std::vector<std::string> (*params)(const KernelSpec &spec, Gemm gemm) = nullptr;
+  /// The elements (4 bytes each) of the kernel's compute_root intermediates
+  /// under its generator's schedule, from its params (null: none).
+  int64_t (*scratch)(const GeneratorParams &params) = nullptr;
   /// A launch's operands and results in `signature` order, given the
   /// launch's operand and result counts (null: operands, then results, in
   /// `view`).
@@ -95,6 +113,12 @@ llvm::ArrayRef<KernelFamily> kernelFamilies();
 
 /// The row of `family`, or null.
 const KernelFamily *lookupFamily(llvm::StringRef family);
+
+/// The scratch bound, in bytes, of a kernel of `generator` under `params`:
+/// its row's `scratch` plus the pool's per-block slack. The compiler sums no
+/// two kernels (they run one at a time): the largest bound is the program's
+/// planned scratch.
+int64_t scratchBound(llvm::StringRef generator, const std::vector<std::string> &params);
 
 /// What produces one kernel.
 struct KernelCall {
