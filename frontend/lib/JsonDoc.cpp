@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
 using namespace moec::frontend;
 using nlohmann::json;
 
@@ -160,10 +162,41 @@ static size_t parseErrorOffset(const std::string &text, size_t lastRead) {
   return off;
 }
 
+/// The offset of the first bracket nested deeper than JsonDoc::kMaxDepth,
+/// or npos. Iterative, so any input is safe to scan; the parser and the
+/// position scanner (recursive) only see documents that pass.
+static size_t tooDeep(const std::string &text) {
+  size_t depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > JsonDoc::kMaxDepth)
+        return i;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+
 std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &text,
                                         DiagnosticList &diags) {
   auto doc = std::unique_ptr<JsonDoc>(new JsonDoc());
   doc->fileName = std::move(file);
+  if (size_t at = tooDeep(text); at != std::string::npos) {
+    PositionScanner lines(text, *doc, diags);
+    diags.error(doc->fileName, lines.pos(at),
+                "malformed JSON: nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    return nullptr;
+  }
   try {
     doc->rootValue = json::parse(text);
   } catch (const json::parse_error &e) {
@@ -196,6 +229,22 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &tex
 }
 
 std::unique_ptr<JsonDoc> JsonDoc::load(const std::string &path, DiagnosticList &diags) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    diags.error(path, SourcePos(), std::string("cannot read file: ") + std::strerror(errno));
+    return nullptr;
+  }
+  // A directory, a FIFO or a device would read as nothing, or block.
+  if (!S_ISREG(st.st_mode)) {
+    diags.error(path, SourcePos(), "cannot read file: not a regular file");
+    return nullptr;
+  }
+  if (st.st_size > kMaxBytes) {
+    diags.error(path, SourcePos(),
+                "file of " + std::to_string(st.st_size) + " bytes is larger than the " +
+                    std::to_string(kMaxBytes) + " bytes a description may take");
+    return nullptr;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     diags.error(path, SourcePos(), std::string("cannot read file: ") + std::strerror(errno));

@@ -22,12 +22,19 @@ namespace moec::frontend {
 
 class JsonDoc {
 public:
+  /// Limits on what a description may be: arrays and objects nested at
+  /// most this deep (a model or cluster file needs a handful of levels), and
+  /// at most this many bytes. Both are errors with a position, not a crash.
+  static constexpr size_t kMaxDepth = 64;
+  static constexpr long long kMaxBytes = 64ll << 20;
+
   /// Parses `text` read from `file`. On a syntax error, a duplicate key or a
   /// number out of range, reports it with its position and returns null.
   static std::unique_ptr<JsonDoc> parse(std::string file, const std::string &text,
                                         DiagnosticList &diags);
 
-  /// Reads and parses `path`; an unreadable file is an error.
+  /// Reads and parses `path`; an unreadable file, one that is not a regular
+  /// file (a directory, a FIFO) and one over kMaxBytes are errors.
   static std::unique_ptr<JsonDoc> load(const std::string &path, DiagnosticList &diags);
 
   const nlohmann::json &root() const { return rootValue; }
