@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
@@ -13,6 +16,9 @@
 
 using namespace moert;
 using nlohmann::json;
+
+/// The safetensors `__metadata__` key of the state saved with the tensors.
+static const char kStateKey[] = "moec.state";
 
 static std::string directoryOf(const std::string &path) {
   size_t slash = path.rfind('/');
@@ -58,8 +64,11 @@ bool moert::writeFileAtomic(const std::string &path, const std::string &contents
   return true;
 }
 
-std::string moert::encodeSafetensors(const TensorMap &tensors) {
+std::string moert::encodeSafetensors(const TensorMap &tensors,
+                                     const std::map<std::string, std::string> &metadata) {
   json header = json::object();
+  if (!metadata.empty())
+    header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto &[name, t] : tensors) {
     uint64_t bytes = t.data.size() * sizeof(float);
@@ -81,7 +90,8 @@ std::string moert::encodeSafetensors(const TensorMap &tensors) {
 }
 
 bool moert::decodeSafetensors(const std::string &bytes, const std::string &origin,
-                              TensorMap &tensors, std::string &error) {
+                              TensorMap &tensors, std::string &error,
+                              std::map<std::string, std::string> *metadata) {
   auto fail = [&](const std::string &message) {
     error = origin + ": " + message;
     return false;
@@ -97,13 +107,25 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
   json header = json::parse(bytes.substr(8, n), nullptr, false);
   if (header.is_discarded() || !header.is_object())
     return fail("the header is not a JSON object");
+  if (metadata)
+    metadata->clear();
   uint64_t dataSize = bytes.size() - 8 - n;
   const char *data = bytes.data() + 8 + n;
   tensors.clear();
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__")
+    if (it.key() == "__metadata__") {
+      // A map of strings (the safetensors format).
+      if (!it.value().is_object())
+        return fail("__metadata__ is not an object of strings");
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        if (!m.value().is_string())
+          return fail("__metadata__ '" + m.key() + "' is not a string");
+        if (metadata)
+          (*metadata)[m.key()] = m.value().get<std::string>();
+      }
       continue;
+    }
     const json &entry = it.value();
     std::string what = "tensor '" + it.key() + "'";
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
@@ -157,27 +179,73 @@ static bool readFile(const std::string &path, std::string &out, std::string &err
   return true;
 }
 
+void moert::removeStaleTemporaries(const std::string &dir) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  while (dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    size_t tmp = name.rfind(".tmp.");
+    if (tmp == std::string::npos)
+      continue;
+    char *end = nullptr;
+    long pid = std::strtol(name.c_str() + tmp + 5, &end, 10);
+    if (!end || *end || pid <= 0)
+      continue;
+    // Another live process's save is not ours to remove.
+    if (pid != getpid() && ::kill(static_cast<pid_t>(pid), 0) == 0)
+      continue;
+    ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, const json &state,
                            std::string &error) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     error = dir + ": cannot create the checkpoint directory: " + std::strerror(errno);
     return false;
   }
-  // Tensors first, state last: state.json names the step the tensors hold.
-  return writeFileAtomic(dir + "/tensors.safetensors", encodeSafetensors(tensors), error) &&
+  removeStaleTemporaries(dir);
+  // The tensors carry their state: renaming them into place is the commit.
+  // state.json follows as a readable copy.
+  return writeFileAtomic(dir + "/tensors.safetensors",
+                         encodeSafetensors(tensors, {{kStateKey, state.dump()}}), error) &&
          writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error);
 }
 
 bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &state,
-                           std::string &error) {
+                           std::string &error, std::string *note) {
   std::string bytes, text;
-  if (!readFile(dir + "/state.json", text, error) ||
-      !readFile(dir + "/tensors.safetensors", bytes, error))
+  if (!readFile(dir + "/tensors.safetensors", bytes, error))
     return false;
-  state = json::parse(text, nullptr, false);
+  std::map<std::string, std::string> metadata;
+  if (!decodeSafetensors(bytes, dir + "/tensors.safetensors", tensors, error, &metadata))
+    return false;
+  bool haveText = readFile(dir + "/state.json", text, error);
+  json mirror = haveText ? json::parse(text, nullptr, false) : json();
+  auto it = metadata.find(kStateKey);
+  if (it == metadata.end()) {
+    // Written before the state moved into the tensors' header.
+    if (!haveText)
+      return false;
+    if (mirror.is_discarded() || !mirror.is_object()) {
+      error = dir + "/state.json: not a JSON object";
+      return false;
+    }
+    state = std::move(mirror);
+    return true;
+  }
+  state = json::parse(it->second, nullptr, false);
   if (state.is_discarded() || !state.is_object()) {
-    error = dir + "/state.json: not a JSON object";
+    error =
+        dir + "/tensors.safetensors: the recorded state (" + kStateKey + ") is not a JSON object";
     return false;
   }
-  return decodeSafetensors(bytes, dir + "/tensors.safetensors", tensors, error);
+  if (note && mirror != state)
+    *note = dir + "/state.json " + (haveText ? "does not match" : "is missing beside") +
+            " the state saved with the tensors (a save interrupted between its two files?); "
+            "using the tensors' state";
+  error.clear();
+  return true;
 }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -165,13 +166,26 @@ void Trainer::checkValidationSplit() {
 
 int Trainer::run() {
   openMetrics();
+  checkValidationSplit();
+  checkSampling();
+  checkCheckpointPath();
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
                 o.steps - 1);
-  checkValidationSplit();
   bar = lead && o.progress && isatty(fileno(stdout));
-  trainLoop();
+  long long reached = trainLoop();
+  if (reached < o.steps) {
+    int signo = stopSignal();
+    if (lead)
+      std::printf("stopped by %s after step %lld\n", signo == SIGTERM ? "SIGTERM" : "SIGINT",
+                  reached);
+    if (!o.checkpoint.empty())
+      saveCheckpoint(reached);
+    else if (lead)
+      std::printf("no --checkpoint: nothing saved\n");
+    return 128 + (signo ? signo : SIGINT);
+  }
   reportCommunication();
   if (canEval)
     evaluate(o.steps);
@@ -182,7 +196,7 @@ int Trainer::run() {
   if (ranks == 1)
     reportMemory();
   if (!o.checkpoint.empty())
-    saveCheckpoint();
+    saveCheckpoint(o.steps);
   return 0;
 }
 
@@ -190,7 +204,7 @@ int Trainer::run() {
 // The training loop
 //===----------------------------------------------------------------------===//
 
-void Trainer::trainLoop() {
+long long Trainer::trainLoop() {
   auto runStart = std::chrono::steady_clock::now();
   for (long long s = firstStep; s < o.steps; ++s) {
     ByteCounters before = byteCounters();
@@ -201,9 +215,26 @@ void Trainer::trainLoop() {
       reportStep(s, result, bytes, dropped, runStart);
     if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
       evaluate(s + 1);
+    if (o.checkpointEvery > 0 && (s + 1) % o.checkpointEvery == 0 && s + 1 != o.steps)
+      saveCheckpoint(s + 1);
+    if (stopRequested(s) && s + 1 != o.steps) {
+      if (bar)
+        std::printf("\r\033[K");
+      return s + 1;
+    }
   }
   if (bar)
     std::printf("\r\033[K");
+  return o.steps;
+}
+
+bool Trainer::stopRequested(long long s) {
+  float stop = stopSignal() ? 1.0f : 0.0f;
+  if (ranks > 1 &&
+      moert_step_all_reduce(&ctx, &stop, &stop, 1, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0,
+                            1.0) != 0)
+    commError("step " + std::to_string(s) + ": agreeing to stop");
+  return stop > 0;
 }
 
 /// Draws step `s`'s batch and runs the step program's training step.

@@ -105,12 +105,21 @@ private:
   moert::CodecStates resumeFromCheckpoint();
   void restoreParameters(const moert::TensorMap &tensors);
   moert::CodecStates restoreCodecStates(const moert::TensorMap &tensors);
-  void saveCheckpoint();
+  /// Checks --checkpoint can be written (creating it) before any step.
+  void checkCheckpointPath() const;
+  /// Writes --checkpoint after `steps` steps (every rank gathers; the lead
+  /// rank writes). Refuses a non-finite state, keeping the last checkpoint.
+  void saveCheckpoint(long long steps);
   void gatherParameters(moert::TensorMap &tensors);
   void gatherCodecStates(moert::TensorMap &tensors);
 
   // The training loop (Trainer.cpp).
-  void trainLoop();
+  /// Returns the step count reached: --steps, or fewer when a signal
+  /// stopped the run.
+  long long trainLoop();
+  /// Whether any rank was asked to stop (SIGINT, SIGTERM): every rank
+  /// agrees, so all stop after the same step.
+  bool stopRequested(long long step);
   StepResult runStep(long long step);
   ByteCounters byteCounters() const;
   StepBytes accountCommunication(const ByteCounters &before, long long step);
@@ -121,6 +130,8 @@ private:
 
   // Evaluation and sampling (TrainerEval.cpp).
   double evaluate(long long step);
+  /// Checks --sample and --prompt before any step.
+  void checkSampling() const;
   void sampleText();
   int32_t sampleNext(const std::vector<int32_t> &context, std::vector<int32_t> &in,
                      const std::vector<int32_t> &tg, moert::AlignedFloats &logits,

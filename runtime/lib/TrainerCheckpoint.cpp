@@ -12,8 +12,13 @@
 #include "Trainer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace moert::trainer;
 
@@ -49,16 +54,32 @@ bool parseCodecTensorName(const std::string &name, int &site, std::string &what)
 moert::CodecStates Trainer::resumeFromCheckpoint() {
   moert::TensorMap tensors;
   nlohmann::json state;
-  std::string error;
-  if (!moert::loadCheckpoint(o.checkpoint, tensors, state, error))
+  std::string error, note;
+  if (!moert::loadCheckpoint(o.checkpoint, tensors, state, error, &note))
     die(error);
+  if (!note.empty() && lead)
+    std::printf("note: %s\n", note.c_str());
+  // Every value is checked before any is used.
+  std::string where = o.checkpoint + ": state";
+  const nlohmann::json &step = state.contains("step") ? state["step"] : nlohmann::json();
+  const nlohmann::json &position =
+      state.contains("data_position") ? state["data_position"] : nlohmann::json();
+  if (!step.is_number_integer() || step.get<long long>() < 0)
+    die(where + ": \"step\" must be an integer >= 0, got " + step.dump());
+  if (!position.is_number_unsigned())
+    die(where + ": \"data_position\" must be an integer >= 0, got " + position.dump());
+  if (state.contains("seed") &&
+      (!state["seed"].is_number_unsigned() || state["seed"].get<uint64_t>() != sh.seed))
+    die(where + ": written with seed " + state["seed"].dump() + ", this run uses " +
+        std::to_string(sh.seed) + " (pass --seed to continue it)");
+  firstStep = step.get<long long>();
+  if (firstStep > o.steps)
+    die(o.checkpoint + " is at step " + std::to_string(firstStep) + "; --steps " +
+        std::to_string(o.steps) +
+        " would rewrite it over later weights (give --steps >= " + std::to_string(firstStep) + ")");
   restoreParameters(tensors);
   moert::CodecStates restored = restoreCodecStates(tensors);
-  if (!state.contains("step") || !state["step"].is_number_integer() ||
-      !state.contains("data_position"))
-    die(o.checkpoint + "/state.json: needs step and data_position");
-  firstStep = state["step"].get<long long>();
-  sampler.setPosition(state["data_position"].get<uint64_t>());
+  sampler.setPosition(position.get<uint64_t>());
   if (lead)
     std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
   return restored;
@@ -117,15 +138,35 @@ moert::CodecStates Trainer::restoreCodecStates(const moert::TensorMap &tensors) 
 // Save
 //===----------------------------------------------------------------------===//
 
-/// Writes --checkpoint (lead rank) after the last step: full tensors, this
+void Trainer::checkCheckpointPath() const {
+  if (o.checkpoint.empty() || !lead)
+    return;
+  if (::mkdir(o.checkpoint.c_str(), 0755) != 0 && errno != EEXIST)
+    die(o.checkpoint + ": cannot create the checkpoint directory: " + std::strerror(errno));
+  struct stat st;
+  if (::stat(o.checkpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    die(o.checkpoint + ": --checkpoint must be a directory");
+  if (::access(o.checkpoint.c_str(), W_OK | X_OK) != 0)
+    die(o.checkpoint + ": the checkpoint directory is not writable: " + std::strerror(errno));
+  moert::removeStaleTemporaries(o.checkpoint);
+}
+
+/// Writes --checkpoint (lead rank) after `steps` steps: full tensors, this
 /// run's codec state, and the state any grid resumes from.
-void Trainer::saveCheckpoint() {
+void Trainer::saveCheckpoint(long long steps) {
   moert::TensorMap tensors;
   gatherParameters(tensors);
   if (ranks > 1 && ctx.codec_states)
     gatherCodecStates(tensors);
+  // A diverged state is not saved over the last good one.
+  for (const auto &[name, tensor] : tensors)
+    for (float v : tensor.data)
+      if (!std::isfinite(v))
+        die("after step " + std::to_string(steps) + ": '" + name +
+            "' holds a non-finite value; not saving it (" + o.checkpoint +
+            " keeps the last good checkpoint)");
   nlohmann::json state = {
-      {"step", o.steps},
+      {"step", steps},
       {"data_position", sampler.position()},
       {"seed", sh.seed},
       {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}}};

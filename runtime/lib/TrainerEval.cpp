@@ -96,9 +96,15 @@ double Trainer::evaluate(long long step) {
 /// (the last seq_len tokens); positions after it cannot influence it
 /// (causal attention) and come later in routing priority. The other rows
 /// hold held-out text, so the experts see a typical load.
-void Trainer::sampleText() {
+void Trainer::checkSampling() const {
+  if (o.sample <= 0)
+    return;
   if (!prog.eval_step)
     die("--sample: this binary has no evaluation step to sample from");
+  promptTokens(o, data, prog.vocab);
+}
+
+void Trainer::sampleText() {
   const std::vector<int32_t> prompt = promptTokens(o, data, prog.vocab);
   std::vector<int32_t> context = prompt, in, tg;
   std::mt19937_64 rng(sh.seed + 2);

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <malloc.h>
 #include <string>
@@ -67,6 +68,29 @@ size_t loadCorpus(const Options &o, uint64_t seed, moert::TokenStream &data) {
   return split;
 }
 
+/// A launcher's process count (mpirun, srun, other PMI launchers), or 0.
+int launcherProcesses() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
+    if (const char *v = std::getenv(name))
+      return std::atoi(v);
+  return 0;
+}
+
+/// Several processes of a binary that cannot talk to each other would each
+/// run the whole job into the same metrics and checkpoint files.
+void refuseForeignLauncher(int ranks) {
+  int processes = launcherProcesses();
+  if (processes <= 1)
+    return;
+  bool mpi = moert_mpi_launched != nullptr;
+  if (ranks == 1 || !mpi)
+    die("started as " + std::to_string(processes) + " processes (mpirun or a PMI launcher), but " +
+        (ranks == 1 ? std::string("this binary was compiled for one rank")
+                    : "this binary was linked without MPI") +
+        ": run it without the launcher, or recompile with moec --ranks " +
+        std::to_string(processes));
+}
+
 /// Runs the compiled grid's ranks: one, this process's under mpirun, or all
 /// of them as threads. Returns the exit status.
 int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
@@ -85,14 +109,14 @@ int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
     return rc;
   }
   std::printf("ranks: %d threads (dp %d x ep %d)\n", ranks, prog.grid_dp, prog.grid_ep);
-  return moert_run_threads(
-             ranks, shared.o.timeout,
-             [](moert_comm *comm, void *user) {
-               return trainRank(*static_cast<Shared *>(user), comm);
-             },
-             &shared) == 0
-             ? 0
-             : 1;
+  int rc = moert_run_threads(
+      ranks, shared.o.timeout,
+      [](moert_comm *comm, void *user) { return trainRank(*static_cast<Shared *>(user), comm); },
+      &shared);
+  // Ranks stopped by a signal saved and return 128 + signal, as one rank does.
+  if (rc != 0 && stopSignal())
+    return 128 + stopSignal();
+  return rc == 0 ? 0 : 1;
 }
 
 } // namespace
@@ -114,6 +138,8 @@ int main(int argc, char **argv) {
   moert_scratch_set_limit(
       moec_program.planned_scratch_bytes *
       std::max(1, moec_program.grid_dp * moec_program.grid_ep * moec_program.grid_tp));
+  // Progress reaches a log file line by line, not when a buffer fills.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o = parseOptions(argc, argv);
   const moert_program &prog = moec_program;
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
@@ -127,5 +153,7 @@ int main(int argc, char **argv) {
         std::to_string(ranks) + (ranks == 1 ? " rank (dp " : " ranks (dp ") +
         std::to_string(prog.grid_dp) + " x ep " + std::to_string(prog.grid_ep) +
         "); recompile with moec --ranks");
+  refuseForeignLauncher(ranks);
+  installStopHandlers();
   return launchRanks(shared, ranks, argc, argv);
 }

@@ -2,11 +2,36 @@
 
 #include "TrainerOptions.h"
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
 using namespace moert::trainer;
+
+namespace {
+std::atomic<int> requestedStop{0};
+static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
+
+void onStopSignal(int signo) {
+  // The second signal does not wait for the step to end.
+  if (requestedStop.exchange(signo) != 0) {
+    std::signal(signo, SIG_DFL);
+    std::raise(signo);
+  }
+}
+} // namespace
+
+int moert::trainer::stopSignal() { return requestedStop.load(); }
+
+void moert::trainer::installStopHandlers() {
+  struct sigaction action = {};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  for (int signo : {SIGINT, SIGTERM})
+    sigaction(signo, &action, nullptr);
+}
 
 [[noreturn]] void moert::trainer::die(const std::string &message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -36,13 +61,16 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
 
 [[noreturn]] void printUsage(const char *program) {
   std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
-              "          [--checkpoint DIR [--resume]] [--val-fraction F]\n"
+              "          [--checkpoint DIR [--resume] [--checkpoint-every N]]\n"
+              "          [--val-fraction F]\n"
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
               "               comma-separated token ids for .bin data; default: newline)\n"
+              "  --checkpoint DIR  written at the end, every N steps with\n"
+              "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit)\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
               "               (the compiled grid; under mpirun, one rank per process)\n",
               program);
@@ -72,6 +100,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.checkpoint = value();
     else if (a == "--resume")
       o.resume = true;
+    else if (a == "--checkpoint-every")
+      o.checkpointEvery = parseInt(a, value(), 1);
     else if (a == "--val-fraction")
       o.valFraction = parseReal(
           value(), true, [](double v) { return v >= 0 && v < 1; },
@@ -113,5 +143,7 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--data FILE is required (raw text, or a .bin file of uint16 tokens)");
   if (o.resume && o.checkpoint.empty())
     die("--resume needs --checkpoint DIR");
+  if (o.checkpointEvery && o.checkpoint.empty())
+    die("--checkpoint-every needs --checkpoint DIR");
   return o;
 }

@@ -21,6 +21,7 @@ struct Options {
   long long evalBatches = 4; ///< validation batches per evaluation
   long long seed = -1;
   bool resume = false;
+  long long checkpointEvery = 0; ///< 0: a checkpoint at the end only
   double valFraction = 0.1;
   long long sample = 0; ///< tokens to generate after training
   std::string prompt;
@@ -29,6 +30,12 @@ struct Options {
   long long topK = 0;   ///< 0: sample from the whole vocabulary
   bool progress = true; ///< a progress bar when stdout is a terminal
 };
+
+/// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the
+/// handler main() installs; the training loop saves and stops at the next
+/// step boundary. A second signal ends the process at once.
+int stopSignal();
+void installStopHandlers();
 
 /// Prints "error: MESSAGE" on stderr and exits with status 1.
 [[noreturn]] void die(const std::string &message);

@@ -227,7 +227,63 @@ TEST_F(RuntimeTest, CorruptCheckpointsAreRejectedWithReasons) {
   // A missing checkpoint directory names the file.
   nlohmann::json state;
   EXPECT_FALSE(loadCheckpoint(dir + "/none", out, state, error));
-  EXPECT_EQ(error, dir + "/none/state.json: cannot read: No such file or directory");
+  EXPECT_EQ(error, dir + "/none/tensors.safetensors: cannot read: No such file or directory");
+}
+
+TEST_F(RuntimeTest, ACheckpointNeverMixesSteps) {
+  TensorMap step40, step100;
+  step40["w"] = {{2}, {4.0f, 0.0f}};
+  step100["w"] = {{2}, {10.0f, 0.0f}};
+  std::string error, ckpt = dir + "/mixed", old = dir + "/old";
+  ASSERT_TRUE(saveCheckpoint(old, step40, {{"step", 40}, {"data_position", 40}}, error)) << error;
+  ASSERT_TRUE(saveCheckpoint(ckpt, step100, {{"step", 100}, {"data_position", 100}}, error));
+  // A save killed between its two renames: the new tensors beside the old
+  // state.json. The tensors' own state wins, and the reader says so.
+  std::ifstream in(old + "/state.json");
+  std::string oldState((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(ckpt + "/state.json") << oldState;
+  TensorMap back;
+  nlohmann::json state;
+  std::string note;
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, state, error, &note)) << error;
+  EXPECT_EQ(state["step"], 100);
+  EXPECT_EQ(back["w"].data[0], 10.0f);
+  EXPECT_NE(note.find("does not match the state saved with the tensors"), std::string::npos)
+      << note;
+  // state.json lost, or garbage: the same.
+  std::ofstream(ckpt + "/state.json") << "{\"step\": ";
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, state, error, &note)) << error;
+  EXPECT_EQ(state["step"], 100);
+  std::remove((ckpt + "/state.json").c_str());
+  note.clear();
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, state, error, &note)) << error;
+  EXPECT_NE(note.find("is missing"), std::string::npos) << note;
+  // A checkpoint whose tensors carry no state (an older writer) reads
+  // state.json.
+  std::ofstream(ckpt + "/tensors.safetensors") << encodeSafetensors(step100);
+  std::ofstream(ckpt + "/state.json") << "{\"step\": 7}";
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, state, error)) << error;
+  EXPECT_EQ(state["step"], 7);
+  // Metadata that is not a map of strings is an error, not a crash.
+  TensorMap w;
+  w["w"] = {{1}, {1.0f}};
+  std::string bytes = encodeSafetensors(w, {{"moec.state", "x"}});
+  bytes.replace(bytes.find("\"x\""), 3, "[1]");
+  EXPECT_FALSE(decodeSafetensors(bytes, "f", back, error));
+  EXPECT_EQ(error, "f: __metadata__ 'moec.state' is not a string");
+}
+
+TEST_F(RuntimeTest, KilledSavesLeaveNoTemporariesBehind) {
+  TensorMap tensors;
+  tensors["w"] = {{1}, {1.0f}};
+  std::string error, ckpt = dir + "/tmps";
+  ASSERT_TRUE(saveCheckpoint(ckpt, tensors, {{"step", 1}, {"data_position", 1}}, error));
+  // What a save killed mid-write leaves: a temporary of a process that is
+  // gone (pid 2^22 + 1 exceeds Linux's pid_max) and of this one.
+  std::ofstream(ckpt + "/tensors.safetensors.tmp.4194305") << "partial";
+  std::ofstream(ckpt + "/state.json.tmp." + std::to_string(getpid())) << "partial";
+  ASSERT_TRUE(saveCheckpoint(ckpt, tensors, {{"step", 2}, {"data_position", 2}}, error));
+  EXPECT_EQ(files(ckpt), (std::vector<std::string>{"state.json", "tensors.safetensors"}));
 }
 
 } // namespace

@@ -3,10 +3,15 @@
 // A checkpoint is a directory with `tensors.safetensors` (parameters and
 // optimiser moments, f32, in the safetensors layout: an 8-byte little-endian
 // header length, a JSON header of dtype/shape/data_offsets per tensor, then
-// the data) and `state.json` (step, data position, seed, plan, anything
-// else). Every file is written to a temporary name, fsync'ed and renamed
-// into place, then the directory is fsync'ed: a crash leaves the old
-// checkpoint or the new one, never a torn one. The reader validates
+// the data) and `state.json` (step, data position, seed, grid, anything
+// else). The state is also recorded in the tensors' own header (safetensors
+// `__metadata__`, key `moec.state`): that one file is the atomic unit, and
+// state.json is a readable copy written after it. Each file is written to a
+// temporary name, fsync'ed and renamed into place, then the directory is
+// fsync'ed, so a crash at any moment leaves the old checkpoint or the new
+// one; a crash between the two renames leaves a state.json one save behind,
+// which the reader notices and ignores (it never mixes steps). Temporary
+// files of killed saves are removed by the next save. The reader validates
 // everything and names what is wrong.
 //
 //===----------------------------------------------------------------------===//
@@ -34,15 +39,21 @@ using TensorMap = std::map<std::string, HostTensor>;
 bool saveCheckpoint(const std::string &dir, const TensorMap &tensors, const nlohmann::json &state,
                     std::string &error);
 
-/// Reads a checkpoint written by saveCheckpoint.
+/// Reads a checkpoint written by saveCheckpoint: the state recorded with
+/// the tensors (state.json for checkpoints without one). `note` says when
+/// state.json disagreed with it and was ignored.
 bool loadCheckpoint(const std::string &dir, TensorMap &tensors, nlohmann::json &state,
-                    std::string &error);
+                    std::string &error, std::string *note = nullptr);
 
-/// safetensors encoding of `tensors` (all F32) and its inverse; `origin`
-/// names the data in errors.
-std::string encodeSafetensors(const TensorMap &tensors);
+/// safetensors encoding of `tensors` (all F32) with string `metadata`, and
+/// its inverse; `origin` names the data in errors.
+std::string encodeSafetensors(const TensorMap &tensors,
+                              const std::map<std::string, std::string> &metadata = {});
 bool decodeSafetensors(const std::string &bytes, const std::string &origin, TensorMap &tensors,
-                       std::string &error);
+                       std::string &error, std::map<std::string, std::string> *metadata = nullptr);
+
+/// Removes `*.tmp.<pid>` files in `dir` left by saves whose process is gone.
+void removeStaleTemporaries(const std::string &dir);
 
 /// Writes `contents` to `path` atomically (temporary file, fsync, rename,
 /// fsync of the directory).
