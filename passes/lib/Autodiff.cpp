@@ -180,8 +180,8 @@ struct AutodiffPass : public moe::impl::AutodiffPassBase<AutodiffPass> {
 
   void runOnOperation() override {
     if (optimizer != "adamw" && optimizer != "none") {
-      getOperation().emitError() << "moe-autodiff: unknown optimizer '" << optimizer
-                                 << "' (expected adamw or none)";
+      mlir::emitError(getOperation().getLoc())
+          << "moe-autodiff: unknown optimizer '" << optimizer << "' (expected adamw or none)";
       return signalPassFailure();
     }
     bool found = false;
@@ -193,8 +193,9 @@ struct AutodiffPass : public moe::impl::AutodiffPassBase<AutodiffPass> {
         return signalPassFailure();
     }
     if (!found) {
-      getOperation().emitError() << "moe-autodiff: no step function (a func.func returning one "
-                                    "tensor<f32> loss) in the module";
+      mlir::emitError(getOperation().getLoc())
+          << "moe-autodiff: no step function (a func.func returning one "
+             "tensor<f32> loss) in the module";
       signalPassFailure();
     }
   }

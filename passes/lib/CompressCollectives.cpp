@@ -33,7 +33,8 @@ FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef tex
   auto [name, arg] = text.split(':');
   MLIRContext *ctx = module.getContext();
   auto bad = [&](const Twine &why) -> FailureOr<CodecAttr> {
-    module.emitError() << "moe-compress-collectives: " << option << "=" << text << ": " << why;
+    mlir::emitError(module.getLoc())
+        << "moe-compress-collectives: " << option << "=" << text << ": " << why;
     return failure();
   };
   double value = 0;
@@ -48,7 +49,9 @@ FailureOr<CodecAttr> parseCodec(ModuleOp module, StringRef option, StringRef tex
   auto integer = [&](int64_t fallback) -> int64_t {
     return hasArg ? static_cast<int64_t>(value) : fallback;
   };
-  auto emitError = [&]() { return module.emitError() << "moe-compress-collectives: "; };
+  auto emitError = [&]() {
+    return mlir::emitError(module.getLoc()) << "moe-compress-collectives: ";
+  };
   if (name == "fp16" || name == "bf16" || name == "sign") {
     if (hasArg)
       return bad("this codec takes no parameter");
@@ -137,8 +140,8 @@ struct CompressCollectivesPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (warmupSteps < 0) {
-      module.emitError() << "moe-compress-collectives: warmup-steps must be >= 0, got "
-                         << warmupSteps;
+      mlir::emitError(module.getLoc())
+          << "moe-compress-collectives: warmup-steps must be >= 0, got " << warmupSteps;
       return signalPassFailure();
     }
     // Per parameter group: replicated parameters, expert shards, and the
@@ -174,12 +177,13 @@ struct CompressCollectivesPass
         return signalPassFailure();
       }
       FailureOr<cost::Cluster> read =
-          cost::Cluster::fromAttr(attr, [&] { return module.emitError(); });
+          cost::Cluster::fromAttr(attr, [&] { return mlir::emitError(module.getLoc()); });
       if (failed(read))
         return signalPassFailure();
       if (read->numRanks() < grid.getNumRanks()) {
-        module.emitError() << "moe-compress-collectives: the grid has " << grid.getNumRanks()
-                           << " ranks but the cluster only " << read->numRanks();
+        mlir::emitError(module.getLoc())
+            << "moe-compress-collectives: the grid has " << grid.getNumRanks()
+            << " ranks but the cluster only " << read->numRanks();
         return signalPassFailure();
       }
       cluster = std::move(*read);
@@ -202,8 +206,8 @@ struct CompressCollectivesPass
       if (failed(codec))
         return signalPassFailure();
       if (!codec->isElementwise()) {
-        module.emitError() << "moe-compress-collectives: dispatch=" << dispatch
-                           << ": token payloads take fp16, bf16 or int8";
+        mlir::emitError(module.getLoc()) << "moe-compress-collectives: dispatch=" << dispatch
+                                         << ": token payloads take fp16, bf16 or int8";
         return signalPassFailure();
       }
       module.walk([&](AllToAllOp exchange) {

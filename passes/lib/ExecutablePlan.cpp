@@ -63,9 +63,10 @@ struct ExecutablePlanPass : public moe::impl::ExecutablePlanPassBase<ExecutableP
     std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
                         std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
     if (strict) {
-      module.emitError() << "the cluster's plan (" << shape << ") is not executable: " << why
-                         << "; force degrees the runtime runs with --dp/--ep/--tp, or use "
-                            "--emit=plan for the report alone";
+      mlir::emitError(module.getLoc())
+          << "the cluster's plan (" << shape << ") is not executable: " << why
+          << "; force degrees the runtime runs with --dp/--ep/--tp, or use "
+             "--emit=plan for the report alone";
       return signalPassFailure();
     }
     module.emitWarning() << "the cluster's plan (" << shape << ") is not executable (" << why

@@ -151,9 +151,9 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
     if (!grid || grid.getNumRanks() == 1)
       return;
     if (grid.getTp() != 1) {
-      module.emitError() << "moe-partition: tensor parallelism (tp = " << grid.getTp()
-                         << ") is planned by moe-plan-sharding but not "
-                            "executable yet; use a grid with tp = 1";
+      mlir::emitError(module.getLoc()) << "moe-partition: tensor parallelism (tp = " << grid.getTp()
+                                       << ") is planned by moe-plan-sharding but not "
+                                          "executable yet; use a grid with tp = 1";
       return signalPassFailure();
     }
     int64_t replicas = grid.getDp() * grid.getEp();

@@ -54,6 +54,7 @@ struct Candidate {
   bool zero = false; ///< optimiser state sharded over the replicas (ZeRO-1)
   double compute = 0, allToAll = 0, allReduce = 0, tensorParallel = 0, memory = 0;
   std::string memoryKind;
+  double capacity = 0; ///< the memory of a memoryKind device (shared by its ranks)
   bool fits = true;
   double step() const { return compute + allToAll + allReduce + tensorParallel; }
 };
@@ -243,6 +244,7 @@ public:
           if (bytes > c.memory) {
             c.memory = bytes;
             c.memoryKind = cluster.kindOf(r).name;
+            c.capacity = cluster.kindOf(r).memoryBytes / static_cast<double>(cluster.sharing(r));
           }
           // Ranks sharing a host share its memory.
           if (bytes * static_cast<double>(cluster.sharing(r)) > cluster.kindOf(r).memoryBytes)
@@ -339,7 +341,8 @@ void PlanShardingPass::runOnOperation() {
                      "module attribute (moe-translate --cluster FILE)");
     return signalPassFailure();
   }
-  FailureOr<Cluster> cluster = Cluster::fromAttr(clusterAttr, [&] { return module.emitError(); });
+  FailureOr<Cluster> cluster =
+      Cluster::fromAttr(clusterAttr, [&] { return mlir::emitError(module.getLoc()); });
   if (failed(cluster))
     return signalPassFailure();
 
@@ -426,12 +429,13 @@ void PlanShardingPass::runOnOperation() {
     int64_t expert, rank;
     if (expertText.trim().getAsInteger(10, expert) || rankText.trim().getAsInteger(10, rank) ||
         expert < 0 || rank < 0) {
-      module.emitError() << "moe-plan-sharding: pin '" << item
-                         << "' is not EXPERT@RANK (whole numbers, e.g. 3@0)";
+      mlir::emitError(module.getLoc())
+          << "moe-plan-sharding: pin '" << item << "' is not EXPERT@RANK (whole numbers, e.g. 3@0)";
       return signalPassFailure();
     }
     if (!pins.emplace(expert, rank).second) {
-      module.emitError() << "moe-plan-sharding: expert " << expert << " is pinned twice";
+      mlir::emitError(module.getLoc())
+          << "moe-plan-sharding: expert " << expert << " is pinned twice";
       return signalPassFailure();
     }
   }
@@ -444,20 +448,20 @@ void PlanShardingPass::runOnOperation() {
   for (auto [expert, rank] : pins)
     if (expert >= maxExperts) {
       if (maxExperts == 0)
-        module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
-                           << ": the model has no MoE layer";
+        mlir::emitError(module.getLoc())
+            << "moe-plan-sharding: pin " << expert << "@" << rank << ": the model has no MoE layer";
       else
-        module.emitError() << "moe-plan-sharding: pin " << expert << "@" << rank
-                           << " names an expert no layer has (experts are numbered 0 to "
-                           << maxExperts - 1 << ")";
+        mlir::emitError(module.getLoc())
+            << "moe-plan-sharding: pin " << expert << "@" << rank
+            << " names an expert no layer has (experts are numbered 0 to " << maxExperts - 1 << ")";
       return signalPassFailure();
     }
 
   int64_t n = cluster->numRanks();
   int64_t minExperts = step.layerExperts.empty() ? 1 : *llvm::min_element(step.layerExperts);
   if (step.tokens > 0 && n > step.tokens) {
-    module.emitError() << "moe-plan-sharding: " << n << " devices but only " << step.tokens
-                       << " tokens per step; every rank needs tokens";
+    mlir::emitError(module.getLoc()) << "moe-plan-sharding: " << n << " devices but only "
+                                     << step.tokens << " tokens per step; every rank needs tokens";
     return signalPassFailure();
   }
   // Candidates: tp dividing the smallest node (and the heads), ep dividing
@@ -494,17 +498,18 @@ void PlanShardingPass::runOnOperation() {
     }
   }
   if (candidates.empty()) {
-    module.emitError() << "moe-plan-sharding: no plan with "
-                       << (dpDegree > 0 ? "dp = " + std::to_string(dpDegree) + " " : "")
-                       << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
-                       << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
-                       << (maxPinnedRank >= 0 ? "ep > " + std::to_string(maxPinnedRank) +
-                                                    " and room for the pinned experts "
-                                              : "")
-                       << "on " << n << " devices: dp x ep x tp must equal the device "
-                       << "count, ep must be at most " << minExperts
-                       << " (the fewest experts of a layer), tp a power of two "
-                          "dividing the node size and the heads";
+    mlir::emitError(module.getLoc())
+        << "moe-plan-sharding: no plan with "
+        << (dpDegree > 0 ? "dp = " + std::to_string(dpDegree) + " " : "")
+        << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
+        << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
+        << (maxPinnedRank >= 0
+                ? "ep > " + std::to_string(maxPinnedRank) + " and room for the pinned experts "
+                : "")
+        << "on " << n << " devices: dp x ep x tp must equal the device "
+        << "count, ep must be at most " << minExperts
+        << " (the fewest experts of a layer), tp a power of two "
+           "dividing the node size and the heads";
     return signalPassFailure();
   }
   std::vector<size_t> order(candidates.size());
@@ -537,9 +542,32 @@ void PlanShardingPass::runOnOperation() {
   }
   const Candidate &best = candidates[order.front()];
   if (!best.fits) {
-    module.emitError() << "moe-plan-sharding: no plan fits in device memory; "
-                       << "the smallest needs " << gigabytes(best.memory) << " on a "
-                       << best.memoryKind << " device";
+    // Every candidate, smallest first: what each needs against what its
+    // tightest device holds.
+    std::vector<const Candidate *> bySize;
+    for (const Candidate &c : candidates)
+      if (!c.zero || c.dp * c.ep > 1) // ZeRO-1 over one replica changes nothing
+        bySize.push_back(&c);
+    llvm::stable_sort(bySize,
+                      [](const Candidate *a, const Candidate *b) { return a->memory < b->memory; });
+    const Candidate &smallest = *bySize.front();
+    InFlightDiagnostic diag = mlir::emitError(module.getLoc())
+                              << "moe-plan-sharding: no plan fits in device memory; the smallest ("
+                              << "dp=" << smallest.dp << " x ep=" << smallest.ep
+                              << " x tp=" << smallest.tp << (smallest.zero ? " with ZeRO-1" : "")
+                              << ") needs " << gigabytes(smallest.memory) << " on a "
+                              << smallest.memoryKind << " device, which holds "
+                              << gigabytes(smallest.capacity) << "; give a larger cluster or a "
+                              << "smaller model";
+    constexpr size_t kShown = 6;
+    for (size_t i = 0; i < std::min(kShown, bySize.size()); ++i) {
+      const Candidate &c = *bySize[i];
+      diag.attachNote() << "dp=" << c.dp << " x ep=" << c.ep << " x tp=" << c.tp
+                        << (c.zero ? " with ZeRO-1" : "") << ": " << gigabytes(c.memory) << " per "
+                        << c.memoryKind << " device (holds " << gigabytes(c.capacity) << ")";
+    }
+    if (bySize.size() > kShown)
+      diag.attachNote() << bySize.size() - kShown << " more candidates need more";
     return signalPassFailure();
   }
 

@@ -55,7 +55,7 @@ struct RoutingGroupsPass : public moe::impl::RoutingGroupsPassBase<RoutingGroups
     ModuleOp module = getOperation();
     int64_t g = groups;
     if (g < 0) {
-      module.emitError() << "moe-routing-groups: groups must be >= 0, got " << g;
+      mlir::emitError(module.getLoc()) << "moe-routing-groups: groups must be >= 0, got " << g;
       return signalPassFailure();
     }
     if (g == 0) {

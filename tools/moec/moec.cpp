@@ -197,6 +197,16 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     hf.seqLen = hfSeqLen;
     hf.batchSize = hfBatch;
     spec = hfConfig ? importHFConfig(doc, hf, diags) : readModelJson(doc, diags);
+    // The back end generates f32 kernels only: a low-precision model would
+    // compile into a binary that fails inside its first kernel.
+    bool backEnd = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
+    if (spec && spec->dtype != "f32" && backEnd)
+      diags.error(doc->file(), hfConfig ? SourcePos() : doc->valuePos("/dtype"),
+                  "/dtype: \"" + spec->dtype +
+                      "\" models are not executable yet: the back end generates f32 kernels "
+                      "only (mixed precision is future work); train with dtype f32, or use "
+                      "--emit=mlir/plan to inspect the " +
+                      spec->dtype + " model");
   }
   std::optional<ClusterSpec> cluster;
   if (!clusterFile.empty())
