@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <malloc.h>
+#include <new>
 #include <string>
 #include <unistd.h>
 
@@ -49,6 +50,51 @@ long long residentBytes() {
   if (!(statm >> size >> resident))
     return 0;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+/// A /proc/meminfo field in bytes (0 where unavailable).
+long long memInfo(const char *field) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  long long kb = 0;
+  std::string unit;
+  while (meminfo >> name >> kb) {
+    std::getline(meminfo, unit);
+    if (name == std::string(field) + ":")
+      return kb * 1024;
+  }
+  return 0;
+}
+
+/// Before anything large is allocated: the plan's memory for the ranks this
+/// process holds against --max-memory (default: the machine's memory).
+/// More than is available now but less than the machine holds is a warning.
+void checkMemory(const Options &o, int ranksHere, const moert::TokenStream &data) {
+  const moert_program &prog = moec_program;
+  long long perRank = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes;
+  for (int i = 0; i < prog.num_params; ++i)
+    perRank += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+  long long need = perRank * ranksHere + static_cast<long long>(data.bytes());
+  long long total = memInfo("MemTotal"), available = memInfo("MemAvailable");
+  long long limit = o.maxMemoryGB > 0 ? static_cast<long long>(o.maxMemoryGB * 1e9) : total;
+  auto gb = [](long long bytes) {
+    char text[32];
+    if (bytes >= 1000000000)
+      std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+    else
+      std::snprintf(text, sizeof text, "%.2f MB", bytes / 1e6);
+    return std::string(text);
+  };
+  std::string what = gb(need) + " (" + gb(perRank) + " of planned buffers and kernel scratch" +
+                     (ranksHere > 1 ? " per rank x " + std::to_string(ranksHere) + " ranks" : "") +
+                     ", " + gb(static_cast<long long>(data.bytes())) + " of data)";
+  if (limit > 0 && need > limit)
+    die("the training step needs " + what + ", more than " +
+        (o.maxMemoryGB > 0 ? "--max-memory " + gb(limit) : "this machine's " + gb(limit)) +
+        ": use a smaller model, batch or sequence, or more ranks over more machines");
+  if (available > 0 && need > available)
+    std::fprintf(stderr, "warning: the training step needs %s; %s is available now\n", what.c_str(),
+                 gb(available).c_str());
 }
 
 /// Reads --data into `data`, checks it against the model, and returns the
@@ -138,6 +184,10 @@ int main(int argc, char **argv) {
   moert_scratch_set_limit(
       moec_program.planned_scratch_bytes *
       std::max(1, moec_program.grid_dp * moec_program.grid_ep * moec_program.grid_tp));
+  std::set_new_handler([] {
+    std::fputs("error: out of memory (an allocation failed)\n", stderr);
+    std::exit(1);
+  });
   // Progress reaches a log file line by line, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o = parseOptions(argc, argv);
@@ -154,6 +204,8 @@ int main(int argc, char **argv) {
         std::to_string(prog.grid_dp) + " x ep " + std::to_string(prog.grid_ep) +
         "); recompile with moec --ranks");
   refuseForeignLauncher(ranks);
+  bool mpi = ranks > 1 && moert_mpi_launched && moert_mpi_launched();
+  checkMemory(o, mpi ? 1 : ranks, data);
   installStopHandlers();
   return launchRanks(shared, ranks, argc, argv);
 }

@@ -66,11 +66,14 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
+              "          [--max-memory GB]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
               "               comma-separated token ids for .bin data; default: newline)\n"
               "  --checkpoint DIR  written at the end, every N steps with\n"
               "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit)\n"
+              "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
+              "               machine's memory)\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
               "               (the compiled grid; under mpirun, one rank per process)\n",
               program);
@@ -125,6 +128,10 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.progress = false;
     else if (a == "--ranks")
       o.ranks = static_cast<int>(parseInt(a, value(), 1));
+    else if (a == "--max-memory")
+      o.maxMemoryGB = parseReal(
+          value(), false, [](double v) { return v > 0 && v <= 1e9; },
+          "--max-memory expects gigabytes in (0, 1e9]");
     else if (a == "--comm-timeout")
       o.timeout = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 86400; },

@@ -29,6 +29,7 @@ struct Options {
   double temperature = 0.8;
   long long topK = 0;   ///< 0: sample from the whole vocabulary
   bool progress = true; ///< a progress bar when stdout is a terminal
+  double maxMemoryGB = 0; ///< 0: the machine's memory
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

@@ -25,6 +25,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -35,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <fstream>
 
 using namespace llvm;
 using namespace moec::frontend;
@@ -221,6 +223,31 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
   return module;
 }
 
+/// Without a cluster the binary runs here: say at compile time when this
+/// machine cannot hold the plan (the binary refuses to start then).
+void warnIfThisHostIsTooSmall(mlir::ModuleOp module) {
+  auto plan =
+      module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kBufferPlanAttrName);
+  auto total = plan ? plan.getAs<mlir::IntegerAttr>("total_bytes") : nullptr;
+  auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
+  if (!total)
+    return;
+  double need = static_cast<double>(total.getInt()) * (grid ? grid.getNumRanks() : 1);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name, unit;
+  double kb = 0;
+  while (meminfo >> name >> kb >> unit)
+    if (name == "MemTotal:") {
+      if (need > kb * 1024)
+        errs() << "moec: warning: the step's planned buffers take " << format("%.2f", need / 1e9)
+               << " GB" << (grid && grid.getNumRanks() > 1 ? " over its ranks" : "")
+               << "; this machine has " << format("%.2f", kb * 1024 / 1e9)
+               << " GB, so the binary will refuse to run here (shrink the model, batch or "
+                  "sequence, or plan for a cluster with --cluster)\n";
+      return;
+    }
+}
+
 /// Flag combinations the pipeline does not judge.
 void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
                      StringRef reportTable);
@@ -307,6 +334,8 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
     sys::fs::remove(jsonPath);
     sys::fs::remove(tablePath);
   }
+  if (mlir::succeeded(ran) && clusterFile.empty() && emit == Emit::Exe)
+    warnIfThisHostIsTooSmall(module);
   if (mlir::failed(ran) || clusterFile.empty())
     return ran;
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);

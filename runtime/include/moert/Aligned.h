@@ -11,6 +11,7 @@
 #define MOERT_ALIGNED_H
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <vector>
@@ -19,15 +20,25 @@ namespace moert {
 
 constexpr size_t kBufferAlignment = 64;
 
+/// A failed allocation of a training buffer: a clear error naming the size,
+/// from any rank's thread, instead of an uncaught std::bad_alloc.
+[[noreturn]] inline void allocationFailed(size_t bytes) {
+  std::fprintf(stderr, "error: out of memory: cannot allocate %zu bytes (%.3f GB)\n", bytes,
+               bytes / 1e9);
+  std::exit(1);
+}
+
 template <typename T> struct AlignedAllocator {
   using value_type = T;
   AlignedAllocator() = default;
   template <typename U> AlignedAllocator(const AlignedAllocator<U> &) {}
   T *allocate(size_t n) {
+    if (n > (SIZE_MAX - kBufferAlignment) / sizeof(T))
+      allocationFailed(SIZE_MAX);
     size_t bytes = (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     void *p = std::aligned_alloc(kBufferAlignment, bytes ? bytes : kBufferAlignment);
     if (!p)
-      throw std::bad_alloc();
+      allocationFailed(bytes);
     return static_cast<T *>(p);
   }
   void deallocate(T *p, size_t) { std::free(p); }
