@@ -7,6 +7,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -27,6 +30,46 @@ GridAttr mlir::moe::getEnclosingGrid(Operation *op) {
     if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
       return grid;
   return {};
+}
+
+/// The bytes of a statically shaped tensor type, or -1 when they exceed
+/// kMaxTensorBytes (or do not fit in int64).
+static int64_t boundedBytes(RankedTensorType type) {
+  Type element = type.getElementType();
+  int64_t bytes =
+      element.isIntOrFloat() ? std::max<int64_t>(element.getIntOrFloatBitWidth() / 8, 1) : 8;
+  for (int64_t dim : type.getShape()) {
+    if (ShapedType::isDynamic(dim) || dim == 0)
+      return 0;
+    if (llvm::MulOverflow(bytes, dim, bytes) || bytes > kMaxTensorBytes)
+      return -1;
+  }
+  return bytes;
+}
+
+LogicalResult mlir::moe::verifyBoundedTensors(Operation *op) {
+  auto check = [&](Type type, StringRef what, unsigned index) -> LogicalResult {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || boundedBytes(tensor) >= 0)
+      return success();
+    return op->emitOpError() << what << " #" << index << " of type " << type
+                             << " holds more than 2^48 bytes, the limit of one moe tensor";
+  };
+  for (auto [i, type] : llvm::enumerate(op->getOperandTypes()))
+    if (failed(check(type, "operand", i)))
+      return failure();
+  for (auto [i, type] : llvm::enumerate(op->getResultTypes()))
+    if (failed(check(type, "result", i)))
+      return failure();
+  // Types held as attributes (moe.param's tensor type).
+  for (NamedAttribute attr : op->getAttrs())
+    if (auto type = dyn_cast<TypeAttr>(attr.getValue()))
+      if (auto tensor = dyn_cast<RankedTensorType>(type.getValue());
+          tensor && boundedBytes(tensor) < 0)
+        return op->emitOpError() << "attribute '" << attr.getName().getValue() << "' of type "
+                                 << tensor
+                                 << " holds more than 2^48 bytes, the limit of one moe tensor";
+  return success();
 }
 
 LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {

@@ -14,7 +14,7 @@ using namespace mlir::moe;
 using ::moec::frontend::ModelSpec;
 using ::moec::frontend::MoESettings;
 
-int64_t ::moec::frontend::expertCapacity(const MoESettings &moe, int64_t tokens) {
+int64_t moec::frontend::expertCapacity(const MoESettings &moe, int64_t tokens) {
   if (!moe.capacityFactor)
     return tokens;
   double slots = *moe.capacityFactor * static_cast<double>(tokens) * static_cast<double>(moe.topK) /

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,55 @@ using nlohmann::json;
 
 /// The safetensors `__metadata__` key of the state saved with the tensors.
 static const char kStateKey[] = "moec.state";
+
+/// JSON nested deeper than this is refused before parsing: nlohmann/json's
+/// dump and comparison recurse once per level.
+static constexpr int kMaxJsonDepth = 64;
+
+/// Whether `text` nests arrays and objects deeper than kMaxJsonDepth
+/// (an iterative scan that skips strings).
+static bool nestsTooDeep(const std::string &text) {
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+/// Parses `text` as a JSON object; on failure says why in `why`.
+static json parseObject(const std::string &text, std::string &why) {
+  if (nestsTooDeep(text)) {
+    why = "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return json(json::value_t::discarded);
+  }
+  json value = json::parse(text, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) {
+    why = "is not a JSON object";
+    return json(json::value_t::discarded);
+  }
+  return value;
+}
+
+/// A JSON value as an error message quotes it: at most 60 characters.
+static std::string quote(const json &value) {
+  std::string text = value.dump();
+  return text.size() <= 60 ? text : text.substr(0, 57) + "...";
+}
 
 static std::string directoryOf(const std::string &path) {
   size_t slash = path.rfind('/');
@@ -104,9 +154,10 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
   if (n > bytes.size() - 8)
     return fail("header length " + std::to_string(n) + " exceeds the file (" +
                 std::to_string(bytes.size()) + " bytes)");
-  json header = json::parse(bytes.substr(8, n), nullptr, false);
-  if (header.is_discarded() || !header.is_object())
-    return fail("the header is not a JSON object");
+  std::string why;
+  json header = parseObject(bytes.substr(8, n), why);
+  if (header.is_discarded())
+    return fail("the header " + why);
   if (metadata)
     metadata->clear();
   uint64_t dataSize = bytes.size() - 8 - n;
@@ -132,7 +183,7 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
         !entry.contains("data_offsets"))
       return fail(what + ": needs dtype, shape and data_offsets");
     if (entry["dtype"] != "F32")
-      return fail(what + ": dtype " + entry["dtype"].dump() + " is not supported (F32 only)");
+      return fail(what + ": dtype " + quote(entry["dtype"]) + " is not supported (F32 only)");
     const json &shape = entry["shape"], &offsets = entry["data_offsets"];
     if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
         !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
@@ -141,7 +192,7 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
     HostTensor t;
     for (const json &d : shape) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
-        return fail(what + ": bad dimension " + d.dump());
+        return fail(what + ": bad dimension " + quote(d));
       elements *= d.get<uint64_t>();
       if (elements > (uint64_t(1) << 40))
         return fail(what + ": too many elements");
@@ -223,23 +274,23 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
   if (!decodeSafetensors(bytes, dir + "/tensors.safetensors", tensors, error, &metadata))
     return false;
   bool haveText = readFile(dir + "/state.json", text, error);
-  json mirror = haveText ? json::parse(text, nullptr, false) : json();
+  std::string why;
+  json mirror = haveText ? parseObject(text, why) : json();
   auto it = metadata.find(kStateKey);
   if (it == metadata.end()) {
     // Written before the state moved into the tensors' header.
     if (!haveText)
       return false;
-    if (mirror.is_discarded() || !mirror.is_object()) {
-      error = dir + "/state.json: not a JSON object";
+    if (mirror.is_discarded()) {
+      error = dir + "/state.json " + why;
       return false;
     }
     state = std::move(mirror);
     return true;
   }
-  state = json::parse(it->second, nullptr, false);
-  if (state.is_discarded() || !state.is_object()) {
-    error =
-        dir + "/tensors.safetensors: the recorded state (" + kStateKey + ") is not a JSON object";
+  state = parseObject(it->second, why);
+  if (state.is_discarded()) {
+    error = dir + "/tensors.safetensors: the recorded state (" + kStateKey + ") " + why;
     return false;
   }
   if (note && mirror != state)
@@ -247,5 +298,34 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
             " the state saved with the tensors (a save interrupted between its two files?); "
             "using the tensors' state";
   error.clear();
+  return true;
+}
+
+/// An integer >= 0 (JSON text parses those as unsigned; built values may be
+/// signed).
+static bool isCount(const json &value) {
+  return value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0);
+}
+
+bool moert::readResumeState(const json &state, const std::string &where, uint64_t seed,
+                            ResumeState &out, std::string &error) {
+  const json &step = state.contains("step") ? state["step"] : json();
+  const json &position = state.contains("data_position") ? state["data_position"] : json();
+  if (!isCount(step) || step.get<uint64_t>() > uint64_t(std::numeric_limits<long long>::max())) {
+    error = where + ": \"step\" must be an integer >= 0, got " + quote(step);
+    return false;
+  }
+  if (!isCount(position)) {
+    error = where + ": \"data_position\" must be an integer >= 0, got " + quote(position);
+    return false;
+  }
+  if (state.contains("seed") &&
+      (!isCount(state["seed"]) || state["seed"].get<uint64_t>() != seed)) {
+    error = where + ": written with seed " + quote(state["seed"]) + ", this run uses " +
+            std::to_string(seed) + " (pass --seed to continue it)";
+    return false;
+  }
+  out.step = step.get<long long>();
+  out.dataPosition = position.get<uint64_t>();
   return true;
 }

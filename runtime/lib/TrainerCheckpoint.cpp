@@ -59,27 +59,17 @@ moert::CodecStates Trainer::resumeFromCheckpoint() {
     die(error);
   if (!note.empty() && lead)
     std::printf("note: %s\n", note.c_str());
-  // Every value is checked before any is used.
-  std::string where = o.checkpoint + ": state";
-  const nlohmann::json &step = state.contains("step") ? state["step"] : nlohmann::json();
-  const nlohmann::json &position =
-      state.contains("data_position") ? state["data_position"] : nlohmann::json();
-  if (!step.is_number_integer() || step.get<long long>() < 0)
-    die(where + ": \"step\" must be an integer >= 0, got " + step.dump());
-  if (!position.is_number_unsigned())
-    die(where + ": \"data_position\" must be an integer >= 0, got " + position.dump());
-  if (state.contains("seed") &&
-      (!state["seed"].is_number_unsigned() || state["seed"].get<uint64_t>() != sh.seed))
-    die(where + ": written with seed " + state["seed"].dump() + ", this run uses " +
-        std::to_string(sh.seed) + " (pass --seed to continue it)");
-  firstStep = step.get<long long>();
+  moert::ResumeState resume;
+  if (!moert::readResumeState(state, o.checkpoint + ": state", sh.seed, resume, error))
+    die(error);
+  firstStep = resume.step;
   if (firstStep > o.steps)
     die(o.checkpoint + " is at step " + std::to_string(firstStep) + "; --steps " +
         std::to_string(o.steps) +
         " would rewrite it over later weights (give --steps >= " + std::to_string(firstStep) + ")");
   restoreParameters(tensors);
   moert::CodecStates restored = restoreCodecStates(tensors);
-  sampler.setPosition(position.get<uint64_t>());
+  sampler.setPosition(resume.dataPosition);
   if (lead)
     std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
   return restored;

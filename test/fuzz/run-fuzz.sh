@@ -1,46 +1,89 @@
 #!/usr/bin/env bash
-# Builds the frontend fuzzer with clang's libFuzzer, ASan and UBSan, and runs
-# it for a bounded time over a corpus seeded with every example and test
-# input. Prints the executions and crashes; fails on any crash.
-#   test/fuzz/run-fuzz.sh SECONDS BUILD_DIR
+# The project's libFuzzer targets, one per reader of user input (see
+# docs/Fuzzing.md): model, hf, cluster, checkpoint, tokens, mlir, driver.
+#   test/fuzz/run-fuzz.sh build BUILD_DIR            # builds them all
+#   test/fuzz/run-fuzz.sh NAME SECONDS BUILD_DIR     # a bounded run
+#   test/fuzz/run-fuzz.sh NAME runs=N BUILD_DIR      # N executions (long runs)
+# A run first replays the regression inputs under test/fuzz/regressions/NAME
+# (each a crash once found), then fuzzes from a corpus seeded with every
+# example and test input of its kind. Prints executions and findings; fails
+# on any crash, sanitizer report, leak, timeout or broken contract.
 set -euo pipefail
-seconds=${1:-60}
-build=${2:-build}
 src=$(cd "$(dirname "$0")/../.." && pwd)
-out="$build/fuzz"
-mkdir -p "$out/corpus" "$out/crashes"
 
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 if [ -z "$cxx" ]; then
   echo "run-fuzz: clang++ not found (tools/scripts/install-deps.sh installs clang-14)" >&2
   exit 1
 fi
-launcher=$(command -v ccache || true)
-flags="-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$src/frontend/include -I$src/runtime/include"
-if [ ! -x "$out/frontend-fuzzer" ] || [ -n "$(find "$src/frontend" "$src/runtime" "$src/test/fuzz" -newer "$out/frontend-fuzzer" -name '*.cpp' -o -newer "$out/frontend-fuzzer" -name '*.h' | head -n1)" ]; then
-  objs=()
-  for f in "$src"/frontend/lib/{Diagnostics,JsonDoc,ObjectReader,ModelJson,ModelSpec,HFConfig,ClusterJson,DevicePresets}.cpp "$src/runtime/lib/Checkpoint.cpp" "$src/test/fuzz/FrontendFuzzer.cpp"; do
-    o="$out/$(basename "$f" .cpp).o"
-    $launcher "$cxx" $flags -c "$f" -o "$o" &
-    objs+=("$o")
-  done
-  wait
-  "$cxx" $flags "${objs[@]}" -o "$out/frontend-fuzzer"
+
+if [ "$1" = build ]; then
+  build=$(cd "$2" && pwd)
+  make -s -f "$src/test/fuzz/Fuzzers.mk" SRC="$src" BUILD="$build" CXX="$cxx" \
+    CCACHE="$(command -v ccache || true)" -j"$(nproc)" all
+  exit 0
 fi
 
-# Seeds: every JSON input the project ships or tests, and a checkpoint.
-find "$src/examples" "$src/test" -name '*.json' -exec cp {} "$out/corpus/" \;
-cp "$src"/test/fuzz/seeds/* "$out/corpus/"
+name=$1 budget=$2 build=$(cd "$3" && pwd)
+out="$build/fuzz/$name"
+fuzzer="$build/fuzz/$name-fuzzer"
+[ -x "$fuzzer" ] || { echo "run-fuzz: $fuzzer missing (run-fuzz.sh build first)" >&2; exit 1; }
+rm -rf "$out/crashes"
+mkdir -p "$out/corpus" "$out/crashes"
 
+# Seeds and dictionary per reader.
+dict=()
+maxlen=8192
+json_seeds() {
+  find "$src/examples" "$src/test" -name '*.json' -exec cp {} "$out/corpus/" \;
+  dict=(-dict="$src/test/fuzz/json.dict")
+}
+case $name in
+  model | hf | cluster | driver) json_seeds ;;
+  checkpoint)
+    cp "$src"/test/fuzz/seeds/checkpoint/* "$out/corpus/"
+    dict=(-dict="$src/test/fuzz/checkpoint.dict") ;;
+  tokens) cp "$src"/test/fuzz/seeds/tokens/* "$out/corpus/" ;;
+  mlir)
+    # Every IR file the tests hold, split at "// -----" as the tests are.
+    i=0
+    while IFS= read -r f; do
+      awk -v base="$out/corpus/seed$i" '/^\/\/ -----/ {n++; next} {print > (base "-" n+0 ".mlir")}' "$f"
+      i=$((i + 1))
+    done < <(find "$src/test" "$src/examples" -name '*.mlir')
+    { cat "$src/test/fuzz/mlir.dict.in"
+      grep -ho 'Op<"[a-z_0-9]*"' "$src"/dialect/include/moe/Dialect/MoE/*.td | sed 's/Op<"\(.*\)"/"moe.\1"/' | sort -u
+    } >"$out/mlir.dict"
+    dict=(-dict="$out/mlir.dict")
+    maxlen=32768 ;;
+  *) echo "run-fuzz: unknown fuzzer '$name'" >&2; exit 1 ;;
+esac
+
+# Regressions: each once found a crash; now each must run clean.
+shopt -s nullglob
+regressions=("$src/test/fuzz/regressions/$name"/*)
+shopt -u nullglob
+if [ ${#regressions[@]} -gt 0 ]; then
+  if ! "$fuzzer" "${regressions[@]}" >"$out/regressions.log" 2>&1; then
+    tail -n 40 "$out/regressions.log" >&2
+    echo "run-fuzz: $name: a regression input fails again (log: $out/regressions.log)" >&2
+    exit 1
+  fi
+fi
+
+case $budget in
+  runs=*) limit=(-runs="${budget#runs=}") ;;
+  *) limit=(-max_total_time="$budget") ;;
+esac
 set +e
-"$out/frontend-fuzzer" "$out/corpus" -dict="$src/test/fuzz/json.dict" \
-  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
-  -artifact_prefix="$out/crashes/" -print_final_stats=1 >"$out/fuzz.log" 2>&1
+ASAN_OPTIONS=detect_leaks=1 "$fuzzer" "$out/corpus" "${dict[@]}" "${limit[@]}" -timeout=10 \
+  -rss_limit_mb=2048 -max_len=$maxlen -artifact_prefix="$out/crashes/" -print_final_stats=1 \
+  >"$out/fuzz.log" 2>&1
 rc=$?
 set -e
 runs=$(grep -m1 -oE 'stat::number_of_executed_units: *[0-9]+' "$out/fuzz.log" | grep -oE '[0-9]+$' || echo 0)
 crashes=$(find "$out/crashes" -type f | wc -l)
-echo "run-fuzz: $runs executions in ${seconds}s, $crashes crashes (log: $out/fuzz.log)"
+echo "run-fuzz: $name: $runs executions, $crashes findings, ${#regressions[@]} regression inputs (log: $out/fuzz.log)"
 if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
   tail -n 40 "$out/fuzz.log" >&2
   exit 1

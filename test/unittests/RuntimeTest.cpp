@@ -286,4 +286,56 @@ TEST_F(RuntimeTest, KilledSavesLeaveNoTemporariesBehind) {
   EXPECT_EQ(files(ckpt), (std::vector<std::string>{"state.json", "tensors.safetensors"}));
 }
 
+TEST_F(RuntimeTest, DeeplyNestedCheckpointJsonIsAnErrorNotAStackOverflow) {
+  // nlohmann/json's dump and comparison recurse per level: 10^6 levels
+  // would overflow the stack, so the reader refuses them before parsing.
+  std::string deep = "{\"step\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  TensorMap tensors, back;
+  tensors["w"] = {{1}, {1.0f}};
+  std::string error, ckpt = dir + "/deep";
+  ASSERT_TRUE(saveCheckpoint(ckpt, tensors, {{"step", 1}, {"data_position", 1}}, error));
+  std::ofstream(ckpt + "/tensors.safetensors")
+      << encodeSafetensors(tensors, {{"moec.state", deep}});
+  nlohmann::json state;
+  EXPECT_FALSE(loadCheckpoint(ckpt, back, state, error));
+  EXPECT_EQ(error, ckpt + "/tensors.safetensors: the recorded state (moec.state) nests deeper "
+                          "than 64 levels");
+  // The same in state.json beside tensors without a recorded state.
+  std::ofstream(ckpt + "/tensors.safetensors") << encodeSafetensors(tensors);
+  std::ofstream(ckpt + "/state.json") << deep;
+  EXPECT_FALSE(loadCheckpoint(ckpt, back, state, error));
+  EXPECT_EQ(error, ckpt + "/state.json nests deeper than 64 levels");
+  // And in the safetensors header itself; brackets inside strings do not count.
+  std::string header = "{\"a[[[\": " + std::string(70, '[') + std::string(70, ']') + "}";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  EXPECT_FALSE(decodeSafetensors(bytes + header, "f", back, error));
+  EXPECT_EQ(error, "f: the header nests deeper than 64 levels");
+  header = "{\"__metadata__\": {\"k\": \"" + std::string(100, '[') + "\"}}";
+  bytes[0] = static_cast<char>(header.size());
+  EXPECT_TRUE(decodeSafetensors(bytes + header, "f", back, error)) << error;
+}
+
+TEST_F(RuntimeTest, EveryResumeStateValueIsChecked) {
+  ResumeState resume;
+  std::string error;
+  EXPECT_TRUE(
+      readResumeState({{"step", 40}, {"data_position", 41}, {"seed", 3}}, "s", 3, resume, error));
+  EXPECT_EQ(resume.step, 40);
+  EXPECT_EQ(resume.dataPosition, 41u);
+  EXPECT_FALSE(readResumeState({{"step", -1}, {"data_position", 0}}, "s", 0, resume, error));
+  EXPECT_EQ(error, "s: \"step\" must be an integer >= 0, got -1");
+  EXPECT_FALSE(readResumeState({{"step", 1}, {"data_position", "x"}}, "s", 0, resume, error));
+  EXPECT_EQ(error, "s: \"data_position\" must be an integer >= 0, got \"x\"");
+  EXPECT_FALSE(readResumeState({{"step", 1}, {"data_position", std::string(100, 'y')}}, "s", 0,
+                               resume, error));
+  EXPECT_EQ(error,
+            "s: \"data_position\" must be an integer >= 0, got \"" + std::string(56, 'y') + "...");
+  EXPECT_FALSE(
+      readResumeState({{"step", 1}, {"data_position", 0}, {"seed", 4}}, "s", 3, resume, error));
+  EXPECT_EQ(error, "s: written with seed 4, this run uses 3 (pass --seed to continue it)");
+  EXPECT_FALSE(readResumeState(nlohmann::json::object(), "s", 0, resume, error));
+  EXPECT_EQ(error, "s: \"step\" must be an integer >= 0, got null");
+}
+
 } // namespace

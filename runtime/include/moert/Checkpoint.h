@@ -45,6 +45,18 @@ bool saveCheckpoint(const std::string &dir, const TensorMap &tensors, const nloh
 bool loadCheckpoint(const std::string &dir, TensorMap &tensors, nlohmann::json &state,
                     std::string &error, std::string *note = nullptr);
 
+/// The values a resume takes from a checkpoint's state.
+struct ResumeState {
+  long long step = 0;
+  uint64_t dataPosition = 0;
+};
+
+/// Checks every value of a loaded `state` before any is used (the step and
+/// the data position are integers >= 0; a recorded seed equals `seed`);
+/// `where` names the state in errors.
+bool readResumeState(const nlohmann::json &state, const std::string &where, uint64_t seed,
+                     ResumeState &out, std::string &error);
+
 /// safetensors encoding of `tensors` (all F32) with string `metadata`, and
 /// its inverse; `origin` names the data in errors.
 std::string encodeSafetensors(const TensorMap &tensors,

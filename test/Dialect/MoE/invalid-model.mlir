@@ -20,6 +20,21 @@ moe.param @w : tensor<4xi32> init <ones>
 
 // -----
 
+// param: at most 2^48 bytes (sums of sizes stay within int64)
+// expected-error @+1 {{'moe.param' op attribute 'type' of type 'tensor<9223372036854775807xf32>' holds more than 2^48 bytes, the limit of one moe tensor}}
+moe.param @w : tensor<9223372036854775807xf32> init <ones>
+
+// -----
+
+// any moe op: every tensor operand and result at most 2^48 bytes
+func.func @huge(%x: tensor<65536x65536x65536xf32>) -> tensor<65536x65536x65536xf32> {
+  // expected-error @+1 {{'moe.add' op operand #0 of type 'tensor<65536x65536x65536xf32>' holds more than 2^48 bytes, the limit of one moe tensor}}
+  %0 = moe.add %x, %x : tensor<65536x65536x65536xf32>
+  return %0 : tensor<65536x65536x65536xf32>
+}
+
+// -----
+
 // param: f64 is not a moe element type
 // expected-error @+1 {{'moe.param' op attribute 'type' failed to satisfy constraint: type attribute of statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
 moe.param @w : tensor<4xf64> init <ones>

@@ -80,8 +80,15 @@ def MoE_Dialect : Dialect {
   }];
 }
 
+// Every tensor a moe op takes or makes is statically shaped with a byte size
+// that the planner's and the cost model's int64 sums cannot overflow
+// (moe::kMaxTensorBytes).
+def MoE_BoundedTensors : NativeOpTrait<"BoundedTensors"> {
+  let cppNamespace = "::mlir::moe";
+}
+
 class MoE_Op<string mnemonic, list<Trait> traits = []>
-    : Op<MoE_Dialect, mnemonic, traits>;
+    : Op<MoE_Dialect, mnemonic, !listconcat(traits, [MoE_BoundedTensors])>;
 
 class MoE_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<MoE_Dialect, name, traits> {

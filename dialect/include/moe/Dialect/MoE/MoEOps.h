@@ -20,6 +20,20 @@
 namespace mlir::moe {
 /// The grid of the module enclosing `op`, or null when it has none.
 GridAttr getEnclosingGrid(Operation *op);
+
+/// The largest tensor a moe op may take or make, in bytes (2^48, 256 TiB):
+/// sums over thousands of such tensors still fit in int64.
+constexpr int64_t kMaxTensorBytes = int64_t(1) << 48;
+
+/// Checks every tensor operand and result of `op` against kMaxTensorBytes.
+LogicalResult verifyBoundedTensors(Operation *op);
+
+/// The op trait that calls verifyBoundedTensors (every moe op has it).
+template <typename ConcreteType>
+class BoundedTensors : public OpTrait::TraitBase<ConcreteType, BoundedTensors> {
+public:
+  static LogicalResult verifyTrait(Operation *op) { return verifyBoundedTensors(op); }
+};
 } // namespace mlir::moe
 
 #define GET_OP_CLASSES
