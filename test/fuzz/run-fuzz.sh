@@ -6,7 +6,8 @@
 #   test/fuzz/run-fuzz.sh NAME runs=N BUILD_DIR      # N executions (long runs)
 # A run first replays the regression inputs under test/fuzz/regressions/NAME
 # (each a crash once found), then fuzzes from a corpus seeded with every
-# example and test input of its kind. Prints executions and findings; fails
+# example and test input of its kind, the error tests' malformed ones
+# included, with a fixed seed (MOEC_FUZZ_SEED, default 1). Prints executions and findings; fails
 # on any crash, sanitizer report, leak, timeout or broken contract.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +37,11 @@ dict=()
 maxlen=8192
 json_seeds() {
   find "$src/examples" "$src/test" -name '*.json' -exec cp {} "$out/corpus/" \;
+  # The malformed inputs of the error tests (split-file sections).
+  for t in "$src"/test/Frontend/*.test; do
+    awk -v base="$out/corpus/$(basename "$t" .test)-" \
+      '/^#--- / {out = ($2 ~ /\.json$/) ? base $2 : ""; next} out != "" {print > out}' "$t"
+  done
   dict=(-dict="$src/test/fuzz/json.dict")
 }
 case $name in
@@ -76,7 +82,9 @@ case $budget in
   *) limit=(-max_total_time="$budget") ;;
 esac
 set +e
+# A fixed seed: a run of N executions is reproducible (MOEC_FUZZ_SEED=0 picks one).
 ASAN_OPTIONS=detect_leaks=1 "$fuzzer" "$out/corpus" "${dict[@]}" "${limit[@]}" -timeout=10 \
+  -seed="${MOEC_FUZZ_SEED:-1}" \
   -rss_limit_mb=2048 -max_len=$maxlen -artifact_prefix="$out/crashes/" -print_final_stats=1 \
   >"$out/fuzz.log" 2>&1
 rc=$?
