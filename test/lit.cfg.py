@@ -19,8 +19,13 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train"], [config.moe_tools_dir])
 
-# Partitioned binaries also run under mpiexec (OpenMPI, when CMake found it).
-if config.mpiexec and os.path.exists(config.mpiexec):
+# Partitioned binaries also run under mpiexec (OpenMPI). Unless the build
+# was configured with MOEC_MPI=OFF, a missing mpiexec is an error, not a
+# silent skip of the MPI tests.
+if config.moec_mpi and not (config.mpiexec and os.path.exists(config.mpiexec)):
+    lit_config.fatal("mpiexec '%s' is missing; the MPI tests need it (or configure with "
+                     "-DMOEC_MPI=OFF)" % config.mpiexec)
+if config.moec_mpi:
     config.available_features.add("mpi")
     config.substitutions.append(("%mpiexec", "env OMPI_ALLOW_RUN_AS_ROOT=1 "
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "

@@ -67,13 +67,19 @@ static cl::opt<moec::codegen::Gemm>
 static cl::opt<bool> warningsAsErrors("Werror", cl::desc("Treat warnings as errors"),
                                       cl::cat(category));
 
-/// Prints diagnostics; true when there are errors (or warnings under -Werror).
+/// Prints diagnostics; true when there are errors. Under -Werror a warning
+/// is printed as the error it becomes.
 static bool report(const DiagnosticList &diags) {
-  errs() << diags.str();
-  bool warnings = false;
+  if (!warningsAsErrors) {
+    errs() << diags.str();
+    return diags.hasErrors();
+  }
+  DiagnosticList strict;
   for (const Diagnostic &d : diags.all())
-    warnings |= d.kind == Diagnostic::Kind::Warning;
-  return diags.hasErrors() || (warningsAsErrors && warnings);
+    strict.error(d.file, d.pos,
+                 d.kind == Diagnostic::Kind::Warning ? d.message + " [-Werror]" : d.message);
+  errs() << strict.str();
+  return strict.hasErrors();
 }
 
 /// Lowered IR to the C++ step program.
