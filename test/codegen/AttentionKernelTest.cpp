@@ -41,10 +41,10 @@ void checkAttention(Fwd fwd, Bwd bwd, int batch, int seq, int heads, int kvHeads
                 {tensorOf(q, {batch, seq, qw}), tensorOf(k, {batch, seq, kw}),
                  tensorOf(v, {batch, seq, kw}), tensorOf(dout, {batch, seq, qw})});
   ASSERT_EQ(want.size(), 4u);
-  expectClose(o, want[0], seq * hd);
-  expectClose(dq, want[1], seq * hd);
-  expectClose(dk, want[2], seq * hd * heads);
-  expectClose(dv, want[3], seq * heads);
+  expectClose(o, want[0], 2 * seq + hd);
+  expectClose(dq, want[1], 3 * seq + 2 * hd);
+  expectClose(dk, want[2], (heads / kvHeads + 2) * seq + 2 * hd);
+  expectClose(dv, want[3], (heads / kvHeads + 1) * seq + hd);
 }
 
 TEST(HalideKernelTest, GroupedQueryAttentionWithRotaryEmbeddings) {

@@ -22,9 +22,13 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -80,13 +84,55 @@ inline std::vector<Tensor> interpret(const std::string &signature, const std::st
   return out;
 }
 
-/// f32 kernel output against the double-precision reference; the tolerance
-/// grows with the length of the reductions involved.
-inline void expectClose(const Floats &got, const Tensor &want, int reduction) {
+/// The unit round-off of f32.
+constexpr double kUnitRoundoff = 0x1p-24;
+
+/// Headroom over the first-order bound below: the worst comparison in
+/// these tests uses a third of the tolerance (AdamW's moments), most under
+/// a tenth (MOEC_KERNEL_TOLERANCE_REPORT=1 prints each); a wrong kernel
+/// fails (ToleranceCatchesWrongKernels).
+constexpr double kToleranceSlack = 4;
+
+/// The largest difference expectClose allows for element `i` of `want`:
+/// a chain of f32 reductions of total length `chain` rounds each result by
+/// at most chain * u times the magnitudes it summed (first order), and the
+/// output's root mean square stands in for those magnitudes where the sum
+/// cancelled.
+inline double tolerance(const Tensor &want, size_t i, int chain, double rms) {
+  return kToleranceSlack * chain * kUnitRoundoff * (std::fabs(want.data[i]) + rms);
+}
+
+inline double rootMeanSquare(const Tensor &t) {
+  double sum = 0;
+  for (double v : t.data)
+    sum += v * v;
+  return t.data.empty() ? 0 : std::sqrt(sum / static_cast<double>(t.data.size()));
+}
+
+/// f32 kernel output against the double-precision reference. `chain` is the
+/// summed length of the reductions on the longest path from the inputs to
+/// an output (a matmul of inner dimension k adds k, a softmax over n adds
+/// n, an elementwise op adds 1). The tolerance is about 1e-5 relative for
+/// chains of a few hundred: a wrong scale, or one element off by 0.1%, fails.
+/// MOEC_KERNEL_TOLERANCE_REPORT=1 prints each comparison's worst
+/// difference as a fraction of its tolerance.
+inline void expectClose(const Floats &got, const Tensor &want, int chain) {
   ASSERT_EQ(got.size(), want.data.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want.data[i], 1e-5 * reduction * (1.0 + std::fabs(want.data[i])))
-        << "element " << i;
+  double rms = rootMeanSquare(want), worst = 0;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double diff = std::fabs(got[i] - want.data[i]), tol = tolerance(want, i, chain, rms);
+    worst = std::max(worst, tol > 0 ? diff / tol : diff > 0 ? INFINITY : 0);
+    if (!(diff <= tol) && bad++ == 0)
+      first = i;
+  }
+  if (bad)
+    ADD_FAILURE() << bad << " of " << got.size() << " elements beyond the tolerance (chain "
+                  << chain << "); first: element " << first << ": " << got[first] << " vs "
+                  << want.data[first] << ", difference " << std::fabs(got[first] - want.data[first])
+                  << " > " << tolerance(want, first, chain, rms);
+  if (std::getenv("MOEC_KERNEL_TOLERANCE_REPORT"))
+    std::printf("tolerance used: %.3f (chain %d, %zu elements)\n", worst, chain, got.size());
 }
 
 /// A row-major [outer, inner] array as a Halide buffer (dim 0 innermost).

@@ -17,11 +17,14 @@
 
 namespace {
 
+/// Runs `kernel` (linear, m x k by k x n) and the interpreter; returns the
+/// kernel's output and the reference through `y` and `want`.
 template <typename Kernel>
-void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
+void runLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual, Floats &y,
+               Tensor &want) {
   auto x = randomVector(m * k, 1), w = randomVector(k * n, 2), b = randomVector(bias ? n : 1, 3),
        r = randomVector(residual ? m * n : 1, 4);
-  Floats y(m * n, NAN);
+  y.assign(m * n, NAN);
   Buffer<float> bb(b.data(), (int)b.size());
   auto br = residual ? view(r, n, m) : view(r, 1, 1);
   auto bx = view(x, k, m), bw = view(w, n, k), by = view(y, n, m);
@@ -34,12 +37,46 @@ void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
                      tx + ", " + tw + (bias ? ", " + tb : "") + " -> " + ty + "\n" +
                      (residual ? "  %z = moe.add %y, %r : " + ty + "\n  return %z : " + ty
                                : "  return %y : " + ty);
-  auto want =
+  auto out =
       interpret(sig, body,
                 {tensorOf(x, {m, k}), tensorOf(w, {k, n}), tensorOf(bias ? b : Floats(n), {n}),
                  tensorOf(residual ? r : Floats(m * n), {m, n})});
-  ASSERT_EQ(want.size(), 1u);
-  expectClose(y, want[0], k);
+  ASSERT_EQ(out.size(), 1u);
+  want = out[0];
+}
+
+template <typename Kernel>
+void checkLinear(Kernel kernel, int m, int k, int n, bool bias, bool residual) {
+  Floats y;
+  Tensor want = Tensor::zeros({});
+  runLinear(kernel, m, k, n, bias, residual, y, want);
+  expectClose(y, want, k);
+}
+
+// The tolerance is tight enough to matter: a correct kernel passes, and
+// each kind of wrong kernel output fails the same comparison.
+TEST(HalideKernelTest, ToleranceCatchesWrongKernels) {
+  Floats y;
+  Tensor want = Tensor::zeros({});
+  runLinear(linear_blas, 70, 16, 24, true, true, y, want);
+  expectClose(y, want, 16);
+  auto fails = [&](Floats wrong) {
+    EXPECT_NONFATAL_FAILURE(expectClose(wrong, want, 16), "chain 16");
+  };
+  Floats one = y; // one element 0.1% off
+  one[123] *= 1.001f;
+  fails(one);
+  Floats scaled = y; // the whole output scaled by 1 + 1e-4
+  for (float &v : scaled)
+    v *= 1.0001f;
+  fails(scaled);
+  Floats shifted = y; // shifted by 1e-4 of its root mean square
+  for (float &v : shifted)
+    v += static_cast<float>(1e-4 * rootMeanSquare(want));
+  fails(shifted);
+  Floats swapped = y; // two neighbours exchanged
+  std::swap(swapped[10], swapped[11]);
+  fails(swapped);
 }
 
 TEST(HalideKernelTest, LinearTiledWithBiasAndResidual) {
@@ -104,7 +141,7 @@ TEST(HalideKernelTest, BiasGradSumsRows) {
                         "  return %db : tensor<12xf32>",
                         {tensorOf(dy, {7, 12})});
   ASSERT_EQ(want.size(), 1u);
-  expectClose(db, want[0], 1);
+  expectClose(db, want[0], 7);
 }
 
 TEST(HalideKernelTest, WrongShapesAreErrorsNotCrashes) {
