@@ -14,8 +14,8 @@ LogicalResult FusedGateOp::verify() {
   if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(), getGates(),
                            getExperts(), experts, choices)))
     return failure();
-  if (getCapacity() < 1)
-    return emitOpError() << "capacity must be >= 1, got " << getCapacity();
+  if (int64_t capacity = getCapacityAttr().getInt(); capacity < 1)
+    return emitOpError() << "capacity must be >= 1, got " << capacity;
   if (failed(checkRoutingGroups(*this, getGroups(), getX())))
     return failure();
   return failure(failed(checkShape(*this, "slots", getSlots(), choices)) ||

@@ -95,6 +95,8 @@ LogicalResult CombineGradOp::verify() {
   SmallVector<int64_t> expected(tensorType(getGates()).getShape());
   if (expected.empty())
     return emitOpError("gates must have rank >= 1");
+  if (tensorType(getY()).getRank() < 1)
+    return emitOpError("y must have rank >= 1");
   expected.back() = tensorType(getY()).getShape().back();
   return failure(failed(checkShape(*this, "dout", getDout(), expected)) ||
                  failed(checkGradType(*this, "dy", getDy(), "y", getY())) ||

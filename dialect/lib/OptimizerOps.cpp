@@ -11,10 +11,12 @@ LogicalResult LRScheduleOp::verify() {
     return emitOpError() << "lr must be > 0, got " << lr;
   if (!(minLr >= 0 && minLr <= lr))
     return emitOpError() << "min_lr must be in [0, lr], got " << minLr;
-  if (getTotalSteps() < 1 || getWarmupSteps() < 0 || getWarmupSteps() > getTotalSteps())
+  // Signed: the I64Attr getters return the bits as uint64_t.
+  int64_t warmup = getWarmupStepsAttr().getInt(), total = getTotalStepsAttr().getInt();
+  if (total < 1 || warmup < 0 || warmup > total)
     return emitOpError() << "needs 0 <= warmup_steps <= total_steps and "
                             "total_steps >= 1, got "
-                         << getWarmupSteps() << " and " << getTotalSteps();
+                         << warmup << " and " << total;
   StringRef s = getSchedule();
   if (s != "cosine" && s != "linear" && s != "constant")
     return emitOpError() << "schedule must be cosine, linear or constant, got '" << s << "'";

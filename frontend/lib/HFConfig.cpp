@@ -150,7 +150,9 @@ std::optional<ModelSpec> Importer::run() {
     return std::nullopt;
   ModelSpec s;
   std::string family = r.getString("model_type", std::nullopt);
-  if (family.empty())
+  // Missing or not a string: reported. An empty name is an unsupported
+  // family below (it used to fail without a word).
+  if (family.empty() && diags.hasErrors())
     return std::nullopt;
   const auto &families = supportedHFFamilies();
   if (std::find(families.begin(), families.end(), family) == families.end()) {

@@ -272,3 +272,34 @@ func.func @f(%g: tensor<8x16xf32>) {
 // expected-error @+1 {{'moe.no_grad' must be a unit attribute on a function}}
 module attributes {moe.no_grad} {
 }
+
+// -----
+
+// shard: ["ep"] on a moe.param
+// expected-error @+1 {{'moe.shard' must be ["ep"] on a moe.param}}
+moe.param @w : tensor<4x4xf32> init <ones> {moe.shard = ["dp"]}
+
+// -----
+
+// shard: only on a moe.param
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+// expected-error @+1 {{'moe.shard' must be ["ep"] on a moe.param}}
+func.func @f() attributes {moe.shard = ["ep"]} {
+  return
+}
+}
+
+// -----
+
+// plan: a dictionary on a module
+// expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
+module attributes {moe.plan = "dp=2"} {
+}
+
+// -----
+
+// plan: only on a module
+// expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
+func.func @f() attributes {moe.plan = {dp = 2 : i64}} {
+  return
+}

@@ -44,6 +44,17 @@ func.func @f(%g: tensor<8x16xf32>) {
 
 // -----
 
+// all_reduce: the scale is finite
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.all_reduce' op scale must be finite}}
+  %0 = moe.all_reduce sum %g over [dp] {scale = 0x7FF8000000000000 : f64} : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
 // all_reduce: result type is the input's
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
 func.func @f(%g: tensor<8x16xf32>) {
@@ -303,5 +314,44 @@ func.func @f(%g: tensor<8x16xbf16>) {
   // expected-error @+1 {{'moe.all_to_all' op codec bf16 does not compress 'bf16' data}}
   %0 = moe.all_to_all %g over [ep] split 0 concat 0 codec <bf16> : (tensor<8x16xbf16>) -> tensor<8x16xbf16>
   return
+}
+}
+
+// -----
+
+// moe.compression: a dictionary on a module
+// expected-error @+1 {{'moe.compression' must be a dictionary on a module}}
+module attributes {moe.compression = 1 : i64} {
+}
+
+// -----
+
+// moe.compression: only on a module
+module {
+// expected-error @+1 {{'moe.compression' must be a dictionary on a module}}
+func.func @f() attributes {moe.compression = {warmup_steps = 10 : i64}} {
+  return
+}
+}
+
+// -----
+
+// moe.codec_choice: a dictionary
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{'moe.codec_choice' must be a dictionary on a moe.all_reduce or moe.all_to_all}}
+  %0 = moe.all_reduce sum %g over [dp] {moe.codec_choice = "int8"} : tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+}
+
+// -----
+
+// moe.codec_choice: only on all_reduce and all_to_all
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<16x16xf32> {
+  // expected-error @+1 {{'moe.codec_choice' must be a dictionary on a moe.all_reduce or moe.all_to_all}}
+  %0 = moe.all_gather %g over [dp] dim 0 {moe.codec_choice = {codec = "int8"}} : tensor<8x16xf32> -> tensor<16x16xf32>
+  return %0 : tensor<16x16xf32>
 }
 }

@@ -63,3 +63,21 @@ func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
   return %0 : tensor<4xf32>
 }
 }
+
+// -----
+
+// moe.buffers is an array<i64> of [arena, offset, bytes] per result.
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'moe.buffers' must be an array<i64> of [arena, offset, bytes] per result}}
+  %0 = moe.all_reduce sum %g over [dp] {moe.buffers = [0, 0, 16]} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+}
+
+// -----
+
+// moe.buffer_plan is a dictionary on a module.
+// expected-error @+1 {{'moe.buffer_plan' must be a dictionary on a builtin.module}}
+module attributes {moe.buffer_plan = [16, 32]} {
+}

@@ -1,6 +1,6 @@
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 // Every constraint of moe.param, moe.get_param and the dense model ops
-// (embedding, rms_norm, attention, linear, add, ffn, cross_entropy).
+// (embedding, rms_norm, attention, linear, add, ffn, cross_entropy, fill).
 
 // param: rank >= 1
 // expected-error @+1 {{'moe.param' op parameter must have rank >= 1}}
@@ -385,5 +385,32 @@ func.func @f(%l: tensor<2x4x32xf32>, %t: tensor<2x5xi32>) {
 func.func @f(%l: tensor<2x4x32xbf16>, %t: tensor<2x4xi32>) {
   // expected-error @+1 {{'moe.cross_entropy' op result #0 must be 0D tensor of 32-bit float values, but got 'tensor<bf16>'}}
   %0 = moe.cross_entropy %l, %t : tensor<2x4x32xbf16>, tensor<2x4xi32> -> tensor<bf16>
+  return
+}
+
+// -----
+
+// fill: the value is finite (+inf)
+func.func @f() {
+  // expected-error @+1 {{'moe.fill' op value must be finite}}
+  %0 = moe.fill 0x7FF0000000000000 : tensor<f32>
+  return
+}
+
+// -----
+
+// fill: the value is finite (NaN)
+func.func @f() {
+  // expected-error @+1 {{'moe.fill' op value must be finite}}
+  %0 = moe.fill 0x7FF8000000000000 : tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+// fill: a float tensor
+func.func @f() {
+  // expected-error @+1 {{'moe.fill' op result #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<4xi32>'}}
+  %0 = moe.fill 0.0 : tensor<4xi32>
   return
 }

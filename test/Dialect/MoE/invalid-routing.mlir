@@ -322,6 +322,15 @@ func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
 
 // -----
 
+// fused_gate: capacity >= 1, read signed (-1 was accepted as 2^64 - 1)
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op capacity must be >= 1, got -1}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity -1 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
 // fused_gate: capacity >= 1
 func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
   // expected-error @+1 {{'moe.fused_gate' op capacity must be >= 1, got 0}}

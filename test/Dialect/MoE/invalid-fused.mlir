@@ -1,0 +1,139 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+// Every constraint of fused gating (moe-fuse-gating): moe.fused_gate's routing
+// groups, moe.permute, moe.unpermute and moe.unpermute_grad. fused_gate's
+// router checks are in invalid-routing.mlir.
+
+// fused_gate: groups >= 1
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op groups must be >= 1, got 0}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {groups = 0 : i64} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: groups are whole sequences
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op groups (3) must divide the batch dimension (2): a group is whole sequences}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {groups = 3 : i64} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: slots are shaped like experts
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op slots must have shape 2x4x2, got 2x4x1}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x1xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// permute: slots carry x's token dimensions
+func.func @f(%x: tensor<2x4x8xf32>, %s: tensor<8x2xi32>) {
+  // expected-error @+1 {{'moe.permute' op slots (8x2) must be [..., k] with the token dimensions of 2x4x8}}
+  %0 = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<8x2xi32>) -> tensor<4x4x8xf32>
+  return
+}
+
+// -----
+
+// permute: slots have rank >= 1
+func.func @f(%x: tensor<2x4x8xf32>, %s: tensor<i32>) {
+  // expected-error @+1 {{'moe.permute' op slots (scalar) must be [..., k] with the token dimensions of 2x4x8}}
+  %0 = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<i32>) -> tensor<4x4x8xf32>
+  return
+}
+
+// -----
+
+// permute: the result is [E, C, D]
+func.func @f(%x: tensor<2x4x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.permute' op result must have rank 3 ([E, C, D]), got rank 2}}
+  %0 = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
+// permute: the result has x's width
+func.func @f(%x: tensor<2x4x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.permute' op result width must equal x width}}
+  %0 = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<4x4x16xf32>
+  return
+}
+
+// -----
+
+// permute: the result has x's element type
+func.func @f(%x: tensor<2x4x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.permute' op result must have element type 'f32' (that of x), got 'bf16'}}
+  %0 = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<4x4x8xbf16>
+  return
+}
+
+// -----
+
+// unpermute: buf is [E, C, D]
+func.func @f(%buf: tensor<16x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.unpermute' op buf must have rank 3 ([E, C, D]), got rank 2}}
+  %0 = moe.unpermute %buf, %s : (tensor<16x8xf32>, tensor<2x4x2xi32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// unpermute: slots carry the result's token dimensions
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.unpermute' op slots (2x4x2) must be [..., k] with the token dimensions of 8x8}}
+  %0 = moe.unpermute %buf, %s : (tensor<4x4x8xf32>, tensor<2x4x2xi32>) -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+// unpermute: weights have the slots' shape
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x1xf32>) {
+  // expected-error @+1 {{'moe.unpermute' op weights must have shape 2x4x2, got 2x4x1}}
+  %0 = moe.unpermute %buf, %s weights %w : (tensor<4x4x8xf32>, tensor<2x4x2xi32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// unpermute: the result has the buffer's width
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.unpermute' op result width must equal the buffer width}}
+  %0 = moe.unpermute %buf, %s : (tensor<4x4x8xf32>, tensor<2x4x2xi32>) -> tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+// unpermute: one element type
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x2xf16>) {
+  // expected-error @+1 {{'moe.unpermute' op weights must have element type 'f32' (that of buf), got 'f16'}}
+  %0 = moe.unpermute %buf, %s weights %w : (tensor<4x4x8xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf16>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// unpermute_grad: dbuf has buf's type
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x2xf32>, %dout: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'moe.unpermute_grad' op results must have the types of buf and weights}}
+  %dbuf, %dw = moe.unpermute_grad %buf, %s, %w, %dout
+      : (tensor<4x4x8xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>, tensor<2x4x8xf32>) -> (tensor<4x4x8xbf16>, tensor<2x4x2xf32>)
+  return
+}
+
+// -----
+
+// unpermute_grad: dweights has the weights' type
+func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x2xf32>, %dout: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'moe.unpermute_grad' op results must have the types of buf and weights}}
+  %dbuf, %dw = moe.unpermute_grad %buf, %s, %w, %dout
+      : (tensor<4x4x8xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>, tensor<2x4x8xf32>) -> (tensor<4x4x8xf32>, tensor<2x4xf32>)
+  return
+}
