@@ -1,11 +1,16 @@
 //===- RefTrain.cpp - the reference interpreter as a trainer --------------===//
 //
 //   moe-ref-train model.json --data FILE --steps N [--seed S] [--val-fraction F]
+//                 [--routing-groups G] [--dump DIR]
 //
 // Runs the same training as a binary built by moec -- same parameter
 // initialisation, same batches -- in the reference interpreter (double
 // precision), and prints {"step": s, "loss": l} per step: the oracle the
-// driver tests compare generated binaries against.
+// driver tests compare generated binaries against. --dump DIR writes what an
+// independent reference needs to recompute the first step's loss:
+// DIR/params.safetensors (the initial parameters, rounded to f32, which the
+// run then uses) and DIR/step1.json (the first batch's tokens and targets,
+// its shape, and the loss the interpreter computed from them).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +19,7 @@
 #include "moe/Frontend/ModelToMLIR.h"
 #include "moe/InitAllDialects.h"
 #include "moe/Transforms/Pipelines.h"
+#include "moert/Checkpoint.h"
 #include "moert/Data.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -22,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/stat.h>
 
 using namespace moec::frontend;
 
@@ -32,7 +39,7 @@ int main(int argc, char **argv) {
         "usage: moe-ref-train model.json --data FILE --steps N [--seed S] [--routing-groups G]\n");
     return 2;
   }
-  std::string model = argv[1], data;
+  std::string model = argv[1], data, dump;
   long steps = 1, seed = -1, groups = 0;
   double valFraction = 0.1;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -47,6 +54,8 @@ int main(int argc, char **argv) {
       valFraction = std::atof(argv[i + 1]);
     else if (flag == "--routing-groups")
       groups = std::atol(argv[i + 1]);
+    else if (flag == "--dump")
+      dump = argv[i + 1];
   }
   DiagnosticList diags;
   std::optional<ModelSpec> spec;
@@ -79,6 +88,20 @@ int main(int argc, char **argv) {
   moert::BatchSampler sampler(tokens, 0, split, spec->batchSize, spec->seqLen, s);
   moec::reference::Interpreter interp(*module);
   interp.initParams(s);
+  if (!dump.empty()) {
+    moert::TensorMap params;
+    for (auto &[name, t] : interp.params) {
+      for (double &v : t.data)
+        v = static_cast<float>(v);
+      params[name] = {t.shape, std::vector<float>(t.data.begin(), t.data.end())};
+    }
+    ::mkdir(dump.c_str(), 0755);
+    if (!moert::writeFileAtomic(dump + "/params.safetensors", moert::encodeSafetensors(params),
+                                error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+  }
   std::vector<int32_t> in, tg;
   for (long step = 0; step < steps; ++step) {
     sampler.next(in, tg);
@@ -92,6 +115,17 @@ int main(int argc, char **argv) {
       return 1;
     }
     std::printf("{\"step\": %ld, \"loss\": %.9g}\n", step + 1, out[0].data[0]);
+    if (!dump.empty() && step == 0) {
+      nlohmann::json first = {{"batch_size", spec->batchSize},
+                              {"seq_len", spec->seqLen},
+                              {"tokens", in},
+                              {"targets", tg},
+                              {"loss", out[0].data[0]}};
+      if (!moert::writeFileAtomic(dump + "/step1.json", first.dump() + "\n", error)) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 1;
+      }
+    }
   }
   return 0;
 }
