@@ -160,11 +160,12 @@ LogicalResult Emitter::launch(LaunchOp op) {
       os << "    const unsigned char sharded[] = {";
       llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
       os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n << ", "
-         << axesMask(axes) << ", " << pointer(op.getResult(0)) << ")) return rc;\n  }\n";
+         << axesMask(axes) << ", " << pointer(op.getResult(0)) << ")) return rc;\n"
+         << "    ctx->grad_norm = *" << pointer(op.getResult(0)) << ";\n  }\n";
       return success();
     }
     os << "    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, " << n
-       << ");\n  }\n";
+       << ");\n    ctx->grad_norm = *" << pointer(op.getResult(0)) << ";\n  }\n";
     return success();
   }
   if (call.generator.empty())

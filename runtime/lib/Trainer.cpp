@@ -251,8 +251,10 @@ Trainer::StepResult Trainer::runStep(long long s) {
               std::to_string(rc) + ")");
   if (!std::isfinite(loss))
     die("step " + std::to_string(s) + ": the loss is not finite");
+  if (!std::isfinite(ctx.grad_norm))
+    die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, tokensPerStep / seconds, now};
+  return {loss, ctx.grad_norm, tokensPerStep / seconds, now};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -330,6 +332,7 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
     writeMetrics(
         {{"step", s + 1},
          {"loss", r.loss},
+         {"grad_norm", r.gradNorm},
          {"tokens_per_s", r.tokensPerSecond},
          {"dropped_tokens", dropped},
          {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},

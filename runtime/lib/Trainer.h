@@ -91,6 +91,7 @@ private:
   /// A step's loss and throughput, and when it ended.
   struct StepResult {
     float loss;
+    float gradNorm; ///< before clipping
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
   };

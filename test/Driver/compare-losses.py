@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compares two JSON-lines loss logs step by step: compare-losses.py A B TOL.
+"""Compares two JSON-lines loss logs step by step:
+compare-losses.py A B TOL [FIELD] (FIELD: "loss" by default, or "grad_norm").
 
 Exits 1, naming the first step that differs by more than TOL (relative) or
 whose loss is not finite in either log (a NaN never matches), or when the
@@ -9,17 +10,20 @@ import math
 import sys
 
 
-def losses(path):
+def losses(path, field):
     try:
         with open(path) as f:
             rows = [json.loads(l) for l in f if l.strip()]
-        return {r["step"]: float(r["loss"]) for r in rows if "loss" in r}
+        return {r["step"]: float(r[field]) for r in rows if field in r}
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"{path}: not a metrics log: {e}", file=sys.stderr)
         sys.exit(2)
 
 
-a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+field = sys.argv[4] if len(sys.argv) > 4 else "loss"
+a, b, tol = losses(sys.argv[1], field), losses(sys.argv[2], field), float(sys.argv[3])
+if not a or not b:
+    sys.exit(f"no {field} in {sys.argv[1] if not a else sys.argv[2]}")
 if sorted(a) != sorted(b):
     sys.exit(f"steps differ: {sorted(a)} vs {sorted(b)}")
 worst = 0.0
@@ -30,4 +34,5 @@ for step in sorted(a):
     worst = max(worst, rel)
     if not rel <= tol:
         sys.exit(f"step {step}: {a[step]} vs {b[step]} (relative {rel:.3g} > {tol})")
-print(f"{len(a)} steps match, max relative difference {worst:.3g}")
+print(f"{len(a)} steps match, max relative difference {worst:.3g}" +
+      ("" if field == "loss" else f" ({field})"))

@@ -268,8 +268,9 @@ double logSumExp(const Vec &v) {
 class Runner {
 public:
   using Moments = std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>;
-  Runner(std::map<std::string, Tensor> &params, Moments &moments, std::string &error)
-      : params(params), moments(moments), error(error) {}
+  Runner(std::map<std::string, Tensor> &params, Moments &moments, double &lastGlobalNorm,
+         std::string &error)
+      : params(params), moments(moments), lastGlobalNorm(lastGlobalNorm), error(error) {}
 
   bool run(func::FuncOp fn, const std::vector<Tensor> &args, std::vector<Tensor> &results);
 
@@ -287,6 +288,7 @@ private:
 
   std::map<std::string, Tensor> &params;
   Moments &moments;
+  double &lastGlobalNorm;
   std::string &error;
   llvm::DenseMap<Value, Tensor> values;
 };
@@ -872,6 +874,7 @@ bool Runner::step(Operation *op) {
             sum += v * v;
         Tensor r = Tensor::zeros({});
         r.data[0] = std::sqrt(sum);
+        lastGlobalNorm = r.data[0];
         out(o.getResult(), r);
         return true;
       })
@@ -944,5 +947,5 @@ bool ::moec::reference::Interpreter::run(const std::string &name, const std::vec
     return false;
   }
   error.clear();
-  return Runner(params, moments, error).run(fn, args, results);
+  return Runner(params, moments, lastGlobalNorm, error).run(fn, args, results);
 }

@@ -12,6 +12,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -39,6 +40,9 @@ public:
   std::map<std::string, Tensor> params;
   /// AdamW moments (m, v) by parameter name, created at the first update.
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> moments;
+  /// The value of the last moe.global_norm run (the gradient norm of the
+  /// last training step, before clipping).
+  double lastGlobalNorm = NAN;
 
   /// Gives every declared parameter a value from its initialiser, using a
   /// fixed-seed generator (normal and uniform draws are deterministic).

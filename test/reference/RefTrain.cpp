@@ -114,7 +114,8 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
-    std::printf("{\"step\": %ld, \"loss\": %.9g}\n", step + 1, out[0].data[0]);
+    std::printf("{\"step\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g}\n", step + 1, out[0].data[0],
+                interp.lastGlobalNorm);
     if (!dump.empty() && step == 0) {
       nlohmann::json first = {{"batch_size", spec->batchSize},
                               {"seq_len", spec->seqLen},

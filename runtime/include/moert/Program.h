@@ -53,6 +53,9 @@ typedef struct {
   void *codec_states;
   int64_t codec_sent[6]; /* by enum moert_collective (moert/Comm.h) */
   int64_t codec_uncompressed;
+  /* The last training step's global gradient norm, before clipping (the
+   * whole model's on every rank). */
+  float grad_norm;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
