@@ -16,6 +16,7 @@ PKGS=(
   libhalide14-0-dev  # Halide 14: kernel generators (moe-halide-gen)
   libopenblas-dev    # OpenBLAS sgemm: the GEMMs of generated kernels (extern stages), and bench/'s baseline
   bible-kjv          # the demo's corpus: the King James Bible (public domain)
+  python3-numpy      # numpy: the independent reference of the forward pass and loss (test/reference/independent)
   libopenmpi-dev openmpi-bin # MPI: ranks as processes across nodes (runtime backend, tests)
   cmake ninja-build g++ lld ccache python3
 )

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Compares the reference interpreter's first-step loss with reference.py.
+
+    compare.py MODEL.json DUMP_DIR [--tol T] [--routing-groups G]
+               [--min-effect M] [--mutate NAME]
+
+DUMP_DIR is what `moe-ref-train MODEL.json ... --dump DUMP_DIR` wrote:
+params.safetensors (the initial parameters, rounded to f32, that the run
+used) and step1.json (the first batch and the loss the interpreter computed
+for it before any update). Pass the same --routing-groups as moe-ref-train.
+
+For every feature the model exercises it prints
+
+    FEATURE: interpreter L1, independent L2, relative difference D (MUTANT moves the loss by R)
+
+where MUTANT is a plausible wrong reading of that feature (reference.MUTANTS)
+computed by the same numpy code: R shows that the instance really exercises
+the feature, so that agreement on it means something. The exit status is
+non-zero when D > tol or is NaN, when a mutant moves the loss by less than
+--min-effect (the instance does not exercise the feature), when the
+parameters in the dump are not the ones the definition names, or when a
+top-k choice is so close to a tie that rounding could flip it.
+
+--mutate NAME computes the independent side with that mutant instead (to
+show that the comparison fails when the reference is wrong).
+"""
+
+import argparse
+import json
+import math
+import os
+from fractions import Fraction
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("error: %s needs numpy (Debian's python3-numpy; tools/scripts/install-deps.sh "
+             "installs it)" % sys.executable)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+
+# Tolerance on the relative difference of the two losses. Both sides compute
+# in float64 from the same float32 parameters and the same float32-rounded
+# hyper-parameters; they differ only in the order of floating-point
+# operations (summation order of dot products, of the softmax and
+# log-sum-exp, of the mean over tokens). Each of the ~40 sequential stages of
+# a 2-layer step adds at most a few ulps (2.2e-16) times a condition number
+# near 1 (normalisations keep activations O(1)), and reductions are at most
+# 256 long, so the expected difference is below 1e-13 (measured on the
+# instances of test/Driver/independent-reference.test: at most 3e-16).
+# 1e-11 leaves more than two orders of magnitude of headroom, is four orders
+# below the smallest effect any reported feature has on its instance
+# (--min-effect, 1e-7, checked per feature via its mutant), and is tight
+# enough to see the float32 rounding of the hyper-parameters (3e-11 to 4e-10
+# on the MoE instances: `--mutate hyper-f64`).
+DEFAULT_TOL = 1e-11
+DEFAULT_MIN_EFFECT = 1e-7
+# A k-th and (k+1)-th routing score closer than this could be ordered
+# differently by the two implementations' rounding; the instance is then
+# ill-conditioned rather than wrong, and is rejected with that message.
+MIN_TOPK_MARGIN = 1e-12
+
+
+def features(spec, groups, base):
+    """(feature name, mutant) for every feature this model exercises."""
+    out = [("causal-attention", "no-causal-mask"), ("rms-norm", "eps-off")]
+    if spec["rope_theta"] is not None:
+        out.append(("rope", "rope-interleaved"))
+    # Grouped-query attention; with one kv head (multi-query) every mapping
+    # of query heads to kv heads is the same, so no mutant can tell.
+    if 1 < spec["n_kv_heads"] < spec["n_heads"]:
+        out.append(("gqa", "gqa-modulo"))
+    layers = spec["layers"]
+    moe = [L for L in layers if not L["dense"]]
+    if any(L["dense"] for L in layers):
+        out.append(("dense-layer", "dense-ffn-off"))
+    if not moe:
+        return out
+    out.append(("moe-layer", "routed-off"))
+    acts = {L["activation"] for L in moe}
+    if "gelu" in acts:
+        out.append(("gelu-experts", "gelu-erf"))
+    if "relu" in acts:
+        out.append(("relu-experts", "relu-as-gelu"))
+    if any(L["num_shared_experts"] > 0 for L in moe):
+        out.append(("shared-experts", "shared-off"))
+    scorings = {L["router_scoring"] for L in moe}
+    if "softmax" in scorings:
+        out.append(("softmax-routing", "scoring-swapped"))
+    if "sigmoid" in scorings:
+        out.append(("sigmoid-routing", "scoring-swapped"))
+        if any(L["router_scoring"] == "sigmoid" and L["aux_loss_coef"] > 0 for L in moe):
+            out.append(("sigmoid-aux-normalised", "sigmoid-aux-raw"))
+    if any(L["renormalize"] for L in moe):
+        out.append(("renormalisation", "renormalize-flipped"))
+    if any(L["routed_scaling"] != 1 for L in moe):
+        out.append(("routed-scaling", "routed-scaling-off"))
+    if sum(base["dropped"]) > 0:
+        top2 = any(L["top_k"] > 1 and L["capacity_factor"] is not None for L in moe)
+        out.append(("capacity-drops", "drop-choice-major" if top2 else "drop-reverse-token-order"))
+        if any(L["aux_loss_coef"] > 0 for L in moe):
+            out.append(("aux-loss-counts-before-drops", "aux-loss-after-drops"))
+    tg = spec["batch_size"] * spec["seq_len"] // groups
+    for L in moe:
+        cf = L["capacity_factor"]
+        if cf is not None:
+            k, e = L["top_k"], L["num_experts"]
+            exact = min(math.ceil(Fraction(repr(float(cf))) * tg * k / e), tg)
+            rounded = min(math.ceil(Fraction(float(np.float32(cf))) * tg * k / e), tg)
+            if exact != rounded:
+                out.append(("capacity-exact", "capacity-f32"))
+                break
+    if any(L["capacity_factor"] is None for L in moe):
+        out.append(("dropless", "dropless-capped"))
+    if any(L["aux_loss_coef"] > 0 for L in moe):
+        out.append(("aux-loss", "aux-off"))
+    if any(L["router_z_loss_coef"] > 0 for L in moe):
+        out.append(("z-loss", "z-off"))
+    if groups > 1:
+        out.append(("routing-groups", "groups-one"))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("dump")
+    ap.add_argument("--tol", type=float, default=DEFAULT_TOL)
+    ap.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
+    ap.add_argument("--routing-groups", type=int, default=1)
+    ap.add_argument("--mutate", action="append", default=[],
+                    choices=sorted(reference.MUTANTS))
+    args = ap.parse_args()
+
+    spec = reference.load_model(args.model)
+    params = reference.load_safetensors(os.path.join(args.dump, "params.safetensors"))
+    with open(os.path.join(args.dump, "step1.json")) as f:
+        step = json.load(f)
+    failures = []
+    problems = reference.check_params(spec, params)
+    for p in problems:
+        failures.append("parameters: " + p)
+    if problems:
+        for msg in failures:
+            print("FAIL " + msg)
+        return 1
+    b, s = step["batch_size"], step["seq_len"]
+    if (b, s) != (spec["batch_size"], spec["seq_len"]):
+        print("FAIL step1.json is %d x %d, the model %d x %d"
+              % (b, s, spec["batch_size"], spec["seq_len"]))
+        return 1
+    tokens = np.array(step["tokens"]).reshape(b, s)
+    targets = np.array(step["targets"]).reshape(b, s)
+    interp = float(step["loss"])
+
+    base = reference.forward_loss(spec, params, tokens, targets, args.routing_groups)
+    ours = base if not args.mutate else reference.forward_loss(
+        spec, params, tokens, targets, args.routing_groups, args.mutate)
+    indep = ours["loss"]
+    diff = abs(indep - interp) / abs(interp) if interp != 0 else abs(indep - interp)
+    margin = base["min_margin"]
+    print("model %s: batch %d x %d, routing groups %d, capacity per layer %s, "
+          "dropped token-slots per layer %s, smallest top-k margin %s%s"
+          % (spec["name"], b, s, args.routing_groups, base["capacity"], base["dropped"],
+             "n/a" if margin is None else "%.3g" % margin,
+             "" if not args.mutate else ", independent side mutated: " + ", ".join(args.mutate)))
+    print("  cross-entropy %.17g, router losses %.17g" % (ours["cross_entropy"], ours["router_loss"]))
+    if margin is not None and not margin > MIN_TOPK_MARGIN:
+        failures.append("a top-k choice is within %.3g of a tie: rounding could flip it, "
+                        "choose another instance" % margin)
+    # NaN never matches: `not (diff <= tol)` is true for NaN.
+    ok = math.isfinite(interp) and math.isfinite(indep) and diff <= args.tol
+    names = []
+    for name, mutant in features(spec, args.routing_groups, base):
+        names.append(name)
+        m = reference.forward_loss(spec, params, tokens, targets, args.routing_groups, [mutant])
+        effect = abs(m["loss"] - base["loss"]) / abs(base["loss"])
+        print("%s: interpreter %.17g, independent %.17g, relative difference %.3g "
+              "(%s moves the loss by %.3g)" % (name, interp, indep, diff, mutant, effect))
+        if not effect >= args.min_effect:
+            failures.append("%s: the mutant %s moves the loss by only %.3g (< %g): this instance "
+                            "does not exercise the feature" % (name, mutant, effect, args.min_effect))
+    if not ok:
+        # One loss per instance: the difference belongs to all its features.
+        failures.insert(0, "loss: relative difference %.3g exceeds %g (interpreter %.17g, "
+                        "independent %.17g; the instance exercises %s)"
+                        % (diff, args.tol, interp, indep, ", ".join(names)))
+    if any(not L["dense"] and L["router_bias"] for L in spec["layers"]):
+        print("note: router_bias is present but zero at initialisation, so it does not "
+              "change the selection of this step")
+    for msg in failures:
+        print("FAIL " + msg)
+    if failures:
+        return 1
+    print("PASS %s: relative difference %.3g <= %g" % (spec["name"], diff, args.tol))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
