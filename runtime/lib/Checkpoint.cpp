@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
@@ -249,6 +250,31 @@ void moert::removeStaleTemporaries(const std::string &dir) {
     ::unlink((dir + "/" + name).c_str());
   }
   ::closedir(d);
+}
+
+bool moert::keepCheckpoint(const std::string &dir, long long step, int keep, std::string &error) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%012lld.safetensors", step);
+  // A copy, not a hard link: `cp step-N.safetensors tensors.safetensors`
+  // would otherwise write through to the kept file.
+  std::string bytes;
+  if (!readFile(dir + "/tensors.safetensors", bytes, error) ||
+      !writeFileAtomic(dir + "/" + name, bytes, error))
+    return false;
+  std::vector<std::string> steps;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d)) {
+      std::string file = e->d_name;
+      if (file.size() == std::strlen(name) && file.rfind("step-", 0) == 0 &&
+          file.compare(file.size() - 12, 12, ".safetensors") == 0)
+        steps.push_back(file);
+    }
+    ::closedir(d);
+  }
+  std::sort(steps.begin(), steps.end()); // zero-padded: by step
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+    ::unlink((dir + "/" + steps[i]).c_str());
+  return true;
 }
 
 bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, const json &state,

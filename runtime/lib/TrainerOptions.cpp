@@ -61,7 +61,8 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
 
 [[noreturn]] void printUsage(const char *program) {
   std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
-              "          [--checkpoint DIR [--resume] [--checkpoint-every N]]\n"
+              "          [--checkpoint DIR [--resume] [--checkpoint-every N]\n"
+              "           [--keep-checkpoints K]]\n"
               "          [--val-fraction F]\n"
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
@@ -71,7 +72,9 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
               "               comma-separated token ids for .bin data; default: newline)\n"
               "  --checkpoint DIR  written at the end, every N steps with\n"
-              "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit)\n"
+              "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit);\n"
+              "               --keep-checkpoints K also keeps the last K saves as\n"
+              "               DIR/step-N.safetensors\n"
               "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
               "               machine's memory)\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
@@ -105,6 +108,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.resume = true;
     else if (a == "--checkpoint-every")
       o.checkpointEvery = parseInt(a, value(), 1);
+    else if (a == "--keep-checkpoints")
+      o.keepCheckpoints = parseInt(a, value(), 1);
     else if (a == "--val-fraction")
       o.valFraction = parseReal(
           value(), true, [](double v) { return v >= 0 && v < 1; },
@@ -152,5 +157,7 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
+  if (o.keepCheckpoints > 1 && o.checkpoint.empty())
+    die("--keep-checkpoints needs --checkpoint DIR");
   return o;
 }

@@ -22,13 +22,14 @@ struct Options {
   long long seed = -1;
   bool resume = false;
   long long checkpointEvery = 0; ///< 0: a checkpoint at the end only
+  long long keepCheckpoints = 1; ///< step-N copies kept besides the latest (1: none)
   double valFraction = 0.1;
   long long sample = 0; ///< tokens to generate after training
   std::string prompt;
   bool hasPrompt = false;
   double temperature = 0.8;
-  long long topK = 0;   ///< 0: sample from the whole vocabulary
-  bool progress = true; ///< a progress bar when stdout is a terminal
+  long long topK = 0;     ///< 0: sample from the whole vocabulary
+  bool progress = true;   ///< a progress bar when stdout is a terminal
   double maxMemoryGB = 0; ///< 0: the machine's memory
 };
 

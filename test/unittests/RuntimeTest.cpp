@@ -286,6 +286,29 @@ TEST_F(RuntimeTest, KilledSavesLeaveNoTemporariesBehind) {
   EXPECT_EQ(files(ckpt), (std::vector<std::string>{"state.json", "tensors.safetensors"}));
 }
 
+TEST_F(RuntimeTest, KeepCheckpointsKeepsTheLastKSaves) {
+  TensorMap tensors;
+  std::string error, ckpt = dir + "/keep";
+  for (long long step : {2, 4, 6, 8}) {
+    tensors["w"] = {{1}, {static_cast<float>(step)}};
+    ASSERT_TRUE(saveCheckpoint(ckpt, tensors, {{"step", step}, {"data_position", step}}, error));
+    ASSERT_TRUE(keepCheckpoint(ckpt, step, 2, error)) << error;
+  }
+  EXPECT_EQ(files(ckpt),
+            (std::vector<std::string>{"state.json", "step-000000000006.safetensors",
+                                      "step-000000000008.safetensors", "tensors.safetensors"}));
+  // A kept save is a whole checkpoint: copied over the latest, it loads as
+  // its own step (the stale state.json is noticed and ignored).
+  std::ifstream in(ckpt + "/step-000000000006.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(ckpt + "/tensors.safetensors", std::ios::binary) << bytes;
+  TensorMap back;
+  nlohmann::json state;
+  ASSERT_TRUE(loadCheckpoint(ckpt, back, state, error)) << error;
+  EXPECT_EQ(state["step"], 6);
+  EXPECT_EQ(back["w"].data[0], 6.0f);
+}
+
 TEST_F(RuntimeTest, DeeplyNestedCheckpointJsonIsAnErrorNotAStackOverflow) {
   // nlohmann/json's dump and comparison recurse per level: 10^6 levels
   // would overflow the stack, so the reader refuses them before parsing.

@@ -64,6 +64,12 @@ std::string encodeSafetensors(const TensorMap &tensors,
 bool decodeSafetensors(const std::string &bytes, const std::string &origin, TensorMap &tensors,
                        std::string &error, std::map<std::string, std::string> *metadata = nullptr);
 
+/// Keeps the checkpoint just saved in `dir` as `dir/step-<step>.safetensors`
+/// too (a copy) and removes the oldest such files beyond
+/// `keep`. Each is a complete checkpoint (its state travels inside it): to go
+/// back, copy one over `dir/tensors.safetensors`.
+bool keepCheckpoint(const std::string &dir, long long step, int keep, std::string &error);
+
 /// Removes `*.tmp.<pid>` files in `dir` left by saves whose process is gone.
 void removeStaleTemporaries(const std::string &dir);
 
