@@ -88,21 +88,34 @@ void keepResidual(const CodecSpec &spec, const std::vector<float> &y, const floa
 
 } // namespace
 
+/// Modified Gram-Schmidt, each projection done twice ("twice is enough":
+/// one pass in float leaves a dependent column's remainder far from
+/// orthogonal). A column that is dependent on the previous ones within f32
+/// precision (its remainder under kDependent of its norm: the gradient's
+/// rank is below the codec's, as for an expert few tokens reached) becomes
+/// zero instead of normalised rounding noise, so P P^T stays a projection.
 void moert::orthonormaliseColumns(std::vector<float> &p, int64_t rows, int64_t r) {
+  constexpr double kDependent = 1e-4;
+  auto norm = [&](int64_t j) {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      sum += double(p[i * r + j]) * p[i * r + j];
+    return std::sqrt(sum);
+  };
   for (int64_t j = 0; j < r; ++j) {
-    for (int64_t k = 0; k < j; ++k) {
-      double dot = 0;
-      for (int64_t i = 0; i < rows; ++i)
-        dot += double(p[i * r + j]) * p[i * r + k];
-      for (int64_t i = 0; i < rows; ++i)
-        p[i * r + j] -= static_cast<float>(dot * p[i * r + k]);
-    }
-    double norm = 0;
+    double before = norm(j);
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t k = 0; k < j; ++k) {
+        double dot = 0;
+        for (int64_t i = 0; i < rows; ++i)
+          dot += double(p[i * r + j]) * p[i * r + k];
+        for (int64_t i = 0; i < rows; ++i)
+          p[i * r + j] -= static_cast<float>(dot * p[i * r + k]);
+      }
+    double after = norm(j);
+    bool independent = after > 1e-30 && after > kDependent * before;
     for (int64_t i = 0; i < rows; ++i)
-      norm += double(p[i * r + j]) * p[i * r + j];
-    norm = std::sqrt(norm);
-    for (int64_t i = 0; i < rows; ++i)
-      p[i * r + j] = norm > 1e-30 ? static_cast<float>(p[i * r + j] / norm) : 0.0f;
+      p[i * r + j] = independent ? static_cast<float>(p[i * r + j] / after) : 0.0f;
   }
 }
 

@@ -274,7 +274,10 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
     (sharded && sharded[i] ? shards : replicated) += sum;
   }
   if (sharded) {
-    // Summed in member order as float pairs (hi, lo) keep double precision.
+    // Summed in member order as float pairs (hi, lo): more precision than one
+    // float each, though the pairs add in float (within an ulp of the direct
+    // norm) and a member's sum of squares must fit float's range (gradient
+    // norms up to ~1e19).
     float part[2] = {static_cast<float>(shards),
                      static_cast<float>(shards - static_cast<float>(shards))};
     if (int rc = moert_step_all_reduce(ctx, part, part, 2, axes, 0, 1.0))
