@@ -220,6 +220,11 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
 }
 
 static bool readFile(const std::string &path, std::string &out, std::string &error) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    error = path + ": cannot read: not a regular file";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error = path + ": cannot read: " + std::strerror(errno);

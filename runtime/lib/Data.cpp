@@ -23,6 +23,12 @@ bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &
     error = path + ": cannot read data file: it is a directory";
     return false;
   }
+  // A FIFO or device would block the open or have no size: the data is read
+  // whole, by its size.
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    error = path + ": cannot read data file: not a regular file (a pipe or device)";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     error = path + ": cannot read data file: " + std::strerror(errno);

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <random>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace moert;
@@ -224,6 +225,13 @@ TEST_F(RuntimeTest, CorruptCheckpointsAreRejectedWithReasons) {
   f16.replace(at, 3, "F16");
   EXPECT_FALSE(decodeSafetensors(f16, "f", out, error));
   EXPECT_EQ(error, "f: tensor 'w': dtype \"F16\" is not supported (F32 only)");
+  // A pipe in place of the tensors file is refused, not waited on.
+  std::string piped = dir + "/piped";
+  ::mkdir(piped.c_str(), 0755);
+  ASSERT_EQ(::mkfifo((piped + "/tensors.safetensors").c_str(), 0644), 0);
+  nlohmann::json pipedState;
+  EXPECT_FALSE(loadCheckpoint(piped, out, pipedState, error));
+  EXPECT_EQ(error, piped + "/tensors.safetensors: cannot read: not a regular file");
   // A missing checkpoint directory names the file.
   nlohmann::json state;
   EXPECT_FALSE(loadCheckpoint(dir + "/none", out, state, error));
