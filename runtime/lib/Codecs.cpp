@@ -265,11 +265,12 @@ void moert::encode(const CodecSpec &spec, const float *data, int64_t n, std::vec
     std::vector<int32_t> index(n);
     std::iota(index.begin(), index.end(), 0);
     // The k largest magnitudes (ties: the lower index), sent in index order.
-    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(),
-                     [&](int32_t a, int32_t b) {
-                       float fa = std::fabs(y[a]), fb = std::fabs(y[b]);
-                       return fa > fb || (fa == fb && a < b);
-                     });
+    if (k > 0)
+      std::nth_element(index.begin(), index.begin() + (k - 1), index.end(),
+                       [&](int32_t a, int32_t b) {
+                         float fa = std::fabs(y[a]), fb = std::fabs(y[b]);
+                         return fa > fb || (fa == fb && a < b);
+                       });
     std::sort(index.begin(), index.begin() + k);
     std::vector<float> sent(n, 0.0f);
     for (int64_t j = 0; j < k; ++j)

@@ -185,9 +185,10 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
                                             const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
-  int me = 0;
-  while (group[me] != ctx->rank)
-    ++me;
+  auto found = std::find(group.begin(), group.end(), ctx->rank);
+  if (found == group.end())
+    return 1; // a context whose rank is outside its grid
+  int me = static_cast<int>(found - group.begin());
   bool toOwners = split == 0 && concat == 1;
   if (!toOwners && !(split == 1 && concat == 0))
     return 1;
@@ -429,9 +430,10 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
                                            const moert_codec *codec, int site, int64_t rows,
                                            int64_t cols) {
   std::vector<int32_t> group = groupOf(ctx, axes);
-  int me = 0;
-  while (group[me] != ctx->rank)
-    ++me;
+  auto found = std::find(group.begin(), group.end(), ctx->rank);
+  if (found == group.end())
+    return 1; // a context whose rank is outside its grid
+  int me = static_cast<int>(found - group.begin());
   int64_t p = static_cast<int64_t>(group.size());
   moert::CodecSpec spec = specOf(codec);
   if (spec.kind == moert::CodecKind::PowerSGD && rows * cols != count) {

@@ -1073,6 +1073,22 @@ TEST(StepCommTest, CodecAllReducePowerSGDOfARankDeficientSum) {
   expectPowerSGDSum(runPowerSGD(2, 4, 8, 6, 8, 6), "rank 2 of rank 4");
 }
 
+// An empty tensor through every codec (top-k once selected from before the
+// first element) is a no-op, not a crash.
+TEST(StepCommTest, CodecAllReduceOfNothing) {
+  for (int kind = MOERT_CODEC_FP16; kind <= MOERT_CODEC_POWERSGD; ++kind) {
+    moert_codec codec = {kind, 16, 0.05, 3, 1};
+    EXPECT_EQ(onGrid(Grid{1, 2, 1},
+                     [&](moert_context &ctx) {
+                       float in = 1, out = 2;
+                       return moert_step_all_reduce_codec(&ctx, &out, &in, 0, MOERT_AXIS_EP, 1, 1.0,
+                                                          &codec, 0, 0, 0);
+                     }),
+              0)
+        << "codec " << kind;
+  }
+}
+
 // Every codec's byte counters: one call adds to codec_sent exactly
 // moert_codec_all_reduce_bytes(...) (in the collective kinds it uses) and
 // to codec_uncompressed moert_ring_all_reduce_bytes(n, p), over groups of 2
