@@ -1,5 +1,6 @@
 //===- Codecs.cpp - compression of collective payloads --------------------===//
 
+#include "CopyBytes.h"
 #include "moert/Codecs.h"
 
 #include <algorithm>
@@ -16,13 +17,13 @@ namespace {
 int64_t topkCount(double ratio, int64_t n) { return moert_topk_count(ratio, n); }
 
 template <typename T> void put(std::vector<uint8_t> &out, size_t &at, T value) {
-  std::memcpy(out.data() + at, &value, sizeof(T));
+  moert::copyBytes(out.data() + at, &value, sizeof(T));
   at += sizeof(T);
 }
 
 template <typename T> T get(const uint8_t *bytes, size_t &at) {
   T value;
-  std::memcpy(&value, bytes + at, sizeof(T));
+  moert::copyBytes(&value, bytes + at, sizeof(T));
   at += sizeof(T);
   return value;
 }
@@ -121,7 +122,7 @@ void moert::orthonormaliseColumns(std::vector<float> &p, int64_t rows, int64_t r
 
 uint16_t moert::floatToHalf(float value) {
   uint32_t x;
-  std::memcpy(&x, &value, 4);
+  moert::copyBytes(&x, &value, 4);
   uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, mant = x & 0x7fffff;
   if (exp == 0xff) // infinity, or NaN (kept quiet)
     return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
@@ -153,13 +154,13 @@ float moert::halfToFloat(uint16_t bits) {
   uint32_t x = exp == 31 ? (sign | 0x7f800000u | (mant << 13))
                          : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
   float v;
-  std::memcpy(&v, &x, 4);
+  moert::copyBytes(&v, &x, 4);
   return v;
 }
 
 uint16_t moert::floatToBF16(float value) {
   uint32_t x;
-  std::memcpy(&x, &value, 4);
+  moert::copyBytes(&x, &value, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet
     return static_cast<uint16_t>((x >> 16) | 0x40);
   x += 0x7fffu + ((x >> 16) & 1);
@@ -169,7 +170,7 @@ uint16_t moert::floatToBF16(float value) {
 float moert::bf16ToFloat(uint16_t bits) {
   uint32_t x = static_cast<uint32_t>(bits) << 16;
   float v;
-  std::memcpy(&v, &x, 4);
+  moert::copyBytes(&v, &x, 4);
   return v;
 }
 
@@ -369,8 +370,8 @@ void moert::decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float
         double sum = 0;
         for (int64_t j = 0; j < r; ++j) {
           float pv, qv;
-          std::memcpy(&pv, p + 4 * (i * r + j), 4);
-          std::memcpy(&qv, q + 4 * (c * r + j), 4);
+          moert::copyBytes(&pv, p + 4 * (i * r + j), 4);
+          moert::copyBytes(&qv, q + 4 * (c * r + j), 4);
           sum += double(pv) * qv;
         }
         out[i * cols + c] = static_cast<float>(sum);

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CopyBytes.h"
 #include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/Program.h"
@@ -61,7 +62,7 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
                      const std::vector<int64_t> &recvElems, const moert_codec *codec) {
   int64_t p = static_cast<int64_t>(group.size());
   if (p == 1) {
-    std::memcpy(recv, send, static_cast<size_t>(sendElems[0]) * 4);
+    moert::copyBytes(recv, send, static_cast<size_t>(sendElems[0]) * 4);
     if (codec) { // the same rounding as a remote chunk
       moert::CodecSpec spec = specOf(codec);
       moert::CodecState none;
@@ -112,7 +113,7 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
                                      int axes, int mean, double scale) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (out != in)
-    std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+    moert::copyBytes(out, in, static_cast<size_t>(count) * sizeof(float));
   if (group.size() > 1) {
     if (!ctx->comm)
       return 1;
@@ -135,11 +136,11 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
     total += counts[t];
   std::vector<float> bucket(static_cast<size_t>(total));
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    std::memcpy(bucket.data() + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+    moert::copyBytes(bucket.data() + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
   if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean, scale))
     return rc;
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    std::memcpy(outs[t], bucket.data() + at, static_cast<size_t>(counts[t]) * sizeof(float));
+    moert::copyBytes(outs[t], bucket.data() + at, static_cast<size_t>(counts[t]) * sizeof(float));
   return 0;
 }
 
@@ -158,8 +159,9 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
   int64_t part = s.extent / p;
   for (int64_t q = 0; q < p; ++q)
     for (int64_t o = 0; o < s.outer; ++o)
-      std::memcpy(&send[q * chunk + o * part * s.inner], &in[(o * s.extent + q * part) * s.inner],
-                  static_cast<size_t>(part * s.inner) * sizeof(float));
+      moert::copyBytes(&send[q * chunk + o * part * s.inner],
+                       &in[(o * s.extent + q * part) * s.inner],
+                       static_cast<size_t>(part * s.inner) * sizeof(float));
   std::vector<int64_t> elems(p, chunk);
   if (int rc = exchangeSegments(ctx, group, send.data(), elems, recv.data(), elems, codec))
     return rc;
@@ -173,9 +175,9 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
   Layout o = around(outShape.data(), rank, concat);
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < c.outer; ++i)
-      std::memcpy(&out[(i * o.extent + q * c.extent) * o.inner],
-                  &recv[q * chunk + i * c.extent * c.inner],
-                  static_cast<size_t>(c.extent * c.inner) * sizeof(float));
+      moert::copyBytes(&out[(i * o.extent + q * c.extent) * o.inner],
+                       &recv[q * chunk + i * c.extent * c.inner],
+                       static_cast<size_t>(c.extent * c.inner) * sizeof(float));
   return 0;
 }
 
@@ -244,7 +246,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < perDest; ++i) {
       int64_t n = sendCounts[q * perDest + i] * d;
-      std::memcpy(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
+      moert::copyBytes(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
       cursor += n;
     }
   if (int rc = exchangeSegments(ctx, group, send.data(), sendElems, got.data(), recvElems, codec))
@@ -255,7 +257,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
     for (int64_t i = 0; i < perDest; ++i) {
       int64_t block = outBlock(q, i), n = recvCounts[q * perDest + i];
       float *to = out + outRows(block);
-      std::memcpy(to, from, static_cast<size_t>(n * d) * 4);
+      moert::copyBytes(to, from, static_cast<size_t>(n * d) * 4);
       std::memset(to + n * d, 0, static_cast<size_t>((c - n) * d) * 4);
       from += n * d;
       recv[block] = static_cast<int32_t>(n);
@@ -345,7 +347,7 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
     moert::CodecState none;
     for (int64_t j = 0; j < p; ++j) {
       moert::encode(spec, padded.data() + j * chunk, chunk, piece, none);
-      std::memcpy(send.data() + j * bytes, piece.data(), bytes);
+      moert::copyBytes(send.data() + j * bytes, piece.data(), bytes);
     }
     std::vector<int64_t> counts(p, bytes);
     if (p > 1) {
@@ -367,8 +369,9 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
       return rc;
     for (int64_t j = 0; j < p; ++j) {
       moert::decode(spec, all.data() + j * bytes, chunk, part.data());
-      std::memcpy(out + j * chunk, part.data(),
-                  static_cast<size_t>(std::max<int64_t>(0, std::min(chunk, n - j * chunk))) * 4);
+      moert::copyBytes(out + j * chunk, part.data(),
+                       static_cast<size_t>(std::max<int64_t>(0, std::min(chunk, n - j * chunk))) *
+                           4);
     }
     return 0;
   }

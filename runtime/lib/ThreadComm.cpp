@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CopyBytes.h"
 #include "CommImpl.h"
 
 #include <chrono>
@@ -70,7 +71,7 @@ public:
     if (!ok)
       return fail("all_reduce on group " + groupText(group, n) +
                   ": members passed different element counts");
-    std::memcpy(data, sum.data(), sum.size() * sizeof(float));
+    moert::copyBytes(data, sum.data(), sum.size() * sizeof(float));
     return true;
   }
 
@@ -92,8 +93,8 @@ public:
                    " bytes but " + std::to_string(recvBytes[j]) + " are expected";
         break;
       }
-      std::memcpy(static_cast<char *>(recv) + offset, static_cast<const char *>(p.in) + from,
-                  static_cast<size_t>(length));
+      moert::copyBytes(static_cast<char *>(recv) + offset, static_cast<const char *>(p.in) + from,
+                       static_cast<size_t>(length));
       offset += length;
     }
     if (!c.depart())
@@ -110,8 +111,8 @@ public:
       return false;
     bool ok = c.sameCount(bytes);
     for (int j = 0; ok && j < n; ++j)
-      std::memcpy(static_cast<char *>(recv) + j * bytes, c.member(j).in,
-                  static_cast<size_t>(bytes));
+      moert::copyBytes(static_cast<char *>(recv) + j * bytes, c.member(j).in,
+                       static_cast<size_t>(bytes));
     if (!c.depart())
       return false;
     return ok ||
@@ -135,7 +136,7 @@ public:
     if (!ok)
       return fail("reduce_scatter on group " + groupText(group, n) +
                   ": members passed different element counts");
-    std::memcpy(recv, sum.data(), sum.size() * sizeof(float));
+    moert::copyBytes(recv, sum.data(), sum.size() * sizeof(float));
     return true;
   }
 
@@ -147,7 +148,7 @@ public:
     const Posting &root = c.member(rootIndex);
     bool ok = root.count == bytes && root.root == rootIndex;
     if (ok && index != rootIndex)
-      std::memcpy(data, root.in, static_cast<size_t>(bytes));
+      moert::copyBytes(data, root.in, static_cast<size_t>(bytes));
     if (!c.depart())
       return false;
     return ok || fail("broadcast on group " + groupText(group, n) +
