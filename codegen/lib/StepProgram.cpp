@@ -149,7 +149,17 @@ LogicalResult Emitter::launch(LaunchOp op) {
     llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << pointer(v); });
     os << "};\n    const int64_t sizes[] = {";
     llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << numel(v); });
-    os << "};\n";
+    // Each gradient's parameter (the one its update launch updates), for the
+    // trainer's per-group gradient norms.
+    os << "};\n    const int param_of[] = {";
+    llvm::interleaveComma(op.getOperands(), os, [&](Value v) {
+      int index = -1;
+      for (Operation *user : v.getUsers())
+        if (auto launch = dyn_cast<LaunchOp>(user); launch && launch.getUpdates())
+          index = static_cast<int>(paramIndex.lookup(*launch.getUpdates()));
+      os << index;
+    });
+    os << "};\n    moert_record_grad_squares(ctx, g, sizes, param_of, " << n << ");\n";
     auto sharded = kernel.getConfig().getAs<DenseBoolArrayAttr>("sharded");
     auto axes = kernel.getConfig().getAs<ArrayAttr>("shard_axes");
     if (sharded && axes) {

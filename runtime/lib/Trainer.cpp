@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -145,6 +146,12 @@ void Trainer::bindContext(moert::CodecStates restored) {
                       nullptr,
                       {0, 0, 0, 0, 0, 0},
                       0};
+  // Per-parameter gradient squares for the metrics' grad_norm_groups (every
+  // rank: they are summed over the ranks).
+  if (!o.metrics.empty()) {
+    gradSquares.assign(prog.num_params, 0.0);
+    ctx.grad_squares = gradSquares.data();
+  }
   if (!restored.empty())
     moert::codecStates(&ctx) = std::move(restored);
 }
@@ -210,6 +217,7 @@ long long Trainer::trainLoop() {
     ByteCounters before = byteCounters();
     StepResult result = runStep(s);
     StepBytes bytes = accountCommunication(before, s);
+    result.groupNorms = gradientGroupNorms(s);
     long long dropped = gatherLoad(s);
     if (lead)
       reportStep(s, result, bytes, dropped, runStart);
@@ -254,7 +262,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (!std::isfinite(ctx.grad_norm))
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, tokensPerStep / seconds, now};
+  return {loss, ctx.grad_norm, nullptr, tokensPerStep / seconds, now};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -292,6 +300,53 @@ Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, lon
   if (b.codecSent)
     lastCodec[0] = b.codecSent, lastCodec[1] = b.codecPlain;
   return b;
+}
+
+/// The group of a parameter for grad_norm_groups, from the names the
+/// frontend gives (l<i>.wq, l<i>.experts.up, tok_emb, ...).
+static const char *parameterGroup(const std::string &name) {
+  auto has = [&](const char *part) { return name.find(part) != std::string::npos; };
+  if (name == "tok_emb" || name == "lm_head")
+    return "embedding";
+  if (has(".experts."))
+    return "experts";
+  if (has(".shared."))
+    return "shared_experts";
+  if (has("router"))
+    return "router";
+  if (has("norm"))
+    return "norms";
+  for (const char *w : {".wq", ".wk", ".wv", ".wo"})
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, w) == 0)
+      return "attention";
+  return "dense_ffn";
+}
+
+/// The gradient norm of each parameter group in step `s` (before clipping),
+/// over the whole model: an expert shard's block counts once per ep rank,
+/// a replicated parameter once. Empty without --metrics.
+nlohmann::json Trainer::gradientGroupNorms(long long s) {
+  if (gradSquares.empty())
+    return nullptr;
+  int dpIndex = replica / ep;
+  std::vector<float> squares(gradSquares.size());
+  for (size_t i = 0; i < squares.size(); ++i) {
+    bool sharded = prog.params[i].shard_parts > 1;
+    bool counts = sharded ? dpIndex == 0 : rank == 0;
+    squares[i] = counts ? static_cast<float>(gradSquares[i]) : 0.0f;
+  }
+  if (ranks > 1 && moert_step_all_reduce(&ctx, squares.data(), squares.data(),
+                                         static_cast<int64_t>(squares.size()),
+                                         MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": gradient norms");
+  std::map<std::string, double> groups;
+  for (size_t i = 0; i < squares.size(); ++i)
+    if (prog.params[i].adamw)
+      groups[parameterGroup(prog.params[i].name)] += squares[i];
+  nlohmann::json out = nlohmann::json::object();
+  for (auto &[group, sum] : groups)
+    out[group] = std::sqrt(sum);
+  return out;
 }
 
 /// Token-slots routed past an expert's capacity in step `s`; with several
@@ -333,6 +388,7 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
         {{"step", s + 1},
          {"loss", r.loss},
          {"grad_norm", r.gradNorm},
+         {"grad_norm_groups", r.groupNorms},
          {"tokens_per_s", r.tokensPerSecond},
          {"dropped_tokens", dropped},
          {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},

@@ -91,7 +91,8 @@ private:
   /// A step's loss and throughput, and when it ended.
   struct StepResult {
     float loss;
-    float gradNorm; ///< before clipping
+    float gradNorm;            ///< before clipping
+    nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
   };
@@ -122,6 +123,7 @@ private:
   /// agrees, so all stop after the same step.
   bool stopRequested(long long step);
   StepResult runStep(long long step);
+  nlohmann::json gradientGroupNorms(long long step);
   ByteCounters byteCounters() const;
   StepBytes accountCommunication(const ByteCounters &before, long long step);
   long long gatherLoad(long long step);
@@ -174,6 +176,7 @@ private:
   std::vector<float *> paramPtrs, momentPtrs;
   moert::AlignedBytes act, grad; ///< the planned arenas
   std::vector<int32_t> expertCounts, droppedSlots;
+  std::vector<double> gradSquares; ///< per parameter, with --metrics
   moert_context ctx{};
 
   std::unique_ptr<std::ofstream> metrics;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Compares two JSON-lines loss logs step by step:
-compare-losses.py A B TOL [FIELD] (FIELD: "loss" by default, or "grad_norm").
+compare-losses.py A B TOL [FIELD] (FIELD: "loss" by default, "grad_norm", or
+a dotted path such as "grad_norm_groups.experts").
 
 Exits 1, naming the first step that differs by more than TOL (relative) or
 whose loss is not finite in either log (a NaN never matches), or when the
@@ -14,7 +15,14 @@ def losses(path, field):
     try:
         with open(path) as f:
             rows = [json.loads(l) for l in f if l.strip()]
-        return {r["step"]: float(r[field]) for r in rows if field in r}
+        out = {}
+        for r in rows:
+            value = r
+            for key in field.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                out[r["step"]] = float(value)
+        return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"{path}: not a metrics log: {e}", file=sys.stderr)
         sys.exit(2)

@@ -56,6 +56,10 @@ typedef struct {
   /* The last training step's global gradient norm, before clipping (the
    * whole model's on every rank). */
   float grad_norm;
+  /* When not null (one double per parameter, moert_program.params order):
+   * the training step writes the squared L2 norm of this rank's gradient of
+   * each parameter it updates (a shard's own block for expert shards). */
+  double *grad_squares;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -108,6 +112,10 @@ typedef struct {
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);
 float moert_global_norm(const float *const *grads, const int64_t *sizes, int count);
+/* When ctx->grad_squares is set, the squared norms of `count` gradients into
+ * it at `param_of` (a parameter index per gradient; -1: none). */
+void moert_record_grad_squares(moert_context *ctx, const float *const *grads, const int64_t *sizes,
+                               const int *param_of, int count);
 void moert_fill(float *data, int64_t count, float value);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
