@@ -118,6 +118,13 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
   ObjectReader r(*doc, diags, "");
   if (!r.valid())
     return std::nullopt;
+  // A HuggingFace config.json read as a MoEC description would give an
+  // error per field; one error says what to do instead.
+  if (doc->root().contains("model_type") && !doc->root().contains("d_model")) {
+    r.error("model_type", "this is a HuggingFace config.json, not a MoEC model description; "
+                          "import it with moec --hf FILE or moe-translate --import-hf-config FILE");
+    return std::nullopt;
+  }
   s.name = r.getString("name", std::string("model"));
   s.vocabSize = r.getInt("vocab_size", std::nullopt, 2, int64_t(1) << 31);
   s.dModel = r.getInt("d_model", std::nullopt, 1, kMaxDim);

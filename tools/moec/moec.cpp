@@ -18,11 +18,13 @@
 #include "moe/Frontend/ModelToMLIR.h"
 #include "moe/InitAllDialects.h"
 #include "moe/Transforms/Pipelines.h"
+#include "moert/Abi.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -417,6 +419,10 @@ int main(int argc, char **argv) {
         !llvm::is_contained(entry.second->Categories, &category) &&
         !llvm::is_contained(ArrayRef<StringRef>{"help", "help-list", "version"}, entry.first))
       entry.second->setHiddenFlag(cl::Hidden);
+  cl::SetVersionPrinter([](raw_ostream &os) {
+    os << "moec (MoEC) " << MOEC_VERSION << "\n  step-program ABI " << MOERT_ABI_VERSION
+       << "\n  built with LLVM/MLIR " << LLVM_VERSION_STRING << "\n";
+  });
   cl::ParseCommandLineOptions(argc, argv, "MoEC driver: a model description to a training step\n");
   if (int rc = checkFlags())
     return rc;
