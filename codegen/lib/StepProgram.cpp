@@ -140,7 +140,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << (sched == "cosine"   ? "MOERT_LR_COSINE"
            : sched == "linear" ? "MOERT_LR_LINEAR"
                                : "MOERT_LR_CONSTANT")
-       << ");\n";
+       << ");\n  ctx->lr = *" << pointer(op.getResult(0)) << ";\n";
     return success();
   }
   if (family == "global_norm") {

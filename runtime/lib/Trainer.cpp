@@ -262,7 +262,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (!std::isfinite(ctx.grad_norm))
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, nullptr, tokensPerStep / seconds, now};
+  return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -387,6 +387,7 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
     writeMetrics(
         {{"step", s + 1},
          {"loss", r.loss},
+         {"lr", r.lr},
          {"grad_norm", r.gradNorm},
          {"grad_norm_groups", r.groupNorms},
          {"tokens_per_s", r.tokensPerSecond},

@@ -92,6 +92,7 @@ private:
   struct StepResult {
     float loss;
     float gradNorm;            ///< before clipping
+    float lr;                  ///< the schedule's learning rate of the step
     nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;

@@ -54,8 +54,8 @@ typedef struct {
   int64_t codec_sent[6]; /* by enum moert_collective (moert/Comm.h) */
   int64_t codec_uncompressed;
   /* The last training step's global gradient norm, before clipping (the
-   * whole model's on every rank). */
-  float grad_norm;
+   * whole model's on every rank), and its learning rate (the schedule's). */
+  float grad_norm, lr;
   /* When not null (one double per parameter, moert_program.params order):
    * the training step writes the squared L2 norm of this rank's gradient of
    * each parameter it updates (a shard's own block for expert shards). */
