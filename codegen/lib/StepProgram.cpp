@@ -159,23 +159,23 @@ LogicalResult Emitter::launch(LaunchOp op) {
           index = static_cast<int>(paramIndex.lookup(*launch.getUpdates()));
       os << index;
     });
-    os << "};\n    moert_record_grad_squares(ctx, g, sizes, param_of, " << n << ");\n";
+    os << "};\n";
+    // Expert shards: their squares are summed over the shard group.
     auto sharded = kernel.getConfig().getAs<DenseBoolArrayAttr>("sharded");
     auto axes = kernel.getConfig().getAs<ArrayAttr>("shard_axes");
-    if (sharded && axes) {
-      // Expert shards: their squares are summed over the shard group.
+    bool shards = sharded && axes;
+    if (shards) {
       if (training)
         if (int64_t p = groupSize(axes); p > 1)
           allReduceBytes += 2 * (p - 1) * 2 * 4 / p; // the shards' squares
       os << "    const unsigned char sharded[] = {";
       llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
-      os << "};\n    if (int rc = moert_step_global_norm(ctx, g, sizes, sharded, " << n << ", "
-         << axesMask(axes) << ", " << pointer(op.getResult(0)) << ")) return rc;\n"
-         << "    ctx->grad_norm = *" << pointer(op.getResult(0)) << ";\n  }\n";
-      return success();
+      os << "};\n";
     }
-    os << "    *" << pointer(op.getResult(0)) << " = moert_global_norm(g, sizes, " << n
-       << ");\n    ctx->grad_norm = *" << pointer(op.getResult(0)) << ";\n  }\n";
+    os << "    if (int rc = moert_step_global_norm(ctx, g, sizes, "
+       << (shards ? "sharded" : "nullptr") << ", param_of, " << n << ", "
+       << (shards ? axesMask(axes) : 0) << ", " << pointer(op.getResult(0))
+       << ")) return rc;\n  }\n";
     return success();
   }
   if (call.generator.empty())

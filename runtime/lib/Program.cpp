@@ -18,28 +18,6 @@ extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr, int64_
   return static_cast<float>(rate);
 }
 
-extern "C" float moert_global_norm(const float *const *grads, const int64_t *sizes, int count) {
-  double sum = 0;
-  for (int i = 0; i < count; ++i)
-    for (int64_t j = 0; j < sizes[i]; ++j)
-      sum += double(grads[i][j]) * grads[i][j];
-  return static_cast<float>(std::sqrt(sum));
-}
-
-extern "C" void moert_record_grad_squares(moert_context *ctx, const float *const *grads,
-                                          const int64_t *sizes, const int *param_of, int count) {
-  if (!ctx->grad_squares)
-    return;
-  for (int i = 0; i < count; ++i) {
-    if (param_of[i] < 0)
-      continue;
-    double sum = 0;
-    for (int64_t j = 0; j < sizes[i]; ++j)
-      sum += double(grads[i][j]) * grads[i][j];
-    ctx->grad_squares[param_of[i]] = sum;
-  }
-}
-
 extern "C" void moert_fill(float *data, int64_t count, float value) {
   std::fill(data, data + count, value);
 }

@@ -267,14 +267,16 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
 }
 
 extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
-                                      const int64_t *sizes, const unsigned char *sharded, int count,
-                                      int axes, float *norm) {
+                                      const int64_t *sizes, const unsigned char *sharded,
+                                      const int *param_of, int count, int axes, float *norm) {
   double replicated = 0, shards = 0;
   for (int i = 0; i < count; ++i) {
     double sum = 0;
     for (int64_t j = 0; j < sizes[i]; ++j)
       sum += double(grads[i][j]) * grads[i][j];
     (sharded && sharded[i] ? shards : replicated) += sum;
+    if (ctx->grad_squares && param_of && param_of[i] >= 0)
+      ctx->grad_squares[param_of[i]] = sum;
   }
   if (sharded) {
     // Summed in member order as float pairs (hi, lo): more precision than one
@@ -287,7 +289,7 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
       return rc;
     shards = double(part[0]) + double(part[1]);
   }
-  *norm = static_cast<float>(std::sqrt(replicated + shards));
+  *norm = ctx->grad_norm = static_cast<float>(std::sqrt(replicated + shards));
   return 0;
 }
 

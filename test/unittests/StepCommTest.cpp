@@ -817,7 +817,9 @@ TEST(StepCommTest, AllToAllRaggedWithACodecAndOnOneRank) {
 // summed over the group, is off by far more. (Not always exactly the
 // direct norm: the (hi, lo) pairs add in float, and a member's sum of
 // squares must fit float's range.) The all-reduce sends two floats (the
-// emitted volume 2 (p-1) * 2 * 4 / p).
+// emitted volume 2 (p-1) * 2 * 4 / p). The norm also lands in
+// ctx->grad_norm, and with ctx->grad_squares each tensor's squares at its
+// parameter's index.
 TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
   for (const Grid &g : {Grid{1, 2, 1}, Grid{2, 2, 1}, Grid{1, 4, 1}}) {
     // Tensor 0 and 2 replicated, 1 and 3 expert shards.
@@ -829,8 +831,9 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
       for (int t = 0; t < 4; ++t) // shards differ over ep, replicas are equal
         grads[r].push_back(randomData(sizes[t], 50 + t, sharded[t] ? e : 0, 0.5f + t));
     }
-    std::vector<float> norms(g.size()), local(g.size());
+    std::vector<float> norms(g.size()), local(g.size()), gradNorms(g.size());
     std::vector<int64_t> bytes(g.size());
+    std::vector<std::vector<double>> squares(g.size(), std::vector<double>(4, -1.0));
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
                        int r = ctx.rank;
@@ -838,12 +841,16 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
                        for (int t = 0; t < 4; ++t)
                          ptrs[t] = grads[r][t].data();
                        int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
-                       if (int rc = moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded, 4,
-                                                           MOERT_AXIS_EP, &norms[r]))
+                       if (int rc = moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded,
+                                                           nullptr, 4, MOERT_AXIS_EP, &norms[r]))
                          return rc;
                        bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
-                       // No `sharded`: no collective, this rank's tensors only.
-                       return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, 4,
+                       gradNorms[r] = ctx.grad_norm;
+                       // No `sharded`: no collective, this rank's tensors only;
+                       // each tensor's squares recorded at its parameter index.
+                       ctx.grad_squares = squares[r].data();
+                       const int paramOf[] = {3, -1, 0, 1};
+                       return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, paramOf, 4,
                                                      MOERT_AXIS_EP, &local[r]);
                      }),
               0);
@@ -859,6 +866,16 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
           << g.name() << " rank " << r << ": " << norms[r] << " vs " << want;
       EXPECT_EQ(local[r], directNorm(grads[r])) << g.name() << " rank " << r;
       EXPECT_EQ(bytes[r], 2 * (g.ep - 1) * 2 * 4 / g.ep);
+      EXPECT_EQ(gradNorms[r], norms[r]) << "ctx->grad_norm, rank " << r;
+      const int tensorOf[] = {2, 3, -1, 0}; // inverse of paramOf; parameter 2 untouched
+      for (int param = 0; param < 4; ++param) {
+        double want = -1.0;
+        if (tensorOf[param] >= 0) {
+          float n = directNorm({grads[r][tensorOf[param]]});
+          want = double(n) * n;
+        }
+        EXPECT_NEAR(squares[r][param], want, 1e-6 * std::fabs(want)) << "parameter " << param;
+      }
     }
   }
 }
@@ -891,9 +908,9 @@ TEST(StepCommTest, GlobalNormKeepsWhatOneFloatPerMemberWouldLose) {
                          sizes.push_back(static_cast<int64_t>(t.size()));
                          sharded.push_back(1);
                        }
-                       return moert_step_global_norm(&ctx, ptrs.data(), sizes.data(),
-                                                     sharded.data(), static_cast<int>(ptrs.size()),
-                                                     MOERT_AXIS_EP, &norms[ctx.rank]);
+                       return moert_step_global_norm(
+                           &ctx, ptrs.data(), sizes.data(), sharded.data(), nullptr,
+                           static_cast<int>(ptrs.size()), MOERT_AXIS_EP, &norms[ctx.rank]);
                      }),
               0);
     EXPECT_EQ(norms[0], norms[1]);
@@ -1181,7 +1198,8 @@ TEST(StepCommTest, ErrorsWithoutACommunicatorAndBadRaggedDims) {
   const float *grads[] = {in.data()};
   const unsigned char sharded[] = {1};
   float norm = -1;
-  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, 1, MOERT_AXIS_EP, &norm), 0);
+  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, nullptr, 1, MOERT_AXIS_EP, &norm),
+            0);
   for (int kind = MOERT_CODEC_FP16; kind <= MOERT_CODEC_POWERSGD; ++kind) {
     moert_codec codec = {kind, 4, 0.25, 2, 1};
     EXPECT_NE(moert_step_all_reduce_codec(&ctx, out.data(), in.data(), 16, MOERT_AXIS_DP, 0, 1.0,
@@ -1241,7 +1259,7 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
                   const int64_t sizes[] = {2};
                   const unsigned char sharded[] = {1};
                   moert_codec codec = {MOERT_CODEC_BF16, 256, 0, 0, 0};
-                  int failures = moert_step_global_norm(&ctx, grads, sizes, sharded, 1,
+                  int failures = moert_step_global_norm(&ctx, grads, sizes, sharded, nullptr, 1,
                                                         MOERT_AXIS_EP, &norm) != 0;
                   failures += moert_step_all_reduce_codec(&ctx, g0, g0, 2, MOERT_AXIS_EP, 0, 1.0,
                                                           &codec, 0, 2, 1) != 0;

@@ -108,14 +108,9 @@ typedef struct {
   int64_t codec_warmup_steps, step_codec_bytes, step_codec_uncompressed;
 } moert_program;
 
-/* Scalar routines the step program calls (lr schedule, clipping norm). */
+/* Scalar routines the step program calls (lr schedule, fill). */
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);
-float moert_global_norm(const float *const *grads, const int64_t *sizes, int count);
-/* When ctx->grad_squares is set, the squared norms of `count` gradients into
- * it at `param_of` (a parameter index per gradient; -1: none). */
-void moert_record_grad_squares(moert_context *ctx, const float *const *grads, const int64_t *sizes,
-                               const int *param_of, int count);
 void moert_fill(float *data, int64_t count, float value);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
@@ -172,10 +167,14 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
                                  const struct moert_codec *codec);
 /* Both all_to_alls take an optional `codec` (fp16, bf16 or int8; null: raw
  * floats): each member's payload for each peer is encoded on the wire. */
-/* The L2 norm of the gradients; squares of the `sharded` ones are summed
- * over the group of `axes` (each rank holds a different shard). */
+/* The L2 norm of the gradients into *norm and ctx->grad_norm; squares of
+ * the `sharded` ones (null: none) are summed over the group of `axes` (each
+ * rank holds a different shard). With ctx->grad_squares set, each
+ * gradient's squared norm is also recorded at its parameter's index,
+ * `param_of[i]` (-1: none; `param_of` may be null). */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
-                           const unsigned char *sharded, int count, int axes, float *norm);
+                           const unsigned char *sharded, const int *param_of, int count, int axes,
+                           float *norm);
 
 #ifdef __cplusplus
 }
