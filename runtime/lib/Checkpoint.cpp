@@ -257,14 +257,15 @@ void moert::removeStaleTemporaries(const std::string &dir) {
   ::closedir(d);
 }
 
-bool moert::keepCheckpoint(const std::string &dir, long long step, int keep, std::string &error) {
+/// Keeps `bytes` (the save of `step`) as `dir/step-<step>.safetensors` and
+/// removes the oldest such files beyond `keep`. A copy, not a hard link:
+/// `cp step-N.safetensors tensors.safetensors` would otherwise write through
+/// to the kept file.
+static bool keepSave(const std::string &dir, const std::string &bytes, long long step, int keep,
+                     std::string &error) {
   char name[64];
   std::snprintf(name, sizeof name, "step-%012lld.safetensors", step);
-  // A copy, not a hard link: `cp step-N.safetensors tensors.safetensors`
-  // would otherwise write through to the kept file.
-  std::string bytes;
-  if (!readFile(dir + "/tensors.safetensors", bytes, error) ||
-      !writeFileAtomic(dir + "/" + name, bytes, error))
+  if (!writeFileAtomic(dir + "/" + name, bytes, error))
     return false;
   std::vector<std::string> steps;
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -283,7 +284,7 @@ bool moert::keepCheckpoint(const std::string &dir, long long step, int keep, std
 }
 
 bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, const json &state,
-                           std::string &error) {
+                           std::string &error, int keep) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     error = dir + ": cannot create the checkpoint directory: " + std::strerror(errno);
     return false;
@@ -291,9 +292,10 @@ bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, con
   removeStaleTemporaries(dir);
   // The tensors carry their state: renaming them into place is the commit.
   // state.json follows as a readable copy.
-  return writeFileAtomic(dir + "/tensors.safetensors",
-                         encodeSafetensors(tensors, {{kStateKey, state.dump()}}), error) &&
-         writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error);
+  std::string bytes = encodeSafetensors(tensors, {{kStateKey, state.dump()}});
+  return writeFileAtomic(dir + "/tensors.safetensors", bytes, error) &&
+         writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error) &&
+         (keep <= 1 || keepSave(dir, bytes, state.value("step", 0LL), keep, error));
 }
 
 bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &state,

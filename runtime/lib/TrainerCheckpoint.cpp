@@ -162,9 +162,8 @@ void Trainer::saveCheckpoint(long long steps) {
       {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}}};
   if (lead) {
     std::string error;
-    if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error) ||
-        (o.keepCheckpoints > 1 &&
-         !moert::keepCheckpoint(o.checkpoint, steps, static_cast<int>(o.keepCheckpoints), error)))
+    if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error,
+                               static_cast<int>(o.keepCheckpoints)))
       die(error);
     std::printf("checkpoint written to %s\n", o.checkpoint.c_str());
   }

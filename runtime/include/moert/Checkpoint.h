@@ -36,8 +36,12 @@ struct HostTensor {
 using TensorMap = std::map<std::string, HostTensor>;
 
 /// Writes `tensors` and `state` into directory `dir` (created if missing).
+/// With `keep` > 1 the save is also kept as `dir/step-<state.step>.safetensors`
+/// and the oldest such files beyond `keep` are removed. Each is a complete
+/// checkpoint (its state travels inside it): to go back, copy one over
+/// `dir/tensors.safetensors`.
 bool saveCheckpoint(const std::string &dir, const TensorMap &tensors, const nlohmann::json &state,
-                    std::string &error);
+                    std::string &error, int keep = 1);
 
 /// Reads a checkpoint written by saveCheckpoint: the state recorded with
 /// the tensors (state.json for checkpoints without one). `note` says when
@@ -63,12 +67,6 @@ std::string encodeSafetensors(const TensorMap &tensors,
                               const std::map<std::string, std::string> &metadata = {});
 bool decodeSafetensors(const std::string &bytes, const std::string &origin, TensorMap &tensors,
                        std::string &error, std::map<std::string, std::string> *metadata = nullptr);
-
-/// Keeps the checkpoint just saved in `dir` as `dir/step-<step>.safetensors`
-/// too (a copy) and removes the oldest such files beyond
-/// `keep`. Each is a complete checkpoint (its state travels inside it): to go
-/// back, copy one over `dir/tensors.safetensors`.
-bool keepCheckpoint(const std::string &dir, long long step, int keep, std::string &error);
 
 /// Removes `*.tmp.<pid>` files in `dir` left by saves whose process is gone.
 void removeStaleTemporaries(const std::string &dir);
