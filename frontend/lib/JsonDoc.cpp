@@ -2,6 +2,8 @@
 
 #include "moe/Frontend/JsonDoc.h"
 
+#include "moert/JsonDepth.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -162,36 +164,13 @@ static size_t parseErrorOffset(const std::string &text, size_t lastRead) {
   return off;
 }
 
-/// The offset of the first bracket nested deeper than JsonDoc::kMaxDepth,
-/// or npos. Iterative, so any input is safe to scan; the parser and the
-/// position scanner (recursive) only see documents that pass.
-static size_t tooDeep(const std::string &text) {
-  size_t depth = 0;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > JsonDoc::kMaxDepth)
-        return i;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::string::npos;
-}
-
 std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &text,
                                         DiagnosticList &diags) {
   auto doc = std::unique_ptr<JsonDoc>(new JsonDoc());
   doc->fileName = std::move(file);
-  if (size_t at = tooDeep(text); at != std::string::npos) {
+  // Iterative, so any input is safe to scan; the parser and the position
+  // scanner (recursive) only see documents that pass.
+  if (size_t at = moert::jsonTooDeepAt(text, kMaxDepth); at != std::string::npos) {
     PositionScanner lines(text, *doc, diags);
     diags.error(doc->fileName, lines.pos(at),
                 "malformed JSON: nested deeper than " + std::to_string(kMaxDepth) + " levels");

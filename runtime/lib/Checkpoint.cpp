@@ -1,6 +1,7 @@
 //===- Checkpoint.cpp - atomic checkpoints in safetensors + JSON ----------===//
 
 #include "moert/Checkpoint.h"
+#include "moert/JsonDepth.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,38 +23,12 @@ using nlohmann::json;
 /// The safetensors `__metadata__` key of the state saved with the tensors.
 static const char kStateKey[] = "moec.state";
 
-/// JSON nested deeper than this is refused before parsing: nlohmann/json's
-/// dump and comparison recurse once per level.
-static constexpr int kMaxJsonDepth = 64;
-
-/// Whether `text` nests arrays and objects deeper than kMaxJsonDepth
-/// (an iterative scan that skips strings).
-static bool nestsTooDeep(const std::string &text) {
-  int depth = 0;
-  bool inString = false, escaped = false;
-  for (char c : text) {
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
+/// JSON nested deeper than this is refused before parsing (moert/JsonDepth.h).
+static constexpr size_t kMaxJsonDepth = 64;
 
 /// Parses `text` as a JSON object; on failure says why in `why`.
 static json parseObject(const std::string &text, std::string &why) {
-  if (nestsTooDeep(text)) {
+  if (jsonTooDeepAt(text, kMaxJsonDepth) != std::string::npos) {
     why = "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return json(json::value_t::discarded);
   }
