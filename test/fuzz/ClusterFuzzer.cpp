@@ -5,19 +5,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "FuzzContract.h"
+#include "FuzzJson.h"
 
 #include "moe/Frontend/ClusterSpec.h"
 
 using namespace moec::frontend;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  DiagnosticList diags;
-  std::shared_ptr<const JsonDoc> doc = JsonDoc::parse(
-      "cluster.json", std::string(reinterpret_cast<const char *>(data), size), diags);
-  moec::fuzz::checkReader(doc != nullptr, diags, "JsonDoc::parse");
-  if (!doc)
-    return 0;
-  moec::fuzz::checkReader(readClusterJson(doc, diags).has_value(), diags, "readClusterJson");
+  if (std::shared_ptr<const JsonDoc> doc = moec::fuzz::parseJson("cluster.json", data, size)) {
+    DiagnosticList diags;
+    moec::fuzz::checkReader(readClusterJson(doc, diags).has_value(), diags, "readClusterJson");
+  }
   return 0;
 }

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "FuzzContract.h"
+#include "FuzzJson.h"
 #include "FuzzMLIRContext.h"
 
 #include "moe/Dialect/MoE/MoEDialect.h"
@@ -58,19 +58,13 @@ static const ModelSpec &smallModel() {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  DiagnosticList parseDiags;
-  std::shared_ptr<const JsonDoc> doc = JsonDoc::parse(
-      "fuzz.json", std::string(reinterpret_cast<const char *>(data), size), parseDiags);
-  moec::fuzz::checkReader(doc != nullptr, parseDiags, "JsonDoc::parse");
+  std::shared_ptr<const JsonDoc> doc = moec::fuzz::parseJson("fuzz.json", data, size);
   if (!doc)
     return 0;
   {
     DiagnosticList diags;
     std::optional<ModelSpec> spec = readModelJson(doc, diags);
-    if (spec)
-      checkModelSpec(*spec, diags);
-    moec::fuzz::checkReader(spec.has_value(), diags, "readModelJson");
-    if (spec && !diags.hasErrors())
+    if (moec::fuzz::acceptedModel(spec, diags, "readModelJson"))
       build(*spec, nullptr, "readModelJson");
   }
   {
@@ -78,10 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     HFImportOptions options;
     options.seqLen = size % 2 ? 0 : 64;
     std::optional<ModelSpec> spec = importHFConfig(doc, options, diags);
-    if (spec)
-      checkModelSpec(*spec, diags);
-    moec::fuzz::checkReader(spec.has_value(), diags, "importHFConfig");
-    if (spec && !diags.hasErrors())
+    if (moec::fuzz::acceptedModel(spec, diags, "importHFConfig"))
       build(*spec, nullptr, "importHFConfig");
   }
   {

@@ -20,6 +20,8 @@ fi
 
 if [ "$1" = build ]; then
   build=$(cd "$2" && pwd)
+  # ccache when installed (install-deps.sh installs it); without it the
+  # objects are compiled directly, nothing is skipped.
   make -s -f "$src/test/fuzz/Fuzzers.mk" SRC="$src" BUILD="$build" CXX="$cxx" \
     CCACHE="$(command -v ccache || true)" -j"$(nproc)" all
   exit 0
