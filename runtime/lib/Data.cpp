@@ -18,15 +18,12 @@ static bool endsWith(const std::string &s, const std::string &suffix) {
 
 bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &out,
                        std::string &error) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
-    error = path + ": cannot read data file: it is a directory";
-    return false;
-  }
   // A FIFO or device would block the open or have no size: the data is read
   // whole, by its size.
+  struct stat info;
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
-    error = path + ": cannot read data file: not a regular file (a pipe or device)";
+    error = path + ": cannot read data file: " +
+            (S_ISDIR(info.st_mode) ? "it is a directory" : "not a regular file (a pipe or device)");
     return false;
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
