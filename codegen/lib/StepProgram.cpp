@@ -86,6 +86,7 @@ private:
   LogicalResult launch(LaunchOp op);
   LogicalResult collective(Operation *op);
   LogicalResult bucket(ArrayRef<AllReduceOp> reduces);
+  LogicalResult balanceBias(BalanceBiasOp op);
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
 
   ModuleOp module;
@@ -368,6 +369,26 @@ LogicalResult Emitter::collective(Operation *op) {
   return success();
 }
 
+/// The selection bias's load rule: the runtime counts, sums the counts over
+/// the group and updates the bias (moert_step_balance_bias).
+LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
+  if (!training)
+    return op.emitOpError("updates a parameter outside the training step");
+  auto param = module.lookupSymbol<ParamOp>(op.getParamAttr());
+  int64_t experts = param.getTensorType().getNumElements();
+  int axes = 0;
+  if (ArrayAttr group = op.getSumAxesAttr()) {
+    axes = axesMask(group);
+    if (int64_t p = groupSize(group); p > 1)
+      allReduceBytes += moert_ring_all_reduce_bytes(2 * experts, p); // the counts, hi and lo
+  }
+  os << "  if (int rc = moert_step_balance_bias(ctx, ctx->params["
+     << paramIndex.lookup(op.getParam()) << "], " << experts << ", " << pointer(op.getExperts())
+     << ", " << cast<RankedTensorType>(op.getExperts().getType()).getNumElements() << ", "
+     << llvm::format("%.17g", op.getRate().convertToDouble()) << ", " << axes << ")) return rc;\n";
+  return success();
+}
+
 LogicalResult Emitter::run() {
   if (auto compression = module->getAttrOfType<DictionaryAttr>(MoEDialect::kCompressionAttrName))
     if (auto warmup = compression.getAs<IntegerAttr>("warmup_steps"))
@@ -549,6 +570,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
          << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble()) << ");\n";
     } else if (auto l = dyn_cast<LaunchOp>(op)) {
       if (failed(launch(l)))
+        return failure();
+    } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
+      if (failed(balanceBias(balance)))
         return failure();
     } else if (isa<AllReduceOp, AllToAllOp>(op)) {
       if (failed(collective(&op)))

@@ -2,6 +2,8 @@
 
 #include "VerifyUtils.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -57,5 +59,30 @@ LogicalResult AdamWUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable
   if (param.getType() != getGrad().getType())
     return emitOpError() << "gradient type " << getGrad().getType() << " differs from parameter '"
                          << getParam() << "' of type " << param.getType();
+  return success();
+}
+
+LogicalResult BalanceBiasOp::verify() {
+  double rate = getRate().convertToDouble();
+  if (!(rate >= 0) || !std::isfinite(rate))
+    return emitOpError() << "rate must be finite and >= 0, got " << rate;
+  if (checks::tensorType(getExperts()).getRank() < 1)
+    return emitOpError("experts must be [..., k] expert indices");
+  if (getSumAxes()) {
+    int64_t group;
+    if (failed(checks::verifyGroup(*this, *getSumAxes(), group)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult BalanceBiasOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+  if (!param)
+    return emitOpError() << "'" << getParam() << "' does not name a moe.param";
+  RankedTensorType type = param.getTensorType();
+  if (type.getRank() != 1 || !type.getElementType().isF32())
+    return emitOpError() << "parameter '" << getParam()
+                         << "' must be a [E] f32 selection bias, got " << type;
   return success();
 }

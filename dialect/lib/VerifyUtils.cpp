@@ -2,6 +2,8 @@
 
 #include "VerifyUtils.h"
 
+#include <cmath>
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/Support/raw_ostream.h"
@@ -148,6 +150,13 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value 
   experts = w[1];
   if (bias && failed(checkShape(op, "bias", bias, {experts})))
     return failure();
+  if (auto rate = op->getAttrOfType<FloatAttr>("bias_update_rate")) {
+    if (!bias)
+      return op->emitOpError("bias_update_rate needs a selection bias operand");
+    double r = rate.getValueAsDouble();
+    if (!(r >= 0) || !std::isfinite(r))
+      return op->emitOpError() << "bias_update_rate must be finite and >= 0, got " << r;
+  }
   if (topK < 1 || topK > experts)
     return op->emitOpError() << "top_k (" << topK << ") must be in [1, " << experts
                              << "], the number of experts";

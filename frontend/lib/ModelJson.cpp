@@ -32,7 +32,7 @@ const std::vector<std::string> kMoEFields = {"num_experts",        "top_k",
                                              "capacity_factor",    "router_scoring",
                                              "renormalize",        "aux_loss_coef",
                                              "router_z_loss_coef", "routed_scaling",
-                                             "router_bias"};
+                                             "router_bias",        "router_bias_update_rate"};
 
 /// Reads MoE settings from `r`, each field defaulting to `base`. `expertsAt`
 /// names where num_experts was set, for the top_k message.
@@ -66,6 +66,7 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   m.zLossCoef = r.getNumber("router_z_loss_coef", base.zLossCoef, 0.0, 1e3);
   m.routedScaling = r.getNumber("routed_scaling", base.routedScaling, 0.0, 1e6, true);
   m.routerBias = r.getBool("router_bias", base.routerBias);
+  m.biasUpdateRate = r.getNumber("router_bias_update_rate", base.biasUpdateRate, 0.0, 1.0);
   return m;
 }
 

@@ -133,6 +133,8 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     route.setAuxLossCoef(APFloat(static_cast<float>(m.auxLossCoef)));
     route.setZLossCoef(APFloat(static_cast<float>(m.zLossCoef)));
     route.setRoutedScaling(APFloat(static_cast<float>(m.routedScaling)));
+    if (bias)
+      route.setBiasUpdateRateAttr(b.getF64FloatAttr(m.biasUpdateRate));
     int64_t capacity = ::moec::frontend::expertCapacity(m, spec.numTokens());
     Value buffer = DispatchOp::create(body, where, h, route.getExperts(), e, capacity);
     Value up = weight(prefix + "experts.up", {e, d, f}, where);

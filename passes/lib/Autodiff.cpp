@@ -170,6 +170,30 @@ LogicalResult Differentiator::appendOptimizer(Location loc, Value loss,
         builder.getF64FloatAttr(setting(dict, "eps", 1e-8)), builder.getF64FloatAttr(decay),
         builder.getF64FloatAttr(setting(dict, "grad_clip", 1.0)));
   }
+  // The routers' selection biases: DeepSeek-V3's load rule, after the
+  // gradient updates (the next step routes with the new bias).
+  SmallVector<Operation *> routers;
+  for (Operation &op : fn.getBody().front())
+    if (isa<RouterOp, FusedGateOp>(op))
+      routers.push_back(&op);
+  for (Operation *op : routers) {
+    Value bias, experts;
+    double rate = 0;
+    if (auto router = dyn_cast<RouterOp>(*op)) {
+      bias = router.getBias(), experts = router.getExperts(), rate = router.getBiasRate();
+    } else {
+      auto gate = cast<FusedGateOp>(*op);
+      bias = gate.getBias(), experts = gate.getExperts(), rate = gate.getBiasRate();
+    }
+    if (!bias || rate == 0)
+      continue;
+    auto get = bias.getDefiningOp<GetParamOp>();
+    if (!get)
+      return op->emitOpError("a trained selection bias must come from moe.get_param (moe-autodiff "
+                             "updates it by the load rule)");
+    BalanceBiasOp::create(builder, op->getLoc(), get.getNameAttr(), experts,
+                          builder.getF64FloatAttr(rate), ArrayAttr());
+  }
   func::ReturnOp::create(builder, ret.getLoc(), loss);
   ret.erase();
   return success();

@@ -59,7 +59,8 @@ LogicalResult fuse(RouterOp router) {
       router.getScoringAttr(), router.getX(), router.getWeight(), router.getBias(),
       router.getTopKAttr(), b.getI64IntegerAttr(capacity.value_or(tokens)),
       router.getRenormalizeAttr(), router.getCapacityFactorAttr(), router.getAuxLossCoefAttr(),
-      router.getZLossCoefAttr(), router.getRoutedScalingAttr());
+      router.getZLossCoefAttr(), router.getRoutedScalingAttr(), b.getI64IntegerAttr(1),
+      router.getBiasUpdateRateAttr());
   for (DispatchOp d : dispatches) {
     b.setInsertionPoint(d);
     d.replaceAllUsesWith(

@@ -5,6 +5,8 @@
 // replicas and L = (1/N) sum_r L_r,
 //   replicated parameter: all_reduce mean over [dp, ep];
 //   expert shard:         all_reduce sum over [dp], scale 1/N
+// and the selection biases' load rule (moe.balance_bias) sums the expert
+// loads of [dp, ep]
 // (its gradient already sums the ep group's tokens through the backward
 // all_to_all, so a mean over dp alone would be ep times too large).
 //
@@ -99,6 +101,9 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
       norm.setShardAxesAttr(s.epAxes);
     }
   }
+  // The selection biases' load rule counts every replica's routing.
+  for (BalanceBiasOp balance : fn.getOps<BalanceBiasOp>())
+    balance.setSumAxesAttr(s.replicaAxes);
   // Without an optimiser the step returns gradients: reduce those, and the
   // loss in every case.
   b.setInsertionPoint(ret);

@@ -32,7 +32,7 @@ int64_t bytesOf(Type type) {
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
          !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
-              AllGatherOp, AllToAllOp>(op);
+              AllGatherOp, AllToAllOp, BalanceBiasOp>(op);
 }
 
 /// One tensor of the plan.
@@ -197,6 +197,9 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
         updates = cast<FlatSymbolRefAttr>(attr.getValue());
         continue;
       }
+      // The bias's load rule is moe.balance_bias's, not the kernel's.
+      if (attr.getName() == "bias_update_rate")
+        continue;
       config.push_back(attr);
     }
     auto signature = builder.getFunctionType(TypeRange(operands), results);

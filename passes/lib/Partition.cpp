@@ -164,7 +164,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       if (!fn.getBody().hasOneBlock())
         return signalPassFailure();
       for (Operation &op : fn.getBody().front())
-        if (isa<RouterGradOp, ExpertFFNGradOp, AdamWUpdateOp>(op)) {
+        if (isa<RouterGradOp, ExpertFFNGradOp, AdamWUpdateOp, BalanceBiasOp>(op)) {
           op.emitOpError("moe-partition runs before moe-autodiff");
           return signalPassFailure();
         }

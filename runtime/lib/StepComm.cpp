@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -290,6 +291,46 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
     shards = double(part[0]) + double(part[1]);
   }
   *norm = ctx->grad_norm = static_cast<float>(std::sqrt(replicated + shards));
+  return 0;
+}
+
+extern "C" int moert_step_balance_bias(moert_context *ctx, float *bias, int32_t experts,
+                                       const int32_t *ids, int64_t count, double rate, int axes) {
+  std::vector<int64_t> load(static_cast<size_t>(std::max(experts, 0)), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= experts) {
+      std::fprintf(stderr,
+                   "error: the selection bias's load rule got expert index %d, outside "
+                   "[0, %d)\n",
+                   ids[i], experts);
+      return 1;
+    }
+    ++load[ids[i]];
+  }
+  if (axes && groupOf(ctx, axes).size() > 1) {
+    // Summed exactly: each count as (count / 4096, count % 4096), both
+    // integers a float holds exactly after summing over up to 4096 members
+    // (the first up to 2^24 * 4096 token-slots per expert).
+    std::vector<float> parts(2 * load.size());
+    for (size_t e = 0; e < load.size(); ++e) {
+      parts[2 * e] = static_cast<float>(load[e] >> 12);
+      parts[2 * e + 1] = static_cast<float>(load[e] & 4095);
+    }
+    if (int rc = moert_step_all_reduce(ctx, parts.data(), parts.data(),
+                                       static_cast<int64_t>(parts.size()), axes, 0, 1.0))
+      return rc;
+    for (size_t e = 0; e < load.size(); ++e)
+      load[e] = (static_cast<int64_t>(parts[2 * e]) << 12) + static_cast<int64_t>(parts[2 * e + 1]);
+  }
+  int64_t total = 0;
+  for (int64_t n : load)
+    total += n;
+  // sign(mean - load[e]) with mean = total / E, compared in integers.
+  for (int32_t e = 0; e < experts; ++e) {
+    int64_t gap = total - static_cast<int64_t>(experts) * load[e];
+    if (gap != 0)
+      bias[e] = static_cast<float>(double(bias[e]) + (gap > 0 ? rate : -rate));
+  }
   return 0;
 }
 

@@ -46,7 +46,11 @@ func.func @step(%tokens: tensor<2x4xi32> {moe.input = "tokens"},
 
 // ADAMW-LABEL: func.func @routed
 // ADAMW-NOT: moe.adamw_update @bias
-// ADAMW: return
+// The selection bias moves by DeepSeek-V3's load rule instead, after the
+// gradient updates, counting the router's choices (rate 1e-3 by default).
+// ADAMW: moe.adamw_update @down
+// ADAMW-NEXT: moe.balance_bias @bias, %{{.*}} {rate = 1.000000e-03 : f64} : tensor<2x4x2xi32>
+// ADAMW-NEXT: return
 
 // Routing: gradients flow through the gates and the aux loss, not the
 // indices; the selection bias gets none.

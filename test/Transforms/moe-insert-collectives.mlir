@@ -33,3 +33,15 @@
 // ONE-NOT: moe.all_
 // The whole module was printed (its closing brace), so the NOT covered it.
 // ONE: {{^}}}{{$}}
+
+// A selection bias: its load rule sums the expert loads of every replica
+// (each rank routes its own sequences), so all ranks apply the update one
+// rank routing the whole batch would.
+// RUN: sed -e 's|  moe.param @head|  moe.param @bias : tensor<4xf32> init <zeros>\n  moe.param @head|' -e 's|%g, %e, %aux = moe.router softmax %x, %w top_k 2 {|%b = moe.get_param @bias : tensor<4xf32>\n    %g, %e, %aux = moe.router softmax %x, %w bias %b top_k 2 {bias_update_rate = 2.0e-3 : f64, |' -e 's|(tensor<4x3x4xf32>, tensor<4x4xf32>) -> (tensor<4x3x2xf32>|(tensor<4x3x4xf32>, tensor<4x4xf32>, tensor<4xf32>) -> (tensor<4x3x2xf32>|' %S/Inputs/routed-step.mlir > %t.bias.mlir
+// RUN: moe-opt --moe-train-pipeline=lower=false %t.bias.mlir | FileCheck %s --check-prefix=BIAS
+// BIAS: moe.adamw_update @head
+// BIAS-NEXT: moe.balance_bias @bias, %{{.*}} {rate = 2.000000e-03 : f64, sum_axes = ["ep"]} : tensor<2x3x2xi32>
+// RUN: sed 's/dp = 1, ep = 2/dp = 2, ep = 2/' %t.bias.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=BIAS4
+// BIAS4: moe.balance_bias @bias, %{{.*}} {rate = 2.000000e-03 : f64, sum_axes = ["dp", "ep"]} : tensor<1x3x2xi32>
+// RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %t.bias.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=BIAS1
+// BIAS1: moe.balance_bias @bias, %{{.*}} {rate = 2.000000e-03 : f64} : tensor<4x3x2xi32>

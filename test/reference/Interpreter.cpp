@@ -906,6 +906,29 @@ bool Runner::step(Operation *op) {
         }
         return true;
       })
+      .Case([&](BalanceBiasOp o) {
+        // One process holds the whole batch: sum_axes has nothing to add.
+        std::string name = o.getParam().str();
+        auto it = params.find(name);
+        if (it == params.end())
+          return fail(op, "no value for parameter " + name);
+        Tensor &bias = it->second;
+        int64_t experts = static_cast<int64_t>(bias.data.size()), total = 0;
+        std::vector<int64_t> load(bias.data.size(), 0);
+        for (int32_t e : in(o.getExperts()).ints) {
+          if (e < 0 || e >= experts)
+            return fail(op, "expert index " + std::to_string(e) + " out of range");
+          ++load[e];
+          ++total;
+        }
+        double rate = o.getRate().convertToDouble();
+        for (int64_t e = 0; e < experts; ++e) {
+          int64_t gap = total - experts * load[e];
+          if (gap != 0)
+            bias.data[e] += gap > 0 ? rate : -rate;
+        }
+        return true;
+      })
       .Default([&](Operation *) { return fail(op, "not supported"); });
 }
 } // namespace

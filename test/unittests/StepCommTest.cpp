@@ -936,6 +936,111 @@ TEST(StepCommTest, GlobalNormKeepsWhatOneFloatPerMemberWouldLose) {
 }
 
 //===----------------------------------------------------------------------===//
+// moert_step_balance_bias
+//===----------------------------------------------------------------------===//
+
+/// The load rule by definition: bias[e] + rate * sign(mean - load[e]),
+/// mean over the experts of the whole batch's loads.
+std::vector<float> expectedBias(std::vector<float> bias, const std::vector<int64_t> &load,
+                                double rate) {
+  double mean = 0;
+  for (int64_t n : load)
+    mean += static_cast<double>(n) / static_cast<double>(load.size());
+  for (size_t e = 0; e < bias.size(); ++e)
+    if (static_cast<double>(load[e]) != mean)
+      bias[e] = static_cast<float>(double(bias[e]) + (load[e] < mean ? rate : -rate));
+  return bias;
+}
+
+// Each rank counts its own choices; the loads of the group decide every
+// rank's update, the same on all; a load equal to the mean leaves its bias.
+// On a dp 2 x ep 2 grid, summed over [dp, ep] and over [ep] only.
+TEST(StepCommTest, BalanceBiasMovesEveryRanksBiasByTheGroupsLoad) {
+  const Grid g{2, 2, 1};
+  const int32_t experts = 4;
+  // Rank r routes ids[r]; over all ranks expert 0 gets 6, 1 gets 2, 2 gets
+  // 4 (the mean, 16 / 4), 3 gets 4.
+  const std::vector<std::vector<int32_t>> ids = {
+      {0, 0, 1, 2}, {0, 0, 2, 3}, {0, 1, 3, 3}, {0, 2, 2, 3}};
+  const std::vector<float> start = {0.5f, -0.25f, 0.0f, 1e-3f};
+  for (int axes : {int(MOERT_AXIS_DP | MOERT_AXIS_EP), int(MOERT_AXIS_EP)}) {
+    std::vector<std::vector<float>> bias(g.size(), start);
+    ASSERT_EQ(onGrid(g,
+                     [&](moert_context &ctx) {
+                       return moert_step_balance_bias(&ctx, bias[ctx.rank].data(), experts,
+                                                      ids[ctx.rank].data(), 4, 1e-3, axes);
+                     }),
+              0);
+    for (int r = 0; r < g.size(); ++r) {
+      std::vector<int64_t> load(experts, 0);
+      for (int32_t member : expectedGroup(g, r, axes))
+        for (int32_t e : ids[member])
+          ++load[e];
+      EXPECT_EQ(bias[r], expectedBias(start, load, 1e-3)) << "rank " << r << " axes " << axes;
+      for (int32_t member : expectedGroup(g, r, axes))
+        EXPECT_EQ(bias[r], bias[member]);
+    }
+  }
+  // The whole grid: expert 2 sits at the mean and keeps its bias.
+  std::vector<float> one = start;
+  moert_context ctx = contextOf(Grid{}, 0, nullptr);
+  std::vector<int32_t> all;
+  for (const auto &r : ids)
+    all.insert(all.end(), r.begin(), r.end());
+  ASSERT_EQ(moert_step_balance_bias(&ctx, one.data(), experts, all.data(),
+                                    static_cast<int64_t>(all.size()), 1e-3, 0),
+            0);
+  EXPECT_EQ(one[2], start[2]);
+  EXPECT_LT(one[0], start[0]);
+  EXPECT_GT(one[1], start[1]);
+}
+
+// Loads past what a float holds exactly (2^24) are summed exactly. Rank 0
+// routes 2^24 + 1 slots to expert 0, rank 1 one more to expert 0 and 2^24
+// to expert 1: expert 0 is overloaded by 2. Summed as floats, 2^24 + 1
+// rounds to 2^24 and the sum to 2^24, level with expert 1, and neither bias
+// would move.
+TEST(StepCommTest, BalanceBiasCountsLargeLoadsExactly) {
+  const Grid g{1, 2, 1};
+  const size_t n = (size_t(1) << 24);
+  std::vector<std::vector<int32_t>> ids(2);
+  ids[0].assign(n + 1, 0);
+  ids[1].assign(n + 1, 1);
+  ids[1][0] = 0;
+  std::vector<std::vector<float>> bias(2, std::vector<float>(2, 0.0f));
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     return moert_step_balance_bias(
+                         &ctx, bias[ctx.rank].data(), 2, ids[ctx.rank].data(),
+                         static_cast<int64_t>(ids[ctx.rank].size()), 0.5, MOERT_AXIS_EP);
+                   }),
+            0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(bias[r][0], -0.5f);
+    EXPECT_EQ(bias[r][1], 0.5f);
+  }
+}
+
+// An index outside [0, experts) is an error, not a write out of bounds;
+// rate 0 leaves the bias as it was.
+TEST(StepCommTest, BalanceBiasRefusesBadIndicesAndRateZeroKeepsTheBias) {
+  moert_context ctx = contextOf(Grid{}, 0, nullptr);
+  std::vector<float> bias = {0.25f, 0.5f};
+  const int32_t bad[] = {0, 2}, negative[] = {-1, 0}, skewed[] = {0, 0, 0, 1};
+  ::testing::internal::CaptureStderr();
+  EXPECT_NE(moert_step_balance_bias(&ctx, bias.data(), 2, bad, 2, 1e-3, 0), 0);
+  EXPECT_NE(moert_step_balance_bias(&ctx, bias.data(), 2, negative, 2, 1e-3, 0), 0);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("expert index 2, outside [0, 2)"), std::string::npos) << err;
+  EXPECT_NE(err.find("expert index -1, outside [0, 2)"), std::string::npos) << err;
+  EXPECT_EQ(bias, (std::vector<float>{0.25f, 0.5f}));
+  EXPECT_EQ(moert_step_balance_bias(&ctx, bias.data(), 2, skewed, 4, 0.0, 0), 0);
+  EXPECT_EQ(bias, (std::vector<float>{0.25f, 0.5f}));
+  EXPECT_EQ(moert_step_balance_bias(&ctx, bias.data(), 2, skewed, 4, 0.125, 0), 0);
+  EXPECT_EQ(bias, (std::vector<float>{0.125f, 0.625f}));
+}
+
+//===----------------------------------------------------------------------===//
 // moert_step_all_reduce_codec and moert_codec_states_free
 //===----------------------------------------------------------------------===//
 

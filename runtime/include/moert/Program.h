@@ -175,6 +175,15 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
 int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
                            const unsigned char *sharded, const int *param_of, int count, int axes,
                            float *norm);
+/* moe.balance_bias, DeepSeek-V3's auxiliary-loss-free load rule: counts
+ * the `count` expert indices `ids` (each in [0, experts)), sums the counts
+ * exactly over the group of `axes` (0: this rank's only), and moves each
+ * expert's selection bias by `rate` towards balance:
+ * bias[e] += rate * sign(mean - load[e]). Every member applies the same
+ * update. Returns non-zero for an index out of range (with a message on
+ * stderr) or a communicator error. */
+int moert_step_balance_bias(moert_context *ctx, float *bias, int32_t experts, const int32_t *ids,
+                            int64_t count, double rate, int axes);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 // Every constraint of the optimiser step moe-autodiff appends:
-// moe.lr_schedule, moe.global_norm and moe.adamw_update.
+// moe.lr_schedule, moe.global_norm, moe.adamw_update and moe.balance_bias.
 
 // lr_schedule: lr > 0
 func.func @f(%step: tensor<i32>) {
@@ -200,5 +200,64 @@ moe.param @w : tensor<4x4xf32> init <normal, scale = 0.02>
 func.func @f(%g: tensor<4x8xf32>, %lr: tensor<f32>, %n: tensor<f32>, %step: tensor<i32>) {
   // expected-error @+1 {{'moe.adamw_update' op gradient type 'tensor<4x8xf32>' differs from parameter 'w' of type 'tensor<4x4xf32>'}}
   moe.adamw_update @w, %g, %lr, %n, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// balance_bias: rate >= 0
+moe.param @b : tensor<4xf32> init <zeros>
+func.func @f(%e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.balance_bias' op rate must be finite and >= 0, got -1.000000e-03}}
+  moe.balance_bias @b, %e {rate = -1.0e-3 : f64} : tensor<2x4x2xi32>
+  return
+}
+
+// -----
+
+// balance_bias: a NaN rate is no rate
+moe.param @b : tensor<4xf32> init <zeros>
+func.func @f(%e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.balance_bias' op rate must be finite and >= 0, got nan}}
+  moe.balance_bias @b, %e {rate = 0x7FF8000000000000 : f64} : tensor<2x4x2xi32>
+  return
+}
+
+// -----
+
+// balance_bias: experts are [..., k] indices, not a scalar
+moe.param @b : tensor<4xf32> init <zeros>
+func.func @f(%e: tensor<i32>) {
+  // expected-error @+1 {{'moe.balance_bias' op experts must be [..., k] expert indices}}
+  moe.balance_bias @b, %e {rate = 1.0e-3 : f64} : tensor<i32>
+  return
+}
+
+// -----
+
+// balance_bias: names a moe.param
+func.func @f(%e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.balance_bias' op 'missing' does not name a moe.param}}
+  moe.balance_bias @missing, %e {rate = 1.0e-3 : f64} : tensor<2x4x2xi32>
+  return
+}
+
+// -----
+
+// balance_bias: the parameter is a [E] f32 bias
+moe.param @w : tensor<4x4xf32> init <normal, scale = 0.02>
+func.func @f(%e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.balance_bias' op parameter 'w' must be a [E] f32 selection bias, got 'tensor<4x4xf32>'}}
+  moe.balance_bias @w, %e {rate = 1.0e-3 : f64} : tensor<2x4x2xi32>
+  return
+}
+
+// -----
+
+// balance_bias: sum_axes is a group of grid axes
+moe.param @b : tensor<4xf32> init <zeros>
+func.func @f(%e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{'moe.balance_bias' op grid axis 'dp' is listed twice}}
+  moe.balance_bias @b, %e {rate = 1.0e-3 : f64, sum_axes = ["dp", "dp"]} : tensor<2x4x2xi32>
   return
 }

@@ -37,6 +37,33 @@ func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<8xf32>) {
 
 // -----
 
+// router: bias_update_rate steers a bias, so it needs one
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.router' op bias_update_rate needs a selection bias operand}}
+  %g, %e, %a = moe.router softmax %x, %w top_k 2 {bias_update_rate = 1.0e-3 : f64} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// router: bias_update_rate >= 0
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{'moe.router' op bias_update_rate must be finite and >= 0, got -1.000000e+00}}
+  %g, %e, %a = moe.router softmax %x, %w bias %b top_k 2 {bias_update_rate = -1.0 : f64} : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: the same bias_update_rate check
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op bias_update_rate needs a selection bias operand}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {bias_update_rate = 1.0e-3 : f64} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
 // router: top_k >= 1
 func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
   // expected-error @+1 {{'moe.router' op top_k (0) must be in [1, 4], the number of experts}}

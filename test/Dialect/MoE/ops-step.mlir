@@ -130,6 +130,15 @@ func.func @optimizer(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf
   return
 }
 
+// CHECK-LABEL: func.func @balance_bias
+func.func @balance_bias(%experts: tensor<2x4x2xi32>) {
+  // CHECK: moe.balance_bias @g, %{{.*}} {rate = 1.000000e-03 : f64} : tensor<2x4x2xi32>
+  moe.balance_bias @g, %experts {rate = 1.0e-3 : f64} : tensor<2x4x2xi32>
+  // CHECK: moe.balance_bias @g, %{{.*}} {rate = 0.000000e+00 : f64, sum_axes = ["dp", "ep"]} : tensor<2x4x2xi32>
+  moe.balance_bias @g, %experts {rate = 0.0 : f64, sum_axes = ["dp", "ep"]} : tensor<2x4x2xi32>
+  return
+}
+
 // CHECK-LABEL: func.func @fused_gating
 func.func @fused_gating(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>, %dout: tensor<2x4x8xf32>)
     -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4x8xf32>, tensor<2x4x2xf32>, tensor<f32>, tensor<4xi32>) {
@@ -137,9 +146,9 @@ func.func @fused_gating(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4
   // CHECK-SAME: : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
   %g, %e, %s, %c, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 4 {renormalize = true, capacity_factor = 1.0 : f32, aux_loss_coef = 0.01 : f32}
       : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
-  // CHECK: moe.fused_gate sigmoid %{{.*}}, %{{.*}} bias %{{.*}} top_k 1 capacity 2 {groups = 2 : i64}
+  // CHECK: moe.fused_gate sigmoid %{{.*}}, %{{.*}} bias %{{.*}} top_k 1 capacity 2 {bias_update_rate = 5.000000e-04 : f64, groups = 2 : i64}
   // CHECK-SAME: : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x1xf32>, tensor<2x4x1xi32>, tensor<2x4x1xi32>, tensor<4xi32>, tensor<f32>)
-  %g1, %e1, %s1, %c1, %aux1 = moe.fused_gate sigmoid %x, %w bias %b top_k 1 capacity 2 {groups = 2 : i64}
+  %g1, %e1, %s1, %c1, %aux1 = moe.fused_gate sigmoid %x, %w bias %b top_k 1 capacity 2 {groups = 2 : i64, bias_update_rate = 5.0e-4 : f64}
       : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x1xf32>, tensor<2x4x1xi32>, tensor<2x4x1xi32>, tensor<4xi32>, tensor<f32>)
   // CHECK: moe.permute %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<4x4x8xf32>
   %buf = moe.permute %x, %s : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<4x4x8xf32>

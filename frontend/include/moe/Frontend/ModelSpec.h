@@ -34,7 +34,8 @@ struct MoESettings {
   double auxLossCoef = 0.01;
   double zLossCoef = 0.0;
   double routedScaling = 1.0;
-  bool routerBias = false; ///< DeepSeek-V3 auxiliary-loss-free bias
+  bool routerBias = false;      ///< DeepSeek-V3 auxiliary-loss-free bias
+  double biasUpdateRate = 1e-3; ///< its load rule's step (0: the bias stays fixed)
 };
 
 struct LayerSpec {

@@ -43,6 +43,12 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
     shape of `experts`; `counts` is `[E]` (summed
     over groups); `groups >= 1` divides the leading (batch) dimension.
   }];
+  let extraClassDeclaration = [{
+    /// The load rule's rate for the selection bias (moe.balance_bias).
+    double getBiasRate() {
+      return getBiasUpdateRateAttr() ? getBiasUpdateRateAttr().getValueAsDouble() : 1e-3;
+    }
+  }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
                        I64Attr:$top_k, I64Attr:$capacity,
@@ -51,7 +57,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
-                       DefaultValuedAttr<I64Attr, "1">:$groups);
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       OptionalAttr<F64Attr>:$bias_update_rate);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                       MoE_LossTensor:$aux_loss);

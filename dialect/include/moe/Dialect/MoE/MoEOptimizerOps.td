@@ -96,4 +96,36 @@ def MoE_AdamWUpdateOp : MoE_Op<"adamw_update", [
   let hasVerifier = 1;
 }
 
+def MoE_BalanceBiasOp : MoE_Op<"balance_bias", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "auxiliary-loss-free load balancing: one step of a selection bias";
+  let description = [{
+    DeepSeek-V3's load rule for the selection bias of a router (the `bias`
+    operand of `moe.router` / `moe.fused_gate`, which steers top-k selection
+    and gets no gradient). With `load[e]` the token-slots `experts` routes to
+    expert `e` (before capacity drops) and `mean` their average over the
+    `E` experts:
+    `bias[e] += rate * sign(mean - load[e])`
+    (an overloaded expert's bias falls, an underloaded one's rises, a
+    balanced one's stays). `moe-autodiff` appends one per biased router
+    after the AdamW updates, with the router's `bias_update_rate`.
+
+    On a partitioned step, `sum_axes` names the group whose ranks' loads are
+    summed (exactly, in integers) before the rule, so every rank applies the
+    same update: the one a single rank routing the whole batch applies.
+    ```mlir
+    moe.balance_bias @l0.router_bias, %experts {rate = 1.0e-03 : f64} : tensor<8x64x2xi32>
+    moe.balance_bias @l0.router_bias, %experts {rate = 1.0e-03 : f64, sum_axes = ["dp", "ep"]} : tensor<4x64x2xi32>
+    ```
+    Constraints: `param` names a rank-1 f32 `moe.param` (`[E]`); `experts`
+    is `[..., k]` expert indices; `rate >= 0` and finite; `sum_axes`, when
+    present, is a valid group of grid axes.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, MoE_IndexTensor:$experts, F64Attr:$rate,
+                       OptionalAttr<StrArrayAttr>:$sum_axes);
+  let assemblyFormat = "$param `,` $experts attr-dict `:` type($experts)";
+  let hasVerifier = 1;
+}
+
 #endif // MOE_OPTIMIZER_OPS_TD

@@ -15,7 +15,9 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
     `logits = x @ weight` (`[E]`), scores `s = softmax(logits)` or
     `sigmoid(logits)`, and selects the `top_k` experts with the largest
     `s + bias` (the optional per-expert `bias` steers selection only, as in
-    DeepSeek-V3's auxiliary-loss-free balancing). `gates` are the selected
+    DeepSeek-V3's auxiliary-loss-free balancing; a training step updates it
+    by the load rule of `moe.balance_bias` at `bias_update_rate`, 1e-3 when
+    absent, 0 keeping it fixed). `gates` are the selected
     scores, divided by their sum when `renormalize` is set, then multiplied
     by `routed_scaling`. Ties go to the lower expert index.
 
@@ -41,7 +43,8 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
     - `gates` and `experts` are `[..., top_k]` with `x`'s leading dimensions;
       `gates` has `x`'s element type;
     - `capacity_factor > 0` when present; `aux_loss_coef >= 0`;
-      `z_loss_coef >= 0`; `routed_scaling > 0`.
+      `z_loss_coef >= 0`; `routed_scaling > 0`;
+    - `bias_update_rate`, only with a `bias`, is finite and `>= 0`.
   }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
@@ -50,7 +53,8 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
                        OptionalAttr<F32Attr>:$capacity_factor,
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
-                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling);
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
+                       OptionalAttr<F64Attr>:$bias_update_rate);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_LossTensor:$aux_loss);
   let assemblyFormat = [{
@@ -65,6 +69,10 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
                    "int64_t":$topK)>];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// The load rule's rate for the selection bias (moe.balance_bias).
+    double getBiasRate() {
+      return getBiasUpdateRateAttr() ? getBiasUpdateRateAttr().getValueAsDouble() : 1e-3;
+    }
     /// Number of experts scored.
     int64_t getNumExperts() {
       return ::llvm::cast<::mlir::RankedTensorType>(getWeight().getType())
