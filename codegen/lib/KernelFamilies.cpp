@@ -402,6 +402,7 @@ const std::vector<KernelFamily> &rows() {
       // Scalar work the runtime does (runtime/lib/Program.cpp).
       {"lr_schedule", "", {}},
       {"global_norm", "", {}},
+      {"place_slots", "", {}},
   };
   return table;
 }

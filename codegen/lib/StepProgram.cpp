@@ -94,6 +94,7 @@ private:
   raw_ostream &os;
   llvm::DenseMap<Value, std::string> storage;
   llvm::StringMap<unsigned> paramIndex;
+  llvm::DenseMap<Attribute, unsigned> rowTables;
   unsigned viewCounter = 0;
   bool training = false;
   /// Analytical bytes one rank sends per training step: all_reduce (ring:
@@ -177,6 +178,17 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << (shards ? "sharded" : "nullptr") << ", param_of, " << n << ", "
        << (shards ? axesMask(axes) : 0) << ", " << pointer(op.getResult(0))
        << ")) return rc;\n  }\n";
+    return success();
+  }
+  if (family == "place_slots") {
+    auto c = kernel.getConfig();
+    os << "  {\n    static const int32_t order[] = {";
+    llvm::interleaveComma(c.getAs<DenseI64ArrayAttr>("order").asArrayRef(), os);
+    os << "};\n    moert_place_slots(" << pointer(op.getResult(0)) << ", "
+       << pointer(op.getOperand(0)) << ", " << numel(op.getOperand(0)) << ", "
+       << pointer(op.getResult(1)) << ", " << pointer(op.getOperand(1)) << ", "
+       << numel(op.getOperand(1)) << ", order, " << c.getAs<IntegerAttr>("block").getInt()
+       << ");\n  }\n";
     return success();
   }
   if (call.generator.empty())
@@ -452,6 +464,16 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
 } // namespace
 
 )cpp";
+  // Global rows of the shards of a pinned placement, one table each.
+  for (ParamOp p : module.getOps<ParamOp>())
+    if (auto rows = p->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName))
+      if (!rowTables.count(rows)) {
+        unsigned id = rowTables.size();
+        rowTables[rows] = id;
+        os << "static const int32_t kShardRows" << id << "[] = {";
+        llvm::interleaveComma(rows.asArrayRef(), os);
+        os << "};\n";
+      }
   // Parameter table.
   unsigned index = 0;
   os << "static const moert_param_info kParams[] = {\n";
@@ -470,7 +492,12 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
       if (auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName))
         parts = grid.getEp();
     os << "}, " << initName(init.getKind()) << ", " << llvm::format("%.17g", init.getScaleValue())
-       << ", " << adamw << ", " << parts << "},\n";
+       << ", " << adamw << ", " << parts << ", ";
+    if (auto rows = p->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName))
+      os << "kShardRows" << rowTables.at(rows);
+    else
+      os << "nullptr";
+    os << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||

@@ -104,3 +104,26 @@ LogicalResult UnpermuteOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   operandGrads.assign({grad.getDbuf(), Value(), grad.getDweights()});
   return success();
 }
+
+LogicalResult PlaceSlotsOp::verify() {
+  if (getResultSlots().getType() != getSlots().getType() ||
+      getResultCounts().getType() != getCounts().getType())
+    return emitOpError("results must have the operands' types");
+  if (failed(checkRank(*this, "counts", getCounts(), 1, "[E]")))
+    return failure();
+  int64_t experts = tensorType(getCounts()).getShape()[0];
+  ArrayRef<int64_t> order = getOrder();
+  if (static_cast<int64_t>(order.size()) != experts)
+    return emitOpError() << "order has " << order.size() << " entries for " << experts
+                         << " experts";
+  std::vector<bool> seen(experts, false);
+  for (int64_t e : order) {
+    if (e < 0 || e >= experts || seen[e])
+      return emitOpError() << "order must be a permutation of [0, " << experts << "), but " << e
+                           << (e < 0 || e >= experts ? " is out of range" : " repeats");
+    seen[e] = true;
+  }
+  if (int64_t block = getBlockAttr().getInt(); block < 1)
+    return emitOpError() << "block must be >= 1, got " << block;
+  return success();
+}

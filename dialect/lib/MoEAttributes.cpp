@@ -200,6 +200,23 @@ int64_t PlacementAttr::firstNonBlockRank(int64_t experts, int64_t ranks) const {
   return -1;
 }
 
+int64_t PlacementAttr::firstNonEqualRank(int64_t experts, int64_t ranks) const {
+  int64_t local = ranks > 0 ? experts / ranks : 0;
+  std::vector<bool> seen(experts > 0 ? experts : 0, false);
+  for (int64_t r = 0; r < ranks; ++r) {
+    ArrayRef<int64_t> held =
+        static_cast<size_t>(r) < getNumRanks() ? getExpertsOf(r) : ArrayRef<int64_t>();
+    if (static_cast<int64_t>(held.size()) != local || experts % ranks)
+      return r;
+    for (int64_t e : held) {
+      if (e < 0 || e >= experts || seen[e])
+        return r;
+      seen[e] = true;
+    }
+  }
+  return -1;
+}
+
 //===----------------------------------------------------------------------===//
 // CodecAttr: #moe.codec<kind (, key = value | , error_feedback)*>
 //===----------------------------------------------------------------------===//

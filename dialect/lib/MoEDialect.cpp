@@ -109,6 +109,28 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitError("'moe.shard' must be [\"ep\"] on a moe.param");
     return success();
   }
+  if (name == kShardRowsAttrName) {
+    // Which global rows each ep rank's block holds (a pinned placement).
+    auto param = dyn_cast<ParamOp>(op);
+    auto rows = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!param || !rows || !op->hasAttr(kShardAttrName))
+      return op->emitError("'moe.shard_rows' must be an array<i64> on a moe.param with "
+                           "'moe.shard'");
+    int64_t local = param.getTensorType().getShape()[0];
+    int64_t total = static_cast<int64_t>(rows.size());
+    std::vector<bool> seen(total, false);
+    bool permutation = total % local == 0;
+    for (int64_t r : rows.asArrayRef()) {
+      permutation = permutation && r >= 0 && r < total && !seen[r];
+      if (permutation)
+        seen[r] = true;
+    }
+    if (!permutation)
+      return op->emitError() << "'moe.shard_rows' must be a permutation of the full tensor's "
+                                "rows, a multiple of the block's "
+                             << local << " rows";
+    return success();
+  }
   if (name == kBucketAttrName) {
     auto bucket = dyn_cast<IntegerAttr>(attr.getValue());
     if (!isa<AllReduceOp>(op) || !bucket || bucket.getValue().isNegative())

@@ -40,11 +40,12 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
     if (why.empty() && experts % grid.getEp())
       why = std::to_string(experts) +
             " experts do not split evenly over ep = " + std::to_string(grid.getEp());
-    // moe-partition executes equal contiguous blocks of experts only.
+    // moe-partition executes equal blocks of distinct experts, in any order.
     if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"); why.empty() && placement)
-      if (int64_t r = placement.firstNonBlockRank(experts, grid.getEp()); r >= 0)
-        why = "its placement (pinned experts) gives ep rank " + std::to_string(r) +
-              " experts other than an equal contiguous block";
+      if (int64_t r = placement.firstNonEqualRank(experts, grid.getEp()); r >= 0)
+        why = "its placement gives ep rank " + std::to_string(r) +
+              " another number of experts than the others, or replicas; only equal shares of "
+              "distinct experts are executable yet";
   });
   return why;
 }

@@ -98,12 +98,17 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
     if (experts % ep != 0)
       return ffn.emitOpError() << experts << " experts do not split over ep = " << ep;
     int64_t local = experts / ep;
-    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"))
-      if (int64_t r = placement.firstNonBlockRank(experts, ep); r >= 0)
-        return ffn.emitOpError() << "placement gives ep rank " << r
-                                 << " experts other than the contiguous block [" << r * local
-                                 << ", " << (r + 1) * local
-                                 << "); only equal contiguous blocks are executable";
+    // The experts in rank order when a placement holds them out of order
+    // (pinned experts); empty for the contiguous blocks.
+    SmallVector<int64_t> order;
+    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement")) {
+      if (int64_t r = placement.firstNonEqualRank(experts, ep); r >= 0)
+        return ffn.emitOpError() << "placement gives ep rank " << r << " other than " << local
+                                 << " experts no other rank holds; uneven and replicated "
+                                    "placements are not executable yet";
+      if (placement.firstNonBlockRank(experts, ep) >= 0)
+        order.assign(placement.getExperts().begin(), placement.getExperts().end());
+    }
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
     for (Value w : ffn->getOperands().drop_front()) {
@@ -115,16 +120,41 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
         return get.emitOpError("refers to no moe.param");
       sharded.insert(param);
     }
+    FusedGateOp gate;
+    if (auto permute = ffn.getX().getDefiningOp<PermuteOp>())
+      gate = permute.getSlots().getDefiningOp<FusedGateOp>();
+    Value gateCounts = gate ? gate.getCounts() : Value();
+    if (!order.empty()) {
+      // The dispatch buffer in placement order: each rank's experts are one
+      // block. Every user of the slots (permute, unpermute and, later,
+      // their gradients) reads the placed ones.
+      if (!gate)
+        return ffn.emitOpError("a placement with experts out of order needs fused gating "
+                               "(run moe-fuse-gating first)");
+      b.setInsertionPointAfter(gate);
+      auto placed = PlaceSlotsOp::create(
+          b, gate.getLoc(), gate.getSlots().getType(), gate.getCounts().getType(), gate.getSlots(),
+          gate.getCounts(), b.getDenseI64ArrayAttr(order), b.getI64IntegerAttr(slots));
+      gate.getSlots().replaceAllUsesExcept(placed.getResultSlots(), placed);
+      gateCounts = placed.getResultCounts();
+      for (Value w : ffn->getOperands().drop_front()) {
+        auto param = module.lookupSymbol<ParamOp>(w.getDefiningOp<GetParamOp>().getNameAttr());
+        auto rows = b.getDenseI64ArrayAttr(order);
+        if (auto had = param->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName);
+            had && had != rows)
+          return ffn.emitOpError()
+                 << "'" << param.getSymName() << "' is placed in two orders by two expert FFNs";
+        param->setAttr(MoEDialect::kShardRowsAttrName, rows);
+      }
+    }
     b.setInsertionPoint(ffn);
     auto local3 = withDim(withDim(x, 0, local), 1, slots * ep);
     // Ragged when the buffer holds one routing group: expert e's routed
     // token-slots are its leading min(counts[e], C) rows (the rest are
     // zero), so only those travel.
     Value counts;
-    if (auto permute = ffn.getX().getDefiningOp<PermuteOp>())
-      if (auto gate = permute.getSlots().getDefiningOp<FusedGateOp>())
-        if (gate.getGroups() == 1)
-          counts = gate.getCounts();
+    if (gate && gate.getGroups() == 1)
+      counts = gateCounts;
     SmallVector<Type> inTypes = {local3}, backTypes = {x};
     if (counts) {
       inTypes.push_back(counts.getType());

@@ -35,11 +35,22 @@ int64_t moert::trainer::numel(const moert_param_info &p) {
   return n;
 }
 
+std::vector<int64_t> moert::trainer::shardRows(const moert_param_info &p, int epIndex) {
+  int64_t local = p.rank > 0 ? p.shape[0] : 1;
+  int parts = std::max(p.shard_parts, 1);
+  int64_t block = parts > 1 ? epIndex : 0;
+  std::vector<int64_t> rows(static_cast<size_t>(local));
+  for (int64_t j = 0; j < local; ++j)
+    rows[j] = parts > 1 && p.shard_rows ? p.shard_rows[block * local + j] : block * local + j;
+  return rows;
+}
+
 namespace {
 
 /// The reference interpreter's initialisation, element for element: the
 /// full tensors are drawn in order on every rank, and a shard keeps its
-/// block (ep rank `epIndex`), so every grid starts from the same model.
+/// rows (those of ep rank `epIndex`), so every grid starts from the same
+/// model.
 void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int epIndex) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < moec_program.num_params; ++i) {
@@ -47,7 +58,12 @@ void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int ep
     std::normal_distribution<double> normal(0.0, p.scale > 0 ? p.scale : 1.0);
     std::uniform_real_distribution<double> uniform(-p.scale, p.scale);
     size_t n = params[i].size(), parts = std::max(p.shard_parts, 1);
-    size_t mine = parts > 1 ? static_cast<size_t>(epIndex) : 0;
+    std::vector<int64_t> rows = moert::trainer::shardRows(p, epIndex);
+    size_t rowSize = n / rows.size();
+    // The full tensor's row -> this block's row (-1: another rank's).
+    std::vector<int64_t> localOf(rows.size() * parts, -1);
+    for (size_t j = 0; j < rows.size(); ++j)
+      localOf[rows[j]] = static_cast<int64_t>(j);
     for (size_t j = 0; j < n * parts; ++j) {
       float v;
       switch (p.init) {
@@ -64,8 +80,8 @@ void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int ep
         v = static_cast<float>(uniform(rng));
         break;
       }
-      if (j / n == mine)
-        params[i][j % n] = v;
+      if (int64_t row = localOf[j / rowSize]; row >= 0)
+        params[i][row * rowSize + j % rowSize] = v;
     }
   }
 }

@@ -61,6 +61,11 @@ int trainRank(const Shared &sh, moert_comm *comm);
 /// The elements of parameter `p` (of this rank's block).
 int64_t numel(const moert_param_info &p);
 
+/// The full tensor's rows that ep rank `epIndex` holds of parameter `p`, in
+/// the block's order: every row when `p` is not sharded; the contiguous
+/// block, or the pinned placement's rows (shard_rows), when it is.
+std::vector<int64_t> shardRows(const moert_param_info &p, int epIndex);
+
 class Trainer {
 public:
   /// Grid coordinates, samplers, parameters (initialised from the seed, or

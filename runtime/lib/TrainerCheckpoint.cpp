@@ -86,13 +86,15 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
       // Checkpoints hold full tensors: a shard reads its block, so a run
       // resumes on any grid.
       size_t parts = std::max(prog.params[i].shard_parts, 1), n = target->size();
-      size_t block = parts > 1 ? static_cast<size_t>(epIndex) : 0;
       auto it = tensors.find(name + suffix);
       if (it == tensors.end() || it->second.data.size() != n * parts)
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
-      target->assign(it->second.data.begin() + block * n,
-                     it->second.data.begin() + (block + 1) * n);
+      std::vector<int64_t> rows = shardRows(prog.params[i], epIndex);
+      size_t rowSize = n / rows.size();
+      for (size_t j = 0; j < rows.size(); ++j)
+        std::copy_n(it->second.data.begin() + rows[j] * rowSize, rowSize,
+                    target->begin() + j * rowSize);
     }
   }
 }
@@ -174,25 +176,35 @@ void Trainer::saveCheckpoint(long long steps) {
 void Trainer::gatherParameters(moert::TensorMap &tensors) {
   std::vector<int32_t> epGroup(ep);
   int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
-  auto full = [&](const moert::AlignedFloats &local, int parts) {
+  auto full = [&](const moert::AlignedFloats &local, const moert_param_info &p) {
+    int parts = std::max(p.shard_parts, 1);
     std::vector<float> out(local.size() * parts);
-    if (parts == 1)
+    if (parts == 1) {
       std::copy(local.begin(), local.end(), out.begin());
-    else if (moert_all_gather(comm, local.data(),
-                              static_cast<int64_t>(local.size() * sizeof(float)), out.data(),
-                              epGroup.data(), epSize) != 0)
+      return out;
+    }
+    std::vector<float> blocks(out.size());
+    if (moert_all_gather(comm, local.data(), static_cast<int64_t>(local.size() * sizeof(float)),
+                         blocks.data(), epGroup.data(), epSize) != 0)
       commError("checkpoint: gathering expert shards");
+    // Each ep rank's block goes to its rows of the full tensor.
+    size_t rowSize = local.size() / static_cast<size_t>(p.shape[0]);
+    for (int e = 0; e < parts; ++e) {
+      std::vector<int64_t> rows = shardRows(p, e);
+      for (size_t j = 0; j < rows.size(); ++j)
+        std::copy_n(blocks.begin() + (e * rows.size() + j) * rowSize, rowSize,
+                    out.begin() + rows[j] * rowSize);
+    }
     return out;
   };
   for (int i = 0; i < prog.num_params; ++i) {
     const moert_param_info &p = prog.params[i];
-    int parts = std::max(p.shard_parts, 1);
     std::vector<int64_t> shape(p.shape, p.shape + p.rank);
-    shape[0] *= parts;
-    tensors[p.name] = {shape, full(params[i], parts)};
+    shape[0] *= std::max(p.shard_parts, 1);
+    tensors[p.name] = {shape, full(params[i], p)};
     if (p.adamw) {
-      tensors[std::string(p.name) + ".adam_m"] = {shape, full(moments[2 * i], parts)};
-      tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], parts)};
+      tensors[std::string(p.name) + ".adam_m"] = {shape, full(moments[2 * i], p)};
+      tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], p)};
     }
   }
 }

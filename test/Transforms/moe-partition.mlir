@@ -37,3 +37,21 @@
 // GROUPS: error: 'moe.fused_gate' op routes in 1 groups, which do not split over 2 replicas (run moe-routing-groups first)
 // RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 8/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=SPLIT
 // SPLIT: error: 'moe.fused_gate' op cannot route in 8 groups: the batch (4 sequences) does not divide into whole-sequence groups
+
+// A placement with experts out of order (pinned experts: rank 0 holds 3 and
+// 0, rank 1 holds 2 and 1): the slots are moved to the placement's order
+// (moe.place_slots), so each rank's experts are one block of the buffer,
+// and the expert weights record which rows each rank holds.
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[3, 0], [2, 1]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=PINNED
+// PINNED: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"], moe.shard_rows = array<i64: 3, 0, 2, 1>}
+// PINNED: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"], moe.shard_rows = array<i64: 3, 0, 2, 1>}
+// PINNED: %{{.*}}, %{{.*}}, %[[S:.*]], %[[C:.*]], %{{.*}} = moe.fused_gate
+// PINNED-NEXT: %[[SLOTS:.*]], %[[COUNTS:.*]] = moe.place_slots %[[S]], %[[C]] {block = 3 : i64, order = array<i64: 3, 0, 2, 1>}
+// PINNED: moe.permute %{{.*}}, %[[SLOTS]]
+// PINNED: moe.all_to_all {{.*}} over [ep] split 0 concat 1 counts %[[COUNTS]]
+// PINNED: moe.unpermute {{.*}}, %[[SLOTS]]
+// Uneven and replicated placements are not executable yet.
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1, 2], [3]]>} :/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=UNEVEN
+// UNEVEN: error: 'moe.expert_ffn' op placement gives ep rank 0 other than 2 experts no other rank holds; uneven and replicated placements are not executable yet
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1], [1, 2, 3]]>} :/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=REPLICA
+// REPLICA: error: 'moe.expert_ffn' op placement gives ep rank 1 other than 2 experts no other rank holds; uneven and replicated placements are not executable yet

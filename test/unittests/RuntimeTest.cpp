@@ -6,6 +6,7 @@
 
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
+#include "moert/Program.h"
 #include "moert/ScratchPool.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,26 @@ TEST_F(RuntimeTest, TooLittleDataIsAnError) {
   std::string error;
   EXPECT_FALSE(s.valid(error));
   EXPECT_EQ(error, "the data range has 10 tokens; one window needs seq_len + 1 = 17");
+}
+
+// moert_place_slots by its definition: 4 experts of 3 slots each, order
+// [2, 0, 3, 1]: expert 2's slots
+// move to position 0, expert 0's to position 1, and so on; dropped stays
+// dropped; counts follow the order.
+TEST_F(RuntimeTest, PlaceSlotsMovesSlotsToThePlacementOrder) {
+  const int32_t order[] = {2, 0, 3, 1};
+  const int32_t pos[] = {1, 3, 0, 2};
+  const int64_t block = 3;
+  std::vector<int32_t> in = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -1};
+  const int32_t counts[] = {5, 6, 7, 8};
+  std::vector<int32_t> out(in.size(), 99);
+  int32_t placed[4];
+  moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed, counts, 4,
+                    order, block);
+  for (size_t i = 0; i < in.size(); ++i)
+    EXPECT_EQ(out[i], in[i] < 0 ? -1 : pos[in[i] / block] * block + in[i] % block) << i;
+  for (int p = 0; p < 4; ++p)
+    EXPECT_EQ(placed[p], counts[order[p]]);
 }
 
 TEST_F(RuntimeTest, ScratchPoolReusesBlocksWithinItsLimit) {

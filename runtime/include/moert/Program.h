@@ -30,6 +30,11 @@ typedef struct {
    * the full tensor has shape[0] * shard_parts rows, and ep rank e holds
    * rows [e * shape[0], (e + 1) * shape[0]). */
   int shard_parts;
+  /* With shard_parts > 1: null when ep rank e holds the contiguous rows
+   * above; else the global row of each held row, in ep rank order (rank e's
+   * row j is global row shard_rows[e * shape[0] + j]), for a placement that
+   * gives ranks experts out of order (pinned experts). */
+  const int32_t *shard_rows;
 } moert_param_info;
 
 struct moert_comm;
@@ -108,6 +113,12 @@ typedef struct {
   int64_t codec_warmup_steps, step_codec_bytes, step_codec_uncompressed;
 } moert_program;
 
+/* moe.place_slots: slots from expert order to the placement's order
+ * (out_slots[i] = pos[s / block] * block + s % block for s = in_slots[i] >= 0,
+ * -1 kept; out_counts[p] = in_counts[order[p]]; pos the inverse of order). */
+void moert_place_slots(int32_t *out_slots, const int32_t *in_slots, int64_t n, int32_t *out_counts,
+                       const int32_t *in_counts, int32_t experts, const int32_t *order,
+                       int64_t block);
 /* Scalar routines the step program calls (lr schedule, fill). */
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);

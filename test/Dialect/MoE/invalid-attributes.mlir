@@ -291,6 +291,18 @@ func.func @f() attributes {moe.shard = ["ep"]} {
 
 // -----
 
+// shard_rows: on a sharded moe.param
+// expected-error @+1 {{'moe.shard_rows' must be an array<i64> on a moe.param with 'moe.shard'}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.shard_rows = array<i64: 1, 0>}
+
+// -----
+
+// shard_rows: a permutation of the full tensor's rows
+// expected-error @+1 {{'moe.shard_rows' must be a permutation of the full tensor's rows, a multiple of the block's 2 rows}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows = array<i64: 0, 2, 2, 3>}
+
+// -----
+
 // plan: a dictionary on a module
 // expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
 module attributes {moe.plan = "dp=2"} {

@@ -137,3 +137,57 @@ func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x2xf3
       : (tensor<4x4x8xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>, tensor<2x4x8xf32>) -> (tensor<4x4x8xf32>, tensor<2x4xf32>)
   return
 }
+
+// -----
+
+// place_slots: the results have the operands' types
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op results must have the operands' types}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x1xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: counts are [E]
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<2x2xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op counts must have rank 1 ([E]), got rank 2}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<2x2xi32>) -> (tensor<2x4x2xi32>, tensor<2x2xi32>)
+  return
+}
+
+// -----
+
+// place_slots: one position per expert
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op order has 3 entries for 4 experts}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: order is a permutation (no repeats)
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op order must be a permutation of [0, 4), but 1 repeats}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 1, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: order is a permutation (in range)
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op order must be a permutation of [0, 4), but 4 is out of range}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 4>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: block >= 1
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op block must be >= 1, got 0}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 0 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}

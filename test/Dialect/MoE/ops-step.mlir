@@ -139,6 +139,13 @@ func.func @balance_bias(%experts: tensor<2x4x2xi32>) {
   return
 }
 
+// CHECK-LABEL: func.func @place_slots
+func.func @place_slots(%slots: tensor<2x4x2xi32>, %counts: tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>) {
+  // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, order = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  %s, %c = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return %s, %c : tensor<2x4x2xi32>, tensor<4xi32>
+}
+
 // CHECK-LABEL: func.func @fused_gating
 func.func @fused_gating(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>, %dout: tensor<2x4x8xf32>)
     -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4x8xf32>, tensor<2x4x2xf32>, tensor<f32>, tensor<4xi32>) {

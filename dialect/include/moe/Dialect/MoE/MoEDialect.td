@@ -68,6 +68,10 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kCodecChoiceAttrName = "moe.codec_choice";
     /// On a moe.param: held as one rank's block along dimension 0.
     static constexpr ::llvm::StringLiteral kShardAttrName = "moe.shard";
+    /// On a sharded moe.param: the global rows each ep rank holds, in rank
+    /// order (rank r: entries [r n, (r+1) n) for n local rows); absent:
+    /// rank r holds the contiguous block [r n, (r+1) n).
+    static constexpr ::llvm::StringLiteral kShardRowsAttrName = "moe.shard_rows";
     /// On a function: the evaluation step (forward only, no update).
     static constexpr ::llvm::StringLiteral kNoGradAttrName = "moe.no_grad";
     /// On a step function result: the parameter it is the gradient of.

@@ -130,4 +130,33 @@ def MoE_UnpermuteGradOp : MoE_Op<"unpermute_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def MoE_PlaceSlotsOp : MoE_Op<"place_slots", [Pure]> {
+  let summary = "moves fused gating's slots from expert order to a placement's order";
+  let description = [{
+    A dispatch buffer holds `block` slots per expert, expert `e`'s at rows
+    `[e * block, (e + 1) * block)`. On a step partitioned over a placement
+    whose ranks hold experts out of order (pinned experts), the buffer is
+    laid out in the placement's order instead, so that each rank's experts
+    are one contiguous block for the `all_to_all`: `order[p]` is the expert
+    at position `p` (rank `r`'s experts at positions `[r E/ep, (r+1) E/ep)`).
+    With `pos` the inverse of `order`:
+    `result_slots = pos[s / block] * block + s % block` for every slot
+    `s >= 0` of `slots` (-1, a dropped token-slot, stays -1), and
+    `result_counts[p] = counts[order[p]]`.
+    ```mlir
+    %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 6 : i64}
+        : (tensor<4x3x2xi32>, tensor<4xi32>) -> (tensor<4x3x2xi32>, tensor<4xi32>)
+    ```
+    Constraints: `order` is a permutation of `[0, E)` with `E` the size of
+    `counts` (`[E]`); `block >= 1`; the results have the operands' types.
+  }];
+  let arguments = (ins MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
+                       DenseI64ArrayAttr:$order, I64Attr:$block);
+  let results = (outs MoE_IndexTensor:$result_slots, MoE_IndexTensor:$result_counts);
+  let assemblyFormat = [{
+    $slots `,` $counts attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOE_FUSED_OPS_TD
