@@ -1,6 +1,7 @@
 //===- CostModel.cpp - step time and memory of a partitioned step ---------===//
 
 #include "moe/Transforms/CostModel.h"
+#include "moe/Dialect/MoE/MoEOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -83,8 +84,10 @@ double sharedHostTime(const Cluster &c, const std::map<unsigned, int64_t> &nodes
 } // namespace
 
 FailureOr<Cluster> Cluster::fromAttr(DictionaryAttr attr,
-                                     function_ref<InFlightDiagnostic()> emitError) {
+                                     function_ref<InFlightDiagnostic()> emitError,
+                                     StringRef precision) {
   Cluster c;
+  c.precision = precision.str();
   if (auto n = attr.getAs<StringAttr>("name"))
     c.name = n.str();
   auto kinds = attr.getAs<DictionaryAttr>("device_kinds");
@@ -100,6 +103,9 @@ FailureOr<Cluster> Cluster::fromAttr(DictionaryAttr attr,
       return emitError() << "moe.cluster device kind '" << kind.name
                          << "' needs positive peak_flops_f32, "
                             "memory_bandwidth and memory_bytes";
+    kind.flops = precision == "f32" ? 0 : number(d, ("peak_flops_" + precision).str());
+    if (!(kind.flops > 0))
+      kind.flops = kind.flopsF32;
     kindIndex[kind.name] = c.kinds.size();
     c.kinds.push_back(kind);
   }
@@ -134,6 +140,17 @@ FailureOr<Cluster> Cluster::fromAttr(DictionaryAttr attr,
     return emitError() << "moe.cluster with several nodes needs an "
                           "inter_node_link with a positive bandwidth";
   return c;
+}
+
+std::string mlir::moe::cost::precisionOf(ModuleOp module) {
+  for (ParamOp p : module.getOps<ParamOp>()) {
+    Type t = p.getTensorType().getElementType();
+    if (t.isBF16())
+      return "bf16";
+    if (t.isF16())
+      return "f16";
+  }
+  return "f32";
 }
 
 OpCost mlir::moe::cost::costOf(Operation *op) {
@@ -171,7 +188,7 @@ OpCost mlir::moe::cost::costOf(Operation *op) {
 }
 
 double mlir::moe::cost::computeTime(const OpCost &c, const DeviceKind &kind) {
-  return std::max(c.flops / kind.flopsF32, c.bytes / kind.memoryBandwidth);
+  return std::max(c.flops / kind.flops, c.bytes / kind.memoryBandwidth);
 }
 
 double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group, double bytes) {

@@ -341,8 +341,8 @@ void PlanShardingPass::runOnOperation() {
                      "module attribute (moe-translate --cluster FILE)");
     return signalPassFailure();
   }
-  FailureOr<Cluster> cluster =
-      Cluster::fromAttr(clusterAttr, [&] { return mlir::emitError(module.getLoc()); });
+  FailureOr<Cluster> cluster = Cluster::fromAttr(
+      clusterAttr, [&] { return mlir::emitError(module.getLoc()); }, cost::precisionOf(module));
   if (failed(cluster))
     return signalPassFailure();
 
@@ -654,7 +654,8 @@ void PlanShardingPass::runOnOperation() {
     os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model") << " on "
        << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
        << "step: " << llvm::format("%.4g", step.flops / 1e9) << " GFLOP"
-       << (step.forwardOnly ? " (forward x 3)" : "") << ", parameters "
+       << (step.forwardOnly ? " (forward x 3)" : "") << " in " << cluster->precision
+       << " (the devices' " << cluster->precision << " peaks), parameters "
        << gigabytes(step.denseParamBytes) << " dense + " << gigabytes(step.expertParamBytes)
        << " experts, activations " << gigabytes(step.activationBytes) << "\n"
        << llvm::format("  %-1s %5s %5s %3s %4s %12s %12s %12s %12s %12s %12s  %s\n", "", "dp", "ep",
@@ -715,6 +716,7 @@ void PlanShardingPass::runOnOperation() {
     llvm::json::Object report{{"cluster", cluster->name},
                               {"devices", n},
                               {"step_gflop", step.flops / 1e9},
+                              {"precision", cluster->precision},
                               {"forward_only", step.forwardOnly},
                               {"dense_parameter_bytes", step.denseParamBytes},
                               {"expert_parameter_bytes", step.expertParamBytes},

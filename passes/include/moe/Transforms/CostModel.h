@@ -16,6 +16,7 @@
 #define MOE_TRANSFORMS_COSTMODEL_H
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/Support/LLVM.h"
 
@@ -33,6 +34,9 @@ struct Link {
 struct DeviceKind {
   std::string name;
   double flopsF32 = 0, memoryBandwidth = 0, memoryBytes = 0;
+  /// The peak the cost model computes with: the one of the cluster's
+  /// precision (flopsF32 where the kind gives none for it).
+  double flops = 0;
 };
 
 /// The devices of a cluster in rank order: nodes in file order, devices of
@@ -48,6 +52,9 @@ struct Cluster {
   std::vector<int64_t> nodeCores;
   std::vector<int64_t> nodeRanks; ///< node -> ranks on it
   Link interNode;
+  /// The element type the step computes in ("f32", "bf16", "f16"): it
+  /// chooses each kind's peak (DeviceKind::flops).
+  std::string precision = "f32";
 
   int64_t numRanks() const { return static_cast<int64_t>(rankKind.size()); }
   /// Ranks sharing `rank`'s host and its kind's compute and memory (1 for a
@@ -58,10 +65,12 @@ struct Cluster {
   }
   const DeviceKind &kindOf(int64_t rank) const { return kinds[rankKind[rank]]; }
 
-  /// Reads a `moe.cluster` dictionary (docs/ClusterJSON.md); errors go to
-  /// `emitError` and return failure.
+  /// Reads a `moe.cluster` dictionary (docs/ClusterJSON.md) for a step
+  /// computing in `precision` (f32, bf16 or f16: the peaks the kinds give
+  /// for it); errors go to `emitError` and return failure.
   static FailureOr<Cluster> fromAttr(DictionaryAttr attr,
-                                     function_ref<InFlightDiagnostic()> emitError);
+                                     function_ref<InFlightDiagnostic()> emitError,
+                                     StringRef precision = "f32");
 };
 
 /// Work of one op of the unpartitioned step.
@@ -74,7 +83,11 @@ struct OpCost {
 /// results) of `op`; elementwise and data-movement ops are bytes only.
 OpCost costOf(Operation *op);
 
-/// Roofline time of `c` on `kind`.
+/// The precision a module's step computes in: "bf16" or "f16" when its
+/// parameters are, else "f32".
+std::string precisionOf(ModuleOp module);
+
+/// Roofline time of `c` on `kind` (at the cluster's precision's peak).
 double computeTime(const OpCost &c, const DeviceKind &kind);
 
 /// A communicator group: the ranks taking part.
