@@ -188,7 +188,8 @@ OpCost mlir::moe::cost::costOf(Operation *op) {
 }
 
 double mlir::moe::cost::computeTime(const OpCost &c, const DeviceKind &kind) {
-  return std::max(c.flops / kind.flops, c.bytes / kind.memoryBandwidth);
+  double peak = kind.flops > 0 ? kind.flops : kind.flopsF32;
+  return std::max(c.flops / peak, c.bytes / kind.memoryBandwidth);
 }
 
 double mlir::moe::cost::allReduceTime(const Cluster &cluster, const Group &group, double bytes) {

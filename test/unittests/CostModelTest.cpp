@@ -7,6 +7,9 @@
 
 #include "moe/Transforms/CostModel.h"
 
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/MLIRContext.h"
+
 #include <gtest/gtest.h>
 
 using namespace mlir::moe::cost;
@@ -80,6 +83,40 @@ TEST(CostModelTest, RooflineTakesTheSlowerOfComputeAndMemory) {
   DeviceKind k{"dev", 1e12, 1e11, 8e10};
   EXPECT_DOUBLE_EQ(computeTime({2e12, 1e9, false}, k), 2.0);  // compute-bound
   EXPECT_DOUBLE_EQ(computeTime({1e9, 1e12, false}, k), 10.0); // memory-bound
+}
+
+// The cluster's precision chooses each kind's peak: bf16 where the kind
+// gives one, f32 where it does not.
+TEST(CostModelTest, PeaksFollowTheStepsPrecision) {
+  mlir::MLIRContext context;
+  mlir::Builder b(&context);
+  auto kind = [&](double f32, double bf16) {
+    return b.getDictionaryAttr({b.getNamedAttr("peak_flops_f32", b.getF64FloatAttr(f32)),
+                                b.getNamedAttr("peak_flops_bf16", b.getF64FloatAttr(bf16)),
+                                b.getNamedAttr("memory_bandwidth", b.getF64FloatAttr(1e12)),
+                                b.getNamedAttr("memory_bytes", b.getF64FloatAttr(8e10))});
+  };
+  auto node = b.getDictionaryAttr(
+      {b.getNamedAttr("device", b.getStringAttr("gpu")),
+       b.getNamedAttr("count", b.getF64FloatAttr(1)),
+       b.getNamedAttr("devices_per_node", b.getF64FloatAttr(2)),
+       b.getNamedAttr("intra_node_link", b.getDictionaryAttr({b.getNamedAttr(
+                                             "bandwidth", b.getF64FloatAttr(1e11))}))});
+  auto attr = b.getDictionaryAttr(
+      {b.getNamedAttr("device_kinds",
+                      b.getDictionaryAttr({b.getNamedAttr("gpu", kind(6e13, 9.9e14)),
+                                           b.getNamedAttr("old", kind(1e13, 0))})),
+       b.getNamedAttr("nodes", b.getArrayAttr({node}))});
+  auto fail = [&] { return mlir::emitError(mlir::UnknownLoc::get(&context)); };
+  mlir::FailureOr<Cluster> f32 = Cluster::fromAttr(attr, fail);
+  mlir::FailureOr<Cluster> bf16 = Cluster::fromAttr(attr, fail, "bf16");
+  ASSERT_TRUE(mlir::succeeded(f32) && mlir::succeeded(bf16));
+  OpCost gemm{9.9e14, 1e6, false};
+  EXPECT_DOUBLE_EQ(computeTime(gemm, f32->kinds[0]), 9.9e14 / 6e13);
+  EXPECT_DOUBLE_EQ(computeTime(gemm, bf16->kinds[0]), 1.0);
+  EXPECT_EQ(bf16->precision, "bf16");
+  // A kind without a bf16 peak computes at its f32 peak.
+  EXPECT_DOUBLE_EQ(computeTime(gemm, bf16->kinds[1]), 9.9e14 / 1e13);
 }
 
 } // namespace

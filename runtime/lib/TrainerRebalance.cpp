@@ -1,0 +1,267 @@
+//===- TrainerRebalance.cpp - moving experts between ranks while training -===//
+//
+// Online load balancing (--rebalance-every N). The load monitor keeps a
+// moving average of each expert's routed token-slots per MoE layer (the
+// whole batch's, identical on every rank; exponential, spanning about N
+// steps). Every N steps, a placement
+// algorithm proposes, per layer, a new assignment of the experts to the ep
+// ranks (each rank keeps E/ep experts: longest-processing-time first onto the
+// least loaded rank with room, an expert staying where it is on ties), and a
+// rule decides whether moving pays:
+//
+//   gain = N x step seconds x f x (1 - new max rank load / old max rank load)
+//   cost = bytes to move x seconds per byte (the last migration's, measured;
+//          one step's time before the first)
+//
+// where f is the share of the step the expert FFNs take, estimated from the
+// program (a token's expert FLOPs, top-k routed experts, over all its
+// FLOPs, both from the parameter shapes). A layer moves when gain > cost.
+// The migration all-gathers the layer's expert weights and AdamW moments
+// over each ep group and every rank keeps the rows of its new experts: the
+// mathematics is unchanged (every expert computes the same rows wherever it
+// is), so the losses equal a run without rebalancing. Every input of the
+// decision is the same on every rank (loads are all-reduced, step times
+// averaged), so all ranks move together.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+
+using namespace moert::trainer;
+
+namespace {
+
+/// Each ep rank's token-slots under `order` (rank r holds positions
+/// [r E/ep, (r+1) E/ep)).
+std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
+                              int ep) {
+  std::vector<double> ranks(ep, 0.0);
+  size_t local = order.size() / ep;
+  for (size_t p = 0; p < order.size(); ++p)
+    ranks[p / local] += load[order[p]];
+  return ranks;
+}
+
+double balancednessOf(const std::vector<double> &ranks) {
+  double max = *std::max_element(ranks.begin(), ranks.end());
+  double mean = std::accumulate(ranks.begin(), ranks.end(), 0.0) / ranks.size();
+  return max > 0 ? mean / max : 1.0;
+}
+
+/// The new order: experts by load, heaviest first, each onto the least
+/// loaded rank with room (its current rank on ties); each rank's experts
+/// keep their old relative order.
+std::vector<int32_t> proposeOrder(const std::vector<double> &load,
+                                  const std::vector<int32_t> &order, int ep) {
+  size_t experts = order.size(), local = experts / ep;
+  std::vector<int> current(experts);
+  for (size_t p = 0; p < experts; ++p)
+    current[order[p]] = static_cast<int>(p / local);
+  std::vector<int32_t> byLoad(experts);
+  std::iota(byLoad.begin(), byLoad.end(), 0);
+  std::stable_sort(byLoad.begin(), byLoad.end(),
+                   [&](int32_t a, int32_t b) { return load[a] > load[b]; });
+  std::vector<double> ranks(ep, 0.0);
+  std::vector<std::vector<int32_t>> held(ep);
+  for (int32_t e : byLoad) {
+    int best = -1;
+    for (int r = 0; r < ep; ++r) {
+      if (held[r].size() == local)
+        continue;
+      if (best < 0 || ranks[r] < ranks[best] || (ranks[r] == ranks[best] && r == current[e]))
+        best = r;
+    }
+    held[best].push_back(e);
+    ranks[best] += load[e];
+  }
+  std::vector<int32_t> next;
+  for (int r = 0; r < ep; ++r) {
+    std::vector<int32_t> mine = held[r];
+    // Old positions first: experts that stay keep their order.
+    std::stable_sort(mine.begin(), mine.end(), [&](int32_t a, int32_t b) {
+      auto at = [&](int32_t e) { return std::find(order.begin(), order.end(), e) - order.begin(); };
+      return at(a) < at(b);
+    });
+    next.insert(next.end(), mine.begin(), mine.end());
+  }
+  return next;
+}
+
+} // namespace
+
+void Trainer::checkRebalance() const {
+  if (o.rebalanceEvery <= 0)
+    return;
+  if (ep < 2)
+    die("--rebalance-every moves experts between expert-parallel ranks; this binary has ep = " +
+        std::to_string(ep) + " (compile with moec --ranks N for ep > 1)");
+  bool placed = false;
+  for (int i = 0; i < prog.num_params; ++i)
+    placed |= prog.params[i].shard_layer >= 0;
+  if (!placed)
+    die("--rebalance-every: this step program's expert placement is fixed (recompile it with "
+        "this moec)");
+  if (prog.step_codec_bytes > 0)
+    die("--rebalance-every with compressed gradient all-reduces is not supported yet: their "
+        "per-rank codec state would not move with the experts");
+}
+
+/// The share of a step's compute in the routed experts: per token, top-k
+/// experts' FFN weights against every weight it multiplies (2 FLOPs per
+/// weight each way, the same factor for all, so weights suffice).
+double Trainer::expertShare(double topK) const {
+  double expert = 0, other = 0;
+  for (int i = 0; i < prog.num_params; ++i) {
+    const moert_param_info &p = prog.params[i];
+    double n = 1;
+    for (int d = 0; d < p.rank; ++d)
+      n *= static_cast<double>(p.shape[d]);
+    if (p.rank < 2)
+      continue; // gains and biases: no matrix products
+    if (p.shard_layer >= 0)
+      expert += n * std::max(p.shard_parts, 1) / prog.layer_experts[p.shard_layer] * topK;
+    else if (std::string(p.name) != "tok_emb")
+      other += n; // the embedding is a lookup
+  }
+  return expert + other > 0 ? expert / (expert + other) : 0;
+}
+
+void Trainer::rebalance(long long s, double stepSeconds) {
+  if (o.rebalanceEvery <= 0)
+    return;
+  // An exponential moving average of each expert's token-slots spanning
+  // about one window (weight 2 / (N + 1) on the newest step): routing
+  // drifts while training, so recent steps predict the next ones best.
+  double alpha = 2.0 / (o.rebalanceEvery + 1.0);
+  if (loadWindow.empty())
+    loadWindow.assign(expertCounts.begin(), expertCounts.end());
+  for (size_t e = 0; e < expertCounts.size(); ++e)
+    loadWindow[e] += alpha * (expertCounts[e] - loadWindow[e]);
+  // Every rank decides from the same numbers: the mean step time.
+  float seconds = static_cast<float>(stepSeconds);
+  if (moert_step_all_reduce(&ctx, &seconds, &seconds, 1,
+                            MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": rebalancing");
+  windowSeconds += seconds;
+  ++windowSteps;
+  if ((s + 1) % o.rebalanceEvery != 0 || s + 1 == o.steps)
+    return;
+
+  double slots = std::accumulate(loadWindow.begin(), loadWindow.end(), 0.0);
+  double topK =
+      slots / static_cast<double>(globalBatch * prog.seq_len * std::max(prog.num_moe_layers, 1));
+  double share = expertShare(topK), meanStep = windowSeconds / windowSteps;
+  auto start = std::chrono::steady_clock::now();
+  int64_t sentBefore = comm ? moert_comm_bytes(comm, MOERT_ALL_GATHER) : 0;
+  nlohmann::json moved = nlohmann::json::array(), before = nlohmann::json::array(),
+                 after = nlohmann::json::array();
+  int expertsMoved = 0;
+  size_t offset = 0;
+  for (int l = 0; l < prog.num_moe_layers; ++l) {
+    size_t experts = prog.layer_experts[l];
+    std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
+    offset += experts;
+    std::vector<int32_t> next = proposeOrder(load, expertOrder[l], ep);
+    std::vector<double> oldRanks = rankLoads(load, expertOrder[l], ep);
+    std::vector<double> newRanks = rankLoads(load, next, ep);
+    double oldMax = *std::max_element(oldRanks.begin(), oldRanks.end());
+    double newMax = *std::max_element(newRanks.begin(), newRanks.end());
+    // Rows that change rank, times parameter and moments.
+    size_t local = experts / ep;
+    int changing = 0;
+    for (size_t p = 0; p < experts; ++p) {
+      size_t was =
+          std::find(expertOrder[l].begin(), expertOrder[l].end(), next[p]) - expertOrder[l].begin();
+      changing += was / local != p / local;
+    }
+    double bytes = 0;
+    for (int i = 0; i < prog.num_params; ++i)
+      if (prog.params[i].shard_layer == l)
+        bytes += 3.0 * 4.0 * numel(prog.params[i]) / static_cast<double>(local) * changing;
+    double gain = o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
+    double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
+    if (changing == 0 || !(gain > cost))
+      continue;
+    before.push_back(balancednessOf(oldRanks));
+    after.push_back(balancednessOf(newRanks));
+    moved.push_back(l);
+    expertsMoved += changing;
+    migrate(l, std::move(next));
+  }
+  windowSeconds = 0;
+  windowSteps = 0;
+  if (moved.empty())
+    return;
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int64_t sent = (comm ? moert_comm_bytes(comm, MOERT_ALL_GATHER) : 0) - sentBefore;
+  float perByte[2] = {static_cast<float>(took), static_cast<float>(sent)};
+  if (moert_step_all_reduce(&ctx, perByte, perByte, 2,
+                            MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": rebalancing");
+  if (perByte[1] > 0)
+    secondsPerByte = perByte[0] / perByte[1];
+  if (lead) {
+    std::printf("step %lld: moved %d experts between ranks (layers", s + 1, expertsMoved);
+    for (auto &l : moved)
+      std::printf(" %d", l.get<int>());
+    std::printf("), balancedness");
+    for (size_t i = 0; i < moved.size(); ++i)
+      std::printf(" %.2f -> %.2f", before[i].get<double>(), after[i].get<double>());
+    std::printf(", %.1f MB in %.3f s\n", sent / 1e6, took);
+  }
+  if (metrics)
+    writeMetrics({{"step", s + 1},
+                  {"migration",
+                   {{"layers", moved},
+                    {"experts_moved", expertsMoved},
+                    {"bytes", sent},
+                    {"seconds", took},
+                    {"balancedness_before", before},
+                    {"balancedness_predicted", after}}}});
+}
+
+/// Moves layer `l` to `order`: every rank gathers the layer's full expert
+/// tensors (weights, moments) over its ep group and keeps its new rows.
+void Trainer::migrate(int l, std::vector<int32_t> order) {
+  std::vector<std::pair<int, moert::AlignedFloats *>> tensors;
+  for (int i = 0; i < prog.num_params; ++i)
+    if (prog.params[i].shard_layer == l) {
+      tensors.push_back({i, &params[i]});
+      if (!moments[2 * i].empty()) {
+        tensors.push_back({i, &moments[2 * i]});
+        tensors.push_back({i, &moments[2 * i + 1]});
+      }
+    }
+  std::vector<std::vector<float>> full;
+  for (auto &[i, t] : tensors)
+    full.push_back(gatherFull(*t, i));
+  expertOrder[l] = std::move(order);
+  orderPtrs[l] = expertOrder[l].data();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    auto &[i, t] = tensors[k];
+    std::vector<int64_t> rows = rowsOf(i, epIndex);
+    size_t rowSize = t->size() / rows.size();
+    for (size_t j = 0; j < rows.size(); ++j)
+      std::copy_n(full[k].begin() + rows[j] * rowSize, rowSize, t->begin() + j * rowSize);
+  }
+}
+
+/// Each MoE layer's balancedness in the last step: the mean over the max of
+/// the ep ranks' token-slots under the placement in force (1: even).
+nlohmann::json Trainer::balancedness() const {
+  nlohmann::json layers = nlohmann::json::array();
+  size_t offset = 0;
+  for (int l = 0; l < prog.num_moe_layers; ++l) {
+    size_t experts = prog.layer_experts[l];
+    std::vector<double> load(expertCounts.begin() + offset,
+                             expertCounts.begin() + offset + experts);
+    offset += experts;
+    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep)));
+  }
+  return layers;
+}
