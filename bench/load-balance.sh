@@ -6,6 +6,7 @@
 #   bias      DeepSeek-V3's selection bias with its load rule (u = 0.001) and
 #             the same auxiliary loss,
 #   bias-only the selection bias alone (auxiliary loss 0),
+#   bias-fast the selection bias alone with u = 0.01,
 # for each of SEEDS (1 2 3). Reported over steps 100-STEPS: the share of
 # token-slots dropped past capacity (factor 1.25), the mean over steps and
 # layers of the max/mean expert load, and the final validation loss. Part of
@@ -22,7 +23,7 @@ corpus="$build/kjv.txt"
 [ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
 echo "== load balancing: 16 experts top-2, $steps steps per run, seeds $seeds"
 : > "$out/load-balance.jsonl"
-for run in aux bias bias-only; do
+for run in aux bias bias-only bias-fast; do
   model="$out/lb-$run.json"
   "$py" - examples/models/tiny.json "$model" "$run" "$steps" <<'PY'
 import json, sys
@@ -33,8 +34,8 @@ m["seq_len"], m["batch_size"] = 128, 16
 m["moe"].update({"num_experts": 16, "top_k": 2, "expert_ffn_dim": 64, "capacity_factor": 1.25})
 if run != "aux":
     m["moe"]["router_bias"] = True
-    m["moe"]["router_bias_update_rate"] = 0.001
-if run == "bias-only":
+    m["moe"]["router_bias_update_rate"] = 0.01 if run == "bias-fast" else 0.001
+if run in ("bias-only", "bias-fast"):
     m["moe"]["aux_loss_coef"] = 0.0
 m["optimizer"]["total_steps"] = max(steps, m["optimizer"]["warmup_steps"])
 json.dump(m, open(sys.argv[2], "w"), indent=1)

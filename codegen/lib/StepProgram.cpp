@@ -184,10 +184,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
     auto c = kernel.getConfig();
     os << "  {\n    static const int32_t order[] = {";
     llvm::interleaveComma(c.getAs<DenseI64ArrayAttr>("order").asArrayRef(), os);
+    std::string table = "order";
+    if (auto layer = c.getAs<IntegerAttr>("layer"))
+      table =
+          "ctx->expert_order ? ctx->expert_order[" + std::to_string(layer.getInt()) + "] : order";
     os << "};\n    moert_place_slots(" << pointer(op.getResult(0)) << ", "
        << pointer(op.getOperand(0)) << ", " << numel(op.getOperand(0)) << ", "
        << pointer(op.getResult(1)) << ", " << pointer(op.getOperand(1)) << ", "
-       << numel(op.getOperand(1)) << ", order, " << c.getAs<IntegerAttr>("block").getInt()
+       << numel(op.getOperand(1)) << ", " << table << ", " << c.getAs<IntegerAttr>("block").getInt()
        << ");\n  }\n";
     return success();
   }
@@ -497,7 +501,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
       os << "kShardRows" << rowTables.at(rows);
     else
       os << "nullptr";
-    os << "},\n";
+    auto layer = p->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
+    os << ", " << (layer ? layer.getInt() : -1) << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||

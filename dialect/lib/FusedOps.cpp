@@ -125,5 +125,7 @@ LogicalResult PlaceSlotsOp::verify() {
   }
   if (int64_t block = getBlockAttr().getInt(); block < 1)
     return emitOpError() << "block must be >= 1, got " << block;
+  if (getLayerAttr() && getLayerAttr().getInt() < 0)
+    return emitOpError() << "layer must be >= 0, got " << getLayerAttr().getInt();
   return success();
 }

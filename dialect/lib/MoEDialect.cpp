@@ -109,6 +109,14 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitError("'moe.shard' must be [\"ep\"] on a moe.param");
     return success();
   }
+  if (name == kShardLayerAttrName) {
+    auto layer = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ParamOp>(op) || !layer || layer.getValue().isNegative() ||
+        !op->hasAttr(kShardAttrName))
+      return op->emitError("'moe.shard_layer' must be a non-negative integer on a moe.param "
+                           "with 'moe.shard'");
+    return success();
+  }
   if (name == kShardRowsAttrName) {
     // Which global rows each ep rank's block holds (a pinned placement).
     auto param = dyn_cast<ParamOp>(op);

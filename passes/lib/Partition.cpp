@@ -92,6 +92,9 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
   OpBuilder b(fn.getContext());
   ArrayAttr axes = b.getStrArrayAttr({"ep"});
   SmallVector<ExpertFFNOp> ffns(fn.getOps<ExpertFFNOp>());
+  // The MoE layer of each FFN: its index among the step's (that of its
+  // fused gate among the gates, as the step program numbers layers).
+  int64_t layer = 0;
   for (ExpertFFNOp ffn : ffns) {
     auto x = cast<RankedTensorType>(ffn.getX().getType());
     int64_t experts = x.getShape()[0], slots = x.getShape()[1];
@@ -124,29 +127,37 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
     if (auto permute = ffn.getX().getDefiningOp<PermuteOp>())
       gate = permute.getSlots().getDefiningOp<FusedGateOp>();
     Value gateCounts = gate ? gate.getCounts() : Value();
-    if (!order.empty()) {
+    if (!order.empty() && !gate)
+      return ffn.emitOpError("a placement with experts out of order needs fused gating "
+                             "(run moe-fuse-gating first)");
+    if (gate) {
       // The dispatch buffer in placement order: each rank's experts are one
       // block. Every user of the slots (permute, unpermute and, later,
-      // their gradients) reads the placed ones.
-      if (!gate)
-        return ffn.emitOpError("a placement with experts out of order needs fused gating "
-                               "(run moe-fuse-gating first)");
+      // their gradients) reads the placed ones. The order is the runtime's
+      // table of this layer (`layer`), so experts can move between ranks
+      // while training; it starts as the placement's (or expert order).
+      bool inOrder = order.empty();
+      if (inOrder)
+        for (int64_t e = 0; e < experts; ++e)
+          order.push_back(e);
       b.setInsertionPointAfter(gate);
-      auto placed = PlaceSlotsOp::create(
-          b, gate.getLoc(), gate.getSlots().getType(), gate.getCounts().getType(), gate.getSlots(),
-          gate.getCounts(), b.getDenseI64ArrayAttr(order), b.getI64IntegerAttr(slots));
+      auto placed = PlaceSlotsOp::create(b, gate.getLoc(), gate.getSlots().getType(),
+                                         gate.getCounts().getType(), gate.getSlots(),
+                                         gate.getCounts(), b.getDenseI64ArrayAttr(order),
+                                         b.getI64IntegerAttr(slots), b.getI64IntegerAttr(layer));
       gate.getSlots().replaceAllUsesExcept(placed.getResultSlots(), placed);
       gateCounts = placed.getResultCounts();
       for (Value w : ffn->getOperands().drop_front()) {
         auto param = module.lookupSymbol<ParamOp>(w.getDefiningOp<GetParamOp>().getNameAttr());
-        auto rows = b.getDenseI64ArrayAttr(order);
-        if (auto had = param->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName);
-            had && had != rows)
-          return ffn.emitOpError()
-                 << "'" << param.getSymName() << "' is placed in two orders by two expert FFNs";
-        param->setAttr(MoEDialect::kShardRowsAttrName, rows);
+        if (auto had = param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
+            had && had.getInt() != layer)
+          return ffn.emitOpError() << "'" << param.getSymName() << "' is placed by two MoE layers";
+        param->setAttr(MoEDialect::kShardLayerAttrName, b.getI64IntegerAttr(layer));
+        if (!inOrder)
+          param->setAttr(MoEDialect::kShardRowsAttrName, b.getDenseI64ArrayAttr(order));
       }
     }
+    ++layer;
     b.setInsertionPoint(ffn);
     auto local3 = withDim(withDim(x, 0, local), 1, slots * ep);
     // Ragged when the buffer holds one routing group: expert e's routed

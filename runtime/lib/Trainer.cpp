@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -35,30 +36,20 @@ int64_t moert::trainer::numel(const moert_param_info &p) {
   return n;
 }
 
-std::vector<int64_t> moert::trainer::shardRows(const moert_param_info &p, int epIndex) {
-  int64_t local = p.rank > 0 ? p.shape[0] : 1;
-  int parts = std::max(p.shard_parts, 1);
-  int64_t block = parts > 1 ? epIndex : 0;
-  std::vector<int64_t> rows(static_cast<size_t>(local));
-  for (int64_t j = 0; j < local; ++j)
-    rows[j] = parts > 1 && p.shard_rows ? p.shard_rows[block * local + j] : block * local + j;
-  return rows;
-}
-
 namespace {
 
 /// The reference interpreter's initialisation, element for element: the
 /// full tensors are drawn in order on every rank, and a shard keeps its
-/// rows (those of ep rank `epIndex`), so every grid starts from the same
-/// model.
-void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed, int epIndex) {
+/// rows (`rowsOf`), so every grid starts from the same model.
+void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed,
+                const std::function<std::vector<int64_t>(int)> &rowsOf) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < moec_program.num_params; ++i) {
     const moert_param_info &p = moec_program.params[i];
     std::normal_distribution<double> normal(0.0, p.scale > 0 ? p.scale : 1.0);
     std::uniform_real_distribution<double> uniform(-p.scale, p.scale);
     size_t n = params[i].size(), parts = std::max(p.shard_parts, 1);
-    std::vector<int64_t> rows = moert::trainer::shardRows(p, epIndex);
+    std::vector<int64_t> rows = rowsOf(i);
     size_t rowSize = n / rows.size();
     // The full tensor's row -> this block's row (-1: another rank's).
     std::vector<int64_t> localOf(rows.size() * parts, -1);
@@ -131,7 +122,39 @@ void Trainer::initialiseParameters() {
       moments[2 * i + 1].assign(params[i].size(), 0.0f);
     }
   }
-  initialise(params, sh.seed, epIndex);
+  // Each MoE layer's placement starts as the program's: a pinned order
+  // (its weights' shard_rows) or expert order.
+  expertOrder.resize(std::max(prog.num_moe_layers, 0));
+  for (int l = 0; l < prog.num_moe_layers; ++l)
+    for (int32_t e = 0; e < prog.layer_experts[l]; ++e)
+      expertOrder[l].push_back(e);
+  for (int i = 0; i < prog.num_params; ++i) {
+    const moert_param_info &p = prog.params[i];
+    if (p.shard_layer < 0 || !p.shard_rows)
+      continue;
+    if (p.shard_layer >= prog.num_moe_layers ||
+        p.shape[0] * std::max(p.shard_parts, 1) != prog.layer_experts[p.shard_layer])
+      die(std::string("the step program's placement of '") + p.name + "' does not fit its layer");
+    expertOrder[p.shard_layer].assign(p.shard_rows,
+                                      p.shard_rows + prog.layer_experts[p.shard_layer]);
+  }
+  initialise(params, sh.seed, [&](int i) { return rowsOf(i, epIndex); });
+}
+
+std::vector<int64_t> Trainer::rowsOf(int i, int e) const {
+  const moert_param_info &p = prog.params[i];
+  int64_t local = p.rank > 0 ? p.shape[0] : 1;
+  int parts = std::max(p.shard_parts, 1);
+  std::vector<int64_t> rows(static_cast<size_t>(local));
+  for (int64_t j = 0; j < local; ++j) {
+    int64_t at = parts > 1 ? e * local + j : j;
+    rows[j] = parts == 1 ? j
+              : p.shard_layer >= 0 && p.shard_layer < (int)expertOrder.size()
+                  ? expertOrder[p.shard_layer][at]
+              : p.shard_rows ? p.shard_rows[at]
+                             : at;
+  }
+  return rows;
 }
 
 /// The arenas, the expert counters and the context the step program runs
@@ -162,6 +185,9 @@ void Trainer::bindContext(moert::CodecStates restored) {
                       nullptr,
                       {0, 0, 0, 0, 0, 0},
                       0};
+  for (auto &order : expertOrder)
+    orderPtrs.push_back(order.data());
+  ctx.expert_order = orderPtrs.empty() ? nullptr : orderPtrs.data();
   // Per-parameter gradient squares for the metrics' grad_norm_groups (every
   // rank: they are summed over the ranks).
   if (!o.metrics.empty()) {
@@ -192,6 +218,7 @@ int Trainer::run() {
   checkValidationSplit();
   checkSampling();
   checkCheckpointPath();
+  checkRebalance();
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
@@ -237,6 +264,7 @@ long long Trainer::trainLoop() {
     long long dropped = gatherLoad(s);
     if (lead)
       reportStep(s, result, bytes, dropped, runStart);
+    rebalance(s, result.seconds);
     if (canEval && o.evalEvery > 0 && (s + 1) % o.evalEvery == 0 && s + 1 != o.steps)
       evaluate(s + 1);
     if (o.checkpointEvery > 0 && (s + 1) % o.checkpointEvery == 0 && s + 1 != o.steps)
@@ -278,7 +306,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (!std::isfinite(ctx.grad_norm))
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now};
+  return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now, seconds};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -415,7 +443,8 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"comm_bytes_ragged_bound", prog.step_ragged_bound},
          {"codec_bytes",
           {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
-         {"expert_tokens", expertTokens()}});
+         {"expert_tokens", expertTokens()},
+         {"balancedness", balancedness()}});
 }
 
 /// The last step's token-slots per expert, one array per MoE layer.

@@ -61,11 +61,6 @@ int trainRank(const Shared &sh, moert_comm *comm);
 /// The elements of parameter `p` (of this rank's block).
 int64_t numel(const moert_param_info &p);
 
-/// The full tensor's rows that ep rank `epIndex` holds of parameter `p`, in
-/// the block's order: every row when `p` is not sharded; the contiguous
-/// block, or the pinned placement's rows (shard_rows), when it is.
-std::vector<int64_t> shardRows(const moert_param_info &p, int epIndex);
-
 class Trainer {
 public:
   /// Grid coordinates, samplers, parameters (initialised from the seed, or
@@ -101,6 +96,7 @@ private:
     nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
+    double seconds; ///< the step program's time
   };
 
   // Set-up (Trainer.cpp).
@@ -111,6 +107,7 @@ private:
 
   // Checkpoints (TrainerCheckpoint.cpp).
   moert::CodecStates resumeFromCheckpoint();
+  void restorePlacement(const nlohmann::json &state);
   void restoreParameters(const moert::TensorMap &tensors);
   moert::CodecStates restoreCodecStates(const moert::TensorMap &tensors);
   /// Checks --checkpoint can be written (creating it) before any step.
@@ -119,6 +116,7 @@ private:
   /// rank writes). Refuses a non-finite state, keeping the last checkpoint.
   void saveCheckpoint(long long steps);
   void gatherParameters(moert::TensorMap &tensors);
+  std::vector<float> gatherFull(const moert::AlignedFloats &local, int i);
   void gatherCodecStates(moert::TensorMap &tensors);
 
   // The training loop (Trainer.cpp).
@@ -136,6 +134,21 @@ private:
   void reportStep(long long step, const StepResult &result, const StepBytes &bytes,
                   long long dropped, std::chrono::steady_clock::time_point runStart);
   nlohmann::json expertTokens() const;
+  /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
+  /// block's order: every row when the parameter is not sharded; else the
+  /// rows its MoE layer's placement (expertOrder) gives rank e, or the
+  /// program's fixed rows (shard_rows, or the contiguous block).
+  std::vector<int64_t> rowsOf(int i, int e) const;
+
+  // Online rebalancing (TrainerRebalance.cpp).
+  /// Checks --rebalance-every against the program before any step.
+  void checkRebalance() const;
+  /// Adds step `s`'s loads to the window; every --rebalance-every steps,
+  /// moves the experts of the layers where the rule says it pays.
+  void rebalance(long long s, double stepSeconds);
+  void migrate(int layer, std::vector<int32_t> order);
+  double expertShare(double topK) const;
+  nlohmann::json balancedness() const;
 
   // Evaluation and sampling (TrainerEval.cpp).
   double evaluate(long long step);
@@ -182,6 +195,16 @@ private:
   std::vector<float *> paramPtrs, momentPtrs;
   moert::AlignedBytes act, grad; ///< the planned arenas
   std::vector<int32_t> expertCounts, droppedSlots;
+  /// Per MoE layer: its experts in placement order (the step reads them
+  /// through ctx.expert_order; position p is on ep rank p / (E / ep)).
+  std::vector<std::vector<int32_t>> expertOrder;
+  std::vector<const int32_t *> orderPtrs;
+  /// The load monitor: each expert's token-slots (moving average), the
+  /// steps and step seconds since the last rebalancing, and the last
+  /// migration's measured seconds per byte (-1: none yet).
+  std::vector<double> loadWindow;
+  long long windowSteps = 0;
+  double windowSeconds = 0, secondsPerByte = -1;
   std::vector<double> gradSquares; ///< per parameter, with --metrics
   moert_context ctx{};
 

@@ -67,12 +67,46 @@ moert::CodecStates Trainer::resumeFromCheckpoint() {
     die(o.checkpoint + " is at step " + std::to_string(firstStep) + "; --steps " +
         std::to_string(o.steps) +
         " would rewrite it over later weights (give --steps >= " + std::to_string(firstStep) + ")");
+  restorePlacement(state);
   restoreParameters(tensors);
   moert::CodecStates restored = restoreCodecStates(tensors);
   sampler.setPosition(resume.dataPosition);
   if (lead)
     std::printf("resumed from %s at step %lld\n", o.checkpoint.c_str(), firstStep);
   return restored;
+}
+
+/// The placement in force when the checkpoint was saved (each MoE layer's
+/// experts in placement order), when it holds one for this model: experts
+/// stay where online rebalancing put them, on any number of ranks.
+void Trainer::restorePlacement(const nlohmann::json &state) {
+  auto it = state.find("placement");
+  if (it == state.end())
+    return;
+  std::string where = o.checkpoint + ": state: placement";
+  if (!it->is_array() || it->size() != expertOrder.size())
+    die(where + ": expected one list per MoE layer (" + std::to_string(expertOrder.size()) + ")");
+  std::vector<std::vector<int32_t>> orders;
+  for (size_t l = 0; l < it->size(); ++l) {
+    const nlohmann::json &list = (*it)[l];
+    size_t experts = expertOrder[l].size();
+    std::vector<bool> seen(experts, false);
+    bool ok = list.is_array() && list.size() == experts;
+    std::vector<int32_t> order;
+    for (size_t p = 0; ok && p < experts; ++p) {
+      ok = list[p].is_number_integer() && list[p].get<int64_t>() >= 0 &&
+           list[p].get<int64_t>() < static_cast<int64_t>(experts) && !seen[list[p].get<int64_t>()];
+      if (ok) {
+        seen[list[p].get<int64_t>()] = true;
+        order.push_back(list[p].get<int32_t>());
+      }
+    }
+    if (!ok)
+      die(where + "[" + std::to_string(l) + "]: expected a permutation of the layer's " +
+          std::to_string(experts) + " experts");
+    orders.push_back(std::move(order));
+  }
+  expertOrder = std::move(orders);
 }
 
 void Trainer::restoreParameters(const moert::TensorMap &tensors) {
@@ -90,7 +124,7 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
       if (it == tensors.end() || it->second.data.size() != n * parts)
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
-      std::vector<int64_t> rows = shardRows(prog.params[i], epIndex);
+      std::vector<int64_t> rows = rowsOf(i, epIndex);
       size_t rowSize = n / rows.size();
       for (size_t j = 0; j < rows.size(); ++j)
         std::copy_n(it->second.data.begin() + rows[j] * rowSize, rowSize,
@@ -162,6 +196,8 @@ void Trainer::saveCheckpoint(long long steps) {
       {"data_position", sampler.position()},
       {"seed", sh.seed},
       {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}}};
+  if (!expertOrder.empty())
+    state["placement"] = expertOrder;
   if (lead) {
     std::string error;
     if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error,
@@ -174,39 +210,43 @@ void Trainer::saveCheckpoint(long long steps) {
 /// Parameters and moments as full tensors: expert shards are gathered over
 /// their ep group (in ep order), so any grid can resume from the checkpoint.
 void Trainer::gatherParameters(moert::TensorMap &tensors) {
-  std::vector<int32_t> epGroup(ep);
-  int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
-  auto full = [&](const moert::AlignedFloats &local, const moert_param_info &p) {
-    int parts = std::max(p.shard_parts, 1);
-    std::vector<float> out(local.size() * parts);
-    if (parts == 1) {
-      std::copy(local.begin(), local.end(), out.begin());
-      return out;
-    }
-    std::vector<float> blocks(out.size());
-    if (moert_all_gather(comm, local.data(), static_cast<int64_t>(local.size() * sizeof(float)),
-                         blocks.data(), epGroup.data(), epSize) != 0)
-      commError("checkpoint: gathering expert shards");
-    // Each ep rank's block goes to its rows of the full tensor.
-    size_t rowSize = local.size() / static_cast<size_t>(p.shape[0]);
-    for (int e = 0; e < parts; ++e) {
-      std::vector<int64_t> rows = shardRows(p, e);
-      for (size_t j = 0; j < rows.size(); ++j)
-        std::copy_n(blocks.begin() + (e * rows.size() + j) * rowSize, rowSize,
-                    out.begin() + rows[j] * rowSize);
-    }
-    return out;
-  };
   for (int i = 0; i < prog.num_params; ++i) {
     const moert_param_info &p = prog.params[i];
     std::vector<int64_t> shape(p.shape, p.shape + p.rank);
     shape[0] *= std::max(p.shard_parts, 1);
-    tensors[p.name] = {shape, full(params[i], p)};
+    tensors[p.name] = {shape, gatherFull(params[i], i)};
     if (p.adamw) {
-      tensors[std::string(p.name) + ".adam_m"] = {shape, full(moments[2 * i], p)};
-      tensors[std::string(p.name) + ".adam_v"] = {shape, full(moments[2 * i + 1], p)};
+      tensors[std::string(p.name) + ".adam_m"] = {shape, gatherFull(moments[2 * i], i)};
+      tensors[std::string(p.name) + ".adam_v"] = {shape, gatherFull(moments[2 * i + 1], i)};
     }
   }
+}
+
+/// The full tensor of parameter `i` (or of one of its moments) from this
+/// rank's block: expert shards are gathered over the ep group and each
+/// rank's rows put in their places.
+std::vector<float> Trainer::gatherFull(const moert::AlignedFloats &local, int i) {
+  const moert_param_info &p = prog.params[i];
+  int parts = std::max(p.shard_parts, 1);
+  std::vector<float> out(local.size() * parts);
+  if (parts == 1) {
+    std::copy(local.begin(), local.end(), out.begin());
+    return out;
+  }
+  std::vector<int32_t> epGroup(ep);
+  int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+  std::vector<float> blocks(out.size());
+  if (moert_all_gather(comm, local.data(), static_cast<int64_t>(local.size() * sizeof(float)),
+                       blocks.data(), epGroup.data(), epSize) != 0)
+    commError("gathering expert shards");
+  size_t rowSize = local.size() / static_cast<size_t>(p.shape[0]);
+  for (int e = 0; e < parts; ++e) {
+    std::vector<int64_t> rows = rowsOf(i, e);
+    for (size_t j = 0; j < rows.size(); ++j)
+      std::copy_n(blocks.begin() + (e * rows.size() + j) * rowSize, rowSize,
+                  out.begin() + rows[j] * rowSize);
+  }
+  return out;
 }
 
 /// Codec state (error-feedback residuals, PowerSGD's Q) differs per rank:

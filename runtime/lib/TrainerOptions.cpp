@@ -67,7 +67,7 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
-              "          [--max-memory GB]\n"
+              "          [--max-memory GB] [--rebalance-every N]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
               "               comma-separated token ids for .bin data; default: newline)\n"
@@ -78,7 +78,9 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
               "               machine's memory)\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
-              "               (the compiled grid; under mpirun, one rank per process)\n",
+              "               (the compiled grid; under mpirun, one rank per process)\n"
+              "  --rebalance-every N  every N steps, move experts between the ep ranks\n"
+              "               when the measured load says it pays (expert parallelism)\n",
               program);
   std::exit(0);
 }
@@ -108,6 +110,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.resume = true;
     else if (a == "--checkpoint-every")
       o.checkpointEvery = parseInt(a, value(), 1);
+    else if (a == "--rebalance-every")
+      o.rebalanceEvery = parseInt(a, value(), 1);
     else if (a == "--keep-checkpoints")
       o.keepCheckpoints = parseInt(a, value(), 1);
     else if (a == "--val-fraction")

@@ -28,9 +28,10 @@ struct Options {
   std::string prompt;
   bool hasPrompt = false;
   double temperature = 0.8;
-  long long topK = 0;     ///< 0: sample from the whole vocabulary
-  bool progress = true;   ///< a progress bar when stdout is a terminal
-  double maxMemoryGB = 0; ///< 0: the machine's memory
+  long long topK = 0;           ///< 0: sample from the whole vocabulary
+  bool progress = true;         ///< a progress bar when stdout is a terminal
+  double maxMemoryGB = 0;       ///< 0: the machine's memory
+  long long rebalanceEvery = 0; ///< 0: experts stay where the plan put them
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

@@ -3,16 +3,20 @@
 // experts, and the dispatch buffer [E, C, D] = [4, 3, 4] goes to the
 // experts' owners as [E/ep, ep*C, D] = [2, 6, 4] and comes back.
 // RUN: moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition %S/Inputs/routed-step.mlir | FileCheck %s
-// CHECK: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"]}
-// CHECK: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"]}
+// CHECK: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"], moe.shard_layer = 0 : i64}
+// CHECK: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"], moe.shard_layer = 0 : i64}
 // CHECK: moe.param @head : tensor<4x8xf32> init <normal, scale = 1.000000e+00>{{$}}
 // CHECK: func.func @step(%arg0: tensor<2x3xi32> {moe.input = "tokens"}, %arg1: tensor<2x3xi32> {moe.input = "targets"})
 // CHECK: moe.fused_gate softmax {{.*}} top_k 2 capacity 3 {{.*}} : (tensor<2x3x4xf32>, tensor<4x4xf32>)
 // CHECK-NOT: groups =
-// CHECK: %[[BUF:.*]] = moe.permute {{.*}} -> tensor<4x3x4xf32>
+// The dispatch buffer is in the placement's order, the runtime's table of
+// layer 0 (expert order until online rebalancing moves experts).
+// CHECK: %[[SLOTS:.*]], %[[COUNTS:.*]] = moe.place_slots %slots, %counts {block = 3 : i64, layer = 0 : i64, order = array<i64: 0, 1, 2, 3>}
+// CHECK: %[[BUF:.*]] = moe.permute %{{.*}}, %[[SLOTS]] {{.*}} -> tensor<4x3x4xf32>
 // One routing group per rank: the exchanges are ragged, counted by the
-// gate's per-expert counts, and the way back by what arrived.
-// CHECK: %[[IN:.*]], %[[RECV:.*]] = moe.all_to_all %[[BUF]] over [ep] split 0 concat 1 counts %counts : (tensor<4x3x4xf32>, tensor<4xi32>) -> (tensor<2x6x4xf32>, tensor<4xi32>)
+// gate's per-expert counts (in placement order), and the way back by what
+// arrived.
+// CHECK: %[[IN:.*]], %[[RECV:.*]] = moe.all_to_all %[[BUF]] over [ep] split 0 concat 1 counts %[[COUNTS]] : (tensor<4x3x4xf32>, tensor<4xi32>) -> (tensor<2x6x4xf32>, tensor<4xi32>)
 // CHECK: %[[OUT:.*]] = moe.expert_ffn swiglu %[[IN]], {{.*}} -> tensor<2x6x4xf32>
 // CHECK: %[[BACK:.*]], %{{.*}} = moe.all_to_all %[[OUT]] over [ep] split 1 concat 0 counts %[[RECV]] : (tensor<2x6x4xf32>, tensor<4xi32>) -> (tensor<4x3x4xf32>, tensor<4xi32>)
 // CHECK: moe.unpermute %[[BACK]]
@@ -43,10 +47,10 @@
 // (moe.place_slots), so each rank's experts are one block of the buffer,
 // and the expert weights record which rows each rank holds.
 // RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[3, 0], [2, 1]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=PINNED
-// PINNED: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"], moe.shard_rows = array<i64: 3, 0, 2, 1>}
-// PINNED: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"], moe.shard_rows = array<i64: 3, 0, 2, 1>}
+// PINNED: moe.param @up : tensor<2x4x5xf32> {{.*}}{moe.shard = ["ep"], moe.shard_layer = 0 : i64, moe.shard_rows = array<i64: 3, 0, 2, 1>}
+// PINNED: moe.param @down : tensor<2x5x4xf32> {{.*}}{moe.shard = ["ep"], moe.shard_layer = 0 : i64, moe.shard_rows = array<i64: 3, 0, 2, 1>}
 // PINNED: %{{.*}}, %{{.*}}, %[[S:.*]], %[[C:.*]], %{{.*}} = moe.fused_gate
-// PINNED-NEXT: %[[SLOTS:.*]], %[[COUNTS:.*]] = moe.place_slots %[[S]], %[[C]] {block = 3 : i64, order = array<i64: 3, 0, 2, 1>}
+// PINNED-NEXT: %[[SLOTS:.*]], %[[COUNTS:.*]] = moe.place_slots %[[S]], %[[C]] {block = 3 : i64, layer = 0 : i64, order = array<i64: 3, 0, 2, 1>}
 // PINNED: moe.permute %{{.*}}, %[[SLOTS]]
 // PINNED: moe.all_to_all {{.*}} over [ep] split 0 concat 1 counts %[[COUNTS]]
 // PINNED: moe.unpermute {{.*}}, %[[SLOTS]]

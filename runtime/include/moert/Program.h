@@ -35,6 +35,11 @@ typedef struct {
    * row j is global row shard_rows[e * shape[0] + j]), for a placement that
    * gives ranks experts out of order (pinned experts). */
   const int32_t *shard_rows;
+  /* The MoE layer whose placement says which rows each ep rank holds (the
+   * trainer's table, moert_context.expert_order, which starts as
+   * shard_rows or the contiguous blocks and which online rebalancing
+   * changes); -1: the rows above, fixed. */
+  int shard_layer;
 } moert_param_info;
 
 struct moert_comm;
@@ -65,6 +70,11 @@ typedef struct {
    * the training step writes the squared L2 norm of this rank's gradient of
    * each parameter it updates (a shard's own block for expert shards). */
   double *grad_squares;
+  /* Per MoE layer: its experts in placement order (position p of the
+   * dispatch buffer holds expert expert_order[layer][p]; ep rank r the
+   * positions [r E/ep, (r+1) E/ep)). Null: the step program's own orders.
+   * The trainer changes them when it moves experts between ranks. */
+  const int32_t *const *expert_order;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated

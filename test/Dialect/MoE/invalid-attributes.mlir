@@ -303,6 +303,12 @@ moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows =
 
 // -----
 
+// shard_layer: a layer index on a sharded moe.param
+// expected-error @+1 {{'moe.shard_layer' must be a non-negative integer on a moe.param with 'moe.shard'}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_layer = -1}
+
+// -----
+
 // plan: a dictionary on a module
 // expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
 module attributes {moe.plan = "dp=2"} {

@@ -191,3 +191,12 @@ func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
   %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 0 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return
 }
+
+// -----
+
+// place_slots: layer >= 0
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op layer must be >= 0, got -1}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, layer = -1 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}

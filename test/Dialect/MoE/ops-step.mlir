@@ -143,6 +143,8 @@ func.func @balance_bias(%experts: tensor<2x4x2xi32>) {
 func.func @place_slots(%slots: tensor<2x4x2xi32>, %counts: tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>) {
   // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, order = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   %s, %c = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, layer = 1 : i64, order = array<i64: 0, 1, 2, 3>}
+  %s1, %c1 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, layer = 1 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return %s, %c : tensor<2x4x2xi32>, tensor<4xi32>
 }
 

@@ -72,6 +72,10 @@ def MoE_Dialect : Dialect {
     /// order (rank r: entries [r n, (r+1) n) for n local rows); absent:
     /// rank r holds the contiguous block [r n, (r+1) n).
     static constexpr ::llvm::StringLiteral kShardRowsAttrName = "moe.shard_rows";
+    /// On a sharded moe.param: the MoE layer whose placement (the runtime's
+    /// table, which online rebalancing changes) says which rows each ep
+    /// rank holds; moe.shard_rows is then the initial placement.
+    static constexpr ::llvm::StringLiteral kShardLayerAttrName = "moe.shard_layer";
     /// On a function: the evaluation step (forward only, no update).
     static constexpr ::llvm::StringLiteral kNoGradAttrName = "moe.no_grad";
     /// On a step function result: the parameter it is the gradient of.

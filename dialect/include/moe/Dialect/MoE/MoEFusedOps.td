@@ -147,11 +147,19 @@ def MoE_PlaceSlotsOp : MoE_Op<"place_slots", [Pure]> {
     %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 6 : i64}
         : (tensor<4x3x2xi32>, tensor<4xi32>) -> (tensor<4x3x2xi32>, tensor<4xi32>)
     ```
+    `layer`, when present, is the MoE layer (the index of its fused gate
+    among the step's) whose placement the runtime may change between steps
+    (online rebalancing moves experts between ranks): the step program then
+    reads the order from the runtime's table for that layer, which starts
+    as `order`; absent, the order is fixed.
+
     Constraints: `order` is a permutation of `[0, E)` with `E` the size of
-    `counts` (`[E]`); `block >= 1`; the results have the operands' types.
+    `counts` (`[E]`); `block >= 1`; `layer >= 0`; the results have the
+    operands' types.
   }];
   let arguments = (ins MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
-                       DenseI64ArrayAttr:$order, I64Attr:$block);
+                       DenseI64ArrayAttr:$order, I64Attr:$block,
+                       OptionalAttr<I64Attr>:$layer);
   let results = (outs MoE_IndexTensor:$result_slots, MoE_IndexTensor:$result_counts);
   let assemblyFormat = [{
     $slots `,` $counts attr-dict `:` functional-type(operands, results)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Online rebalancing on a skewed case: the tiny example with 16 experts and
+# no auxiliary loss (routing concentrates on a few experts) on 4 thread
+# ranks (ep 4, 4 experts each), STEPS steps (200) of the King James Bible,
+# without and with --rebalance-every EVERY (20). Reported: the migrations,
+# the mean balancedness (mean over max of the ranks' token-slots) over the
+# steps after the first migration, and the median tokens/s over the same
+# steps; the losses of both runs are compared. Part of `make bench`.
+#   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20)
+set -euo pipefail
+build=${1:-build}
+steps=${STEPS:-200}
+every=${EVERY:-20}
+py=/usr/bin/python3
+out="$build/bench"
+mkdir -p "$out"
+corpus="$build/kjv.txt"
+[ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
+echo "== online rebalancing: 16 experts, no auxiliary loss, 4 thread ranks, $steps steps"
+"$py" - examples/models/tiny.json "$out/rb-skewed.json" "$steps" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "rb-skewed"
+m["moe"].update({"num_experts": 16, "expert_ffn_dim": 64, "aux_loss_coef": 0.0})
+m["batch_size"] = 8
+m["optimizer"]["total_steps"] = max(int(sys.argv[3]), m["optimizer"]["warmup_steps"])
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+"$build/bin/moec" "$out/rb-skewed.json" --ranks 4 -o "$out/rb-skewed" >/dev/null
+rm -f "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl"
+"$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --metrics "$out/rb-fixed.jsonl" >/dev/null
+"$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --rebalance-every "$every" \
+  --metrics "$out/rb-moving.jsonl" | grep moved || true
+"$py" - "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl" <<'PY'
+import json, statistics, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:3]]
+moves = [r for r in runs[1] if "migration" in r]
+first = moves[0]["step"] if moves else 0
+for name, rows in zip(("fixed", "rebalanced"), runs):
+    steps = [r for r in rows if "loss" in r and r["step"] > first]
+    bal = statistics.mean(statistics.mean(r["balancedness"]) for r in steps)
+    tps = statistics.median(r["tokens_per_s"] for r in steps)
+    print("%-11s balancedness %.3f  median %.0f tok/s  (steps %d-%d)" % (name, bal, tps, first + 1, steps[-1]["step"]))
+a = {r["step"]: r["loss"] for r in runs[0] if "loss" in r}
+b = {r["step"]: r["loss"] for r in runs[1] if "loss" in r}
+print("migrations: %d; max relative loss difference %.2g" % (len(moves), max(abs(a[s] - b[s]) / abs(a[s]) for s in a)))
+PY
