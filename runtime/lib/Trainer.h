@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -203,6 +204,7 @@ private:
   /// steps and step seconds since the last rebalancing, and the last
   /// migration's measured seconds per byte (-1: none yet).
   std::vector<double> loadWindow;
+  std::deque<std::vector<int32_t>> recentLoads; ///< the last N steps' token-slots
   long long windowSteps = 0;
   double windowSeconds = 0, secondsPerByte = -1;
   std::vector<double> gradSquares; ///< per parameter, with --metrics

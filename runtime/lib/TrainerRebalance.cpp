@@ -10,6 +10,7 @@
 // rule decides whether moving pays:
 //
 //   gain = N x step seconds x f x (1 - new max rank load / old max rank load)
+//          (the max rank loads averaged over the last N steps one by one)
 //   cost = bytes to move x seconds per byte (the last migration's, measured;
 //          one step's time before the first)
 //
@@ -137,6 +138,9 @@ void Trainer::rebalance(long long s, double stepSeconds) {
   // An exponential moving average of each expert's token-slots spanning
   // about one window (weight 2 / (N + 1) on the newest step): routing
   // drifts while training, so recent steps predict the next ones best.
+  recentLoads.emplace_back(expertCounts.begin(), expertCounts.end());
+  if (static_cast<long long>(recentLoads.size()) > o.rebalanceEvery)
+    recentLoads.pop_front();
   double alpha = 2.0 / (o.rebalanceEvery + 1.0);
   if (loadWindow.empty())
     loadWindow.assign(expertCounts.begin(), expertCounts.end());
@@ -167,10 +171,19 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
     std::vector<int32_t> next = proposeOrder(load, expertOrder[l], ep);
-    std::vector<double> oldRanks = rankLoads(load, expertOrder[l], ep);
-    std::vector<double> newRanks = rankLoads(load, next, ep);
-    double oldMax = *std::max_element(oldRanks.begin(), oldRanks.end());
-    double newMax = *std::max_element(newRanks.begin(), newRanks.end());
+    // Judged on the window's steps one by one: the step waits for its most
+    // loaded rank, and a proposal fitted to the average may not hold step
+    // by step (routing noise and drift).
+    double oldMax = 0, newMax = 0, oldBalance = 0, newBalance = 0;
+    for (const std::vector<int32_t> &counts : recentLoads) {
+      std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
+      std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep);
+      std::vector<double> newRanks = rankLoads(stepLoad, next, ep);
+      oldMax += *std::max_element(oldRanks.begin(), oldRanks.end());
+      newMax += *std::max_element(newRanks.begin(), newRanks.end());
+      oldBalance += balancednessOf(oldRanks) / recentLoads.size();
+      newBalance += balancednessOf(newRanks) / recentLoads.size();
+    }
     // Rows that change rank, times parameter and moments.
     size_t local = experts / ep;
     int changing = 0;
@@ -187,8 +200,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
     if (changing == 0 || !(gain > cost))
       continue;
-    before.push_back(balancednessOf(oldRanks));
-    after.push_back(balancednessOf(newRanks));
+    before.push_back(oldBalance);
+    after.push_back(newBalance);
     moved.push_back(l);
     expertsMoved += changing;
     migrate(l, std::move(next));
