@@ -384,7 +384,8 @@ void PlanShardingPass::runOnOperation() {
         !op->getName().getStringRef().ends_with("_grad"))
       for (Value r : op->getResults())
         if (auto t = dyn_cast<RankedTensorType>(r.getType()))
-          forwardActivations += static_cast<double>(t.getNumElements()) * 4;
+          forwardActivations += static_cast<double>(t.getNumElements()) *
+                                std::max<unsigned>(1, t.getElementTypeBitWidth() / 8);
     if (isa<AdamWUpdateOp>(op))
       return; // the optimiser is costed per rank from the parameters
     OpCost c = costOf(op);
