@@ -30,11 +30,17 @@ PY
 rm -f "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl"
 "$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --metrics "$out/rb-fixed.jsonl" >/dev/null
 "$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --rebalance-every "$every" \
-  --metrics "$out/rb-moving.jsonl" | grep moved || true
+  --metrics "$out/rb-moving.jsonl" >/dev/null
 "$py" - "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl" <<'PY'
 import json, statistics, sys
 runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:3]]
 moves = [r for r in runs[1] if "migration" in r]
+for m in moves:
+    g = m["migration"]
+    print("step %d: moved %d experts (layers %s), balancedness %s -> %s predicted" % (
+        m["step"], g["experts_moved"], g["layers"],
+        " ".join("%.2f" % b for b in g["balancedness_before"]),
+        " ".join("%.2f" % b for b in g["balancedness_predicted"])))
 first = moves[0]["step"] if moves else 0
 for name, rows in zip(("fixed", "rebalanced"), runs):
     steps = [r for r in rows if "loss" in r and r["step"] > first]

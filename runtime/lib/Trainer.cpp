@@ -146,14 +146,16 @@ std::vector<int64_t> Trainer::rowsOf(int i, int e) const {
   int64_t local = p.rank > 0 ? p.shape[0] : 1;
   int parts = std::max(p.shard_parts, 1);
   std::vector<int64_t> rows(static_cast<size_t>(local));
-  for (int64_t j = 0; j < local; ++j) {
-    int64_t at = parts > 1 ? e * local + j : j;
-    rows[j] = parts == 1 ? j
-              : p.shard_layer >= 0 && p.shard_layer < (int)expertOrder.size()
-                  ? expertOrder[p.shard_layer][at]
-              : p.shard_rows ? p.shard_rows[at]
-                             : at;
-  }
+  // Rank e's positions [e local, (e+1) local) in its layer's placement,
+  // the program's fixed rows, or the contiguous block.
+  const int32_t *table = nullptr;
+  if (parts > 1 && p.shard_layer >= 0 && p.shard_layer < static_cast<int>(expertOrder.size()))
+    table = expertOrder[p.shard_layer].data();
+  else if (parts > 1)
+    table = p.shard_rows;
+  int64_t first = parts > 1 ? e * local : 0;
+  for (int64_t j = 0; j < local; ++j)
+    rows[j] = table ? table[first + j] : first + j;
   return rows;
 }
 

@@ -118,6 +118,7 @@ private:
   void saveCheckpoint(long long steps);
   void gatherParameters(moert::TensorMap &tensors);
   std::vector<float> gatherFull(const moert::AlignedFloats &local, int i);
+  void keepRows(const float *full, moert::AlignedFloats &local, int i) const;
   void gatherCodecStates(moert::TensorMap &tensors);
 
   // The training loop (Trainer.cpp).
@@ -201,8 +202,8 @@ private:
   std::vector<std::vector<int32_t>> expertOrder;
   std::vector<const int32_t *> orderPtrs;
   /// The load monitor: each expert's token-slots (moving average), the
-  /// steps and step seconds since the last rebalancing, and the last
-  /// migration's measured seconds per byte (-1: none yet).
+  /// steps and this rank's step seconds since the last rebalancing, and the
+  /// last migration's measured seconds per byte (-1: none yet).
   std::vector<double> loadWindow;
   std::deque<std::vector<int32_t>> recentLoads; ///< the last N steps' token-slots
   long long windowSteps = 0;

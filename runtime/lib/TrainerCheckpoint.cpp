@@ -94,11 +94,11 @@ void Trainer::restorePlacement(const nlohmann::json &state) {
     bool ok = list.is_array() && list.size() == experts;
     std::vector<int32_t> order;
     for (size_t p = 0; ok && p < experts; ++p) {
-      ok = list[p].is_number_integer() && list[p].get<int64_t>() >= 0 &&
-           list[p].get<int64_t>() < static_cast<int64_t>(experts) && !seen[list[p].get<int64_t>()];
+      int64_t e = list[p].is_number_integer() ? list[p].get<int64_t>() : -1;
+      ok = e >= 0 && e < static_cast<int64_t>(experts) && !seen[e];
       if (ok) {
-        seen[list[p].get<int64_t>()] = true;
-        order.push_back(list[p].get<int32_t>());
+        seen[e] = true;
+        order.push_back(static_cast<int32_t>(e));
       }
     }
     if (!ok)
@@ -124,11 +124,7 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
       if (it == tensors.end() || it->second.data.size() != n * parts)
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
-      std::vector<int64_t> rows = rowsOf(i, epIndex);
-      size_t rowSize = n / rows.size();
-      for (size_t j = 0; j < rows.size(); ++j)
-        std::copy_n(it->second.data.begin() + rows[j] * rowSize, rowSize,
-                    target->begin() + j * rowSize);
+      keepRows(it->second.data.data(), *target, i);
     }
   }
 }
@@ -247,6 +243,15 @@ std::vector<float> Trainer::gatherFull(const moert::AlignedFloats &local, int i)
                   out.begin() + rows[j] * rowSize);
   }
   return out;
+}
+
+/// This rank's block of parameter `i` (or of a moment) from the full
+/// tensor `full`: the rows rowsOf gives it.
+void Trainer::keepRows(const float *full, moert::AlignedFloats &local, int i) const {
+  std::vector<int64_t> rows = rowsOf(i, epIndex);
+  size_t rowSize = local.size() / rows.size();
+  for (size_t j = 0; j < rows.size(); ++j)
+    std::copy_n(full + rows[j] * rowSize, rowSize, local.begin() + j * rowSize);
 }
 
 /// Codec state (error-feedback residuals, PowerSGD's Q) differs per rank:

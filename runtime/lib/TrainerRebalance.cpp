@@ -60,9 +60,9 @@ double balancednessOf(const std::vector<double> &ranks) {
 std::vector<int32_t> proposeOrder(const std::vector<double> &load,
                                   const std::vector<int32_t> &order, int ep) {
   size_t experts = order.size(), local = experts / ep;
-  std::vector<int> current(experts);
+  std::vector<size_t> position(experts);
   for (size_t p = 0; p < experts; ++p)
-    current[order[p]] = static_cast<int>(p / local);
+    position[order[p]] = p;
   std::vector<int32_t> byLoad(experts);
   std::iota(byLoad.begin(), byLoad.end(), 0);
   std::stable_sort(byLoad.begin(), byLoad.end(),
@@ -70,27 +70,36 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
   std::vector<double> ranks(ep, 0.0);
   std::vector<std::vector<int32_t>> held(ep);
   for (int32_t e : byLoad) {
-    int best = -1;
+    int best = -1, current = static_cast<int>(position[e] / local);
     for (int r = 0; r < ep; ++r) {
       if (held[r].size() == local)
         continue;
-      if (best < 0 || ranks[r] < ranks[best] || (ranks[r] == ranks[best] && r == current[e]))
+      if (best < 0 || ranks[r] < ranks[best] || (ranks[r] == ranks[best] && r == current))
         best = r;
     }
     held[best].push_back(e);
     ranks[best] += load[e];
   }
+  // Old positions first: experts that stay keep their order.
   std::vector<int32_t> next;
-  for (int r = 0; r < ep; ++r) {
-    std::vector<int32_t> mine = held[r];
-    // Old positions first: experts that stay keep their order.
-    std::stable_sort(mine.begin(), mine.end(), [&](int32_t a, int32_t b) {
-      auto at = [&](int32_t e) { return std::find(order.begin(), order.end(), e) - order.begin(); };
-      return at(a) < at(b);
-    });
+  for (std::vector<int32_t> &mine : held) {
+    std::sort(mine.begin(), mine.end(),
+              [&](int32_t a, int32_t b) { return position[a] < position[b]; });
     next.insert(next.end(), mine.begin(), mine.end());
   }
   return next;
+}
+
+/// Experts of `next` that another rank held under `order`.
+int changingRank(const std::vector<int32_t> &order, const std::vector<int32_t> &next, int ep) {
+  size_t local = order.size() / ep;
+  std::vector<size_t> position(order.size());
+  for (size_t p = 0; p < order.size(); ++p)
+    position[order[p]] = p;
+  int changing = 0;
+  for (size_t p = 0; p < next.size(); ++p)
+    changing += position[next[p]] / local != p / local;
+  return changing;
 }
 
 } // namespace
@@ -146,20 +155,20 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     loadWindow.assign(expertCounts.begin(), expertCounts.end());
   for (size_t e = 0; e < expertCounts.size(); ++e)
     loadWindow[e] += alpha * (expertCounts[e] - loadWindow[e]);
-  // Every rank decides from the same numbers: the mean step time.
-  float seconds = static_cast<float>(stepSeconds);
-  if (moert_step_all_reduce(&ctx, &seconds, &seconds, 1,
-                            MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
-    commError("step " + std::to_string(s) + ": rebalancing");
-  windowSeconds += seconds;
+  windowSeconds += stepSeconds;
   ++windowSteps;
   if ((s + 1) % o.rebalanceEvery != 0 || s + 1 == o.steps)
     return;
+  // Every rank decides from the same numbers: the ranks' mean step time.
+  float seconds = static_cast<float>(windowSeconds / windowSteps);
+  if (moert_step_all_reduce(&ctx, &seconds, &seconds, 1,
+                            MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": rebalancing");
 
   double slots = std::accumulate(loadWindow.begin(), loadWindow.end(), 0.0);
   double topK =
       slots / static_cast<double>(globalBatch * prog.seq_len * std::max(prog.num_moe_layers, 1));
-  double share = expertShare(topK), meanStep = windowSeconds / windowSteps;
+  double share = expertShare(topK), meanStep = seconds;
   auto start = std::chrono::steady_clock::now();
   int64_t sentBefore = comm ? moert_comm_bytes(comm, MOERT_ALL_GATHER) : 0;
   nlohmann::json moved = nlohmann::json::array(), before = nlohmann::json::array(),
@@ -186,12 +195,7 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     }
     // Rows that change rank, times parameter and moments.
     size_t local = experts / ep;
-    int changing = 0;
-    for (size_t p = 0; p < experts; ++p) {
-      size_t was =
-          std::find(expertOrder[l].begin(), expertOrder[l].end(), next[p]) - expertOrder[l].begin();
-      changing += was / local != p / local;
-    }
+    int changing = changingRank(expertOrder[l], next, ep);
     double bytes = 0;
     for (int i = 0; i < prog.num_params; ++i)
       if (prog.params[i].shard_layer == l)
@@ -255,13 +259,8 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
     full.push_back(gatherFull(*t, i));
   expertOrder[l] = std::move(order);
   orderPtrs[l] = expertOrder[l].data();
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    auto &[i, t] = tensors[k];
-    std::vector<int64_t> rows = rowsOf(i, epIndex);
-    size_t rowSize = t->size() / rows.size();
-    for (size_t j = 0; j < rows.size(); ++j)
-      std::copy_n(full[k].begin() + rows[j] * rowSize, rowSize, t->begin() + j * rowSize);
-  }
+  for (size_t k = 0; k < tensors.size(); ++k)
+    keepRows(full[k].data(), *tensors[k].second, tensors[k].first);
 }
 
 /// Each MoE layer's balancedness in the last step: the mean over the max of
