@@ -87,6 +87,13 @@ private:
   LogicalResult collective(Operation *op);
   LogicalResult bucket(ArrayRef<AllReduceOp> reduces);
   LogicalResult balanceBias(BalanceBiasOp op);
+  LogicalResult replicaSum(ReplicaSumOp op);
+  /// The placement table of MoE layer `layer` in the step program: the
+  /// runtime's, or the program's own when the runtime gives none.
+  std::string layerTable(int64_t layer) {
+    return "(ctx->expert_order ? ctx->expert_order[" + std::to_string(layer) + "] : kLayerOrder" +
+           std::to_string(layer) + ")";
+  }
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
 
   ModuleOp module;
@@ -109,6 +116,10 @@ private:
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     return grid ? grid.getGroupSize(axes.getValue()) : 1;
   }
+  /// The placement (positions' experts) of each MoE layer with a
+  /// moe.place_slots, and the layers whose gradients sum replicas.
+  llvm::DenseMap<int64_t, SmallVector<int64_t>> layerOrders;
+  llvm::DenseSet<int64_t> replicaLayers;
   /// (experts, capacity) of every fused_gate of the training step, in order.
   SmallVector<std::pair<int64_t, int64_t>> moeLayers;
 };
@@ -174,25 +185,46 @@ LogicalResult Emitter::launch(LaunchOp op) {
       llvm::interleaveComma(sharded.asArrayRef(), os, [&](bool b) { os << (b ? 1 : 0); });
       os << "};\n";
     }
+    // Rows of a placement with replicas count once (moe.global_norm's
+    // shard_layers).
+    auto layers = kernel.getConfig().getAs<DenseI64ArrayAttr>("shard_layers");
+    if (layers) {
+      os << "    const int32_t *const tables[] = {";
+      llvm::interleaveComma(layers.asArrayRef(), os, [&](int64_t l) {
+        os << (l >= 0 ? layerTable(l) : std::string("nullptr"));
+      });
+      os << "};\n    const int32_t positions[] = {";
+      llvm::interleaveComma(layers.asArrayRef(), os, [&](int64_t l) {
+        os << (l >= 0 ? static_cast<int64_t>(layerOrders.lookup(l).size()) : 0);
+      });
+      os << "};\n    const int64_t rows[] = {";
+      llvm::interleaveComma(op.getOperands(), os, [&](Value v) {
+        auto t = cast<RankedTensorType>(v.getType());
+        os << (t.getRank() ? t.getShape()[0] : 1);
+      });
+      os << "};\n";
+    }
     os << "    if (int rc = moert_step_global_norm(ctx, g, sizes, "
        << (shards ? "sharded" : "nullptr") << ", param_of, " << n << ", "
-       << (shards ? axesMask(axes) : 0) << ", " << pointer(op.getResult(0))
-       << ")) return rc;\n  }\n";
+       << (shards ? axesMask(axes) : 0) << ", "
+       << (layers ? "tables, positions, rows, " : "nullptr, nullptr, nullptr, ")
+       << pointer(op.getResult(0)) << ")) return rc;\n  }\n";
     return success();
   }
   if (family == "place_slots") {
     auto c = kernel.getConfig();
-    os << "  {\n    static const int32_t order[] = {";
-    llvm::interleaveComma(c.getAs<DenseI64ArrayAttr>("order").asArrayRef(), os);
+    auto order = c.getAs<DenseI64ArrayAttr>("order");
     std::string table = "order";
+    os << "  {\n    static const int32_t order[] = {";
+    llvm::interleaveComma(order.asArrayRef(), os);
+    os << "};\n";
     if (auto layer = c.getAs<IntegerAttr>("layer"))
-      table =
-          "ctx->expert_order ? ctx->expert_order[" + std::to_string(layer.getInt()) + "] : order";
-    os << "};\n    moert_place_slots(" << pointer(op.getResult(0)) << ", "
+      table = layerTable(layer.getInt());
+    os << "    if (moert_place_slots(" << pointer(op.getResult(0)) << ", "
        << pointer(op.getOperand(0)) << ", " << numel(op.getOperand(0)) << ", "
        << pointer(op.getResult(1)) << ", " << pointer(op.getOperand(1)) << ", "
-       << numel(op.getOperand(1)) << ", " << table << ", " << c.getAs<IntegerAttr>("block").getInt()
-       << ");\n  }\n";
+       << numel(op.getOperand(1)) << ", " << table << ", " << order.size() << ", "
+       << c.getAs<IntegerAttr>("block").getInt() << ")) return 1;\n  }\n";
     return success();
   }
   if (call.generator.empty())
@@ -405,6 +437,27 @@ LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
   return success();
 }
 
+/// Replicas' gradient rows summed over the ep group, per the runtime's
+/// placement (moert_step_replica_sum); its bytes depend on the placement in
+/// force, so the trainer accounts them (moert_replica_sum_bytes).
+LogicalResult Emitter::replicaSum(ReplicaSumOp op) {
+  auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+  if (!plan)
+    return op.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+  int64_t layer = op.getLayerAttr().getInt();
+  if (!layerOrders.count(layer))
+    return op.emitOpError() << "layer " << layer << " has no moe.place_slots";
+  setStorage(op, plan.asArrayRef());
+  auto type = cast<RankedTensorType>(op.getType());
+  int64_t rows = type.getShape()[0];
+  replicaLayers.insert(layer);
+  os << "  if (int rc = moert_step_replica_sum(ctx, " << pointer(op.getResult()) << ", "
+     << pointer(op.getInput()) << ", " << rows << ", " << type.getNumElements() / rows << ", "
+     << layerTable(layer) << ", " << layerOrders.lookup(layer).size() << ", "
+     << axesMask(op.getAxes()) << ")) return rc;\n";
+  return success();
+}
+
 LogicalResult Emitter::run() {
   if (auto compression = module->getAttrOfType<DictionaryAttr>(MoEDialect::kCompressionAttrName))
     if (auto warmup = compression.getAs<IntegerAttr>("warmup_steps"))
@@ -478,6 +531,18 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
         llvm::interleaveComma(rows.asArrayRef(), os);
         os << "};\n";
       }
+  // Each placed MoE layer's initial placement (the runtime's table starts
+  // as it).
+  for (auto kernel : module.getOps<KernelOp>())
+    if (kernel.getFamily() == "place_slots")
+      if (auto layer = kernel.getConfig().getAs<IntegerAttr>("layer");
+          layer && !layerOrders.count(layer.getInt())) {
+        auto order = kernel.getConfig().getAs<DenseI64ArrayAttr>("order").asArrayRef();
+        layerOrders[layer.getInt()].assign(order.begin(), order.end());
+        os << "static const int32_t kLayerOrder" << layer.getInt() << "[] = {";
+        llvm::interleaveComma(order, os);
+        os << "};\n";
+      }
   // Parameter table.
   unsigned index = 0;
   os << "static const moert_param_info kParams[] = {\n";
@@ -524,6 +589,14 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   os << "};\nstatic const int32_t kLayerCapacity[] = {0";
   for (auto &layer : moeLayers)
     os << ", " << layer.second;
+  // Positions per layer: its placement's, or one per expert.
+  os << "};\nstatic const int32_t kLayerPositions[] = {0";
+  for (auto [l, layer] : llvm::enumerate(moeLayers))
+    os << ", "
+       << (layerOrders.count(l) ? static_cast<int64_t>(layerOrders.lookup(l).size()) : layer.first);
+  os << "};\nstatic const int32_t kLayerReplicas[] = {0";
+  for (size_t l = 0; l < moeLayers.size(); ++l)
+    os << ", " << (replicaLayers.contains(static_cast<int64_t>(l)) ? 1 : 0);
   os << "};\n";
   os << "extern \"C\" const moert_program moec_program = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
@@ -549,6 +622,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .codec_warmup_steps = " << codecWarmup << ",\n"
      << "    .step_codec_bytes = " << codecBytes << ",\n"
      << "    .step_codec_uncompressed = " << codecUncompressed << ",\n"
+     << "    .layer_positions = kLayerPositions + 1,\n"
+     << "    .layer_replicas = kLayerReplicas + 1,\n"
      << "};\n";
   return success();
 }
@@ -605,6 +680,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
         return failure();
     } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
       if (failed(balanceBias(balance)))
+        return failure();
+    } else if (auto sum = dyn_cast<ReplicaSumOp>(op)) {
+      if (failed(replicaSum(sum)))
         return failure();
     } else if (isa<AllReduceOp, AllToAllOp>(op)) {
       if (failed(collective(&op)))

@@ -45,6 +45,17 @@ LogicalResult AllReduceOp::verify() {
                         /*elementwiseOnly=*/false);
 }
 
+LogicalResult ReplicaSumOp::verify() {
+  int64_t group;
+  if (failed(verifyGroup(*this, getAxes(), group)))
+    return failure();
+  if (int64_t layer = getLayerAttr().getInt(); layer < 0)
+    return emitOpError() << "layer must be >= 0, got " << layer;
+  if (cast<RankedTensorType>(getInput().getType()).getRank() < 1)
+    return emitOpError("input must have rank >= 1 (rows of an expert shard)");
+  return success();
+}
+
 LogicalResult ReduceScatterOp::verify() {
   int64_t group, dim = getDim();
   if (failed(verifyGroup(*this, getAxes(), group)) ||

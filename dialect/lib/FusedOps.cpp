@@ -106,23 +106,27 @@ LogicalResult UnpermuteOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
 }
 
 LogicalResult PlaceSlotsOp::verify() {
-  if (getResultSlots().getType() != getSlots().getType() ||
-      getResultCounts().getType() != getCounts().getType())
-    return emitOpError("results must have the operands' types");
-  if (failed(checkRank(*this, "counts", getCounts(), 1, "[E]")))
+  if (getResultSlots().getType() != getSlots().getType())
+    return emitOpError("result_slots must have the type of slots");
+  if (failed(checkRank(*this, "counts", getCounts(), 1, "[E]")) ||
+      failed(checkRank(*this, "result_counts", getResultCounts(), 1, "[P]")))
     return failure();
   int64_t experts = tensorType(getCounts()).getShape()[0];
+  int64_t positions = tensorType(getResultCounts()).getShape()[0];
   ArrayRef<int64_t> order = getOrder();
-  if (static_cast<int64_t>(order.size()) != experts)
-    return emitOpError() << "order has " << order.size() << " entries for " << experts
-                         << " experts";
+  if (static_cast<int64_t>(order.size()) != positions)
+    return emitOpError() << "order has " << order.size() << " entries for " << positions
+                         << " positions (result_counts)";
   std::vector<bool> seen(experts, false);
   for (int64_t e : order) {
-    if (e < 0 || e >= experts || seen[e])
-      return emitOpError() << "order must be a permutation of [0, " << experts << "), but " << e
-                           << (e < 0 || e >= experts ? " is out of range" : " repeats");
-    seen[e] = true;
+    if (e < -1 || e >= experts)
+      return emitOpError() << "order entries must be experts in [0, " << experts
+                           << ") or -1 (empty), got " << e;
+    if (e >= 0)
+      seen[e] = true;
   }
+  if (auto missing = llvm::find(seen, false); missing != seen.end())
+    return emitOpError() << "order places no replica of expert " << (missing - seen.begin());
   if (int64_t block = getBlockAttr().getInt(); block < 1)
     return emitOpError() << "block must be >= 1, got " << block;
   if (getLayerAttr() && getLayerAttr().getInt() < 0)

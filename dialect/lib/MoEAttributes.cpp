@@ -186,37 +186,6 @@ ArrayRef<int64_t> PlacementAttr::getExpertsOf(size_t rank) const {
   return getExperts().slice(offset, sizes[rank]);
 }
 
-int64_t PlacementAttr::firstNonBlockRank(int64_t experts, int64_t ranks) const {
-  int64_t local = experts / ranks;
-  for (int64_t r = 0; r < ranks; ++r) {
-    ArrayRef<int64_t> held =
-        static_cast<size_t>(r) < getNumRanks() ? getExpertsOf(r) : ArrayRef<int64_t>();
-    bool block = static_cast<int64_t>(held.size()) == local;
-    for (int64_t i = 0; block && i < local; ++i)
-      block = held[i] == r * local + i;
-    if (!block)
-      return r;
-  }
-  return -1;
-}
-
-int64_t PlacementAttr::firstNonEqualRank(int64_t experts, int64_t ranks) const {
-  int64_t local = ranks > 0 ? experts / ranks : 0;
-  std::vector<bool> seen(experts > 0 ? experts : 0, false);
-  for (int64_t r = 0; r < ranks; ++r) {
-    ArrayRef<int64_t> held =
-        static_cast<size_t>(r) < getNumRanks() ? getExpertsOf(r) : ArrayRef<int64_t>();
-    if (static_cast<int64_t>(held.size()) != local || experts % ranks)
-      return r;
-    for (int64_t e : held) {
-      if (e < 0 || e >= experts || seen[e])
-        return r;
-      seen[e] = true;
-    }
-  }
-  return -1;
-}
-
 //===----------------------------------------------------------------------===//
 // CodecAttr: #moe.codec<kind (, key = value | , error_feedback)*>
 //===----------------------------------------------------------------------===//

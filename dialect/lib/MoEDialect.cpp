@@ -124,18 +124,17 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     if (!param || !rows || !op->hasAttr(kShardAttrName))
       return op->emitError("'moe.shard_rows' must be an array<i64> on a moe.param with "
                            "'moe.shard'");
+    // One entry per position of the placement (ep x the block's rows): a
+    // row of the full tensor, or -1 for an empty position. A row may be
+    // held at several positions (replicas).
     int64_t local = param.getTensorType().getShape()[0];
     int64_t total = static_cast<int64_t>(rows.size());
-    std::vector<bool> seen(total, false);
-    bool permutation = total % local == 0;
-    for (int64_t r : rows.asArrayRef()) {
-      permutation = permutation && r >= 0 && r < total && !seen[r];
-      if (permutation)
-        seen[r] = true;
-    }
-    if (!permutation)
-      return op->emitError() << "'moe.shard_rows' must be a permutation of the full tensor's "
-                                "rows, a multiple of the block's "
+    bool valid = local > 0 && total % local == 0 && total > 0;
+    for (int64_t r : rows.asArrayRef())
+      valid = valid && r >= -1;
+    if (!valid)
+      return op->emitError() << "'moe.shard_rows' must list a row of the full tensor (or -1, "
+                                "empty) per position, a multiple of the block's "
                              << local << " rows";
     return success();
   }

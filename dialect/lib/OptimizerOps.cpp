@@ -38,6 +38,17 @@ LogicalResult GlobalNormOp::verify() {
     if (failed(checks::verifyGroup(*this, *getShardAxes(), group)))
       return failure();
   }
+  if (auto layers = getShardLayers()) {
+    if (!getSharded())
+      return emitOpError("shard_layers needs sharded");
+    if (layers->size() != getGrads().size())
+      return emitOpError() << "shard_layers has " << layers->size() << " entries for "
+                           << getGrads().size() << " operands";
+    for (auto [i, layer] : llvm::enumerate(*layers))
+      if (layer < -1 || (layer >= 0 && !(*getSharded())[i]))
+        return emitOpError() << "shard_layers[" << i << "] must be -1, or a layer >= 0 of a "
+                             << "sharded operand, got " << layer;
+  }
   return success();
 }
 

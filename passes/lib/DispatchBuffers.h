@@ -13,13 +13,14 @@
 
 namespace mlir::moe {
 
-/// Gives `buffer` (a [E, C, D] dispatch buffer) `slots` rows per expert and
-/// propagates the type through the expert FFNs it feeds. Fails at a user
-/// that is neither an expert_ffn nor an unpermute.
-inline LogicalResult retypeDispatchBuffer(Value buffer, int64_t slots) {
+/// Gives `buffer` (a [E, C, D] dispatch buffer) `slots` rows per expert
+/// (`dim` 1; with `dim` 0, `slots` experts) and propagates the type through
+/// the expert FFNs it feeds. Fails at a user that is neither an expert_ffn
+/// nor an unpermute.
+inline LogicalResult retypeDispatchBuffer(Value buffer, int64_t slots, unsigned dim = 1) {
   auto type = cast<RankedTensorType>(buffer.getType());
   SmallVector<int64_t> shape(type.getShape());
-  shape[1] = slots;
+  shape[dim] = slots;
   buffer.setType(RankedTensorType::get(shape, type.getElementType()));
   for (Operation *user : buffer.getUsers()) {
     if (isa<UnpermuteOp>(user))
@@ -28,7 +29,7 @@ inline LogicalResult retypeDispatchBuffer(Value buffer, int64_t slots) {
     if (!ffn || ffn.getX() != buffer)
       return user->emitOpError() << "uses a dispatch buffer whose slots change; expected only "
                                     "moe.expert_ffn and moe.unpermute (run before moe-autodiff)";
-    if (failed(retypeDispatchBuffer(ffn.getResult(), slots)))
+    if (failed(retypeDispatchBuffer(ffn.getResult(), slots, dim)))
       return failure();
   }
   return success();

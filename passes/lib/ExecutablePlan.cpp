@@ -37,15 +37,12 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
   std::string why;
   module.walk([&](ExpertFFNOp ffn) {
     int64_t experts = cast<RankedTensorType>(ffn.getX().getType()).getShape()[0];
-    if (why.empty() && experts % grid.getEp())
+    // moe-partition executes any placement (uneven, pinned, replicated);
+    // without one, equal contiguous blocks.
+    auto placement = ffn->getAttrOfType<PlacementAttr>("placement");
+    if (why.empty() && !placement && experts % grid.getEp())
       why = std::to_string(experts) +
             " experts do not split evenly over ep = " + std::to_string(grid.getEp());
-    // moe-partition executes equal blocks of distinct experts, in any order.
-    if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement"); why.empty() && placement)
-      if (int64_t r = placement.firstNonEqualRank(experts, grid.getEp()); r >= 0)
-        why = "its placement gives ep rank " + std::to_string(r) +
-              " another number of experts than the others, or replicas; only equal shares of "
-              "distinct experts are executable yet";
   });
   return why;
 }

@@ -4,7 +4,11 @@
 // scaling rules are docs/Partitioning.md section 3: with N = dp * ep
 // replicas and L = (1/N) sum_r L_r,
 //   replicated parameter: all_reduce mean over [dp, ep];
-//   expert shard:         all_reduce sum over [dp], scale 1/N
+//   expert shard:         all_reduce sum over [dp], scale 1/N, then, when
+//                         its layer's placement has room for replicas
+//                         (more positions than experts), replica_sum
+//                         over [ep] (each replica computed part of the
+//                         expert's tokens)
 // and the selection biases' load rule (moe.balance_bias) sums the expert
 // loads of [dp, ep]
 // (its gradient already sums the ep group's tokens through the backward
@@ -36,13 +40,21 @@ struct Sync {
 };
 
 /// The synchronised gradient of `param`, reduced right after `grad` is
-/// final (before its first use).
-Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded, const Sync &s) {
-  if (sharded)
-    return AllReduceOp::create(b, loc, grad.getType(),
-                               ReductionAttr::get(b.getContext(), Reduction::sum), grad, s.dpAxes,
-                               CodecAttr(), b.getF64FloatAttr(s.shardScale))
+/// final (before its first use). `replicaLayer` >= 0: the MoE layer whose
+/// placement may hold the shard's rows at several positions.
+Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded, const Sync &s,
+                  int64_t replicaLayer = -1) {
+  if (sharded) {
+    Value sum = AllReduceOp::create(b, loc, grad.getType(),
+                                    ReductionAttr::get(b.getContext(), Reduction::sum), grad,
+                                    s.dpAxes, CodecAttr(), b.getF64FloatAttr(s.shardScale))
+                    .getResult();
+    if (replicaLayer < 0)
+      return sum;
+    return ReplicaSumOp::create(b, loc, sum.getType(), sum, s.epAxes,
+                                b.getI64IntegerAttr(replicaLayer))
         .getResult();
+  }
   return AllReduceOp::create(b, loc, grad.getType(),
                              ReductionAttr::get(b.getContext(), Reduction::mean), grad,
                              s.replicaAxes, CodecAttr(), b.getF64FloatAttr(1.0))
@@ -56,6 +68,21 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
   auto isSharded = [&](StringRef name) {
     auto param = module.lookupSymbol<ParamOp>(name);
     return param && param->hasAttr(MoEDialect::kShardAttrName);
+  };
+  // MoE layers whose placement has more positions than experts: room for
+  // replicas (now or after online rebalancing).
+  DenseSet<int64_t> replicable;
+  for (PlaceSlotsOp place : fn.getOps<PlaceSlotsOp>())
+    if (auto layer = place.getLayerAttr();
+        layer &&
+        place.getOrder().size() >
+            static_cast<size_t>(cast<RankedTensorType>(place.getCounts().getType()).getShape()[0]))
+      replicable.insert(layer.getInt());
+  auto replicaLayer = [&](StringRef name) -> int64_t {
+    auto param = module.lookupSymbol<ParamOp>(name);
+    auto layer =
+        param ? param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName) : IntegerAttr();
+    return layer && replicable.contains(layer.getInt()) ? layer.getInt() : -1;
   };
   // Gradients consumed by optimiser updates: reduce them before the
   // clipping norm (their first user).
@@ -79,18 +106,28 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     if (!done) {
       if (!norm)
         b.setInsertionPoint(update);
-      done = synchronise(b, update.getLoc(), grad, sharded, s);
+      done = synchronise(b, update.getLoc(), grad, sharded, s, replicaLayer(update.getParam()));
     }
     update.getGradMutable().assign(done);
   }
+  // The replica sums after every all_reduce: each kind stays one run (one
+  // bucket for moe-bucket-gradients).
+  if (norm)
+    for (ReplicaSumOp sum : llvm::to_vector(fn.getOps<ReplicaSumOp>()))
+      sum->moveBefore(norm);
   if (norm) {
+    SmallVector<int64_t> layers;
     for (OpOperand &operand : norm->getOpOperands()) {
       Value grad = operand.get();
       bool sharded = false;
+      int64_t layer = -1;
       for (AdamWUpdateOp update : updates)
-        if (update.getGrad() == synced.lookup(grad))
+        if (update.getGrad() == synced.lookup(grad)) {
           sharded = isSharded(update.getParam());
+          layer = replicaLayer(update.getParam());
+        }
       shardedOperands.push_back(sharded);
+      layers.push_back(layer);
       if (Value done = synced.lookup(grad))
         operand.set(done);
       else
@@ -99,6 +136,8 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     if (llvm::is_contained(shardedOperands, true)) {
       norm.setShardedAttr(b.getDenseBoolArrayAttr(shardedOperands));
       norm.setShardAxesAttr(s.epAxes);
+      if (llvm::any_of(layers, [](int64_t l) { return l >= 0; }))
+        norm.setShardLayersAttr(b.getDenseI64ArrayAttr(layers));
     }
   }
   // The selection biases' load rule counts every replica's routing.
@@ -116,7 +155,8 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
                                       b.getF64FloatAttr(1.0)));
     } else if (auto of =
                    fn.getResultAttrOfType<FlatSymbolRefAttr>(i, MoEDialect::kGradOfAttrName)) {
-      operand.set(synchronise(b, ret.getLoc(), operand.get(), isSharded(of.getValue()), s));
+      operand.set(synchronise(b, ret.getLoc(), operand.get(), isSharded(of.getValue()), s,
+                              replicaLayer(of.getValue())));
     }
   }
   return success();

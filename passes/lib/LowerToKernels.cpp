@@ -32,7 +32,7 @@ int64_t bytesOf(Type type) {
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
          !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
-              AllGatherOp, AllToAllOp, BalanceBiasOp>(op);
+              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp>(op);
 }
 
 /// One tensor of the plan.

@@ -11,7 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_PARTITIONPASS
@@ -85,10 +85,21 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
   return success();
 }
 
+/// The positions' rows of the placed weights of `ffn`, when another
+/// function's FFN placed them already (null otherwise).
+DenseI64ArrayAttr placedRows(ModuleOp module, ExpertFFNOp ffn) {
+  for (Value w : ffn->getOperands().drop_front())
+    if (auto get = w.getDefiningOp<GetParamOp>())
+      if (auto param = module.lookupSymbol<ParamOp>(get.getNameAttr()))
+        if (auto rows = param->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName))
+          return rows;
+  return {};
+}
+
 /// Gives every rank its block of experts and routes the dispatch buffers of
 /// `fn` to their owners.
 LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
-                           llvm::SetVector<ParamOp> &sharded) {
+                           llvm::MapVector<ParamOp, int64_t> &sharded) {
   OpBuilder b(fn.getContext());
   ArrayAttr axes = b.getStrArrayAttr({"ep"});
   SmallVector<ExpertFFNOp> ffns(fn.getOps<ExpertFFNOp>());
@@ -98,20 +109,40 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
   for (ExpertFFNOp ffn : ffns) {
     auto x = cast<RankedTensorType>(ffn.getX().getType());
     int64_t experts = x.getShape()[0], slots = x.getShape()[1];
-    if (experts % ep != 0)
-      return ffn.emitOpError() << experts << " experts do not split over ep = " << ep;
-    int64_t local = experts / ep;
-    // The experts in rank order when a placement holds them out of order
-    // (pinned experts); empty for the contiguous blocks.
-    SmallVector<int64_t> order;
+    // Each ep rank's experts: the placement's lists, or equal contiguous
+    // blocks. Ranks hold `local` positions each (the most any holds; the
+    // others are padded with empty positions, -1), `order` lists the
+    // experts position by position.
+    SmallVector<SmallVector<int64_t>> held(ep);
     if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement")) {
-      if (int64_t r = placement.firstNonEqualRank(experts, ep); r >= 0)
-        return ffn.emitOpError() << "placement gives ep rank " << r << " other than " << local
-                                 << " experts no other rank holds; uneven and replicated "
-                                    "placements are not executable yet";
-      if (placement.firstNonBlockRank(experts, ep) >= 0)
-        order.assign(placement.getExperts().begin(), placement.getExperts().end());
+      // The op's verifier checked it: ep lists holding every expert.
+      for (int64_t r = 0; r < ep; ++r)
+        held[r].assign(placement.getExpertsOf(r).begin(), placement.getExpertsOf(r).end());
+    } else if (auto rows = placedRows(module, ffn)) {
+      // Another function of the step (evaluation) placed these weights.
+      int64_t perRank = static_cast<int64_t>(rows.size()) / ep;
+      for (auto [p, e] : llvm::enumerate(rows.asArrayRef()))
+        if (e >= 0)
+          held[p / perRank].push_back(e);
+    } else {
+      if (experts % ep != 0)
+        return ffn.emitOpError() << experts << " experts do not split over ep = " << ep
+                                 << " (give a placement with uneven counts)";
+      for (int64_t e = 0; e < experts; ++e)
+        held[e / (experts / ep)].push_back(e);
     }
+    int64_t local = 0;
+    for (auto &list : held)
+      local = std::max<int64_t>(local, list.size());
+    SmallVector<int64_t> order;
+    for (auto &list : held) {
+      order.append(list.begin(), list.end());
+      order.append(local - list.size(), -1);
+    }
+    int64_t positions = local * ep;
+    bool inOrder = positions == experts;
+    for (int64_t p = 0; inOrder && p < positions; ++p)
+      inOrder = order[p] == p;
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
     for (Value w : ffn->getOperands().drop_front()) {
@@ -121,32 +152,34 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
       auto param = module.lookupSymbol<ParamOp>(get.getNameAttr());
       if (!param)
         return get.emitOpError("refers to no moe.param");
-      sharded.insert(param);
+      if (int64_t had = sharded.lookup(param); had && had != local)
+        return ffn.emitOpError() << "'" << param.getSymName() << "' is placed by two MoE layers";
+      sharded.insert({param, local});
     }
     FusedGateOp gate;
     if (auto permute = ffn.getX().getDefiningOp<PermuteOp>())
       gate = permute.getSlots().getDefiningOp<FusedGateOp>();
     Value gateCounts = gate ? gate.getCounts() : Value();
-    if (!order.empty() && !gate)
-      return ffn.emitOpError("a placement with experts out of order needs fused gating "
-                             "(run moe-fuse-gating first)");
+    if (!inOrder && !gate)
+      return ffn.emitOpError("a placement other than equal blocks in expert order needs fused "
+                             "gating (run moe-fuse-gating first)");
     if (gate) {
-      // The dispatch buffer in placement order: each rank's experts are one
+      // The dispatch buffer by positions: each rank's experts are one
       // block. Every user of the slots (permute, unpermute and, later,
       // their gradients) reads the placed ones. The order is the runtime's
       // table of this layer (`layer`), so experts can move between ranks
       // while training; it starts as the placement's (or expert order).
-      bool inOrder = order.empty();
-      if (inOrder)
-        for (int64_t e = 0; e < experts; ++e)
-          order.push_back(e);
       b.setInsertionPointAfter(gate);
-      auto placed = PlaceSlotsOp::create(b, gate.getLoc(), gate.getSlots().getType(),
-                                         gate.getCounts().getType(), gate.getSlots(),
-                                         gate.getCounts(), b.getDenseI64ArrayAttr(order),
-                                         b.getI64IntegerAttr(slots), b.getI64IntegerAttr(layer));
+      auto countsType = RankedTensorType::get(
+          {positions}, cast<RankedTensorType>(gate.getCounts().getType()).getElementType());
+      auto placed =
+          PlaceSlotsOp::create(b, gate.getLoc(), gate.getSlots().getType(), countsType,
+                               gate.getSlots(), gate.getCounts(), b.getDenseI64ArrayAttr(order),
+                               b.getI64IntegerAttr(slots), b.getI64IntegerAttr(layer));
       gate.getSlots().replaceAllUsesExcept(placed.getResultSlots(), placed);
       gateCounts = placed.getResultCounts();
+      if (positions != experts && failed(retypeDispatchBuffer(ffn.getX(), positions, 0)))
+        return failure();
       for (Value w : ffn->getOperands().drop_front()) {
         auto param = module.lookupSymbol<ParamOp>(w.getDefiningOp<GetParamOp>().getNameAttr());
         if (auto had = param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
@@ -157,6 +190,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
           param->setAttr(MoEDialect::kShardRowsAttrName, b.getDenseI64ArrayAttr(order));
       }
     }
+    x = cast<RankedTensorType>(ffn.getX().getType());
     ++layer;
     b.setInsertionPoint(ffn);
     auto local3 = withDim(withDim(x, 0, local), 1, slots * ep);
@@ -198,7 +232,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       return signalPassFailure();
     }
     int64_t replicas = grid.getDp() * grid.getEp();
-    llvm::SetVector<ParamOp> sharded;
+    llvm::MapVector<ParamOp, int64_t> sharded; // expert weights -> rows per rank
     for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       if (fn.isExternal())
         continue;
@@ -215,9 +249,8 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
     }
     // Expert weights: each rank's block along the expert dimension.
     OpBuilder b(module.getContext());
-    for (ParamOp param : sharded) {
-      RankedTensorType type = param.getTensorType();
-      RankedTensorType local = withDim(type, 0, type.getShape()[0] / grid.getEp());
+    for (auto [param, rows] : sharded) {
+      RankedTensorType local = withDim(param.getTensorType(), 0, rows);
       param.setTypeAttr(TypeAttr::get(local));
       param->setAttr(MoEDialect::kShardAttrName, b.getStrArrayAttr({"ep"}));
       module.walk([&](GetParamOp get) {

@@ -254,11 +254,15 @@ public:
   }
 
   /// Placement of a layer's experts over the ep ranks (dp group 0; every
-  /// dp group holds the same placement): each rank's speed-proportional
-  /// count, pinned experts (expert -> ep rank) first, the rest in order.
-  /// Fails (empty) when the pins ask a rank for more than its count.
-  std::vector<std::vector<int64_t>> placement(const Grid &g, int64_t experts,
-                                              const std::map<int64_t, int64_t> &pins = {}) const {
+  /// dp group holds the same placement): pinned experts (expert -> ep
+  /// ranks; several ranks make replicas) where pinned, then the others in
+  /// order, each rank filled to its speed-proportional count; experts left
+  /// when pins took more than a rank's share go to the ranks with the
+  /// fewest experts for their count (uneven counts). Fails (empty) when a
+  /// pin names a rank past ep.
+  std::vector<std::vector<int64_t>>
+  placement(const Grid &g, int64_t experts,
+            const std::multimap<int64_t, int64_t> &pins = {}) const {
     std::vector<int64_t> counts = expertCounts(groupSpeeds(g, 0), experts);
     std::vector<std::vector<int64_t>> lists(counts.size());
     std::vector<bool> placed(experts, false);
@@ -270,21 +274,28 @@ public:
       lists[rank].push_back(expert);
       placed[expert] = true;
     }
-    for (size_t r = 0; r < counts.size(); ++r)
-      if (static_cast<int64_t>(lists[r].size()) > counts[r])
-        return {};
     int64_t next = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      while (static_cast<int64_t>(lists[r].size()) < counts[r]) {
-        while (next < experts && placed[next])
-          ++next;
-        if (next >= experts)
-          return {};
+    auto nextFree = [&]() {
+      while (next < experts && placed[next])
+        ++next;
+      return next < experts;
+    };
+    for (size_t r = 0; r < counts.size(); ++r)
+      while (static_cast<int64_t>(lists[r].size()) < counts[r] && nextFree()) {
         lists[r].push_back(next);
         placed[next] = true;
       }
-      llvm::sort(lists[r]);
+    while (nextFree()) {
+      size_t best = 0;
+      for (size_t r = 1; r < counts.size(); ++r)
+        if (lists[r].size() * std::max<int64_t>(counts[best], 1) <
+            lists[best].size() * std::max<int64_t>(counts[r], 1))
+          best = r;
+      lists[best].push_back(next);
+      placed[next] = true;
     }
+    for (auto &list : lists)
+      llvm::sort(list);
     return lists;
   }
 
@@ -421,7 +432,7 @@ void PlanShardingPass::runOnOperation() {
 
   // Pins: "EXPERT@RANK,..." (the expert of every MoE layer that has it,
   // on that ep rank).
-  std::map<int64_t, int64_t> pins;
+  std::multimap<int64_t, int64_t> pins; // an expert on several ranks: replicas
   for (StringRef item : llvm::split(StringRef(pinExperts), ',')) {
     item = item.trim();
     if (item.empty())
@@ -434,11 +445,13 @@ void PlanShardingPass::runOnOperation() {
           << "moe-plan-sharding: pin '" << item << "' is not EXPERT@RANK (whole numbers, e.g. 3@0)";
       return signalPassFailure();
     }
-    if (!pins.emplace(expert, rank).second) {
+    auto [first, last] = pins.equal_range(expert);
+    if (std::any_of(first, last, [&](auto &pin) { return pin.second == rank; })) {
       mlir::emitError(module.getLoc())
-          << "moe-plan-sharding: expert " << expert << " is pinned twice";
+          << "moe-plan-sharding: expert " << expert << " is pinned to rank " << rank << " twice";
       return signalPassFailure();
     }
+    pins.emplace(expert, rank);
   }
 
   int64_t maxPinnedRank = -1, maxExperts = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr, int64_t warmup,
@@ -23,17 +24,49 @@ extern "C" void moert_fill(float *data, int64_t count, float value) {
   std::fill(data, data + count, value);
 }
 
-extern "C" void moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int64_t n,
-                                  int32_t *outCounts, const int32_t *inCounts, int32_t experts,
-                                  const int32_t *order, int64_t block) {
-  std::vector<int64_t> pos(static_cast<size_t>(experts));
-  for (int32_t p = 0; p < experts; ++p) {
-    pos[order[p]] = p;
-    outCounts[p] = inCounts[order[p]];
+extern "C" int moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int64_t n,
+                                 int32_t *outCounts, const int32_t *inCounts, int32_t experts,
+                                 const int32_t *order, int32_t positions, int64_t block) {
+  // Each expert's positions in order (replicas deal its slots in turn).
+  std::vector<std::vector<int32_t>> at(static_cast<size_t>(std::max(experts, 0)));
+  for (int32_t p = 0; p < positions; ++p) {
+    int32_t e = order[p];
+    if (e < -1 || e >= experts) {
+      std::fprintf(stderr, "error: the placement names expert %d at position %d, outside [0, %d)\n",
+                   e, p, experts);
+      return 1;
+    }
+    if (e >= 0)
+      at[e].push_back(p);
+  }
+  for (int32_t p = 0; p < positions; ++p)
+    outCounts[p] = 0;
+  for (int32_t e = 0; e < experts; ++e) {
+    int64_t replicas = static_cast<int64_t>(at[e].size());
+    if (replicas == 1) {
+      outCounts[at[e][0]] = inCounts[e];
+      continue;
+    }
+    int64_t valid = std::min<int64_t>(std::max(inCounts[e], 0), block);
+    for (int64_t k = 0; k < replicas; ++k)
+      outCounts[at[e][k]] =
+          static_cast<int32_t>(valid > k ? (valid - k + replicas - 1) / replicas : 0);
   }
   // The slots come from the fused gate kernel: in [0, experts * block).
   for (int64_t i = 0; i < n; ++i) {
     int32_t s = inSlots[i];
-    outSlots[i] = s < 0 ? -1 : static_cast<int32_t>(pos[s / block] * block + s % block);
+    if (s < 0) {
+      outSlots[i] = -1;
+      continue;
+    }
+    const std::vector<int32_t> &mine = at[s / block];
+    if (mine.empty()) {
+      std::fprintf(stderr, "error: the placement holds no replica of expert %lld\n",
+                   static_cast<long long>(s / block));
+      return 1;
+    }
+    int64_t replicas = static_cast<int64_t>(mine.size()), j = s % block;
+    outSlots[i] = static_cast<int32_t>(mine[j % replicas] * block + j / replicas);
   }
+  return 0;
 }

@@ -267,14 +267,50 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
   return 0;
 }
 
+namespace {
+/// How many positions of `table` hold each expert (index: expert id).
+std::vector<int32_t> replicaCounts(const int32_t *table, int32_t positions) {
+  std::vector<int32_t> count;
+  for (int32_t p = 0; p < positions; ++p)
+    if (int32_t e = table[p]; e >= 0) {
+      if (static_cast<size_t>(e) >= count.size())
+        count.resize(e + 1, 0);
+      ++count[e];
+    }
+  return count;
+}
+
+/// This rank's index in its ep group (its block of a placement's positions).
+int epIndexOf(const moert_context *ctx) {
+  return ctx->rank / std::max(ctx->tp, 1) % std::max(ctx->ep, 1);
+}
+} // namespace
+
 extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
                                       const int64_t *sizes, const unsigned char *sharded,
-                                      const int *param_of, int count, int axes, float *norm) {
+                                      const int *param_of, int count, int axes,
+                                      const int32_t *const *tables, const int32_t *positions,
+                                      const int64_t *rows, float *norm) {
   double replicated = 0, shards = 0;
   for (int i = 0; i < count; ++i) {
     double sum = 0;
-    for (int64_t j = 0; j < sizes[i]; ++j)
-      sum += double(grads[i][j]) * grads[i][j];
+    if (tables && tables[i]) {
+      // Rows of a placement: an expert's replicas count once in all.
+      std::vector<int32_t> replicas = replicaCounts(tables[i], positions[i]);
+      int64_t rowSize = sizes[i] / rows[i], first = epIndexOf(ctx) * rows[i];
+      for (int64_t j = 0; j < rows[i]; ++j) {
+        int32_t e = first + j < positions[i] ? tables[i][first + j] : -1;
+        if (e < 0)
+          continue;
+        double row = 0;
+        for (int64_t k = 0; k < rowSize; ++k)
+          row += double(grads[i][j * rowSize + k]) * grads[i][j * rowSize + k];
+        sum += row / replicas[e];
+      }
+    } else {
+      for (int64_t j = 0; j < sizes[i]; ++j)
+        sum += double(grads[i][j]) * grads[i][j];
+    }
     (sharded && sharded[i] ? shards : replicated) += sum;
     if (ctx->grad_squares && param_of && param_of[i] >= 0)
       ctx->grad_squares[param_of[i]] = sum;
@@ -291,6 +327,52 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
     shards = double(part[0]) + double(part[1]);
   }
   *norm = ctx->grad_norm = static_cast<float>(std::sqrt(replicated + shards));
+  return 0;
+}
+
+extern "C" int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positions, int64_t rowSize,
+                                           int group) {
+  int64_t replicated = 0;
+  for (int32_t n : replicaCounts(table, positions))
+    replicated += n > 1;
+  return replicated ? moert_ring_all_reduce_bytes(replicated * rowSize, group) : 0;
+}
+
+extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const float *in, int64_t rows,
+                                      int64_t rowSize, const int32_t *table, int32_t positions,
+                                      int axes) {
+  if (out != in)
+    std::memcpy(out, in, static_cast<size_t>(rows * rowSize) * sizeof(float));
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  if (static_cast<int64_t>(group.size()) * rows != positions) {
+    std::fprintf(stderr,
+                 "error: replica sum: %lld rows on each of %zu ranks do not cover the "
+                 "placement's %d positions\n",
+                 static_cast<long long>(rows), group.size(), positions);
+    return 1;
+  }
+  // The replicated experts, each a row of the reduction buffer.
+  std::vector<int32_t> replicas = replicaCounts(table, positions);
+  std::vector<int64_t> slot(replicas.size(), -1);
+  int64_t replicated = 0;
+  for (size_t e = 0; e < replicas.size(); ++e)
+    if (replicas[e] > 1)
+      slot[e] = replicated++;
+  if (replicated == 0)
+    return 0;
+  int member = static_cast<int>(std::find(group.begin(), group.end(), ctx->rank) - group.begin());
+  std::vector<float> sums(static_cast<size_t>(replicated * rowSize), 0.0f);
+  for (int64_t j = 0; j < rows; ++j)
+    if (int32_t e = table[member * rows + j]; e >= 0 && slot[e] >= 0)
+      for (int64_t k = 0; k < rowSize; ++k)
+        sums[slot[e] * rowSize + k] += out[j * rowSize + k];
+  if (int rc = moert_step_all_reduce(ctx, sums.data(), sums.data(),
+                                     static_cast<int64_t>(sums.size()), axes, 0, 1.0))
+    return rc;
+  for (int64_t j = 0; j < rows; ++j)
+    if (int32_t e = table[member * rows + j]; e >= 0 && slot[e] >= 0)
+      std::memcpy(out + j * rowSize, sums.data() + slot[e] * rowSize,
+                  static_cast<size_t>(rowSize) * sizeof(float));
   return 0;
 }
 

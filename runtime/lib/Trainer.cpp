@@ -42,20 +42,23 @@ namespace {
 /// full tensors are drawn in order on every rank, and a shard keeps its
 /// rows (`rowsOf`), so every grid starts from the same model.
 void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed,
-                const std::function<std::vector<int64_t>(int)> &rowsOf) {
+                const std::function<std::vector<int64_t>(int)> &rowsOf,
+                const std::function<int64_t(int)> &fullRows) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < moec_program.num_params; ++i) {
     const moert_param_info &p = moec_program.params[i];
     std::normal_distribution<double> normal(0.0, p.scale > 0 ? p.scale : 1.0);
     std::uniform_real_distribution<double> uniform(-p.scale, p.scale);
-    size_t n = params[i].size(), parts = std::max(p.shard_parts, 1);
+    size_t n = params[i].size();
     std::vector<int64_t> rows = rowsOf(i);
-    size_t rowSize = n / rows.size();
-    // The full tensor's row -> this block's row (-1: another rank's).
-    std::vector<int64_t> localOf(rows.size() * parts, -1);
+    size_t rowSize = n / rows.size(), full = static_cast<size_t>(fullRows(i));
+    // The full tensor's row -> this block's rows (none: another rank's; an
+    // empty position, -1, stays zero).
+    std::vector<std::vector<int64_t>> localOf(full);
     for (size_t j = 0; j < rows.size(); ++j)
-      localOf[rows[j]] = static_cast<int64_t>(j);
-    for (size_t j = 0; j < n * parts; ++j) {
+      if (rows[j] >= 0)
+        localOf[rows[j]].push_back(static_cast<int64_t>(j));
+    for (size_t j = 0; j < full * rowSize; ++j) {
       float v;
       switch (p.init) {
       case MOERT_INIT_ZEROS:
@@ -71,7 +74,7 @@ void initialise(std::vector<moert::AlignedFloats> &params, uint64_t seed,
         v = static_cast<float>(uniform(rng));
         break;
       }
-      if (int64_t row = localOf[j / rowSize]; row >= 0)
+      for (int64_t row : localOf[j / rowSize])
         params[i][row * rowSize + j % rowSize] = v;
     }
   }
@@ -122,23 +125,37 @@ void Trainer::initialiseParameters() {
       moments[2 * i + 1].assign(params[i].size(), 0.0f);
     }
   }
-  // Each MoE layer's placement starts as the program's: a pinned order
-  // (its weights' shard_rows) or expert order.
+  // Each MoE layer's placement starts as the program's: its weights'
+  // shard_rows (pinned, uneven, replicated experts) or expert order.
   expertOrder.resize(std::max(prog.num_moe_layers, 0));
   for (int l = 0; l < prog.num_moe_layers; ++l)
     for (int32_t e = 0; e < prog.layer_experts[l]; ++e)
       expertOrder[l].push_back(e);
   for (int i = 0; i < prog.num_params; ++i) {
     const moert_param_info &p = prog.params[i];
-    if (p.shard_layer < 0 || !p.shard_rows)
+    if (p.shard_layer < 0)
       continue;
     if (p.shard_layer >= prog.num_moe_layers ||
-        p.shape[0] * std::max(p.shard_parts, 1) != prog.layer_experts[p.shard_layer])
+        p.shape[0] * std::max(p.shard_parts, 1) != positionsOf(p.shard_layer) ||
+        (!p.shard_rows && positionsOf(p.shard_layer) != prog.layer_experts[p.shard_layer]))
       die(std::string("the step program's placement of '") + p.name + "' does not fit its layer");
-    expertOrder[p.shard_layer].assign(p.shard_rows,
-                                      p.shard_rows + prog.layer_experts[p.shard_layer]);
+    if (p.shard_rows)
+      expertOrder[p.shard_layer].assign(p.shard_rows, p.shard_rows + positionsOf(p.shard_layer));
   }
-  initialise(params, sh.seed, [&](int i) { return rowsOf(i, epIndex); });
+  initialise(
+      params, sh.seed, [&](int i) { return rowsOf(i, epIndex); },
+      [&](int i) { return fullRows(i); });
+}
+
+int32_t Trainer::positionsOf(int layer) const {
+  return prog.layer_positions ? prog.layer_positions[layer] : prog.layer_experts[layer];
+}
+
+int64_t Trainer::fullRows(int i) const {
+  const moert_param_info &p = prog.params[i];
+  if (p.shard_layer >= 0 && p.shard_layer < prog.num_moe_layers)
+    return prog.layer_experts[p.shard_layer];
+  return (p.rank > 0 ? p.shape[0] : 1) * std::max(p.shard_parts, 1);
 }
 
 std::vector<int64_t> Trainer::rowsOf(int i, int e) const {
@@ -157,6 +174,19 @@ std::vector<int64_t> Trainer::rowsOf(int i, int e) const {
   for (int64_t j = 0; j < local; ++j)
     rows[j] = table ? table[first + j] : first + j;
   return rows;
+}
+
+int64_t Trainer::replicaSumBytes() const {
+  int64_t bytes = 0;
+  for (int i = 0; i < prog.num_params; ++i) {
+    const moert_param_info &p = prog.params[i];
+    int l = p.shard_layer;
+    if (l < 0 || !p.adamw || !prog.layer_replicas || !prog.layer_replicas[l])
+      continue;
+    bytes += moert_replica_sum_bytes(expertOrder[l].data(), positionsOf(l),
+                                     static_cast<int64_t>(numel(p) / p.shape[0]), ep);
+  }
+  return bytes;
 }
 
 /// The arenas, the expert counters and the context the step program runs
@@ -440,7 +470,7 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"dropped_tokens", dropped},
          {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
          {"comm_bytes_analytical",
-          {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE]},
+          {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes()},
            {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
          {"comm_bytes_ragged_bound", prog.step_ragged_bound},
          {"codec_bytes",
@@ -475,13 +505,14 @@ void Trainer::reportCommunication() const {
                   "(analytical: %lld)\n",
                   (long long)lastSent[1],
                   (long long)(prog.step_ragged_bound + prog.step_comm_bytes[MOERT_ALL_TO_ALL]),
-                  (long long)lastSent[0], (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+                  (long long)lastSent[0],
+                  (long long)(prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes()));
     else
       std::printf("communication per step and rank: all_to_all %lld bytes, all_reduce %lld "
                   "bytes (analytical: %lld, %lld)\n",
                   (long long)lastSent[1], (long long)lastSent[0],
                   (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
-                  (long long)prog.step_comm_bytes[MOERT_ALL_REDUCE]);
+                  (long long)(prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes()));
   }
   if (lead && lastCodec[0] > 0)
     std::printf("compressed all-reduces: %lld bytes per step and rank instead of %lld "

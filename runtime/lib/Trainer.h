@@ -141,6 +141,14 @@ private:
   /// rows its MoE layer's placement (expertOrder) gives rank e, or the
   /// program's fixed rows (shard_rows, or the contiguous block).
   std::vector<int64_t> rowsOf(int i, int e) const;
+  /// Rows of parameter `i`'s full tensor (a placed expert tensor: its
+  /// layer's experts, whatever the positions).
+  int64_t fullRows(int i) const;
+  /// Positions of MoE layer `layer`'s placement (its experts when even).
+  int32_t positionsOf(int layer) const;
+  /// Bytes this rank sends per training step in replica sums under the
+  /// placement in force (analytical, as moert_replica_sum_bytes).
+  int64_t replicaSumBytes() const;
 
   // Online rebalancing (TrainerRebalance.cpp).
   /// Checks --rebalance-every against the program before any step.
@@ -197,8 +205,9 @@ private:
   std::vector<float *> paramPtrs, momentPtrs;
   moert::AlignedBytes act, grad; ///< the planned arenas
   std::vector<int32_t> expertCounts, droppedSlots;
-  /// Per MoE layer: its experts in placement order (the step reads them
-  /// through ctx.expert_order; position p is on ep rank p / (E / ep)).
+  /// Per MoE layer: the expert at each of its P positions, -1 empty (the
+  /// step reads them through ctx.expert_order; position p is on ep rank
+  /// p / (P / ep)).
   std::vector<std::vector<int32_t>> expertOrder;
   std::vector<const int32_t *> orderPtrs;
   /// The load monitor: each expert's token-slots (moving average), the

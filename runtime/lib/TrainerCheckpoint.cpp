@@ -89,21 +89,29 @@ void Trainer::restorePlacement(const nlohmann::json &state) {
   std::vector<std::vector<int32_t>> orders;
   for (size_t l = 0; l < it->size(); ++l) {
     const nlohmann::json &list = (*it)[l];
-    size_t experts = expertOrder[l].size();
-    std::vector<bool> seen(experts, false);
-    bool ok = list.is_array() && list.size() == experts;
-    std::vector<int32_t> order;
-    for (size_t p = 0; ok && p < experts; ++p) {
-      int64_t e = list[p].is_number_integer() ? list[p].get<int64_t>() : -1;
-      ok = e >= 0 && e < static_cast<int64_t>(experts) && !seen[e];
-      if (ok) {
-        seen[e] = true;
-        order.push_back(static_cast<int32_t>(e));
-      }
+    size_t positions = expertOrder[l].size();
+    int64_t experts = prog.layer_experts[l];
+    // A placement of another number of positions (another grid's) does not
+    // apply: the layer keeps this program's.
+    if (list.is_array() && list.size() != positions &&
+        list.size() >= static_cast<size_t>(experts)) {
+      orders.push_back(expertOrder[l]);
+      continue;
     }
+    std::vector<bool> seen(experts, false);
+    bool ok = list.is_array() && list.size() == positions;
+    std::vector<int32_t> order;
+    for (size_t p = 0; ok && p < positions; ++p) {
+      int64_t e = list[p].is_number_integer() ? list[p].get<int64_t>() : -2;
+      ok = e >= -1 && e < experts;
+      if (ok && e >= 0)
+        seen[e] = true;
+      order.push_back(static_cast<int32_t>(e));
+    }
+    ok = ok && std::find(seen.begin(), seen.end(), false) == seen.end();
     if (!ok)
-      die(where + "[" + std::to_string(l) + "]: expected a permutation of the layer's " +
-          std::to_string(experts) + " experts");
+      die(where + "[" + std::to_string(l) + "]: expected each position's expert (in [0, " +
+          std::to_string(experts) + "), or -1 for an empty one), every expert at least once");
     orders.push_back(std::move(order));
   }
   expertOrder = std::move(orders);
@@ -119,9 +127,10 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
         continue;
       // Checkpoints hold full tensors: a shard reads its block, so a run
       // resumes on any grid.
-      size_t parts = std::max(prog.params[i].shard_parts, 1), n = target->size();
+      size_t full = target->size() / static_cast<size_t>(rowsOf(i, epIndex).size()) *
+                    static_cast<size_t>(fullRows(i));
       auto it = tensors.find(name + suffix);
-      if (it == tensors.end() || it->second.data.size() != n * parts)
+      if (it == tensors.end() || it->second.data.size() != full)
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
       keepRows(it->second.data.data(), *target, i);
@@ -209,7 +218,8 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
   for (int i = 0; i < prog.num_params; ++i) {
     const moert_param_info &p = prog.params[i];
     std::vector<int64_t> shape(p.shape, p.shape + p.rank);
-    shape[0] *= std::max(p.shard_parts, 1);
+    if (p.rank > 0)
+      shape[0] = fullRows(i);
     tensors[p.name] = {shape, gatherFull(params[i], i)};
     if (p.adamw) {
       tensors[std::string(p.name) + ".adam_m"] = {shape, gatherFull(moments[2 * i], i)};
@@ -224,34 +234,38 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
 std::vector<float> Trainer::gatherFull(const moert::AlignedFloats &local, int i) {
   const moert_param_info &p = prog.params[i];
   int parts = std::max(p.shard_parts, 1);
-  std::vector<float> out(local.size() * parts);
-  if (parts == 1) {
-    std::copy(local.begin(), local.end(), out.begin());
-    return out;
-  }
+  if (parts == 1)
+    return std::vector<float>(local.begin(), local.end());
+  size_t rowSize = local.size() / static_cast<size_t>(p.shape[0]);
+  std::vector<float> out(rowSize * static_cast<size_t>(fullRows(i)));
   std::vector<int32_t> epGroup(ep);
   int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
-  std::vector<float> blocks(out.size());
+  std::vector<float> blocks(local.size() * parts);
   if (moert_all_gather(comm, local.data(), static_cast<int64_t>(local.size() * sizeof(float)),
                        blocks.data(), epGroup.data(), epSize) != 0)
     commError("gathering expert shards");
-  size_t rowSize = local.size() / static_cast<size_t>(p.shape[0]);
+  // Replicas hold the same rows; empty positions (-1) none.
   for (int e = 0; e < parts; ++e) {
     std::vector<int64_t> rows = rowsOf(i, e);
     for (size_t j = 0; j < rows.size(); ++j)
-      std::copy_n(blocks.begin() + (e * rows.size() + j) * rowSize, rowSize,
-                  out.begin() + rows[j] * rowSize);
+      if (rows[j] >= 0)
+        std::copy_n(blocks.begin() + (e * rows.size() + j) * rowSize, rowSize,
+                    out.begin() + rows[j] * rowSize);
   }
   return out;
 }
 
 /// This rank's block of parameter `i` (or of a moment) from the full
-/// tensor `full`: the rows rowsOf gives it.
+/// tensor `full`: the rows rowsOf gives it (zeros at empty positions).
 void Trainer::keepRows(const float *full, moert::AlignedFloats &local, int i) const {
   std::vector<int64_t> rows = rowsOf(i, epIndex);
   size_t rowSize = local.size() / rows.size();
-  for (size_t j = 0; j < rows.size(); ++j)
-    std::copy_n(full + rows[j] * rowSize, rowSize, local.begin() + j * rowSize);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    if (rows[j] >= 0)
+      std::copy_n(full + rows[j] * rowSize, rowSize, local.begin() + j * rowSize);
+    else
+      std::fill_n(local.begin() + j * rowSize, rowSize, 0.0f);
+  }
 }
 
 /// Codec state (error-feedback residuals, PowerSGD's Q) differs per rank:

@@ -37,14 +37,25 @@ using namespace moert::trainer;
 
 namespace {
 
+/// How many positions of `order` hold each of `experts` experts.
+std::vector<int> replicasOf(const std::vector<int32_t> &order, size_t experts) {
+  std::vector<int> n(experts, 0);
+  for (int32_t e : order)
+    if (e >= 0)
+      ++n[e];
+  return n;
+}
+
 /// Each ep rank's token-slots under `order` (rank r holds positions
-/// [r E/ep, (r+1) E/ep)).
+/// [r P/ep, (r+1) P/ep)); an expert's replicas share its tokens equally.
 std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
                               int ep) {
   std::vector<double> ranks(ep, 0.0);
+  std::vector<int> replicas = replicasOf(order, load.size());
   size_t local = order.size() / ep;
   for (size_t p = 0; p < order.size(); ++p)
-    ranks[p / local] += load[order[p]];
+    if (order[p] >= 0)
+      ranks[p / local] += load[order[p]] / replicas[order[p]];
   return ranks;
 }
 
@@ -54,51 +65,78 @@ double balancednessOf(const std::vector<double> &ranks) {
   return max > 0 ? mean / max : 1.0;
 }
 
-/// The new order: experts by load, heaviest first, each onto the least
-/// loaded rank with room (its current rank on ties); each rank's experts
-/// keep their old relative order.
+/// The new placement (EPLB-style) of `order.size()` positions, P/ep per
+/// rank: the spare positions (P - E) go one by one to the expert with the
+/// most tokens per replica (at most one replica per rank); then replicas,
+/// heaviest first, each onto the least loaded rank with room that does not
+/// hold that expert yet (a rank that held it before on ties, so as few as
+/// possible move); each rank's experts keep their old relative order.
 std::vector<int32_t> proposeOrder(const std::vector<double> &load,
                                   const std::vector<int32_t> &order, int ep) {
-  size_t experts = order.size(), local = experts / ep;
-  std::vector<size_t> position(experts);
-  for (size_t p = 0; p < experts; ++p)
-    position[order[p]] = p;
-  std::vector<int32_t> byLoad(experts);
-  std::iota(byLoad.begin(), byLoad.end(), 0);
-  std::stable_sort(byLoad.begin(), byLoad.end(),
-                   [&](int32_t a, int32_t b) { return load[a] > load[b]; });
+  size_t experts = load.size(), positions = order.size(), local = positions / ep;
+  std::vector<int> replicas(experts, 1);
+  for (size_t spare = positions - experts; spare > 0; --spare) {
+    int best = -1;
+    for (size_t e = 0; e < experts; ++e)
+      if (replicas[e] < ep && (best < 0 || load[e] / replicas[e] > load[best] / replicas[best]))
+        best = static_cast<int>(e);
+    if (best < 0)
+      break;
+    ++replicas[best];
+  }
+  // Where each expert was, and at which position (to keep orders stable).
+  std::vector<std::vector<bool>> had(ep, std::vector<bool>(experts, false));
+  std::vector<std::vector<size_t>> oldPosition(ep, std::vector<size_t>(experts, positions));
+  for (size_t p = 0; p < positions; ++p)
+    if (order[p] >= 0) {
+      had[p / local][order[p]] = true;
+      oldPosition[p / local][order[p]] = p;
+    }
+  std::vector<std::pair<double, int32_t>> units;
+  for (size_t e = 0; e < experts; ++e)
+    for (int k = 0; k < replicas[e]; ++k)
+      units.push_back({load[e] / replicas[e], static_cast<int32_t>(e)});
+  std::stable_sort(units.begin(), units.end(),
+                   [](const auto &a, const auto &b) { return a.first > b.first; });
   std::vector<double> ranks(ep, 0.0);
   std::vector<std::vector<int32_t>> held(ep);
-  for (int32_t e : byLoad) {
-    int best = -1, current = static_cast<int>(position[e] / local);
+  std::vector<std::vector<bool>> holds(ep, std::vector<bool>(experts, false));
+  for (auto [share, e] : units) {
+    int best = -1;
     for (int r = 0; r < ep; ++r) {
-      if (held[r].size() == local)
+      if (held[r].size() == local || holds[r][e])
         continue;
-      if (best < 0 || ranks[r] < ranks[best] || (ranks[r] == ranks[best] && r == current))
+      if (best < 0 || ranks[r] < ranks[best] ||
+          (ranks[r] == ranks[best] && had[r][e] && !had[best][e]))
         best = r;
     }
     held[best].push_back(e);
-    ranks[best] += load[e];
+    holds[best][e] = true;
+    ranks[best] += share;
   }
-  // Old positions first: experts that stay keep their order.
+  // Old positions first: experts that stay keep their order; empty
+  // positions last.
   std::vector<int32_t> next;
-  for (std::vector<int32_t> &mine : held) {
-    std::sort(mine.begin(), mine.end(),
-              [&](int32_t a, int32_t b) { return position[a] < position[b]; });
+  for (int r = 0; r < ep; ++r) {
+    std::vector<int32_t> &mine = held[r];
+    std::stable_sort(mine.begin(), mine.end(),
+                     [&](int32_t a, int32_t b) { return oldPosition[r][a] < oldPosition[r][b]; });
     next.insert(next.end(), mine.begin(), mine.end());
+    next.insert(next.end(), local - mine.size(), -1);
   }
   return next;
 }
 
-/// Experts of `next` that another rank held under `order`.
+/// Expert copies of `next` that their rank did not hold under `order`.
 int changingRank(const std::vector<int32_t> &order, const std::vector<int32_t> &next, int ep) {
   size_t local = order.size() / ep;
-  std::vector<size_t> position(order.size());
+  std::vector<std::vector<int32_t>> had(ep);
   for (size_t p = 0; p < order.size(); ++p)
-    position[order[p]] = p;
+    had[p / local].push_back(order[p]);
   int changing = 0;
   for (size_t p = 0; p < next.size(); ++p)
-    changing += position[next[p]] / local != p / local;
+    changing += next[p] >= 0 && std::find(had[p / local].begin(), had[p / local].end(), next[p]) ==
+                                    had[p / local].end();
   return changing;
 }
 
@@ -134,7 +172,7 @@ double Trainer::expertShare(double topK) const {
     if (p.rank < 2)
       continue; // gains and biases: no matrix products
     if (p.shard_layer >= 0)
-      expert += n * std::max(p.shard_parts, 1) / prog.layer_experts[p.shard_layer] * topK;
+      expert += n / static_cast<double>(p.shape[0]) * topK; // one expert's weights
     else if (std::string(p.name) != "tok_emb")
       other += n; // the embedding is a lookup
   }
@@ -194,12 +232,12 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       newBalance += balancednessOf(newRanks) / recentLoads.size();
     }
     // Rows that change rank, times parameter and moments.
-    size_t local = experts / ep;
     int changing = changingRank(expertOrder[l], next, ep);
     double bytes = 0;
     for (int i = 0; i < prog.num_params; ++i)
       if (prog.params[i].shard_layer == l)
-        bytes += 3.0 * 4.0 * numel(prog.params[i]) / static_cast<double>(local) * changing;
+        bytes += 3.0 * 4.0 * numel(prog.params[i]) / static_cast<double>(prog.params[i].shape[0]) *
+                 changing;
     double gain = o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
     double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
     if (changing == 0 || !(gain > cost))

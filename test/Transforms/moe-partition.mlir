@@ -54,8 +54,17 @@
 // PINNED: moe.permute %{{.*}}, %[[SLOTS]]
 // PINNED: moe.all_to_all {{.*}} over [ep] split 0 concat 1 counts %[[COUNTS]]
 // PINNED: moe.unpermute {{.*}}, %[[SLOTS]]
-// Uneven and replicated placements are not executable yet.
-// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1, 2], [3]]>} :/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=UNEVEN
-// UNEVEN: error: 'moe.expert_ffn' op placement gives ep rank 0 other than 2 experts no other rank holds; uneven and replicated placements are not executable yet
-// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1], [1, 2, 3]]>} :/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=REPLICA
-// REPLICA: error: 'moe.expert_ffn' op placement gives ep rank 1 other than 2 experts no other rank holds; uneven and replicated placements are not executable yet
+// Uneven counts: rank 0 holds 3 experts, rank 1 one; each rank has 3
+// positions (the second's last two empty, -1), the buffer 6 positions, the
+// weights 3 rows per rank.
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1, 2], [3]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=UNEVEN
+// UNEVEN: moe.param @up : tensor<3x4x5xf32> {{.*}}{moe.shard = ["ep"], moe.shard_layer = 0 : i64, moe.shard_rows = array<i64: 0, 1, 2, 3, -1, -1>}
+// UNEVEN: moe.place_slots {{.*}} {block = 3 : i64, layer = 0 : i64, order = array<i64: 0, 1, 2, 3, -1, -1>} : (tensor<2x3x2xi32>, tensor<4xi32>) -> (tensor<2x3x2xi32>, tensor<6xi32>)
+// UNEVEN: moe.permute {{.*}} -> tensor<6x3x4xf32>
+// UNEVEN: moe.all_to_all {{.*}} over [ep] split 0 concat 1 counts {{.*}} : (tensor<6x3x4xf32>, tensor<6xi32>) -> (tensor<3x6x4xf32>, tensor<6xi32>)
+// UNEVEN: moe.expert_ffn swiglu {{.*}} -> tensor<3x6x4xf32>
+// UNEVEN: moe.all_to_all {{.*}} over [ep] split 1 concat 0 counts {{.*}} : (tensor<3x6x4xf32>, tensor<6xi32>) -> (tensor<6x3x4xf32>, tensor<6xi32>)
+// Replicas: expert 1 on both ranks; its token-slots are dealt between them.
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1], [1, 2, 3]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=REPLICA
+// REPLICA: moe.param @up : tensor<3x4x5xf32> {{.*}}moe.shard_rows = array<i64: 0, 1, -1, 1, 2, 3>}
+// REPLICA: moe.place_slots {{.*}}order = array<i64: 0, 1, -1, 1, 2, 3>}

@@ -146,12 +146,39 @@ TEST_F(RuntimeTest, PlaceSlotsMovesSlotsToThePlacementOrder) {
   const int32_t counts[] = {5, 6, 7, 8};
   std::vector<int32_t> out(in.size(), 99);
   int32_t placed[4];
-  moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed, counts, 4,
-                    order, block);
+  ASSERT_EQ(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+                              counts, 4, order, 4, block),
+            0);
   for (size_t i = 0; i < in.size(); ++i)
     EXPECT_EQ(out[i], in[i] < 0 ? -1 : pos[in[i] / block] * block + in[i] % block) << i;
   for (int p = 0; p < 4; ++p)
     EXPECT_EQ(placed[p], counts[order[p]]);
+}
+
+// Uneven and replicated: 3 experts of 4 slots on 6 positions [0, 1, -1 | 1,
+// 2, -1]: expert 1's slots alternate between positions 1 and 3 (slot i to
+// the (i mod 2)-th, row i / 2), its counts (capped at the block) dealt in
+// turn; empty positions count 0.
+TEST_F(RuntimeTest, PlaceSlotsDealsAReplicatedExpertsSlotsInTurn) {
+  const int32_t order[] = {0, 1, -1, 1, 2, -1};
+  const int64_t block = 4;
+  std::vector<int32_t> in = {0, 3, 4, 5, 6, 7, 8, 11, -1};
+  std::vector<int32_t> want = {0, 3, 4, 12, 5, 13, 16, 19, -1};
+  const int32_t counts[] = {2, 7, 1};
+  std::vector<int32_t> out(in.size(), 99);
+  int32_t placed[6];
+  ASSERT_EQ(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+                              counts, 3, order, 6, block),
+            0);
+  EXPECT_EQ(out, want);
+  const int32_t wantCounts[] = {2, 2, 0, 2, 1, 0};
+  for (int p = 0; p < 6; ++p)
+    EXPECT_EQ(placed[p], wantCounts[p]) << p;
+  // An order naming an expert out of range is an error, not a crash.
+  const int32_t bad[] = {0, 1, 2, 3, -1, -1};
+  EXPECT_NE(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+                              counts, 3, bad, 6, block),
+            0);
 }
 
 TEST_F(RuntimeTest, ScratchPoolReusesBlocksWithinItsLimit) {

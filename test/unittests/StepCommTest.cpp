@@ -842,7 +842,8 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
                          ptrs[t] = grads[r][t].data();
                        int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
                        if (int rc = moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded,
-                                                           nullptr, 4, MOERT_AXIS_EP, &norms[r]))
+                                                           nullptr, 4, MOERT_AXIS_EP, nullptr,
+                                                           nullptr, nullptr, &norms[r]))
                          return rc;
                        bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
                        gradNorms[r] = ctx.grad_norm;
@@ -851,7 +852,8 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
                        ctx.grad_squares = squares[r].data();
                        const int paramOf[] = {3, -1, 0, 1};
                        return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, paramOf, 4,
-                                                     MOERT_AXIS_EP, &local[r]);
+                                                     MOERT_AXIS_EP, nullptr, nullptr, nullptr,
+                                                     &local[r]);
                      }),
               0);
     std::vector<std::vector<float>> full = {grads[0][0], grads[0][2]};
@@ -908,9 +910,10 @@ TEST(StepCommTest, GlobalNormKeepsWhatOneFloatPerMemberWouldLose) {
                          sizes.push_back(static_cast<int64_t>(t.size()));
                          sharded.push_back(1);
                        }
-                       return moert_step_global_norm(
-                           &ctx, ptrs.data(), sizes.data(), sharded.data(), nullptr,
-                           static_cast<int>(ptrs.size()), MOERT_AXIS_EP, &norms[ctx.rank]);
+                       return moert_step_global_norm(&ctx, ptrs.data(), sizes.data(),
+                                                     sharded.data(), nullptr,
+                                                     static_cast<int>(ptrs.size()), MOERT_AXIS_EP,
+                                                     nullptr, nullptr, nullptr, &norms[ctx.rank]);
                      }),
               0);
     EXPECT_EQ(norms[0], norms[1]);
@@ -1303,7 +1306,8 @@ TEST(StepCommTest, ErrorsWithoutACommunicatorAndBadRaggedDims) {
   const float *grads[] = {in.data()};
   const unsigned char sharded[] = {1};
   float norm = -1;
-  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, nullptr, 1, MOERT_AXIS_EP, &norm),
+  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, nullptr, 1, MOERT_AXIS_EP, nullptr,
+                                   nullptr, nullptr, &norm),
             0);
   for (int kind = MOERT_CODEC_FP16; kind <= MOERT_CODEC_POWERSGD; ++kind) {
     moert_codec codec = {kind, 4, 0.25, 2, 1};
@@ -1364,8 +1368,9 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
                   const int64_t sizes[] = {2};
                   const unsigned char sharded[] = {1};
                   moert_codec codec = {MOERT_CODEC_BF16, 256, 0, 0, 0};
-                  int failures = moert_step_global_norm(&ctx, grads, sizes, sharded, nullptr, 1,
-                                                        MOERT_AXIS_EP, &norm) != 0;
+                  int failures =
+                      moert_step_global_norm(&ctx, grads, sizes, sharded, nullptr, 1, MOERT_AXIS_EP,
+                                             nullptr, nullptr, nullptr, &norm) != 0;
                   failures += moert_step_all_reduce_codec(&ctx, g0, g0, 2, MOERT_AXIS_EP, 0, 1.0,
                                                           &codec, 0, 2, 1) != 0;
                   return failures == 2 ? 1 : 0;

@@ -27,13 +27,15 @@ typedef struct {
   int adamw;    /* 1 when an AdamW update owns moments for it */
   /* > 1 when this is one rank's block of a tensor split along dimension 0
    * over the ep axis (moe-partition's expert shards): `shape` is the block,
-   * the full tensor has shape[0] * shard_parts rows, and ep rank e holds
+   * the full tensor has shape[0] * shard_parts rows (with shard_layer >= 0,
+   * that layer's experts, layer_experts[shard_layer]), and ep rank e holds
    * rows [e * shape[0], (e + 1) * shape[0]). */
   int shard_parts;
   /* With shard_parts > 1: null when ep rank e holds the contiguous rows
    * above; else the global row of each held row, in ep rank order (rank e's
-   * row j is global row shard_rows[e * shape[0] + j]), for a placement that
-   * gives ranks experts out of order (pinned experts). */
+   * row j is global row shard_rows[e * shape[0] + j]; -1: an empty
+   * position; a row may repeat on several ranks, replicas), for a placement
+   * other than equal blocks in order (pinned, uneven, replicated experts). */
   const int32_t *shard_rows;
   /* The MoE layer whose placement says which rows each ep rank holds (the
    * trainer's table, moert_context.expert_order, which starts as
@@ -70,10 +72,11 @@ typedef struct {
    * the training step writes the squared L2 norm of this rank's gradient of
    * each parameter it updates (a shard's own block for expert shards). */
   double *grad_squares;
-  /* Per MoE layer: its experts in placement order (position p of the
-   * dispatch buffer holds expert expert_order[layer][p]; ep rank r the
-   * positions [r E/ep, (r+1) E/ep)). Null: the step program's own orders.
-   * The trainer changes them when it moves experts between ranks. */
+  /* Per MoE layer: its experts by position (position p of the dispatch
+   * buffer holds expert expert_order[layer][p], or nothing for -1; of the
+   * layer's P positions, moert_program.layer_positions, ep rank r holds
+   * [r P/ep, (r+1) P/ep)). Null: the step program's own orders. The
+   * trainer changes them when it moves or replicates experts. */
   const int32_t *const *expert_order;
 } moert_context;
 
@@ -121,14 +124,26 @@ typedef struct {
    * uncompressed; after that they send step_codec_bytes per step and rank
    * instead of step_codec_uncompressed (both in step_comm_bytes' terms). */
   int64_t codec_warmup_steps, step_codec_bytes, step_codec_uncompressed;
+  /* Per MoE layer, the positions of its placement (a multiple of ep; more
+   * than layer_experts when ranks hold uneven counts or replicas), and
+   * whether each position may hold a replica (1: the program reduces
+   * replicas' gradients, moe.replica_sum). */
+  const int32_t *layer_positions;
+  const int32_t *layer_replicas;
 } moert_program;
 
-/* moe.place_slots: slots from expert order to the placement's order
- * (out_slots[i] = pos[s / block] * block + s % block for s = in_slots[i] >= 0,
- * -1 kept; out_counts[p] = in_counts[order[p]]; pos the inverse of order). */
-void moert_place_slots(int32_t *out_slots, const int32_t *in_slots, int64_t n, int32_t *out_counts,
-                       const int32_t *in_counts, int32_t experts, const int32_t *order,
-                       int64_t block);
+/* moe.place_slots: slots from expert order to the placement's positions.
+ * `order` has `positions` entries (an expert in [0, experts), or -1 for an
+ * empty position); expert e's slot s = e * block + i goes to its
+ * (i mod n)-th position q at q * block + i / n, n its number of positions
+ * (replicas); -1 stays -1. out_counts[q] is in_counts[e] for an expert with
+ * one position, else its share of min(in_counts[e], block) dealt in turn;
+ * 0 for an empty position. Returns non-zero (message on stderr) when a
+ * slot names an expert without a position or the order names one out of
+ * range. */
+int moert_place_slots(int32_t *out_slots, const int32_t *in_slots, int64_t n, int32_t *out_counts,
+                      const int32_t *in_counts, int32_t experts, const int32_t *order,
+                      int32_t positions, int64_t block);
 /* Scalar routines the step program calls (lr schedule, fill). */
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);
@@ -192,10 +207,28 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
  * the `sharded` ones (null: none) are summed over the group of `axes` (each
  * rank holds a different shard). With ctx->grad_squares set, each
  * gradient's squared norm is also recorded at its parameter's index,
- * `param_of[i]` (-1: none; `param_of` may be null). */
+ * `param_of[i]` (-1: none; `param_of` may be null). `tables` (null: none)
+ * gives per gradient the placement of its rows (`rows[i]` of them, at this
+ * ep rank's positions of a table of `positions[i]` entries; null for a
+ * gradient without one): a row of an expert at n positions counts 1/n, an
+ * empty position nothing. */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
                            const unsigned char *sharded, const int *param_of, int count, int axes,
-                           float *norm);
+                           const int32_t *const *tables, const int32_t *positions,
+                           const int64_t *rows, float *norm);
+/* moe.replica_sum: `in` holds `rows` rows of `row_size` floats, this rank's
+ * positions [e rows, (e+1) rows) of `table` (`positions` entries, e this
+ * rank's index in the group of `axes`); each row of an expert at several
+ * positions becomes the sum of that expert's rows over the group, in
+ * position order (bit-identical on every replica). Sends nothing when no
+ * expert has two positions. */
+int moert_step_replica_sum(moert_context *ctx, float *out, const float *in, int64_t rows,
+                           int64_t row_size, const int32_t *table, int32_t positions, int axes);
+/* The bytes one member sends in that replica sum (ring all-reduce of the
+ * replicated experts' rows; 0 without replicas), as the trainer accounts
+ * it. */
+int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positions, int64_t row_size,
+                                int group);
 /* moe.balance_bias, DeepSeek-V3's auxiliary-loss-free load rule: counts
  * the `count` expert indices `ids` (each in [0, experts)), sums the counts
  * exactly over the group of `axes` (0: this rank's only), and moves each

@@ -297,9 +297,15 @@ moe.param @w : tensor<2x4xf32> init <ones> {moe.shard_rows = array<i64: 1, 0>}
 
 // -----
 
-// shard_rows: a permutation of the full tensor's rows
-// expected-error @+1 {{'moe.shard_rows' must be a permutation of the full tensor's rows, a multiple of the block's 2 rows}}
-moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows = array<i64: 0, 2, 2, 3>}
+// shard_rows: a row (or -1) per position, whole blocks
+// expected-error @+1 {{'moe.shard_rows' must list a row of the full tensor (or -1, empty) per position, a multiple of the block's 2 rows}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows = array<i64: 0, 2, 2>}
+
+// -----
+
+// shard_rows: rows are >= -1
+// expected-error @+1 {{'moe.shard_rows' must list a row of the full tensor (or -1, empty) per position, a multiple of the block's 2 rows}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows = array<i64: 0, 2, -2, 3>}
 
 // -----
 

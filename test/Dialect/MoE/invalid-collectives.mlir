@@ -355,3 +355,25 @@ func.func @f(%g: tensor<8x16xf32>) -> tensor<16x16xf32> {
   return %0 : tensor<16x16xf32>
 }
 }
+
+// -----
+
+// replica_sum: a layer >= 0
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<2x16xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{'moe.replica_sum' op layer must be >= 0, got -1}}
+  %0 = moe.replica_sum %g over [ep] layer -1 : tensor<2x16xf32>
+  return %0 : tensor<2x16xf32>
+}
+}
+
+// -----
+
+// replica_sum: rows of a shard
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{'moe.replica_sum' op input must have rank >= 1 (rows of an expert shard)}}
+  %0 = moe.replica_sum %g over [ep] layer 0 : tensor<f32>
+  return %0 : tensor<f32>
+}
+}

@@ -140,10 +140,19 @@ func.func @f(%buf: tensor<4x4x8xf32>, %s: tensor<2x4x2xi32>, %w: tensor<2x4x2xf3
 
 // -----
 
-// place_slots: the results have the operands' types
+// place_slots: the placed slots have the slots' type
 func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
-  // expected-error @+1 {{'moe.place_slots' op results must have the operands' types}}
+  // expected-error @+1 {{'moe.place_slots' op result_slots must have the type of slots}}
   %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x1xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: placed counts are [P]
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op result_counts must have rank 1 ([P]), got rank 2}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<2x2xi32>)
   return
 }
 
@@ -158,27 +167,27 @@ func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<2x2xi32>) {
 
 // -----
 
-// place_slots: one position per expert
+// place_slots: one order entry per position
 func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
-  // expected-error @+1 {{'moe.place_slots' op order has 3 entries for 4 experts}}
+  // expected-error @+1 {{'moe.place_slots' op order has 3 entries for 4 positions (result_counts)}}
   %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return
 }
 
 // -----
 
-// place_slots: order is a permutation (no repeats)
+// place_slots: every expert has a position
 func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
-  // expected-error @+1 {{'moe.place_slots' op order must be a permutation of [0, 4), but 1 repeats}}
-  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 1, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  // expected-error @+1 {{'moe.place_slots' op order places no replica of expert 2}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 1, 3, -1, -1>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<6xi32>)
   return
 }
 
 // -----
 
-// place_slots: order is a permutation (in range)
+// place_slots: order names experts or -1
 func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
-  // expected-error @+1 {{'moe.place_slots' op order must be a permutation of [0, 4), but 4 is out of range}}
+  // expected-error @+1 {{'moe.place_slots' op order entries must be experts in [0, 4) or -1 (empty), got 4}}
   %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 4>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return
 }

@@ -261,3 +261,36 @@ func.func @f(%e: tensor<2x4x2xi32>) {
   moe.balance_bias @b, %e {rate = 1.0e-3 : f64, sum_axes = ["dp", "dp"]} : tensor<2x4x2xi32>
   return
 }
+
+// -----
+
+// global_norm: shard_layers needs sharded
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_layers needs sharded}}
+  %n = moe.global_norm %g, %e {shard_layers = array<i64: -1, 0>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}
+
+// -----
+
+// global_norm: one shard_layers entry per operand
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_layers has 1 entries for 2 operands}}
+  %n = moe.global_norm %g, %e {sharded = array<i1: false, true>, shard_axes = ["ep"], shard_layers = array<i64: 0>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}
+
+// -----
+
+// global_norm: a layer only on a sharded operand
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_layers[0] must be -1, or a layer >= 0 of a sharded operand, got 0}}
+  %n = moe.global_norm %g, %e {sharded = array<i1: false, true>, shard_axes = ["ep"], shard_layers = array<i64: 0, 0>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}

@@ -123,6 +123,8 @@ func.func @optimizer(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf
   %norm = moe.global_norm %dw, %dg : tensor<8x16xf32>, tensor<8xf32>
   // CHECK: moe.global_norm %{{.*}}, %{{.*}} {shard_axes = ["ep"], sharded = array<i1: false, true>} : tensor<8x16xf32>, tensor<2x8x16xf32>
   %snorm = moe.global_norm %dw, %de {sharded = array<i1: false, true>, shard_axes = ["ep"]} : tensor<8x16xf32>, tensor<2x8x16xf32>
+  // CHECK: moe.global_norm %{{.*}}, %{{.*}} {shard_axes = ["ep"], shard_layers = array<i64: -1, 0>, sharded = array<i1: false, true>}
+  %lnorm = moe.global_norm %dw, %de {sharded = array<i1: false, true>, shard_axes = ["ep"], shard_layers = array<i64: -1, 0>} : tensor<8x16xf32>, tensor<2x8x16xf32>
   // CHECK: moe.adamw_update @w, %{{.*}}, %[[LR]], %[[NORM]], %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = 0.94999999999999996 : f64, eps = 1.000000e-08 : f64, grad_clip = 1.000000e+00 : f64, weight_decay = 1.000000e-01 : f64} : tensor<8x16xf32>
   moe.adamw_update @w, %dw, %lr, %norm, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64} : tensor<8x16xf32>
   // CHECK: moe.adamw_update @g, {{.*}}weight_decay = 0.000000e+00 : f64} : tensor<8xf32>
@@ -145,6 +147,9 @@ func.func @place_slots(%slots: tensor<2x4x2xi32>, %counts: tensor<4xi32>) -> (te
   %s, %c = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, layer = 1 : i64, order = array<i64: 0, 1, 2, 3>}
   %s1, %c1 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, layer = 1 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  // Uneven (rank 1 holds one expert) and replicated (expert 0 on both ranks).
+  // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, order = array<i64: 0, 1, 3, 0, 2, -1>} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<6xi32>)
+  %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 3, 0, 2, -1>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<6xi32>)
   return %s, %c : tensor<2x4x2xi32>, tensor<4xi32>
 }
 

@@ -113,6 +113,8 @@ func.func @collectives(%g: tensor<8x16xf32>, %buf: tensor<4x5x8xf32>, %rows: ten
     -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>, tensor<2x10x8xf32>, tensor<8x8xf32>, tensor<2xi32>) {
   // CHECK: moe.all_reduce sum %{{.*}} over [dp, ep] : tensor<8x16xf32>
   %0 = moe.all_reduce sum %g over [dp, ep] : tensor<8x16xf32>
+  // CHECK: moe.replica_sum %{{.*}} over [ep] layer 1 : tensor<8x16xf32>
+  %r = moe.replica_sum %g over [ep] layer 1 : tensor<8x16xf32>
   // CHECK: moe.all_reduce mean %{{.*}} over [dp] codec <powersgd, rank = 4, error_feedback> : tensor<8x16xf32>
   %1 = moe.all_reduce mean %g over [dp] codec <powersgd, rank = 4, error_feedback> : tensor<8x16xf32>
   // CHECK: moe.reduce_scatter sum %{{.*}} over [dp] dim 0 codec <int8, block_size = 64> : tensor<8x16xf32> -> tensor<4x16xf32>

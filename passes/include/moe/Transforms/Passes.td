@@ -69,16 +69,20 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     `placement` on every `moe.expert_ffn`, and `moe.plan` (the predicted
     costs); `report-table` and `report-json` write the candidates and why
     the winner won ("-" for stdout). `dp` / `ep` / `tp` force a degree;
-    `pin=3@0,5@1` pins experts to ep ranks (each rank keeps its
-    speed-proportional count, pinned experts first; only grids with an ep
-    rank for every pin are candidates).
+    `pin=3@0,5@1` pins experts to ep ranks, `pin=3@0,3@1` replicates one
+    (pinned experts first, the others fill each rank to its
+    speed-proportional count; experts left when pins took more than a
+    rank's share go to the ranks with the fewest for their count, so ranks
+    may hold uneven counts; only grids with an ep rank for every pin are
+    candidates).
   }];
   let options = [
     Option<"dpDegree", "dp", "int64_t", "0", "Force the data-parallel degree (0: choose)">,
     Option<"epDegree", "ep", "int64_t", "0", "Force the expert-parallel degree (0: choose)">,
     Option<"tpDegree", "tp", "int64_t", "0", "Force the tensor-parallel degree (0: choose)">,
     Option<"pinExperts", "pin", "std::string", "\"\"",
-           "Pin experts to ep ranks: EXPERT@RANK,... (every MoE layer's expert of that index)">,
+           "Pin experts to ep ranks: EXPERT@RANK,... (every MoE layer's expert of that "
+           "index; an expert on several ranks is replicated)">,
     Option<"reportTable", "report-table", "std::string", "\"\"",
            "Write the readable plan table here ('-': stdout)">,
     Option<"reportJson", "report-json", "std::string", "\"\"",

@@ -131,15 +131,6 @@ def MoE_PlacementAttr : MoE_Attr<"Placement", "placement"> {
     size_t getNumRanks() const { return getRankSizes().size(); }
     /// Experts held by `rank`.
     ::llvm::ArrayRef<int64_t> getExpertsOf(size_t rank) const;
-    /// The first of `ranks` ranks that does not hold the equal contiguous
-    /// block [r E/ranks, (r+1) E/ranks) of `experts` experts (the layout
-    /// moe-partition executes), or -1 when every one does.
-    int64_t firstNonBlockRank(int64_t experts, int64_t ranks) const;
-    /// The first of `ranks` ranks that does not hold E/ranks experts none of
-    /// the others holds (a replica, an uneven count), or -1 when the
-    /// placement is a permutation of equal blocks (what moe-partition
-    /// executes, out of order through moe.place_slots).
-    int64_t firstNonEqualRank(int64_t experts, int64_t ranks) const;
   }];
 }
 

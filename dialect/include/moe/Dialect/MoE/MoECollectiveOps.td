@@ -155,4 +155,32 @@ def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
   }];
 }
 
+def MoE_ReplicaSumOp : MoE_CollectiveOp<"replica_sum", [
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "sums each row of an expert shard over the replicas of its expert";
+  let description = commonDescription # [{
+    `input` is one ep rank's block of a placed expert tensor (`[S, ...]`,
+    row `j` at position `r * S + j` of the MoE layer `layer`'s placement,
+    for the rank `r` of the group). Each row of an expert held at several
+    positions (replicas, see `moe.place_slots`) becomes the sum of that
+    expert's rows over all of them; the other rows are unchanged. The
+    placement is the runtime's table for `layer` (it starts as the order of
+    that layer's `moe.place_slots` and online rebalancing changes it), so
+    replicas' gradients add up to the gradient of the one expert they
+    compute, and their AdamW updates stay identical.
+
+    ```mlir
+    %g = moe.replica_sum %grad over [ep] layer 0 : tensor<3x64x32xf32>
+    ```
+
+    Constraints: the enclosing module has a `moe.grid`; axes are distinct
+    grid axes; `layer >= 0`; the input has rank >= 1.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, StrArrayAttr:$axes, I64Attr:$layer);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `over` custom<GridAxes>($axes) `layer` $layer attr-dict `:` type($input)
+  }];
+}
+
 #endif // MOE_COLLECTIVE_OPS_TD

@@ -131,31 +131,38 @@ def MoE_UnpermuteGradOp : MoE_Op<"unpermute_grad", [Pure]> {
 }
 
 def MoE_PlaceSlotsOp : MoE_Op<"place_slots", [Pure]> {
-  let summary = "moves fused gating's slots from expert order to a placement's order";
+  let summary = "moves fused gating's slots from expert order to a placement's positions";
   let description = [{
     A dispatch buffer holds `block` slots per expert, expert `e`'s at rows
-    `[e * block, (e + 1) * block)`. On a step partitioned over a placement
-    whose ranks hold experts out of order (pinned experts), the buffer is
-    laid out in the placement's order instead, so that each rank's experts
-    are one contiguous block for the `all_to_all`: `order[p]` is the expert
-    at position `p` (rank `r`'s experts at positions `[r E/ep, (r+1) E/ep)`).
-    With `pos` the inverse of `order`:
-    `result_slots = pos[s / block] * block + s % block` for every slot
-    `s >= 0` of `slots` (-1, a dropped token-slot, stays -1), and
-    `result_counts[p] = counts[order[p]]`.
+    `[e * block, (e + 1) * block)`. On a step partitioned over a placement,
+    the buffer is laid out by positions instead, so that each ep rank's
+    experts are one contiguous block for the `all_to_all`: `order[p]` is the
+    expert at position `p` (rank `r` holds positions `[r P/ep, (r+1) P/ep)`
+    of the `P` positions), or -1 for an empty position (a rank that holds
+    fewer experts than the most loaded one). An expert may hold several
+    positions (replicas): its token-slots are dealt among them in turn.
+    With `q_0 < ... < q_{n-1}` the positions of expert `e`, slot
+    `s = e * block + i` (`s >= 0`) becomes `q_(i mod n) * block + i / n`
+    (-1, a dropped token-slot, stays -1), and `result_counts[q_k]` is
+    `counts[e]` for an expert with one position, else the number of
+    `i < min(counts[e], block)` with `i mod n = k`; an empty position
+    counts 0. A permutation of `[0, E)` is the plain reordering.
     ```mlir
     %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 6 : i64}
         : (tensor<4x3x2xi32>, tensor<4xi32>) -> (tensor<4x3x2xi32>, tensor<4xi32>)
+    %s3, %c3 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 3, 0, 2, -1>, block = 6 : i64}
+        : (tensor<4x3x2xi32>, tensor<4xi32>) -> (tensor<4x3x2xi32>, tensor<6xi32>)
     ```
     `layer`, when present, is the MoE layer (the index of its fused gate
     among the step's) whose placement the runtime may change between steps
-    (online rebalancing moves experts between ranks): the step program then
-    reads the order from the runtime's table for that layer, which starts
-    as `order`; absent, the order is fixed.
+    (online rebalancing moves and replicates experts): the step program
+    then reads the order from the runtime's table for that layer, which
+    starts as `order`; absent, the order is fixed.
 
-    Constraints: `order` is a permutation of `[0, E)` with `E` the size of
-    `counts` (`[E]`); `block >= 1`; `layer >= 0`; the results have the
-    operands' types.
+    Constraints: `order` has `P` entries (the size of `result_counts`), each
+    in `[-1, E)` with `E` the size of `counts` (`[E]`), and names every
+    expert at least once; `block >= 1`; `layer >= 0`; `result_slots` has
+    the type of `slots`.
   }];
   let arguments = (ins MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                        DenseI64ArrayAttr:$order, I64Attr:$block,

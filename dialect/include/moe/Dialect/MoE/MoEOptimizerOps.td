@@ -53,14 +53,21 @@ def MoE_GlobalNormOp : MoE_Op<"global_norm", [Pure]> {
     On a partitioned step, `sharded` marks the operands that are one rank's
     shard of a larger gradient: their squares are summed over the group of
     `shard_axes` before the root; the other operands are identical on every
-    rank and count once.
+    rank and count once. `shard_layers`, when present, gives for each
+    operand the MoE layer whose placement lays out its rows (-1: none): a
+    row of an expert with `n` replicas (after `moe.replica_sum`, each holds
+    the expert's gradient) counts `1/n` on each, an empty position not at
+    all, so the norm is the one-rank model's.
 
     Constraints: at least one operand; `sharded` and `shard_axes` come
-    together, `sharded` has one entry per operand.
+    together, `sharded` has one entry per operand; `shard_layers` needs
+    `sharded`, has one entry per operand, each >= -1, and >= 0 only on a
+    sharded operand.
   }];
   let arguments = (ins Variadic<MoE_FloatTensor>:$grads,
                        OptionalAttr<DenseBoolArrayAttr>:$sharded,
-                       OptionalAttr<StrArrayAttr>:$shard_axes);
+                       OptionalAttr<StrArrayAttr>:$shard_axes,
+                       OptionalAttr<DenseI64ArrayAttr>:$shard_layers);
   let results = (outs MoE_F32Scalar:$result);
   let assemblyFormat = "$grads attr-dict `:` type($grads)";
   let hasVerifier = 1;
