@@ -2,15 +2,18 @@
 # Online rebalancing on a skewed case: the tiny example with 16 experts and
 # no auxiliary loss (routing concentrates on a few experts) on 4 thread
 # ranks (ep 4, 4 experts each), STEPS steps (200) of the King James Bible,
-# without and with --rebalance-every EVERY (20). Reported: the migrations,
+# without and with --rebalance-every EVERY (20), and with REDUNDANT (4) spare
+# positions (moec --redundant-experts: one per rank, filled with replicas of
+# the hottest experts by the rebalancer). Reported: the migrations,
 # the mean balancedness (mean over max of the ranks' token-slots) over the
 # steps after the first migration, and the median tokens/s over the same
 # steps; the losses of both runs are compared. Part of `make bench`.
-#   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20)
+#   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20), REDUNDANT (4)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-200}
 every=${EVERY:-20}
+redundant=${REDUNDANT:-4}
 py=/usr/bin/python3
 out="$build/bench"
 mkdir -p "$out"
@@ -27,27 +30,36 @@ m["optimizer"]["total_steps"] = max(int(sys.argv[3]), m["optimizer"]["warmup_ste
 json.dump(m, open(sys.argv[2], "w"), indent=1)
 PY
 "$build/bin/moec" "$out/rb-skewed.json" --ranks 4 -o "$out/rb-skewed" >/dev/null
-rm -f "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl"
+"$build/bin/moec" "$out/rb-skewed.json" --ranks 4 --redundant-experts "$redundant" \
+  -o "$out/rb-spare" >/dev/null
+rm -f "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl" "$out/rb-replicas.jsonl"
 "$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --metrics "$out/rb-fixed.jsonl" >/dev/null
 "$out/rb-skewed" --data "$corpus" --steps "$steps" --no-progress --rebalance-every "$every" \
   --metrics "$out/rb-moving.jsonl" >/dev/null
-"$py" - "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl" <<'PY'
+"$out/rb-spare" --data "$corpus" --steps "$steps" --no-progress --rebalance-every "$every" \
+  --metrics "$out/rb-replicas.jsonl" >/dev/null
+"$py" - "$out/rb-fixed.jsonl" "$out/rb-moving.jsonl" "$out/rb-replicas.jsonl" <<'PY'
 import json, statistics, sys
-runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:3]]
-moves = [r for r in runs[1] if "migration" in r]
-for m in moves:
-    g = m["migration"]
-    print("step %d: moved %d experts (layers %s), balancedness %s -> %s predicted" % (
-        m["step"], g["experts_moved"], g["layers"],
-        " ".join("%.2f" % b for b in g["balancedness_before"]),
-        " ".join("%.2f" % b for b in g["balancedness_predicted"])))
-first = moves[0]["step"] if moves else 0
-for name, rows in zip(("fixed", "rebalanced"), runs):
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:4]]
+names = ("fixed", "rebalanced", "+replicas")
+first = 0
+for name, rows in zip(names[1:], runs[1:]):
+    moves = [r for r in rows if "migration" in r]
+    for m in moves:
+        g = m["migration"]
+        print("%s: step %d: moved %d experts (layers %s), balancedness %s -> %s predicted" % (
+            name, m["step"], g["experts_moved"], g["layers"],
+            " ".join("%.2f" % b for b in g["balancedness_before"]),
+            " ".join("%.2f" % b for b in g["balancedness_predicted"])))
+    first = max(first, moves[0]["step"] if moves else 0)
+for name, rows in zip(names, runs):
     steps = [r for r in rows if "loss" in r and r["step"] > first]
     bal = statistics.mean(statistics.mean(r["balancedness"]) for r in steps)
     tps = statistics.median(r["tokens_per_s"] for r in steps)
     print("%-11s balancedness %.3f  median %.0f tok/s  (steps %d-%d)" % (name, bal, tps, first + 1, steps[-1]["step"]))
 a = {r["step"]: r["loss"] for r in runs[0] if "loss" in r}
-b = {r["step"]: r["loss"] for r in runs[1] if "loss" in r}
-print("migrations: %d; max relative loss difference %.2g" % (len(moves), max(abs(a[s] - b[s]) / abs(a[s]) for s in a)))
+for name, rows in zip(names[1:], runs[1:]):
+    b = {r["step"]: r["loss"] for r in rows if "loss" in r}
+    print("%s: %d migrations; max relative loss difference to fixed %.2g" % (
+        name, sum("migration" in r for r in rows), max(abs(a[s] - b[s]) / abs(a[s]) for s in a)))
 PY

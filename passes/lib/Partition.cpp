@@ -98,7 +98,7 @@ DenseI64ArrayAttr placedRows(ModuleOp module, ExpertFFNOp ffn) {
 
 /// Gives every rank its block of experts and routes the dispatch buffers of
 /// `fn` to their owners.
-LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
+LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t redundant,
                            llvm::MapVector<ParamOp, int64_t> &sharded) {
   OpBuilder b(fn.getContext());
   ArrayAttr axes = b.getStrArrayAttr({"ep"});
@@ -131,7 +131,11 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
       for (int64_t e = 0; e < experts; ++e)
         held[e / (experts / ep)].push_back(e);
     }
-    int64_t local = 0;
+    // Spare positions for replicas (none when another function placed the
+    // weights: that placement has them already).
+    DenseI64ArrayAttr placedBefore = placedRows(module, ffn);
+    int64_t local = placedBefore ? static_cast<int64_t>(placedBefore.size()) / ep
+                                 : (experts + redundant + ep - 1) / ep;
     for (auto &list : held)
       local = std::max<int64_t>(local, list.size());
     SmallVector<int64_t> order;
@@ -220,7 +224,14 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep,
 }
 
 struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
+  using PartitionPassBase::PartitionPassBase;
+
   void runOnOperation() override {
+    if (redundantExperts < 0) {
+      mlir::emitError(getOperation().getLoc())
+          << "moe-partition: redundant-experts must be >= 0, got " << redundantExperts;
+      return signalPassFailure();
+    }
     ModuleOp module = getOperation();
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     if (!grid || grid.getNumRanks() == 1)
@@ -244,7 +255,8 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
           return signalPassFailure();
         }
       if (failed(splitBatch(fn, replicas)) ||
-          (grid.getEp() > 1 && failed(shardExperts(module, fn, grid.getEp(), sharded))))
+          (grid.getEp() > 1 &&
+           failed(shardExperts(module, fn, grid.getEp(), redundantExperts, sharded))))
         return signalPassFailure();
     }
     // Expert weights: each rank's block along the expert dimension.

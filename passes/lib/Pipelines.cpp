@@ -35,7 +35,9 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     RoutingGroupsPassOptions groups;
     groups.groups = options.routingGroups;
     pm.addPass(createRoutingGroupsPass(groups));
-    pm.addPass(createPartitionPass());
+    PartitionPassOptions partition;
+    partition.redundantExperts = options.redundantExperts;
+    pm.addPass(createPartitionPass(partition));
   }
   AutodiffPassOptions autodiff;
   autodiff.optimizer = options.optimizer;

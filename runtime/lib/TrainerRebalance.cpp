@@ -3,16 +3,20 @@
 // Online load balancing (--rebalance-every N). The load monitor keeps a
 // moving average of each expert's routed token-slots per MoE layer (the
 // whole batch's, identical on every rank; exponential, spanning about N
-// steps). Every N steps, a placement
-// algorithm proposes, per layer, a new assignment of the experts to the ep
-// ranks (each rank keeps E/ep experts: longest-processing-time first onto the
-// least loaded rank with room, an expert staying where it is on ties), and a
-// rule decides whether moving pays:
+// steps). Every N steps, a placement algorithm proposes, per layer, a new
+// placement of the layer's P positions (P/ep per rank; EPLB-style): the
+// spare positions (P - E, from moec --redundant-experts or uneven counts)
+// go one by one to the expert with the most tokens per replica, then the
+// replicas, heaviest first, each onto the least loaded rank with room that
+// does not hold that expert yet (where it was on ties); a rule decides
+// whether moving pays:
 //
 //   gain = N x step seconds x f x (1 - new max rank load / old max rank load)
-//          (the max rank loads averaged over the last N steps one by one)
-//   cost = bytes to move x seconds per byte (the last migration's, measured;
-//          one step's time before the first)
+//          (the max rank loads averaged over the last N steps one by one;
+//          an expert's replicas share its tokens equally)
+//   cost = (bytes to move + N x the replicas' added gradient-sum bytes)
+//          x seconds per byte (the last migration's, measured; one step's
+//          time over the bytes to move before the first)
 //
 // where f is the share of the step the expert FFNs take, estimated from the
 // program (a token's expert FLOPs, top-k routed experts, over all its
@@ -20,7 +24,8 @@
 // The migration all-gathers the layer's expert weights and AdamW moments
 // over each ep group and every rank keeps the rows of its new experts: the
 // mathematics is unchanged (every expert computes the same rows wherever it
-// is), so the losses equal a run without rebalancing. Every input of the
+// is, its replicas' gradients are summed), so the losses equal a run
+// without rebalancing. Every input of the
 // decision is the same on every rank (loads are all-reduced, step times
 // averaged), so all ranks move together.
 //
@@ -72,10 +77,10 @@ double balancednessOf(const std::vector<double> &ranks) {
 /// hold that expert yet (a rank that held it before on ties, so as few as
 /// possible move); each rank's experts keep their old relative order.
 std::vector<int32_t> proposeOrder(const std::vector<double> &load,
-                                  const std::vector<int32_t> &order, int ep) {
+                                  const std::vector<int32_t> &order, int ep, bool replicate) {
   size_t experts = load.size(), positions = order.size(), local = positions / ep;
   std::vector<int> replicas(experts, 1);
-  for (size_t spare = positions - experts; spare > 0; --spare) {
+  for (size_t spare = replicate ? positions - experts : 0; spare > 0; --spare) {
     int best = -1;
     for (size_t e = 0; e < experts; ++e)
       if (replicas[e] < ep && (best < 0 || load[e] / replicas[e] > load[best] / replicas[best]))
@@ -217,7 +222,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
-    std::vector<int32_t> next = proposeOrder(load, expertOrder[l], ep);
+    std::vector<int32_t> next =
+        proposeOrder(load, expertOrder[l], ep, prog.layer_replicas && prog.layer_replicas[l]);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
     // by step (routing noise and drift).
@@ -238,6 +244,17 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       if (prog.params[i].shard_layer == l)
         bytes += 3.0 * 4.0 * numel(prog.params[i]) / static_cast<double>(prog.params[i].shape[0]) *
                  changing;
+    // Replicas add their gradient sums to every step until the next
+    // rebalancing.
+    double replicaBytes = 0;
+    for (int i = 0; i < prog.num_params; ++i)
+      if (const moert_param_info &p = prog.params[i]; p.shard_layer == l && p.adamw) {
+        int64_t rowSize = numel(p) / p.shape[0];
+        replicaBytes += static_cast<double>(
+            moert_replica_sum_bytes(next.data(), positionsOf(l), rowSize, ep) -
+            moert_replica_sum_bytes(expertOrder[l].data(), positionsOf(l), rowSize, ep));
+      }
+    bytes += std::max(0.0, replicaBytes) * o.rebalanceEvery;
     double gain = o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
     double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
     if (changing == 0 || !(gain > cost))

@@ -124,6 +124,11 @@ static cl::opt<bool>
     noErrorFeedback("no-error-feedback",
                     cl::desc("Drop what topk, sign and powersgd do not send (for comparison)"),
                     cl::init(false), cl::cat(category));
+static cl::opt<unsigned> redundantExperts(
+    "redundant-experts",
+    cl::desc("Spare expert positions per MoE layer of a partitioned step (ep > 1), empty "
+             "until the binary's --rebalance-every fills them with replicas of hot experts"),
+    cl::init(0), cl::cat(category));
 static cl::opt<unsigned>
     routingGroups("routing-groups",
                   cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
@@ -276,6 +281,9 @@ int checkFlags() {
     return fail("--compress-grad, --compress-embedding and --compress-dispatch compress "
                 "the collectives of a partitioned step: give --ranks N (N > 1), or a "
                 "--cluster whose executable plan has more than one rank");
+  if (redundantExperts && ranks <= 1 && clusterFile.empty())
+    return fail("--redundant-experts adds expert positions to a partitioned step: give "
+                "--ranks N (ep > 1) or a --cluster");
   if (clusterFile.empty() && (dataParallel || tensorParallel || !pinExperts.empty()))
     return fail("--dp, --tp and --pin-experts shape a --cluster plan");
   return 0;
@@ -301,6 +309,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.reportTable = reportTable.str();
   options.strictPlan = program;
   options.routingGroups = routingGroups;
+  options.redundantExperts = redundantExperts;
   options.compressGrad = compressGrad;
   options.compressDispatch = compressDispatch;
   options.compressEmbedding = compressEmbedding;

@@ -160,17 +160,28 @@ def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
       their leading dimension, and each `fused_gate` keeps `groups / N` of
       its routing groups (run `moe-routing-groups` first);
     - expert weights split along the expert dimension over `ep`: each
-      `moe.param` feeding an `expert_ffn` becomes its rank's contiguous block
-      of `E / ep` experts, marked `moe.shard = "ep"`;
-    - the dispatch buffer `[E, C, D]` goes to the experts' owners through
-      `moe.all_to_all over [ep] split 0 concat 1` (`[E/ep, ep*C, D]`), and
-      the expert outputs come back through the transposed all_to_all.
-      When a rank routes one group, both are ragged: `counts` are the
-      `fused_gate`'s per-expert counts, so only routed token-slots travel,
+      `moe.param` feeding an `expert_ffn` becomes its rank's block of `S`
+      positions, marked `moe.shard = "ep"` (and `moe.shard_layer`): equal
+      contiguous blocks of `E / ep` experts, or the `expert_ffn`'s
+      `placement` (any: pinned, uneven, replicated), each rank padded to the
+      most any holds with empty positions, plus `redundant-experts` spare
+      positions per layer (empty; online rebalancing fills them with
+      replicas); `moe.shard_rows` lists the expert at each position;
+    - a `moe.place_slots` after each fused gate lays the dispatch buffer out
+      by positions (`[P, C, D]`, `P = ep * S`), and it goes to the
+      positions' owners through `moe.all_to_all over [ep] split 0 concat 1`
+      (`[S, ep*C, D]`); the expert outputs come back through the transposed
+      all_to_all. When a rank routes one group, both are ragged: `counts`
+      are the placed per-position counts, so only routed token-slots travel,
       not the capacity padding. `moe-autodiff` differentiates both.
 
     Gradient synchronisation is `moe-insert-collectives`, after autodiff.
   }];
+  let options = [
+    Option<"redundantExperts", "redundant-experts", "int64_t", "0",
+           "Spare positions per MoE layer for replicas of hot experts (rounded up "
+           "so that every ep rank has as many)">,
+  ];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 

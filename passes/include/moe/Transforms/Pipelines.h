@@ -56,6 +56,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                 llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
                                                "module's moe.grid, 1 without one)"),
                                 llvm::cl::init(0)};
+  Option<int64_t> redundantExperts{
+      *this, "redundant-experts",
+      llvm::cl::desc("Spare expert positions per MoE layer of a partitioned step, for "
+                     "replicas of hot experts (online rebalancing fills them)"),
+      llvm::cl::init(0)};
   Option<std::string> compressGrad{
       *this, "compress-grad",
       llvm::cl::desc("Codec of the gradient all-reduces of a partitioned step "
