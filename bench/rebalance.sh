@@ -2,18 +2,18 @@
 # Online rebalancing on a skewed case: the tiny example with 16 experts and
 # no auxiliary loss (routing concentrates on a few experts) on 4 thread
 # ranks (ep 4, 4 experts each), STEPS steps (200) of the King James Bible,
-# without and with --rebalance-every EVERY (20), and with REDUNDANT (4) spare
-# positions (moec --redundant-experts: one per rank, filled with replicas of
+# without and with --rebalance-every EVERY (20), and with REDUNDANT (8) spare
+# positions (moec --redundant-experts: two per rank, filled with replicas of
 # the hottest experts by the rebalancer). Reported: the migrations,
 # the mean balancedness (mean over max of the ranks' token-slots) over the
 # steps after the first migration, and the median tokens/s over the same
 # steps; the losses of both runs are compared. Part of `make bench`.
-#   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20), REDUNDANT (4)
+#   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20), REDUNDANT (8)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-200}
 every=${EVERY:-20}
-redundant=${REDUNDANT:-4}
+redundant=${REDUNDANT:-8}
 py=/usr/bin/python3
 out="$build/bench"
 mkdir -p "$out"

@@ -247,8 +247,16 @@ void Trainer::checkValidationSplit() {
 
 int Trainer::run() {
   openMetrics();
-  checkValidationSplit();
   checkSampling();
+  if (o.data.empty()) {
+    // Sampling from the checkpoint only: nothing trains, nothing is saved.
+    if (lead)
+      std::printf("sampling from %s (step %lld), without training\n", o.checkpoint.c_str(),
+                  firstStep);
+    sampleText();
+    return 0;
+  }
+  checkValidationSplit();
   checkCheckpointPath();
   checkRebalance();
   if (lead)

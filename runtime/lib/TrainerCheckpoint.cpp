@@ -63,7 +63,7 @@ moert::CodecStates Trainer::resumeFromCheckpoint() {
   if (!moert::readResumeState(state, o.checkpoint + ": state", sh.seed, resume, error))
     die(error);
   firstStep = resume.step;
-  if (firstStep > o.steps)
+  if (!o.data.empty() && firstStep > o.steps) // (without data nothing trains or is saved)
     die(o.checkpoint + " is at step " + std::to_string(firstStep) + "; --steps " +
         std::to_string(o.steps) +
         " would rewrite it over later weights (give --steps >= " + std::to_string(firstStep) + ")");

@@ -110,12 +110,18 @@ void Trainer::sampleText() {
   std::mt19937_64 rng(sh.seed + 2);
   moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
   std::string error;
-  bool heldOut =
-      moert::BatchSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 3)
-          .valid(error);
-  moert::BatchSampler filler(data, heldOut ? sh.split : 0, data.size(), globalBatch, prog.seq_len,
-                             sh.seed + 3);
-  filler.next(in, tg);
+  if (data.size() == 0) {
+    // No data (sampling from a checkpoint): the other rows are token 0.
+    in.assign(static_cast<size_t>(globalBatch * prog.seq_len), 0);
+    tg = in;
+  } else {
+    bool heldOut =
+        moert::BatchSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 3)
+            .valid(error);
+    moert::BatchSampler filler(data, heldOut ? sh.split : 0, data.size(), globalBatch, prog.seq_len,
+                               sh.seed + 3);
+    filler.next(in, tg);
+  }
   std::vector<int32_t> generated;
   for (long long i = 0; i < o.sample; ++i) {
     int32_t next = sampleNext(context, in, tg, logits, rng);

@@ -195,7 +195,11 @@ int main(int argc, char **argv) {
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
 
   moert::TokenStream data;
-  size_t split = loadCorpus(o, seed, data);
+  size_t split = 0;
+  if (!o.data.empty())
+    split = loadCorpus(o, seed, data);
+  else
+    data.wide = prog.vocab > 256; // sampling only: the prompt is text for byte vocabularies
   Shared shared{o, data, split, seed, startResident};
   int ranks = prog.grid_dp * prog.grid_ep * prog.grid_tp;
   if (o.ranks && o.ranks != ranks)

@@ -61,6 +61,7 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
 
 [[noreturn]] void printUsage(const char *program) {
   std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
+              "       %s --checkpoint DIR --resume --sample N [--prompt TEXT]  (no training)\n"
               "          [--checkpoint DIR [--resume] [--checkpoint-every N]\n"
               "           [--keep-checkpoints K]]\n"
               "          [--val-fraction F]\n"
@@ -70,7 +71,9 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "          [--max-memory GB] [--rebalance-every N]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
-              "               comma-separated token ids for .bin data; default: newline)\n"
+              "               comma-separated token ids for .bin data; default: newline);\n"
+              "               without --data, from the --resume checkpoint only (the prompt\n"
+              "               is text for byte vocabularies, <= 256, else token ids)\n"
               "  --checkpoint DIR  written at the end, every N steps with\n"
               "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit);\n"
               "               --keep-checkpoints K also keeps the last K saves as\n"
@@ -81,7 +84,7 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "               (the compiled grid; under mpirun, one rank per process)\n"
               "  --rebalance-every N  every N steps, move experts between the ep ranks\n"
               "               when the measured load says it pays (expert parallelism)\n",
-              program);
+              program, program);
   std::exit(0);
 }
 
@@ -98,9 +101,10 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     };
     if (a == "--data")
       o.data = value();
-    else if (a == "--steps")
+    else if (a == "--steps") {
       o.steps = parseInt(a, value(), 1);
-    else if (a == "--seed")
+      o.stepsGiven = true;
+    } else if (a == "--seed")
       o.seed = parseInt(a, value(), 0);
     else if (a == "--metrics")
       o.metrics = value();
@@ -155,8 +159,12 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else
       die("unknown option '" + a + "' (see --help)");
   }
-  if (o.data.empty())
-    die("--data FILE is required (raw text, or a .bin file of uint16 tokens)");
+  // Without data the binary samples from a checkpoint and trains nothing.
+  if (o.data.empty() && !(o.resume && o.sample > 0))
+    die("--data FILE is required (raw text, or a .bin file of uint16 tokens); to sample from a "
+        "checkpoint without training, give --checkpoint DIR --resume --sample N");
+  if (o.data.empty() && o.stepsGiven)
+    die("--steps trains, which needs --data FILE");
   if (o.resume && o.checkpoint.empty())
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())

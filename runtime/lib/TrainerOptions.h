@@ -17,6 +17,7 @@ struct Options {
   double timeout = 120.0; ///< seconds a collective may wait for a peer
   std::string data, metrics, checkpoint;
   long long steps = 100;
+  bool stepsGiven = false;   ///< --steps on the command line
   long long evalEvery = 0;   ///< 0: evaluate at the end only
   long long evalBatches = 4; ///< validation batches per evaluation
   long long seed = -1;
