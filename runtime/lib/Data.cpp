@@ -42,9 +42,15 @@ bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &
   }
   if (format == DataFormat::Auto)
     format = endsWith(path, ".bin") ? DataFormat::Bin : DataFormat::Text;
+  int width = format == DataFormat::Bin ? 2 : format == DataFormat::Bin32 ? 4 : 1;
   if (format == DataFormat::Bin && size % 2 != 0) {
     error = path + ": a .bin token file holds uint16 tokens, but its size (" +
             std::to_string(size) + " bytes) is odd";
+    return false;
+  }
+  if (format == DataFormat::Bin32 && size % 4 != 0) {
+    error = path + ": a uint32 token file holds 4 bytes per token, but its size (" +
+            std::to_string(size) + " bytes) is not a multiple of 4";
     return false;
   }
   // One read into a buffer of the file's size: no growth, no widening.
@@ -54,7 +60,7 @@ bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &
     error = path + ": the data file (" + std::to_string(size) + " bytes) does not fit in memory";
     return false;
   }
-  out.wide = format == DataFormat::Bin;
+  out.width = width;
   in.seekg(0);
   if (!in.read(reinterpret_cast<char *>(out.raw.data()), size)) {
     error = path + ": error while reading the data file";
@@ -62,8 +68,16 @@ bool moert::loadTokens(const std::string &path, DataFormat format, TokenStream &
     return false;
   }
   out.maxToken = -1;
-  for (size_t i = 0, n = out.size(); i < n; ++i)
-    out.maxToken = std::max(out.maxToken, out[i]);
+  for (size_t i = 0, n = out.size(); i < n; ++i) {
+    int32_t t = out[i];
+    if (t < 0) { // a uint32 past int32's range: no vocabulary has it
+      error = path + ": token " + std::to_string(i) + " is " +
+              std::to_string(static_cast<uint32_t>(t)) + ", past any vocabulary (2^31 - 1)";
+      out.raw.clear();
+      return false;
+    }
+    out.maxToken = std::max(out.maxToken, t);
+  }
   return true;
 }
 

@@ -25,8 +25,8 @@ long long tokensPerStepFor(const moert_program &p) {
 /// token (.bin) data.
 std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data, int64_t vocab) {
   std::vector<int32_t> ids;
-  std::string text = o.hasPrompt ? o.prompt : data.wide ? "0" : "\n";
-  if (!data.wide) {
+  std::string text = o.hasPrompt ? o.prompt : data.wide() ? "0" : "\n";
+  if (!data.wide()) {
     ids.assign(text.begin(), text.end());
     for (int32_t &t : ids)
       t &= 0xff;
@@ -163,7 +163,7 @@ void Trainer::printSample(const std::vector<int32_t> &prompt, const std::vector<
                           const std::vector<int32_t> &generated) {
   std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
               o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");
-  if (!data.wide) {
+  if (!data.wide()) {
     std::string out;
     for (int32_t t : context) // the prompt, then the generated tokens
       out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);

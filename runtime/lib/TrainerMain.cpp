@@ -102,7 +102,7 @@ void checkMemory(const Options &o, int ranksHere, const moert::TokenStream &data
 size_t loadCorpus(const Options &o, uint64_t seed, moert::TokenStream &data) {
   const moert_program &prog = moec_program;
   std::string error;
-  if (!moert::loadTokens(o.data, moert::DataFormat::Auto, data, error))
+  if (!moert::loadTokens(o.data, o.dataFormat, data, error))
     die(error);
   if (data.maxToken >= prog.vocab)
     die(o.data + ": token id " + std::to_string(data.maxToken) +
@@ -199,7 +199,8 @@ int main(int argc, char **argv) {
   if (!o.data.empty())
     split = loadCorpus(o, seed, data);
   else
-    data.wide = prog.vocab > 256; // sampling only: the prompt is text for byte vocabularies
+    data.width =
+        prog.vocab > 256 ? 4 : 1; // sampling only: the prompt is text for byte vocabularies
   Shared shared{o, data, split, seed, startResident};
   int ranks = prog.grid_dp * prog.grid_ep * prog.grid_tp;
   if (o.ranks && o.ranks != ranks)

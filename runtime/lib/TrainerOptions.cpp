@@ -60,7 +60,8 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
 }
 
 [[noreturn]] void printUsage(const char *program) {
-  std::printf("usage: %s --data FILE [--steps N] [--seed S] [--metrics FILE]\n"
+  std::printf("usage: %s --data FILE [--data-format text|u16|u32] [--steps N] [--seed S]\n"
+              "          [--metrics FILE]\n"
               "       %s --checkpoint DIR --resume --sample N [--prompt TEXT]  (no training)\n"
               "          [--checkpoint DIR [--resume] [--checkpoint-every N]\n"
               "           [--keep-checkpoints K]]\n"
@@ -70,6 +71,8 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--max-memory GB] [--rebalance-every N]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
+              "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
+              "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
               "  --sample N   generate N tokens after training, from --prompt (text;\n"
               "               comma-separated token ids for .bin data; default: newline);\n"
               "               without --data, from the --resume checkpoint only (the prompt\n"
@@ -101,7 +104,17 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     };
     if (a == "--data")
       o.data = value();
-    else if (a == "--steps") {
+    else if (a == "--data-format") {
+      std::string f = value();
+      if (f == "text")
+        o.dataFormat = moert::DataFormat::Text;
+      else if (f == "u16")
+        o.dataFormat = moert::DataFormat::Bin;
+      else if (f == "u32")
+        o.dataFormat = moert::DataFormat::Bin32;
+      else
+        die("--data-format expects text, u16 or u32, got '" + f + "'");
+    } else if (a == "--steps") {
       o.steps = parseInt(a, value(), 1);
       o.stepsGiven = true;
     } else if (a == "--seed")

@@ -8,6 +8,8 @@
 #ifndef MOERT_LIB_TRAINEROPTIONS_H
 #define MOERT_LIB_TRAINEROPTIONS_H
 
+#include "moert/Data.h"
+
 #include <string>
 
 namespace moert::trainer {
@@ -17,9 +19,10 @@ struct Options {
   double timeout = 120.0; ///< seconds a collective may wait for a peer
   std::string data, metrics, checkpoint;
   long long steps = 100;
-  bool stepsGiven = false;   ///< --steps on the command line
-  long long evalEvery = 0;   ///< 0: evaluate at the end only
-  long long evalBatches = 4; ///< validation batches per evaluation
+  bool stepsGiven = false;                                ///< --steps on the command line
+  moert::DataFormat dataFormat = moert::DataFormat::Auto; ///< --data-format
+  long long evalEvery = 0;                                ///< 0: evaluate at the end only
+  long long evalBatches = 4;                              ///< validation batches per evaluation
   long long seed = -1;
   bool resume = false;
   long long checkpointEvery = 0; ///< 0: a checkpoint at the end only

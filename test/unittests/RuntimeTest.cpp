@@ -78,6 +78,23 @@ TEST_F(RuntimeTest, TextIsBytesAndBinIsLittleEndianUint16) {
   EXPECT_EQ(bin.bytes(), 6u); // stored as in the file, not widened
 }
 
+TEST_F(RuntimeTest, Uint32TokensAreLittleEndianAndCheckedForRange) {
+  TokenStream t;
+  std::string error;
+  ASSERT_TRUE(loadTokens(write("a.u32", std::string("\x01\x00\x00\x00\x70\x11\x01\x00", 8)),
+                         DataFormat::Bin32, t, error))
+      << error;
+  EXPECT_EQ(allTokens(t), (std::vector<int32_t>{1, 70000}));
+  EXPECT_EQ(t.maxToken, 70000);
+  EXPECT_TRUE(t.wide());
+  EXPECT_FALSE(loadTokens(write("b.u32", "abcdef"), DataFormat::Bin32, t, error));
+  EXPECT_EQ(error, dir + "/b.u32: a uint32 token file holds 4 bytes per token, but its size (6 "
+                         "bytes) is not a multiple of 4");
+  EXPECT_FALSE(
+      loadTokens(write("c.u32", std::string("\x00\x00\x00\x80", 4)), DataFormat::Bin32, t, error));
+  EXPECT_EQ(error, dir + "/c.u32: token 0 is 2147483648, past any vocabulary (2^31 - 1)");
+}
+
 TEST_F(RuntimeTest, BadDataFilesAreClearErrors) {
   TokenStream t;
   std::string error;
@@ -94,7 +111,7 @@ TEST_F(RuntimeTest, BadDataFilesAreClearErrors) {
 
 TEST_F(RuntimeTest, SamplingIsSeededShiftedAndResumable) {
   TokenStream tokens; // 1000 uint16 tokens 0..999
-  tokens.wide = true;
+  tokens.width = 2;
   for (int i = 0; i < 1000; ++i) {
     tokens.raw.push_back(static_cast<uint8_t>(i & 255));
     tokens.raw.push_back(static_cast<uint8_t>(i >> 8));

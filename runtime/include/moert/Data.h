@@ -1,8 +1,9 @@
 //===- Data.h - training data: token streams and batch sampling -*- C++ -*-===//
 //
 // The runtime's data loading: a corpus is one token stream, read either as
-// raw text (every byte a token, vocabulary 256) or as a nanoGPT-style .bin
-// file (little-endian uint16 tokens). The last `valFraction` of the stream is
+// raw text (every byte a token, vocabulary 256), as a nanoGPT-style .bin
+// file (little-endian uint16 tokens), or as little-endian uint32 tokens
+// (vocabularies past 65,536: Qwen, DeepSeek). The last `valFraction` of the stream is
 // the validation split. Batches are random windows drawn from a seed and a
 // draw counter, so the data position of a run is one integer a checkpoint
 // records and a resumed run continues exactly.
@@ -18,20 +19,33 @@
 
 namespace moert {
 
-enum class DataFormat { Auto, Text, Bin };
+/// Text: one byte per token; Bin: little-endian uint16 (nanoGPT); Bin32:
+/// little-endian uint32.
+enum class DataFormat { Auto, Text, Bin, Bin32 };
 
-/// The corpus as stored in its file: one byte per token (text) or two
-/// (little-endian uint16). Kept in that form, not widened, so the data costs
-/// exactly its file size in memory.
+/// The corpus as stored in its file: one byte per token (text), two
+/// (little-endian uint16) or four (uint32). Kept in that form, not widened,
+/// so the data costs exactly its file size in memory.
 struct TokenStream {
   std::vector<uint8_t> raw;
-  bool wide = false;     ///< uint16 tokens (.bin) rather than bytes
-  int32_t maxToken = -1; ///< largest token id present
+  int width = 1;         ///< bytes per token: 1 (text), 2 or 4
+  int32_t maxToken = -1; ///< largest token id present (token ids past 2^31 - 1 are refused)
 
-  size_t size() const { return wide ? raw.size() / 2 : raw.size(); }
+  /// Token ids rather than text bytes.
+  bool wide() const { return width > 1; }
+  size_t size() const { return raw.size() / static_cast<size_t>(width); }
   int32_t operator[](size_t i) const {
-    return wide ? static_cast<int32_t>(raw[2 * i] | (raw[2 * i + 1] << 8))
-                : static_cast<int32_t>(raw[i]);
+    const uint8_t *p = raw.data() + i * static_cast<size_t>(width);
+    switch (width) {
+    case 2:
+      return static_cast<int32_t>(p[0] | (p[1] << 8));
+    case 4:
+      return static_cast<int32_t>(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                                  (static_cast<uint32_t>(p[2]) << 16) |
+                                  (static_cast<uint32_t>(p[3]) << 24));
+    default:
+      return static_cast<int32_t>(p[0]);
+    }
   }
   /// Bytes of memory the stream holds.
   size_t bytes() const { return raw.size(); }
@@ -39,7 +53,8 @@ struct TokenStream {
 
 /// Reads `path`. `Auto` picks Bin for a `.bin` suffix, Text otherwise.
 /// Returns false and sets `error` (with the path) for an unreadable file, an
-/// empty one, or a .bin file of odd size.
+/// empty one, a token file whose size is not a whole number of tokens, or
+/// a uint32 token past 2^31 - 1.
 bool loadTokens(const std::string &path, DataFormat format, TokenStream &out, std::string &error);
 
 /// Random windows of `seqLen + 1` tokens from `[begin, end)` of a stream:
