@@ -358,5 +358,37 @@ std::optional<ModelSpec> Importer::run() {
 std::optional<ModelSpec> moec::frontend::importHFConfig(std::shared_ptr<const JsonDoc> doc,
                                                         const HFImportOptions &options,
                                                         DiagnosticList &diags) {
+  if (!options.overrides.empty()) {
+    if (!doc->root().is_object()) {
+      diags.error(doc->file(), doc->valuePos(""), "expected a JSON object (a config.json)");
+      return std::nullopt;
+    }
+    doc = doc->withMembers(options.overrides);
+  }
   return Importer(std::move(doc), options, diags).run();
+}
+
+bool moec::frontend::parseHFOverrides(const std::string &text, const std::string &flag,
+                                      nlohmann::json &out, DiagnosticList &diags) {
+  size_t pos = 0;
+  while (!text.empty() && pos <= text.size()) {
+    size_t comma = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    size_t eq = item.find('=');
+    std::string key = eq == std::string::npos ? "" : item.substr(0, eq);
+    if (key.empty() || key.find_first_of("/. ") != std::string::npos) {
+      diags.error(flag, SourcePos(),
+                  "'" + item +
+                      "' is not KEY=VALUE with KEY a top-level config.json field "
+                      "(e.g. num_hidden_layers=2)");
+      return false;
+    }
+    std::string value = item.substr(eq + 1);
+    nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    out[key] = parsed.is_discarded() || parsed.is_object() || parsed.is_array()
+                   ? nlohmann::json(value)
+                   : parsed;
+  }
+  return true;
 }

@@ -207,6 +207,21 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &tex
   return doc;
 }
 
+std::unique_ptr<JsonDoc> JsonDoc::withMembers(const nlohmann::json &members) const {
+  auto copy = std::make_unique<JsonDoc>(*this);
+  for (auto it = members.begin(); it != members.end(); ++it) {
+    std::string at = child("", it.key());
+    // The member's old value (and anything under it) is gone.
+    for (auto p = copy->positions.lower_bound(at);
+         p != copy->positions.end() && p->first.compare(0, at.size(), at) == 0;)
+      p = (p->first.size() == at.size() || p->first[at.size()] == '/') ? copy->positions.erase(p)
+                                                                       : std::next(p);
+    copy->positions[at] = {keyPos(at), keyPos(at)};
+    copy->rootValue[it.key()] = it.value();
+  }
+  return copy;
+}
+
 std::unique_ptr<JsonDoc> JsonDoc::load(const std::string &path, DiagnosticList &diags) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {

@@ -50,6 +50,15 @@ static cl::opt<std::string> dtype("dtype",
                                   cl::desc("Element type for --import-hf-config: f32, bf16, f16"),
                                   cl::init("f32"), cl::cat(category));
 static cl::opt<std::string>
+    hfOverride("override",
+               cl::desc("With --import-hf-config: set top-level config.json fields first, "
+                        "KEY=VALUE,... (e.g. num_hidden_layers=2,hidden_size=256)"),
+               cl::value_desc("list"), cl::cat(category));
+static cl::opt<bool> emitModelJson("emit-model-json",
+                                   cl::desc("Write the imported model as a MoEC model JSON "
+                                            "(editable) instead of moe IR"),
+                                   cl::cat(category));
+static cl::opt<std::string>
     clusterFile("cluster", cl::desc("JSON cluster description to attach as moe.cluster"),
                 cl::value_desc("cluster.json"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"), cl::value_desc("file"),
@@ -66,6 +75,19 @@ static cl::opt<moec::codegen::Gemm>
          cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
 static cl::opt<bool> warningsAsErrors("Werror", cl::desc("Treat warnings as errors"),
                                       cl::cat(category));
+
+/// Writes -o (created only when `write` is called); returns the exit status.
+static int writeOutput(llvm::function_ref<void(raw_ostream &)> write) {
+  std::string errorMessage;
+  auto output = mlir::openOutputFile(outputFile, &errorMessage);
+  if (!output) {
+    errs() << "moe-translate: error: " << errorMessage << "\n";
+    return 1;
+  }
+  write(output->os());
+  output->keep();
+  return 0;
+}
 
 /// Prints diagnostics; true when there are errors. Under -Werror a warning
 /// is printed as the error it becomes.
@@ -107,14 +129,7 @@ static int emitStepProgram() {
   llvm::raw_string_ostream os(text);
   if (mlir::failed(moec::codegen::emitStepProgram(*module, *calls, os)))
     return 1;
-  auto output = mlir::openOutputFile(outputFile, &errorMessage);
-  if (!output) {
-    errs() << "moe-translate: error: " << errorMessage << "\n";
-    return 1;
-  }
-  output->os() << text;
-  output->keep();
-  return 0;
+  return writeOutput([&](raw_ostream &out) { out << text; });
 }
 
 int main(int argc, char **argv) {
@@ -163,7 +178,18 @@ int main(int argc, char **argv) {
     options.seqLen = seqLen;
     options.batchSize = batchSize;
     options.dtype = dtype;
-    spec = importHFConfig(doc, options, diags);
+    if (parseHFOverrides(hfOverride, "--override", options.overrides, diags))
+      spec = importHFConfig(doc, options, diags);
+  }
+  if (!hfOverride.empty() && hfFile.empty()) {
+    errs() << "moe-translate: error: --override applies to --import-hf-config (edit a MoEC "
+              "model JSON directly)\n";
+    return 2;
+  }
+  if (emitModelJson) {
+    if (report(diags) || !spec)
+      return 1;
+    return writeOutput([&](raw_ostream &os) { os << modelSpecToJson(*spec).dump(2) << "\n"; });
   }
   std::optional<ClusterSpec> cluster;
   if (!clusterFile.empty()) {
@@ -186,14 +212,8 @@ int main(int argc, char **argv) {
     return 3;
   }
 
-  std::string errorMessage;
-  auto output = mlir::openOutputFile(outputFile, &errorMessage);
-  if (!output) {
-    errs() << "moe-translate: error: " << errorMessage << "\n";
-    return 1;
-  }
-  module->print(output->os());
-  output->os() << "\n";
-  output->keep();
-  return 0;
+  return writeOutput([&](raw_ostream &os) {
+    module->print(os);
+    os << "\n";
+  });
 }

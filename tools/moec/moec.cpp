@@ -78,6 +78,11 @@ static cl::opt<unsigned> hfSeqLen("seq-len",
                                   cl::desc("With --hf: tokens per sequence (default: "
                                            "min(max_position_embeddings, 4096))"),
                                   cl::init(0), cl::cat(category));
+static cl::opt<std::string>
+    hfOverride("override",
+               cl::desc("With --hf: set top-level config.json fields first, KEY=VALUE,... "
+                        "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8)"),
+               cl::value_desc("list"), cl::init(""), cl::cat(category));
 static cl::opt<unsigned> hfBatch("batch-size",
                                  cl::desc("With --hf: sequences per step (default 1)"), cl::init(1),
                                  cl::cat(category));
@@ -205,7 +210,10 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     HFImportOptions hf;
     hf.seqLen = hfSeqLen;
     hf.batchSize = hfBatch;
-    spec = hfConfig ? importHFConfig(doc, hf, diags) : readModelJson(doc, diags);
+    if (!hfConfig)
+      spec = readModelJson(doc, diags);
+    else if (parseHFOverrides(hfOverride, "--override", hf.overrides, diags))
+      spec = importHFConfig(doc, hf, diags);
     // The back end generates f32 kernels only: a low-precision model would
     // compile into a binary that fails inside its first kernel.
     bool backEnd = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
@@ -264,9 +272,10 @@ int checkFlags() {
     return fail("give a model description: moec model.json -o OUT --emit=...");
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
-  if (!hfConfig && (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences()))
-    return fail("--seq-len and --batch-size apply to --hf configs (a MoEC model "
-                "JSON states seq_len and batch_size itself)");
+  if (!hfConfig &&
+      (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() || !hfOverride.empty()))
+    return fail("--seq-len, --batch-size and --override apply to --hf configs (a MoEC model "
+                "JSON states its fields itself)");
   if (hfBatch < 1 || hfBatch > 1048576 || hfSeqLen > 1048576)
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)

@@ -21,7 +21,16 @@ struct HFImportOptions {
   int64_t seqLen = 0; ///< 0: min(max_position_embeddings, 4096)
   int64_t batchSize = 1;
   std::string dtype = "f32";
+  /// Top-level config.json fields set before the import (--override), to
+  /// shrink a model (layers, widths, experts) or change its vocabulary.
+  nlohmann::json overrides = nlohmann::json::object();
 };
+
+/// Parses --override "key=value,...": each value is JSON (a number, true,
+/// false, null, a quoted string) or else a string. Reports a malformed item
+/// (`flag` names the option) and returns false.
+bool parseHFOverrides(const std::string &text, const std::string &flag, nlohmann::json &out,
+                      DiagnosticList &diags);
 
 /// The model families the importer understands (`model_type` values).
 const std::vector<std::string> &supportedHFFamilies();

@@ -47,6 +47,11 @@ public:
   /// array elements and the root).
   SourcePos keyPos(const std::string &pointer) const;
 
+  /// A copy whose root object has `members` set (added or replaced): the
+  /// other values keep their positions; a set member points at its key in
+  /// this document when it had one, else at the root.
+  std::unique_ptr<JsonDoc> withMembers(const nlohmann::json &members) const;
+
   /// `pointer` + "/" + escaped `key` (RFC 6901).
   static std::string child(const std::string &pointer, const std::string &key);
 

@@ -84,6 +84,10 @@ std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc, Diagn
 /// kv heads, rotary embeddings against the head width).
 void checkModelSpec(const ModelSpec &spec, DiagnosticList &diags);
 
+/// The spec as a MoEC model description (every field written), which
+/// readModelJson reads back into the same spec.
+nlohmann::json modelSpecToJson(const ModelSpec &spec);
+
 } // namespace moec::frontend
 
 #endif // MOE_FRONTEND_MODELSPEC_H
