@@ -17,7 +17,7 @@ config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "exa
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server"], [config.moe_tools_dir])
 
 # Partitioned binaries also run under mpiexec (OpenMPI). Unless the build
 # was configured with MOEC_MPI=OFF, a missing mpiexec is an error, not a
