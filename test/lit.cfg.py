@@ -16,6 +16,9 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unittests
 config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "examples")))
 
 llvm_config.use_default_substitutions()
+# moec's kernel cache in the build tree, not the user's home (every test
+# compiling a model shares it; test/Driver/kernel-cache.test checks it).
+config.environment["MOEC_KERNEL_CACHE"] = os.path.join(config.moe_obj_root, "test", "kernel-cache")
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server"], [config.moe_tools_dir])
 

@@ -4,8 +4,14 @@
 
 #include "moe/Dialect/MoE/MoEOps.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/xxhash.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
 
 using namespace llvm;
 using namespace moec::codegen;
@@ -41,6 +47,84 @@ static Error run(StringRef program, ArrayRef<std::string> args, const Twine &wha
                            what + ": " + (error.empty() ? "exit " + std::to_string(rc) : error));
 }
 
+std::string moec::codegen::defaultKernelCache() {
+  if (const char *dir = std::getenv("MOEC_KERNEL_CACHE"))
+    return StringRef(dir) == "none" ? "" : dir;
+  SmallString<256> path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    path = xdg;
+  else if (const char *home = std::getenv("HOME"); home && *home)
+    sys::path::append(path, home, ".cache");
+  else
+    return "";
+  sys::path::append(path, "moec", "kernels");
+  return std::string(path);
+}
+
+namespace {
+
+/// The cache entry of one generator invocation: a hash of the arguments
+/// and of the generator binary's identity.
+std::string cacheKey(StringRef generator, ArrayRef<std::string> args) {
+  std::string key = generator.str();
+  sys::fs::file_status status;
+  if (!sys::fs::status(generator, status))
+    key += "|" + std::to_string(status.getSize()) + "|" +
+           std::to_string(sys::toTimeT(status.getLastModificationTime()));
+  for (const std::string &a : args)
+    key += "|" + a;
+  return llvm::utohexstr(xxh3_64bits(key), /*LowerCase=*/true, /*Width=*/16);
+}
+
+/// Copies `files` from `from` to `to`; false when one is missing.
+bool copyAll(StringRef from, StringRef to, ArrayRef<std::string> files) {
+  for (const std::string &f : files) {
+    SmallString<256> src(from), dst(to);
+    sys::path::append(src, f);
+    sys::path::append(dst, f);
+    if (sys::fs::copy_file(src, dst))
+      return false;
+  }
+  return true;
+}
+
+/// Runs the generator for `files` into `dir`, through the cache when one is
+/// configured: a hit copies the files, a miss generates them and stores a
+/// copy (written aside, then renamed into place, so concurrent compiles
+/// never see half an entry).
+Error generateCached(const ToolchainOptions &options, std::vector<std::string> args,
+                     ArrayRef<std::string> files, StringRef dir, const Twine &what,
+                     const Twine &name) {
+  const std::string &gen = options.generator;
+  SmallString<256> entry(options.cacheDir);
+  if (!options.cacheDir.empty()) {
+    sys::path::append(entry, cacheKey(gen, args));
+    if (sys::fs::is_directory(entry) && copyAll(entry, dir, files)) {
+      if (options.verbose)
+        errs() << "moec: cached " << name << "\n";
+      return Error::success();
+    }
+  }
+  if (options.verbose)
+    errs() << "moec: generating " << name << "\n";
+  args.insert(args.begin() + 1, {"-o", dir.str()});
+  if (Error e = run(gen, args, what))
+    return e;
+  if (options.cacheDir.empty())
+    return Error::success();
+  // Best effort: a cache that cannot be written only costs the next compile.
+  SmallString<256> aside;
+  if (!sys::fs::create_directories(options.cacheDir) &&
+      !sys::fs::createUniqueDirectory(Twine(entry) + ".tmp", aside)) {
+    if (copyAll(dir, aside, files) && !sys::fs::rename(aside, entry))
+      return Error::success();
+    sys::fs::remove_directories(aside);
+  }
+  return Error::success();
+}
+
+} // namespace
+
 Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      const ToolchainOptions &options) {
   const std::string &gen = options.generator;
@@ -52,22 +136,21 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      call.generator,
                                      "-f",
                                      name,
-                                     "-o",
-                                     dir.str(),
                                      "-e",
                                      "static_library,c_header",
                                      "target=host-no_runtime"};
     args.insert(args.end(), call.params.begin(), call.params.end());
-    if (options.verbose)
-      errs() << "moec: generating " << name << " (" << call.generator << ")\n";
     if (Error e =
-            run(gen, args, "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")"))
+            generateCached(options, args, {name + ".a", name + ".h"}, dir,
+                           "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")",
+                           name + " (" + call.generator + ")"))
       return e;
   }
   // The Halide runtime, once per binary.
-  return run(gen,
-             {gen, "-r", "halide_runtime", "-o", dir.str(), "-e", "static_library", "target=host"},
-             "moe-halide-gen failed to emit the Halide runtime");
+  return generateCached(options,
+                        {gen, "-r", "halide_runtime", "-e", "static_library", "target=host"},
+                        {"halide_runtime.a"}, dir,
+                        "moe-halide-gen failed to emit the Halide runtime", "the Halide runtime");
 }
 
 Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir, const KernelCalls &calls,

@@ -74,6 +74,11 @@ static cl::opt<moec::codegen::Gemm>
                     clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS sgemm extern stages")),
          cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
+static cl::opt<bool> noKernelCache(
+    "no-kernel-cache",
+    cl::desc("Generate every kernel, ignoring the kernel cache ($MOEC_KERNEL_CACHE, else "
+             "~/.cache/moec/kernels; MOEC_KERNEL_CACHE=none disables it)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<unsigned> hfSeqLen("seq-len",
                                   cl::desc("With --hf: tokens per sequence (default: "
                                            "min(max_position_embeddings, 4096))"),
@@ -401,6 +406,7 @@ int build(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
   moec::codegen::ToolchainOptions toolchain;
   toolchain.generator = generatorPath(argv0);
   toolchain.verbose = verbose;
+  toolchain.cacheDir = noKernelCache ? "" : moec::codegen::defaultKernelCache();
   if (!sys::fs::can_execute(toolchain.generator))
     return fail("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = moec::codegen::generateKernels(calls, dir, toolchain))

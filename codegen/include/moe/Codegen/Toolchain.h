@@ -31,10 +31,20 @@ struct ToolchainOptions {
   std::string generator;
   /// Print each kernel and command.
   bool verbose = false;
+  /// Where generated kernels are kept between compiles, keyed by everything
+  /// that determines them (empty: no cache).
+  std::string cacheDir;
 };
 
+/// The kernel cache moec uses by default: $MOEC_KERNEL_CACHE ("none": no
+/// cache), else $XDG_CACHE_HOME/moec/kernels, else ~/.cache/moec/kernels
+/// (empty when there is no home).
+std::string defaultKernelCache();
+
 /// Generates every kernel of `calls` (static library and header) and the
-/// Halide runtime into `dir`.
+/// Halide runtime into `dir`, or copies them from `options.cacheDir` when a
+/// previous compile generated the same kernel with the same generator
+/// binary (its path, size and modification time are in the key).
 llvm::Error generateKernels(const KernelCalls &calls, llvm::StringRef dir,
                             const ToolchainOptions &options);
 
