@@ -99,10 +99,13 @@ Error generateCached(const ToolchainOptions &options, std::vector<std::string> a
   SmallString<256> entry(options.cacheDir);
   if (!options.cacheDir.empty()) {
     sys::path::append(entry, cacheKey(gen, args));
-    if (sys::fs::is_directory(entry) && copyAll(entry, dir, files)) {
-      if (options.verbose)
-        errs() << "moec: cached " << name << "\n";
-      return Error::success();
+    if (sys::fs::is_directory(entry)) {
+      if (copyAll(entry, dir, files)) {
+        if (options.verbose)
+          errs() << "moec: cached " << name << "\n";
+        return Error::success();
+      }
+      sys::fs::remove_directories(entry); // damaged: replaced below
     }
   }
   if (options.verbose)

@@ -45,3 +45,17 @@
 // BIAS4: moe.balance_bias @bias, %{{.*}} {rate = 2.000000e-03 : f64, sum_axes = ["dp", "ep"]} : tensor<1x3x2xi32>
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.seed = 1 : i64/' %t.bias.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=BIAS1
 // BIAS1: moe.balance_bias @bias, %{{.*}} {rate = 2.000000e-03 : f64} : tensor<4x3x2xi32>
+
+// A placement with replicas (expert 1 on both ranks; 3 positions per rank):
+// after the data-parallel all-reduces (one run, one bucket), each expert
+// gradient's replica rows are summed over [ep], and the clipping norm
+// counts a replica's rows 1/n (shard_layers names the placement's layer).
+// RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1], [1, 2, 3]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline=lower=false | FileCheck %s --check-prefix=REPLICA
+// REPLICA: %[[UP:.*]] = moe.all_reduce sum %dw_up over [dp] {scale = 5.000000e-01 : f64} : tensor<3x4x5xf32>
+// REPLICA-NEXT: moe.all_reduce sum %dw_down
+// REPLICA-NEXT: moe.all_reduce sum %dw_gate
+// REPLICA-NEXT: %[[RUP:.*]] = moe.replica_sum %[[UP]] over [ep] layer 0 : tensor<3x4x5xf32>
+// REPLICA-NEXT: moe.replica_sum
+// REPLICA-NEXT: moe.replica_sum
+// REPLICA-NEXT: moe.global_norm {{.*}}%[[RUP]]{{.*}} {shard_axes = ["ep"], shard_layers = array<i64: -1, -1, 0, 0, 0, -1>, sharded = array<i1: false, false, true, true, true, false>}
+// REPLICA: moe.adamw_update @up, %[[RUP]]

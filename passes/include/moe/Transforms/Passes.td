@@ -196,9 +196,14 @@ def InsertCollectivesPass : Pass<"moe-insert-collectives", "::mlir::ModuleOp"> {
     - the gradient of an expert shard (`moe.shard = "ep"`) already sums its
       ep group's tokens (the backward all_to_all brought them), so it is
       `moe.all_reduce sum over [dp]` with `scale = 1/N`; a plain mean over
-      `dp` would be `ep` times too large;
+      `dp` would be `ep` times too large; when its MoE layer's placement
+      has more positions than experts (uneven counts, replicas, spare
+      positions), `moe.replica_sum over [ep]` then adds the replicas' rows
+      (each computed part of the expert's tokens), after all the
+      all-reduces so that they stay one bucket;
     - `moe.global_norm` counts replicated gradients once and sums the
-      expert shards' squares over `[ep]` (`sharded` operands);
+      expert shards' squares over `[ep]` (`sharded` operands), a replica's
+      rows counting `1/n` (`shard_layers`);
     - the returned loss is the mean over `[dp, ep]`, so every rank reports
       the global loss.
   }];
