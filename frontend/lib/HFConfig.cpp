@@ -365,7 +365,17 @@ std::optional<ModelSpec> moec::frontend::importHFConfig(std::shared_ptr<const Js
     }
     doc = doc->withMembers(options.overrides);
   }
-  return Importer(std::move(doc), options, diags).run();
+  std::optional<ModelSpec> spec = Importer(std::move(doc), options, diags).run();
+  if (spec && !options.optimizer.empty()) {
+    std::unique_ptr<JsonDoc> given = JsonDoc::parse(
+        "--optimizer", nlohmann::json{{"optimizer", options.optimizer}}.dump(), diags);
+    std::optional<OptimizerSpec> o =
+        given ? readOptimizerJson(*given, "/optimizer", diags) : std::nullopt;
+    if (!o)
+      return std::nullopt;
+    spec->optimizer = *o;
+  }
+  return spec;
 }
 
 bool moec::frontend::parseHFOverrides(const std::string &text, const std::string &flag,

@@ -112,6 +112,19 @@ OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags, const JsonDo
 }
 } // namespace
 
+std::optional<OptimizerSpec> moec::frontend::readOptimizerJson(const JsonDoc &doc,
+                                                               const std::string &pointer,
+                                                               DiagnosticList &diags) {
+  ObjectReader r(doc, diags, pointer);
+  if (!r.valid())
+    return std::nullopt;
+  size_t before = diags.errorCount();
+  OptimizerSpec o = readOptimizer(r, diags, doc);
+  if (diags.errorCount() != before)
+    return std::nullopt;
+  return o;
+}
+
 std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const JsonDoc> doc,
                                                        DiagnosticList &diags) {
   ModelSpec s;

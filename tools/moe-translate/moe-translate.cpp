@@ -54,6 +54,11 @@ static cl::opt<std::string>
                cl::desc("With --import-hf-config: set top-level config.json fields first, "
                         "KEY=VALUE,... (e.g. num_hidden_layers=2,hidden_size=256)"),
                cl::value_desc("list"), cl::cat(category));
+static cl::opt<std::string>
+    hfOptimizer("optimizer",
+                cl::desc("With --import-hf-config: optimiser settings, KEY=VALUE,... (the "
+                         "model JSON's optimizer fields: lr, warmup_steps, total_steps, ...)"),
+                cl::value_desc("list"), cl::cat(category));
 static cl::opt<bool> emitModelJson("emit-model-json",
                                    cl::desc("Write the imported model as a MoEC model JSON "
                                             "(editable) instead of moe IR"),
@@ -178,12 +183,13 @@ int main(int argc, char **argv) {
     options.seqLen = seqLen;
     options.batchSize = batchSize;
     options.dtype = dtype;
-    if (parseHFOverrides(hfOverride, "--override", options.overrides, diags))
+    if (parseHFOverrides(hfOverride, "--override", options.overrides, diags) &&
+        parseHFOverrides(hfOptimizer, "--optimizer", options.optimizer, diags))
       spec = importHFConfig(doc, options, diags);
   }
-  if (!hfOverride.empty() && hfFile.empty()) {
-    errs() << "moe-translate: error: --override applies to --import-hf-config (edit a MoEC "
-              "model JSON directly)\n";
+  if ((!hfOverride.empty() || !hfOptimizer.empty()) && hfFile.empty()) {
+    errs() << "moe-translate: error: --override and --optimizer apply to --import-hf-config "
+              "(edit a MoEC model JSON directly)\n";
     return 2;
   }
   if (emitModelJson) {

@@ -88,6 +88,12 @@ static cl::opt<std::string>
                cl::desc("With --hf: set top-level config.json fields first, KEY=VALUE,... "
                         "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8)"),
                cl::value_desc("list"), cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    hfOptimizer("optimizer",
+                cl::desc("With --hf: optimiser settings, KEY=VALUE,... (the model JSON's "
+                         "optimizer fields: lr, warmup_steps, total_steps, min_lr, schedule, "
+                         "weight_decay, grad_clip, eps)"),
+                cl::value_desc("list"), cl::init(""), cl::cat(category));
 static cl::opt<unsigned> hfBatch("batch-size",
                                  cl::desc("With --hf: sequences per step (default 1)"), cl::init(1),
                                  cl::cat(category));
@@ -217,7 +223,8 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     hf.batchSize = hfBatch;
     if (!hfConfig)
       spec = readModelJson(doc, diags);
-    else if (parseHFOverrides(hfOverride, "--override", hf.overrides, diags))
+    else if (parseHFOverrides(hfOverride, "--override", hf.overrides, diags) &&
+             parseHFOverrides(hfOptimizer, "--optimizer", hf.optimizer, diags))
       spec = importHFConfig(doc, hf, diags);
     // The back end generates f32 kernels only: a low-precision model would
     // compile into a binary that fails inside its first kernel.
@@ -277,10 +284,10 @@ int checkFlags() {
     return fail("give a model description: moec model.json -o OUT --emit=...");
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
-  if (!hfConfig &&
-      (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() || !hfOverride.empty()))
-    return fail("--seq-len, --batch-size and --override apply to --hf configs (a MoEC model "
-                "JSON states its fields itself)");
+  if (!hfConfig && (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() ||
+                    !hfOverride.empty() || !hfOptimizer.empty()))
+    return fail("--seq-len, --batch-size, --override and --optimizer apply to --hf configs (a "
+                "MoEC model JSON states its fields itself)");
   if (hfBatch < 1 || hfBatch > 1048576 || hfSeqLen > 1048576)
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)

@@ -37,6 +37,7 @@ public:
   void warning(const std::string &file, SourcePos pos, std::string message);
 
   bool hasErrors() const { return numErrors > 0; }
+  size_t errorCount() const { return static_cast<size_t>(numErrors); }
   const std::vector<Diagnostic> &all() const { return list; }
   /// Every diagnostic, one per line.
   std::string str() const;

@@ -24,6 +24,9 @@ struct HFImportOptions {
   /// Top-level config.json fields set before the import (--override), to
   /// shrink a model (layers, widths, experts) or change its vocabulary.
   nlohmann::json overrides = nlohmann::json::object();
+  /// Optimiser settings (a model JSON's "optimizer" fields, --optimizer):
+  /// config.json has none, so the import otherwise takes the defaults.
+  nlohmann::json optimizer = nlohmann::json::object();
 };
 
 /// Parses --override "key=value,...": each value is JSON (a number, true,

@@ -84,6 +84,11 @@ std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc, Diagn
 /// kv heads, rotary embeddings against the head width).
 void checkModelSpec(const ModelSpec &spec, DiagnosticList &diags);
 
+/// The optimiser object at `pointer` of `doc` (the fields of a model JSON's
+/// "optimizer"), or nullopt after reporting its errors.
+std::optional<OptimizerSpec> readOptimizerJson(const JsonDoc &doc, const std::string &pointer,
+                                               DiagnosticList &diags);
+
 /// The spec as a MoEC model description (every field written), which
 /// readModelJson reads back into the same spec.
 nlohmann::json modelSpecToJson(const ModelSpec &spec);
