@@ -12,6 +12,7 @@
 #include "moert/Program.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +35,31 @@ extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *mem
 }
 
 namespace {
+/// Adds the time of the outermost collective routine of this rank (ranks
+/// may be threads; routines call each other) to ctx->comm_seconds.
+class CommTimer {
+public:
+  explicit CommTimer(moert_context *ctx) : ctx(ctx), outer(depth++ == 0) {
+    if (outer)
+      start = std::chrono::steady_clock::now();
+  }
+  ~CommTimer() {
+    --depth;
+    if (outer)
+      ctx->comm_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  CommTimer(const CommTimer &) = delete;
+  CommTimer &operator=(const CommTimer &) = delete;
+
+private:
+  static thread_local int depth;
+  moert_context *ctx;
+  bool outer;
+  std::chrono::steady_clock::time_point start;
+};
+thread_local int CommTimer::depth = 0;
+
 std::vector<int32_t> groupOf(const moert_context *ctx, int axes) {
   std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1));
   members.resize(moert_grid_group(ctx, axes, members.data()));
@@ -112,6 +138,7 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
 
 extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count,
                                      int axes, int mean, double scale) {
+  CommTimer timer(ctx);
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (out != in)
     moert::copyBytes(out, in, static_cast<size_t>(count) * sizeof(float));
@@ -132,6 +159,7 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
 extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
                                             const float *const *ins, const int64_t *counts,
                                             int axes, int mean, double scale) {
+  CommTimer timer(ctx);
   int64_t total = 0;
   for (int t = 0; t < n; ++t)
     total += counts[t];
@@ -148,6 +176,7 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                                      const int64_t *shape, int rank, int split, int concat,
                                      int axes, const moert_codec *codec) {
+  CommTimer timer(ctx);
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   int64_t total = 1;
@@ -186,6 +215,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
                                             const int64_t *shape, int split, int concat, int axes,
                                             const int32_t *counts, int32_t *recv,
                                             const moert_codec *codec) {
+  CommTimer timer(ctx);
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   auto found = std::find(group.begin(), group.end(), ctx->rank);
@@ -341,6 +371,7 @@ extern "C" int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positio
 extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const float *in, int64_t rows,
                                       int64_t rowSize, const int32_t *table, int32_t positions,
                                       int axes) {
+  CommTimer timer(ctx);
   if (out != in)
     std::memcpy(out, in, static_cast<size_t>(rows * rowSize) * sizeof(float));
   std::vector<int32_t> group = groupOf(ctx, axes);
@@ -557,6 +588,7 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
                                            int64_t count, int axes, int mean, double scale,
                                            const moert_codec *codec, int site, int64_t rows,
                                            int64_t cols) {
+  CommTimer timer(ctx);
   std::vector<int32_t> group = groupOf(ctx, axes);
   auto found = std::find(group.begin(), group.end(), ctx->rank);
   if (found == group.end())

@@ -333,11 +333,13 @@ bool Trainer::stopRequested(long long s) {
 Trainer::StepResult Trainer::runStep(long long s) {
   sampler.next(tokens, targets);
   float loss = 0;
+  ctx.comm_seconds = 0;
   auto start = std::chrono::steady_clock::now();
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - start).count();
+  double commSeconds = std::min(ctx.comm_seconds, seconds);
   if (rc != 0)
     commError("step " + std::to_string(s) + " failed in a kernel or collective (code " +
               std::to_string(rc) + ")");
@@ -346,7 +348,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (!std::isfinite(ctx.grad_norm))
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now, seconds};
+  return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now, seconds, commSeconds};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -475,6 +477,8 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"grad_norm", r.gradNorm},
          {"grad_norm_groups", r.groupNorms},
          {"tokens_per_s", r.tokensPerSecond},
+         {"step_seconds", r.seconds},
+         {"comm_seconds", r.commSeconds},
          {"dropped_tokens", dropped},
          {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
          {"comm_bytes_analytical",

@@ -97,7 +97,8 @@ private:
     nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
-    double seconds; ///< the step program's time
+    double seconds;     ///< the step program's time
+    double commSeconds; ///< of which in its collectives (this rank)
   };
 
   // Set-up (Trainer.cpp).

@@ -78,6 +78,11 @@ typedef struct {
    * [r P/ep, (r+1) P/ep)). Null: the step program's own orders. The
    * trainer changes them when it moves or replicates experts. */
   const int32_t *const *expert_order;
+  /* Seconds this rank spent in the step's collectives (the all-reduces,
+   * all-to-alls and replica sums of StepComm.cpp, packing and waiting for
+   * peers included; on one rank their local copies), accumulated; the
+   * trainer resets and reads it around each step. */
+  double comm_seconds;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
