@@ -502,11 +502,6 @@ void PlanShardingPass::runOnOperation() {
       int64_t dp = n / tp / ep;
       if (dpDegree > 0 && dp != dpDegree)
         continue;
-      // Pins that ask a rank for more experts than its share rule it out.
-      if (!pins.empty() && llvm::any_of(step.layerExperts, [&](int64_t experts) {
-            return planner.placement(Grid{dp, ep, tp}, experts, pins).empty();
-          }))
-        continue;
       for (bool zero : {false, true})
         candidates.push_back(planner.evaluate(dp, ep, tp, zero));
     }
@@ -518,7 +513,7 @@ void PlanShardingPass::runOnOperation() {
         << (epDegree > 0 ? "ep = " + std::to_string(epDegree) + " " : "")
         << (tpDegree > 0 ? "tp = " + std::to_string(tpDegree) + " " : "")
         << (maxPinnedRank >= 0
-                ? "ep > " + std::to_string(maxPinnedRank) + " and room for the pinned experts "
+                ? "ep > " + std::to_string(maxPinnedRank) + " (a rank for every pin) "
                 : "")
         << "on " << n << " devices: dp x ep x tp must equal the device "
         << "count, ep must be at most " << minExperts
@@ -634,8 +629,8 @@ void PlanShardingPass::runOnOperation() {
   for (ExpertFFNOp e : expertOps) {
     int64_t experts = cast<RankedTensorType>(e->getOperand(0).getType()).getShape()[0];
     std::vector<std::vector<int64_t>> lists = planner.placement(grid, experts, pins);
-    // Candidates without room for the pins were left out above.
-    assert(!lists.empty() && "the chosen grid has room for the pins");
+    // Candidates with a pin past their ep ranks were left out above.
+    assert(!lists.empty() && "the chosen grid has a rank for every pin");
     SmallVector<int64_t> flat, sizes;
     for (auto &l : lists) {
       flat.append(l.begin(), l.end());
@@ -697,7 +692,8 @@ void PlanShardingPass::runOnOperation() {
       os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
     if (!expertOps.empty()) {
       std::vector<std::vector<int64_t>> lists = planner.placement(
-          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType()).getShape()[0]);
+          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType()).getShape()[0],
+          pins);
       os << "; experts of the first MoE layer per ep rank:";
       for (auto &l : lists)
         os << " " << l.size();
