@@ -114,14 +114,15 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
     // others are padded with empty positions, -1), `order` lists the
     // experts position by position.
     SmallVector<SmallVector<int64_t>> held(ep);
+    DenseI64ArrayAttr placedBefore = placedRows(module, ffn);
     if (auto placement = ffn->getAttrOfType<PlacementAttr>("placement")) {
       // The op's verifier checked it: ep lists holding every expert.
       for (int64_t r = 0; r < ep; ++r)
         held[r].assign(placement.getExpertsOf(r).begin(), placement.getExpertsOf(r).end());
-    } else if (auto rows = placedRows(module, ffn)) {
+    } else if (placedBefore) {
       // Another function of the step (evaluation) placed these weights.
-      int64_t perRank = static_cast<int64_t>(rows.size()) / ep;
-      for (auto [p, e] : llvm::enumerate(rows.asArrayRef()))
+      int64_t perRank = static_cast<int64_t>(placedBefore.size()) / ep;
+      for (auto [p, e] : llvm::enumerate(placedBefore.asArrayRef()))
         if (e >= 0)
           held[p / perRank].push_back(e);
     } else {
@@ -133,7 +134,6 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
     }
     // Spare positions for replicas (none when another function placed the
     // weights: that placement has them already).
-    DenseI64ArrayAttr placedBefore = placedRows(module, ffn);
     int64_t local = placedBefore ? static_cast<int64_t>(placedBefore.size()) / ep
                                  : (experts + redundant + ep - 1) / ep;
     for (auto &list : held)

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CopyBytes.h"
+#include "Placement.h"
 #include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/Program.h"
@@ -298,17 +299,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
 }
 
 namespace {
-/// How many positions of `table` hold each expert (index: expert id).
-std::vector<int32_t> replicaCounts(const int32_t *table, int32_t positions) {
-  std::vector<int32_t> count;
-  for (int32_t p = 0; p < positions; ++p)
-    if (int32_t e = table[p]; e >= 0) {
-      if (static_cast<size_t>(e) >= count.size())
-        count.resize(e + 1, 0);
-      ++count[e];
-    }
-  return count;
-}
+using moert::replicaCounts;
 
 /// This rank's index in its ep group (its block of a placement's positions).
 int epIndexOf(const moert_context *ctx) {

@@ -31,6 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Placement.h"
 #include "Trainer.h"
 
 #include <algorithm>
@@ -42,21 +43,12 @@ using namespace moert::trainer;
 
 namespace {
 
-/// How many positions of `order` hold each of `experts` experts.
-std::vector<int> replicasOf(const std::vector<int32_t> &order, size_t experts) {
-  std::vector<int> n(experts, 0);
-  for (int32_t e : order)
-    if (e >= 0)
-      ++n[e];
-  return n;
-}
-
 /// Each ep rank's token-slots under `order` (rank r holds positions
 /// [r P/ep, (r+1) P/ep)); an expert's replicas share its tokens equally.
 std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
                               int ep) {
   std::vector<double> ranks(ep, 0.0);
-  std::vector<int> replicas = replicasOf(order, load.size());
+  std::vector<int32_t> replicas = moert::replicaCounts(order.data(), order.size(), load.size());
   size_t local = order.size() / ep;
   for (size_t p = 0; p < order.size(); ++p)
     if (order[p] >= 0)
@@ -89,14 +81,13 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
       break;
     ++replicas[best];
   }
-  // Where each expert was, and at which position (to keep orders stable).
-  std::vector<std::vector<bool>> had(ep, std::vector<bool>(experts, false));
+  // Where each expert was on each rank (`positions`: not there), to keep
+  // orders stable and experts in place.
   std::vector<std::vector<size_t>> oldPosition(ep, std::vector<size_t>(experts, positions));
   for (size_t p = 0; p < positions; ++p)
-    if (order[p] >= 0) {
-      had[p / local][order[p]] = true;
+    if (order[p] >= 0)
       oldPosition[p / local][order[p]] = p;
-    }
+  auto had = [&](int r, int32_t e) { return oldPosition[r][e] < positions; };
   std::vector<std::pair<double, int32_t>> units;
   for (size_t e = 0; e < experts; ++e)
     for (int k = 0; k < replicas[e]; ++k)
@@ -112,7 +103,7 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
       if (held[r].size() == local || holds[r][e])
         continue;
       if (best < 0 || ranks[r] < ranks[best] ||
-          (ranks[r] == ranks[best] && had[r][e] && !had[best][e]))
+          (ranks[r] == ranks[best] && had(r, e) && !had(best, e)))
         best = r;
     }
     held[best].push_back(e);
