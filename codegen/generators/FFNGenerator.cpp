@@ -12,6 +12,12 @@
 // (runtime/lib/Gemm.cpp); the activation and its gradient stay here, one
 // pass each over the (c, f) pre-activations between the GEMMs.
 //
+// `segments=G > 0`: the `routed` argument (groups x G counts, moe.expert_ffn's
+// `rows`) says which rows hold tokens; the others are zero in x and dy. The
+// OpenBLAS form computes the routed rows only (the others of y, dx and the
+// pre-activations are zero, as the full product gives); the Halide schedule
+// computes every row.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Matmul.h"
@@ -69,11 +75,13 @@ public:
   // without it (or for the gate of an ungated FFN) they are 1x1x1 dummies.
   GeneratorParam<bool> save{"save", false};
   GeneratorParam<bool> blas{"blas", false};
+  GeneratorParam<int> segments{"segments", 0};
 
-  Input<Buffer<float, 3>> x{"x"};       // (d, c, e)
-  Input<Buffer<float, 3>> up{"up"};     // (f, d, e)
-  Input<Buffer<float, 3>> down{"down"}; // (d, f, e)
-  Input<Buffer<float, 3>> gate{"gate"}; // (f, d, e)
+  Input<Buffer<float, 3>> x{"x"};             // (d, c, e)
+  Input<Buffer<float, 3>> up{"up"};           // (f, d, e)
+  Input<Buffer<float, 3>> down{"down"};       // (d, f, e)
+  Input<Buffer<float, 3>> gate{"gate"};       // (f, d, e)
+  Input<Buffer<int32_t, 1>> routed{"routed"}; // (segment, e), or a 1-element dummy
   Output<Buffer<float, 3>> y{"y"};
   Output<Buffer<float, 3>> preUp{"pre_up"};     // (f, c, e)
   Output<Buffer<float, 3>> preGate{"pre_gate"}; // (f, c, e)
@@ -106,9 +114,10 @@ public:
 
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
-    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width);
+    GemmRows r{routed, segments, (int)groups * (int)segments};
+    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r);
     if (gated)
-      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width);
+      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r);
     if (save) {
       preUp = hu;
       if (gated)
@@ -121,7 +130,7 @@ public:
     }
     h(f, c, e) =
         gated ? activate(activation, hg(f, c, e)) * hu(f, c, e) : activate(activation, hu(f, c, e));
-    y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden);
+    y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden, r);
   }
 
   void schedule() {
@@ -133,6 +142,7 @@ public:
     constrainDense(y, {width, rows, groups});
     constrainOptional(preUp, save, {hidden, rows, groups});
     constrainOptional(preGate, save && gated, {hidden, rows, groups});
+    constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
     const int vec = natural_vector_size<float>();
     if (blas) {
       if (!save)
@@ -176,8 +186,10 @@ public:
   // them; 1x1x1 dummies otherwise.
   GeneratorParam<bool> saved{"saved", false};
   GeneratorParam<bool> blas{"blas", false};
+  GeneratorParam<int> segments{"segments", 0};
   Input<Buffer<float, 3>> preUp{"pre_up"};
   Input<Buffer<float, 3>> preGate{"pre_gate"};
+  Input<Buffer<int32_t, 1>> routed{"routed"};
   Output<Buffer<float, 3>> dx{"dx"};
   Output<Buffer<float, 3>> dup{"dup"};
   Output<Buffer<float, 3>> ddown{"ddown"};
@@ -245,12 +257,14 @@ public:
 
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
+    GemmRows r{routed, segments, (int)groups * (int)segments};
+    const auto overK = GemmRows::SlotsAreK;
     // dh = dy down^T
-    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width);
+    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width, r);
     if (!saved) {
-      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width);
+      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r);
       if (gated)
-        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width);
+        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r);
     }
     Expr hu = saved ? preUp(f, c, e) : huAcc(f, c, e), dh = dhAcc(f, c, e);
     if (gated) {
@@ -263,16 +277,16 @@ public:
       hB(f, c, e) = activate(activation, hu);
       dhuB(f, c, e) = dh * activateGrad(activation, hu);
     }
-    ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows);
+    ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows, r, overK);
     if (gated) {
       dx = externGemm2("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, {dhgB}, {gate, true},
-                       hidden);
-      dgate = externGemm("dgate_gemm", {f, d, e}, {x, true}, {dhgB}, rows);
+                       hidden, r);
+      dgate = externGemm("dgate_gemm", {f, d, e}, {x, true}, {dhgB}, rows, r, overK);
     } else {
-      dx = externGemm("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden);
+      dx = externGemm("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, r);
       dgate(f, d, e) = 0.0f;
     }
-    dup = externGemm("dup_gemm", {f, d, e}, {x, true}, {dhuB}, rows);
+    dup = externGemm("dup_gemm", {f, d, e}, {x, true}, {dhuB}, rows, r, overK);
   }
 
   void schedule() {
@@ -289,6 +303,7 @@ public:
     const int vec = natural_vector_size<float>();
     constrainOptional(preUp, saved, {hidden, rows, groups});
     constrainOptional(preGate, saved && gated, {hidden, rows, groups});
+    constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
     if (blas) {
       dhAcc.compute_root();
       if (!saved)

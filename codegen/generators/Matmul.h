@@ -174,24 +174,59 @@ struct GemmOperand {
   bool trans = false;
 };
 
+/// The routed rows of a dispatch buffer an extern GEMM reads or writes
+/// (moe.expert_ffn's `rows`: `segments` segments per group, `count` =
+/// groups x segments entries), and which of the product's dimensions runs
+/// over the buffer's slots: out's rows (`SlotsAreRows`: the other rows are
+/// zeroed) or the contraction (`SlotsAreK`: only routed rows are summed).
+/// `segments` 0: every row counts.
+struct GemmRows {
+  enum Mode { SlotsAreRows = 0, SlotsAreK = 1 };
+  ExternFuncArgument rows;
+  int segments = 0, count = 0;
+};
+
 /// `name`(args) = op(a) op(b) [+ op(a2) op(b2)], contracting over `k`
 /// (`k2`), computed by OpenBLAS through the runtime's extern stages
-/// (runtime/lib/Gemm.cpp: `moert_gemm`, `moert_gemm2`), batched over the
-/// third of `args` when there is one. Func operands must be computed at root.
+/// (runtime/lib/Gemm.cpp: `moert_gemm`, `moert_gemm2`, and their `_rows`
+/// forms over routed rows only), batched over the third of `args` when
+/// there is one. Func operands must be computed at root.
 inline Func externGemm(const std::string &name, const std::vector<Var> &args, GemmOperand a,
-                       GemmOperand b, int k) {
+                       GemmOperand b, int k, const GemmRows &routed = {},
+                       GemmRows::Mode mode = GemmRows::SlotsAreRows) {
   Func f(name);
-  f.define_extern("moert_gemm", {a.value, b.value, Expr(k), Expr((int)a.trans), Expr((int)b.trans)},
-                  Float(32), args);
+  std::vector<ExternFuncArgument> params = {a.value, b.value, Expr(k), Expr((int)a.trans),
+                                            Expr((int)b.trans)};
+  if (routed.segments > 0) {
+    params.insert(params.end(),
+                  {routed.rows, Expr(routed.segments), Expr(routed.count), Expr((int)mode)});
+    f.define_extern("moert_gemm_rows", params, Float(32), args);
+  } else {
+    f.define_extern("moert_gemm", params, Float(32), args);
+  }
   return f;
 }
 inline Func externGemm2(const std::string &name, const std::vector<Var> &args, GemmOperand a,
-                        GemmOperand b, int k, GemmOperand a2, GemmOperand b2, int k2) {
+                        GemmOperand b, int k, GemmOperand a2, GemmOperand b2, int k2,
+                        const GemmRows &routed = {}, GemmRows::Mode mode = GemmRows::SlotsAreRows) {
   Func f(name);
-  f.define_extern("moert_gemm2",
-                  {a.value, b.value, a2.value, b2.value, Expr(k), Expr(k2), Expr((int)a.trans),
-                   Expr((int)b.trans), Expr((int)a2.trans), Expr((int)b2.trans)},
-                  Float(32), args);
+  std::vector<ExternFuncArgument> params = {a.value,
+                                            b.value,
+                                            a2.value,
+                                            b2.value,
+                                            Expr(k),
+                                            Expr(k2),
+                                            Expr((int)a.trans),
+                                            Expr((int)b.trans),
+                                            Expr((int)a2.trans),
+                                            Expr((int)b2.trans)};
+  if (routed.segments > 0) {
+    params.insert(params.end(),
+                  {routed.rows, Expr(routed.segments), Expr(routed.count), Expr((int)mode)});
+    f.define_extern("moert_gemm2_rows", params, Float(32), args);
+  } else {
+    f.define_extern("moert_gemm2", params, Float(32), args);
+  }
   return f;
 }
 

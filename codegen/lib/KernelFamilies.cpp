@@ -52,6 +52,11 @@ KernelArg dummy(unsigned rank) {
   a.dummyRank = rank;
   return a;
 }
+KernelArg dummyInt() {
+  KernelArg a = dummy(1);
+  a.dummyInt = true;
+  return a;
+}
 
 //===-- EmbeddingGenerator.cpp, CrossEntropyGenerator.cpp ----------------===//
 
@@ -175,6 +180,14 @@ const char *activationName(double value) {
     return "swiglu";
   }
 }
+/// The launch operand holding an expert FFN's routed rows (its only i32
+/// operand), or -1.
+int routedRowsOperand(const KernelSpec &s) {
+  for (unsigned i = 0; i < s.numInputs(); ++i)
+    if (cast<RankedTensorType>(s.signature.getInput(i)).getElementType().isInteger(32))
+      return static_cast<int>(i);
+  return -1;
+}
 Params ffnParams(const KernelSpec &s, Gemm gemm) {
   StringRef family = s.family;
   bool grouped = family.starts_with("expert");
@@ -190,22 +203,31 @@ Params ffnParams(const KernelSpec &s, Gemm gemm) {
   else
     p.push_back(param("save", s.hasEpilogue("save_preactivations")));
   p.push_back(gemmParam(gemm, rows, d, f));
+  // Routed rows: segments per expert.
+  if (int r = routedRowsOperand(s); r >= 0)
+    p.push_back(param("segments", KernelSpec::numel(s.in(r)) / x[0]));
   return p;
 }
-/// Results: y, then the saved pre-activations (x Wu, x Wg) if any.
-template <ViewKind V> Args ffnArgs(const KernelSpec &, unsigned n, unsigned r) {
+/// Operands: x, up, down, [gate], [rows]; results: y, then the saved
+/// pre-activations (x Wu, x Wg) if any.
+template <ViewKind V> Args ffnArgs(const KernelSpec &s, unsigned n, unsigned r) {
+  int rows = routedRowsOperand(s);
+  bool gated = n - (rows >= 0 ? 1 : 0) == 4;
   return {op(0, V),
           op(1, V),
           op(2, V),
-          n == 4 ? op(3, V) : dummy(3),
+          gated ? op(3, V) : dummy(3),
+          rows >= 0 ? op(rows, ViewKind::Flat) : dummyInt(),
           res(0, V),
           r >= 2 ? res(1, V) : dummy(3),
           r == 3 ? res(2, V) : dummy(3)};
 }
-/// Operands: x, up, down, dy, [gate], then the saved pre-activations.
-template <ViewKind V> Args ffnGradArgs(const KernelSpec &, unsigned n, unsigned r) {
+/// Operands: x, up, down, dy, [gate], [rows], then the saved
+/// pre-activations.
+template <ViewKind V> Args ffnGradArgs(const KernelSpec &s, unsigned n, unsigned r) {
   bool gated = r == 4;
-  unsigned base = gated ? 5 : 4;
+  int rows = routedRowsOperand(s);
+  unsigned base = (gated ? 5 : 4) + (rows >= 0 ? 1 : 0);
   bool saved = n > base;
   return {op(0, V),
           op(1, V),
@@ -214,6 +236,7 @@ template <ViewKind V> Args ffnGradArgs(const KernelSpec &, unsigned n, unsigned 
           op(3, V),
           saved ? op(base, V) : dummy(3),
           saved && gated ? op(base + 1, V) : dummy(3),
+          rows >= 0 ? op(rows, ViewKind::Flat) : dummyInt(),
           res(0, V),
           res(1, V),
           res(2, V),
@@ -305,10 +328,10 @@ Args adamwArgs(const KernelSpec &, unsigned, unsigned) {
 }
 
 /// The FFN generators serve the dense and the grouped expert families.
-const std::vector<StringLiteral> kFFNSignature = {"x", "up",     "down",    "gate",
-                                                  "y", "pre_up", "pre_gate"};
+const std::vector<StringLiteral> kFFNSignature = {"x",      "up", "down",   "gate",
+                                                  "routed", "y",  "pre_up", "pre_gate"};
 const std::vector<StringLiteral> kFFNGradSignature = {
-    "x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "dx", "dup", "ddown", "dgate"};
+    "x", "up", "down", "gate", "dy", "pre_up", "pre_gate", "routed", "dx", "dup", "ddown", "dgate"};
 
 const std::vector<KernelFamily> &rows() {
   using V = ViewKind;

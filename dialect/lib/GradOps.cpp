@@ -67,7 +67,9 @@ template <typename OpT> static LogicalResult verifyFFNGrad(OpT op) {
 }
 
 LogicalResult FFNGradOp::verify() { return verifyFFNGrad(*this); }
-LogicalResult ExpertFFNGradOp::verify() { return verifyFFNGrad(*this); }
+LogicalResult ExpertFFNGradOp::verify() {
+  return failure(failed(verifyFFNGrad(*this)) || failed(checkExpertRows(*this, getRows(), getX())));
+}
 
 LogicalResult RouterGradOp::verify() {
   ArrayRef<int64_t> x = tensorType(getX()).getShape();

@@ -57,14 +57,16 @@ LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 }
 
 /// ffn and expert_ffn share their rule.
-template <typename GradOpT, typename OpT>
-static void buildFFNGradient(OpT op, OpBuilder &b, Value dy, SmallVectorImpl<Value> &operandGrads) {
+/// `extra`: the grad op's operands after the gate (the expert FFN's rows).
+template <typename GradOpT, typename OpT, typename... Extra>
+static void buildFFNGradient(OpT op, OpBuilder &b, Value dy, SmallVectorImpl<Value> &operandGrads,
+                             Extra... extra) {
   Value gate = op.getWGate();
   SmallVector<Type> types = {op.getX().getType(), op.getWUp().getType(), op.getWDown().getType()};
   if (gate)
     types.push_back(gate.getType());
   auto grad = GradOpT::create(b, op.getLoc(), types, op.getActivationAttr(), op.getX(), op.getWUp(),
-                              op.getWDown(), dy, gate);
+                              op.getWDown(), dy, gate, extra...);
   operandGrads.assign({grad.getDx(), grad.getDwUp(), grad.getDwDown()});
   if (gate)
     operandGrads.push_back(grad.getDwGate());
@@ -78,7 +80,9 @@ LogicalResult FFNOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 
 LogicalResult ExpertFFNOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  buildFFNGradient<ExpertFFNGradOp>(*this, b, resultGrads[0], operandGrads);
+  buildFFNGradient<ExpertFFNGradOp>(*this, b, resultGrads[0], operandGrads, getRows());
+  if (getRows())
+    operandGrads.push_back(Value()); // routed-row counts: not differentiable
   return success();
 }
 

@@ -75,7 +75,8 @@ LogicalResult ExpertFFNOp::verify() {
                               getWGate())) ||
       failed(checkSameElementType(
           *this,
-          {{"x", getX()}, {"w_up", getWUp()}, {"w_down", getWDown()}, {"w_gate", getWGate()}})))
+          {{"x", getX()}, {"w_up", getWUp()}, {"w_down", getWDown()}, {"w_gate", getWGate()}})) ||
+      failed(checkExpertRows(*this, getRows(), getX())))
     return failure();
   std::optional<PlacementAttr> placement = getPlacement();
   if (!placement)

@@ -167,3 +167,17 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value 
                  failed(checkSameElementType(
                      op, {{"x", x}, {"weight", weight}, {"bias", bias}, {"gates", gates}})));
 }
+
+LogicalResult checks::checkExpertRows(Operation *op, Value rows, Value x) {
+  if (!rows)
+    return success();
+  auto type = tensorType(rows);
+  ArrayRef<int64_t> buf = tensorType(x).getShape();
+  if (type.getRank() != 1 || buf.size() != 3)
+    return op->emitOpError() << "rows must be 1-d, got " << formatShape(type.getShape());
+  int64_t n = type.getShape()[0], experts = buf[0], slots = buf[1];
+  if (n < experts || n % experts != 0 || slots % (n / experts) != 0)
+    return op->emitOpError() << "rows has " << n << " entries; expected E * G for the " << experts
+                             << " experts, with G dividing the " << slots << " slots";
+  return success();
+}

@@ -30,6 +30,10 @@ LogicalResult checkRank(Operation *op, StringRef name, Value value, int64_t rank
 LogicalResult checkSameElementType(Operation *op,
                                    ArrayRef<std::pair<StringRef, Value>> namedValues);
 
+/// `rows` of an expert FFN (absent, or `[E * G]` with `G` dividing the
+/// buffer's `C` slots), for a `[E, C, D]` buffer `x`.
+LogicalResult checkExpertRows(Operation *op, Value rows, Value x);
+
 /// Checks the weights of a feed-forward block with input width `d`:
 /// up [G..., D, F], down [G..., F, D], and a gate shaped like up exactly when
 /// the activation is swiglu. `group` holds leading expert dimensions.

@@ -142,7 +142,7 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     Value gate =
         act == Activation::swiglu ? weight(prefix + "experts.gate", {e, d, f}, where) : Value();
     Value expertsOut = ExpertFFNOp::create(body, where, buffer.getType(), act, buffer, up, down,
-                                           gate, PlacementAttr());
+                                           gate, /*rows=*/Value(), PlacementAttr());
     out = CombineOp::create(body, where, expertsOut, route.getGates(), route.getExperts());
     if (m.numSharedExperts > 0) {
       int64_t width = m.numSharedExperts * (m.sharedFfnDim ? m.sharedFfnDim : f);

@@ -174,8 +174,12 @@ OpCost mlir::moe::cost::costOf(Operation *op) {
     // Backward: recompute probabilities, then dP, dQ, dK, dV: 3x.
     c.flops = 4 * numel(q) * s * (grad ? 3.0 : 1.0);
   } else if (name == "ffn" || name == "expert_ffn") {
-    // Gated (a gate weight operand): three GEMMs, else two.
-    bool gated = op->getNumOperands() == (grad ? 5u : 4u);
+    // Gated (a gate weight operand): three GEMMs, else two. (An expert
+    // FFN's routed-row counts are its one integer operand.)
+    unsigned floats = llvm::count_if(op->getOperandTypes(), [](Type t) {
+      return isa<FloatType>(cast<RankedTensorType>(t).getElementType());
+    });
+    bool gated = floats == (grad ? 5u : 4u);
     double rows = numel(in(0)) / lastDim(in(0));
     c.flops = 2 * rows * lastDim(in(0)) * lastDim(in(1)) * (gated ? 3 : 2) * scale;
     c.expert = name == "expert_ffn";

@@ -179,7 +179,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
         auto up = cast<RankedTensorType>(op->getOperand(1).getType());
         SmallVector<int64_t> shape(x.getShape());
         shape.back() = up.getShape().back();
-        numPre = op->getNumOperands() == 4 ? 2 : 1; // x W_up (, x W_gate)
+        Value gate = isa<FFNOp>(op) ? cast<FFNOp>(op).getWGate() : cast<ExpertFFNOp>(op).getWGate();
+        numPre = gate ? 2 : 1; // x W_up (, x W_gate)
         for (unsigned i = 0; i < numPre; ++i)
           results.push_back(RankedTensorType::get(shape, x.getElementType()));
         epilogue.push_back("save_preactivations");
@@ -199,6 +200,9 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
       }
       // The bias's load rule is moe.balance_bias's, not the kernel's.
       if (attr.getName() == "bias_update_rate")
+        continue;
+      // Which optional operands are present shows in the signature.
+      if (attr.getName() == "operandSegmentSizes")
         continue;
       config.push_back(attr);
     }

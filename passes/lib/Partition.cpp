@@ -88,7 +88,7 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
 /// The positions' rows of the placed weights of `ffn`, when another
 /// function's FFN placed them already (null otherwise).
 DenseI64ArrayAttr placedRows(ModuleOp module, ExpertFFNOp ffn) {
-  for (Value w : ffn->getOperands().drop_front())
+  for (Value w : ffn.getWeights())
     if (auto get = w.getDefiningOp<GetParamOp>())
       if (auto param = module.lookupSymbol<ParamOp>(get.getNameAttr()))
         if (auto rows = param->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName))
@@ -149,7 +149,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
       inOrder = order[p] == p;
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
-    for (Value w : ffn->getOperands().drop_front()) {
+    for (Value w : ffn.getWeights()) {
       auto get = w.getDefiningOp<GetParamOp>();
       if (!get)
         return ffn.emitOpError("expert weights must come from moe.get_param");
@@ -184,7 +184,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
       gateCounts = placed.getResultCounts();
       if (positions != experts && failed(retypeDispatchBuffer(ffn.getX(), positions, 0)))
         return failure();
-      for (Value w : ffn->getOperands().drop_front()) {
+      for (Value w : ffn.getWeights()) {
         auto param = module.lookupSymbol<ParamOp>(w.getDefiningOp<GetParamOp>().getNameAttr());
         if (auto had = param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
             had && had.getInt() != layer)

@@ -52,6 +52,8 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     compress.errorFeedback = options.errorFeedback;
     pm.addPass(createCompressCollectivesPass(compress));
   }
+  if (options.routedRows)
+    pm.addPass(createRoutedRowsPass());
   if (options.lower) {
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;

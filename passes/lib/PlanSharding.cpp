@@ -381,7 +381,7 @@ void PlanShardingPass::runOnOperation() {
       auto x = cast<RankedTensorType>(e->getOperand(0).getType());
       step.layerExperts.push_back(x.getShape()[0]);
       step.layerDispatchBytes.push_back(static_cast<double>(x.getNumElements()) * 4);
-      for (Value w : e->getOperands().drop_front())
+      for (Value w : e.getWeights())
         if (auto get = w.getDefiningOp<GetParamOp>())
           expertParams.insert(get.getName());
     }

@@ -30,25 +30,54 @@
 // kernel: ffn_gelu_blas_grad_k ffn_grad groups=1 rows=130 width=16 hidden=72 activation=gelu saved=true blas=true
 // kernel: ffn_relu_blas_k ffn groups=1 rows=10 width=32 hidden=16 activation=relu blas=true
 // kernel: ffn_relu_blas_grad_k ffn_grad groups=1 rows=10 width=32 hidden=16 activation=relu blas=true
+// Routed rows only (moe.expert_ffn's `rows`): the OpenBLAS form skips the
+// empty slots of each segment; the Halide schedule takes the counts and
+// computes every row.
+// kernel: expert_ffn_routed_k ffn groups=3 rows=200 width=16 hidden=24 activation=swiglu save=true blas=true segments=2
+// kernel: expert_ffn_routed_grad_k ffn_grad groups=3 rows=200 width=16 hidden=24 activation=swiglu saved=true blas=true segments=2
+// kernel: expert_ffn_routed_gelu_k ffn groups=4 rows=96 width=16 hidden=32 activation=gelu blas=true segments=1
+// kernel: expert_ffn_routed_gelu_grad_k ffn_grad groups=4 rows=96 width=16 hidden=32 activation=gelu blas=true segments=1
+// kernel: expert_ffn_routed_halide_k ffn groups=2 rows=12 width=16 hidden=32 activation=swiglu save=true segments=3
+// kernel: expert_ffn_routed_halide_grad_k ffn_grad groups=2 rows=12 width=16 hidden=32 activation=swiglu saved=true segments=3
 // kernel: ffn_gelu_k ffn groups=1 rows=6 width=8 hidden=12 activation=gelu
 // kernel: ffn_gelu_grad_k ffn_grad groups=1 rows=6 width=8 hidden=12 activation=gelu
 // kernel: ffn_relu_grad_k ffn_grad groups=1 rows=6 width=8 hidden=12 activation=relu
 
 #include "KernelTestUtil.h"
 
+#include <cmath>
+
 namespace {
 
 /// Checks an FFN forward and/or backward kernel pair over `groups` groups
 /// (expert_ffn when grouped, ffn otherwise) with activation `act`. `saved`:
 /// the forward saves its pre-activations and the backward reads them.
+///
+/// `segments` > 0: each group's rows are that many segments, segment s of
+/// group g routed in its first counts[g * segments + s] rows (some empty,
+/// some full, some counted past the segment's end), x and dy zero in the
+/// others; the kernels get the counts, and y and dx start as NaN so that
+/// rows a kernel skips without zeroing show.
 template <typename Fwd, typename Bwd>
 void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f, const std::string &act,
-              bool saved = false) {
+              bool saved = false, int segments = 0) {
   bool gated = act == "swiglu";
   auto x = randomVector(groups * rows * d, 14), up = randomVector(groups * d * f, 15),
        down = randomVector(groups * f * d, 16), gate = randomVector(gated ? groups * d * f : 1, 17),
        dy = randomVector(groups * rows * d, 18);
-  Floats y(x.size()), dx(x.size()), dup(up.size()), ddown(down.size()), dgate(gate.size());
+  std::vector<int32_t> counts(segments ? groups * segments : 1, 0);
+  if (segments) {
+    int length = rows / segments;
+    for (int i = 0; i < groups * segments; ++i) {
+      counts[i] = i % 4 == 0 ? 0 : i % 4 == 1 ? length + 5 : (i * 7919) % length;
+      for (int c = std::min(counts[i], length); c < length; ++c)
+        for (int k = 0; k < d; ++k)
+          x[(i * length + c) * d + k] = dy[(i * length + c) * d + k] = 0.0f;
+    }
+  }
+  Buffer<int32_t> bcounts(counts.data(), static_cast<int>(counts.size()));
+  Floats y(x.size(), segments ? NAN : 0.0f), dx(x.size(), segments ? NAN : 0.0f), dup(up.size()),
+      ddown(down.size()), dgate(gate.size());
   auto b3 = [](Floats &v, int a, int b, int c) { return Buffer<float>(v.data(), a, b, c); };
   auto bx = b3(x, d, rows, groups), bup = b3(up, f, d, groups), bdown = b3(down, d, f, groups),
        bgate = gated ? b3(gate, f, d, groups) : b3(gate, 1, 1, 1), bdy = b3(dy, d, rows, groups),
@@ -59,9 +88,10 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f, const std::s
   auto bpu = saved ? b3(preUp, f, rows, groups) : b3(preUp, 1, 1, 1),
        bpg = saved && gated ? b3(preGate, f, rows, groups) : b3(preGate, 1, 1, 1);
   if (fwd) {
-    ASSERT_EQ(fwd(bx, bup, bdown, bgate, by, bpu, bpg), 0) << lastError;
+    ASSERT_EQ(fwd(bx, bup, bdown, bgate, bcounts, by, bpu, bpg), 0) << lastError;
   }
-  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bpu, bpg, bdx, bdup, bddown, bdgate), 0) << lastError;
+  ASSERT_EQ(bwd(bx, bup, bdown, bgate, bdy, bpu, bpg, bcounts, bdx, bdup, bddown, bdgate), 0)
+      << lastError;
 
   bool grouped = groups > 1;
   std::string tx = grouped ? type3(groups, rows, d) : type2(rows, d),
@@ -125,7 +155,7 @@ TEST(HalideKernelTest, DenseFFNReLUBackward) {
   ScratchWithin scratch({"ffn_relu_grad_k"});
   checkFFN(static_cast<int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
                                halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
-                               halide_buffer_t *)>(nullptr),
+                               halide_buffer_t *, halide_buffer_t *)>(nullptr),
            ffn_relu_grad_k, 1, 6, 8, 12, "relu");
 }
 
@@ -159,6 +189,17 @@ TEST(HalideKernelTest, ExpertFFNWithOpenBLAS) {
                          "expert_ffn_blas_recompute_k", "expert_ffn_blas_recompute_grad_k"});
   checkFFN(expert_ffn_blas_k, expert_ffn_blas_grad_k, 3, 200, 16, 24, "swiglu", true);
   checkFFN(expert_ffn_blas_recompute_k, expert_ffn_blas_recompute_grad_k, 4, 12, 16, 32, "swiglu");
+}
+
+TEST(HalideKernelTest, ExpertFFNRoutedRowsOnly) {
+  ScratchWithin scratch({"expert_ffn_routed_k", "expert_ffn_routed_grad_k",
+                         "expert_ffn_routed_gelu_k", "expert_ffn_routed_gelu_grad_k",
+                         "expert_ffn_routed_halide_k", "expert_ffn_routed_halide_grad_k"});
+  checkFFN(expert_ffn_routed_k, expert_ffn_routed_grad_k, 3, 200, 16, 24, "swiglu", true, 2);
+  checkFFN(expert_ffn_routed_gelu_k, expert_ffn_routed_gelu_grad_k, 4, 96, 16, 32, "gelu", false,
+           1);
+  checkFFN(expert_ffn_routed_halide_k, expert_ffn_routed_halide_grad_k, 2, 12, 16, 32, "swiglu",
+           true, 3);
 }
 
 TEST(HalideKernelTest, DenseFFNWithOpenBLAS) {

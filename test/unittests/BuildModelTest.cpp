@@ -58,7 +58,7 @@ TEST_F(BuildModelTest, OneMoELayerVerifiesAndRoundTrips) {
   Value up = param(top, body, "up", {experts, d, width}, normal);
   Value down = param(top, body, "down", {experts, width, d}, normal);
   Value gate = param(top, body, "gate", {experts, d, width}, normal);
-  auto ffn = ExpertFFNOp::create(body, loc, buf.getType(), Activation::swiglu, buf, up, down, gate,
+  auto ffn = ExpertFFNOp::create(body, loc, buf.getType(), Activation::swiglu, buf, up, down, gate, Value(),
                                  PlacementAttr::get(&context, {0, 1, 2, 3}, {2, 2}));
   Value y = CombineOp::create(body, loc, ffn.getResult(), router.getGates(), router.getExperts());
   Value head = param(top, body, "head", {d, vocab}, normal);

@@ -66,6 +66,11 @@ static cl::opt<bool>
               cl::desc("FFN backward recomputes the pre-activations instead of saving "
                        "them in the forward (less activation memory, slower step)"),
               cl::init(false), cl::cat(category));
+static cl::opt<bool> denseExperts(
+    "dense-experts",
+    cl::desc("Expert FFNs compute every capacity slot, empty ones included, instead of the "
+             "routed rows only (for comparison)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<moec::codegen::Gemm>
     gemm("gemm", cl::desc("Who computes the linear and FFN contractions"),
          cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto",
@@ -337,6 +342,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.compressWarmup = compressWarmup;
   options.errorFeedback = !noErrorFeedback;
   options.savePreactivations = !recompute;
+  options.routedRows = !denseExperts;
 }
 
 /// Runs the training pipeline; with a cluster, reads the plan's report into

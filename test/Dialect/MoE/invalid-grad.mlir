@@ -120,6 +120,17 @@ func.func @f(%x: tensor<4x5x8xf32>, %up: tensor<4x8x16xf32>, %down: tensor<4x16x
 
 // -----
 
+// expert_ffn_grad: rows as on expert_ffn
+func.func @f(%x: tensor<4x5x8xf32>, %up: tensor<4x8x16xf32>, %down: tensor<4x16x8xf32>, %dy: tensor<4x5x8xf32>, %r: tensor<6xi32>) {
+  // expected-error @+1 {{'moe.expert_ffn_grad' op rows has 6 entries; expected E * G for the 4 experts, with G dividing the 5 slots}}
+  %dx, %du, %dd = moe.expert_ffn_grad gelu %x, %up, %down, %dy rows %r
+      : (tensor<4x5x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x5x8xf32>, tensor<6xi32>)
+      -> (tensor<4x5x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>)
+  return
+}
+
+// -----
+
 // expert_ffn_grad: dw_gate has w_gate's type
 func.func @f(%x: tensor<4x5x8xf32>, %up: tensor<4x8x16xf32>, %down: tensor<4x16x8xf32>, %gate: tensor<4x8x16xf32>, %dy: tensor<4x5x8xf32>) {
   // expected-error @+1 {{'moe.expert_ffn_grad' op dw_gate must have the type of w_gate ('tensor<4x8x16xf32>'), got 'tensor<4x8x16xbf16>'}}

@@ -217,6 +217,24 @@ func.func @f(%x: tensor<4x8xf32>, %u: tensor<4x8x16xf32>, %d: tensor<4x16x8xf32>
 
 // -----
 
+// expert_ffn: rows is 1-d
+func.func @f(%x: tensor<4x6x8xf32>, %u: tensor<4x8x16xf32>, %d: tensor<4x16x8xf32>, %r: tensor<4x2xi32>) {
+  // expected-error @+1 {{'moe.expert_ffn' op rows must be 1-d, got 4x2}}
+  %0 = moe.expert_ffn gelu %x, %u, %d rows %r : (tensor<4x6x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x2xi32>) -> tensor<4x6x8xf32>
+  return
+}
+
+// -----
+
+// expert_ffn: rows is [E * G], G dividing the slots
+func.func @f(%x: tensor<4x6x8xf32>, %u: tensor<4x8x16xf32>, %d: tensor<4x16x8xf32>, %r: tensor<16xi32>) {
+  // expected-error @+1 {{'moe.expert_ffn' op rows has 16 entries; expected E * G for the 4 experts, with G dividing the 6 slots}}
+  %0 = moe.expert_ffn gelu %x, %u, %d rows %r : (tensor<4x6x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<16xi32>) -> tensor<4x6x8xf32>
+  return
+}
+
+// -----
+
 // expert_ffn: w_up is [E, D, F]
 func.func @f(%x: tensor<4x5x8xf32>, %u: tensor<2x8x16xf32>, %d: tensor<4x16x8xf32>) {
   // expected-error @+1 {{'moe.expert_ffn' op w_up must have shape 4x8x16, got 2x8x16}}

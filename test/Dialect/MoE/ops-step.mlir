@@ -83,6 +83,25 @@ func.func @expert_ffn_grad(%x: tensor<4x5x8xbf16>, %up: tensor<4x8x16xbf16>, %do
   return %dx, %du, %dd, %dg, %dx2 : tensor<4x5x8xbf16>, tensor<4x8x16xbf16>, tensor<4x16x8xbf16>, tensor<4x8x16xbf16>, tensor<4x5x8xbf16>
 }
 
+// Routed rows (moe-routed-rows): 2 segments of 5 slots per expert, with and
+// without a gate.
+// CHECK-LABEL: func.func @expert_ffn_routed_rows
+func.func @expert_ffn_routed_rows(%x: tensor<4x10x8xf32>, %up: tensor<4x8x16xf32>, %down: tensor<4x16x8xf32>, %gate: tensor<4x8x16xf32>, %dy: tensor<4x10x8xf32>, %rows: tensor<8xi32>)
+    -> (tensor<4x10x8xf32>, tensor<4x10x8xf32>, tensor<4x10x8xf32>) {
+  // CHECK: moe.expert_ffn swiglu %{{.*}}, %{{.*}}, %{{.*}} gate %{{.*}} rows %{{.*}} : (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<8xi32>) -> tensor<4x10x8xf32>
+  %y = moe.expert_ffn swiglu %x, %up, %down gate %gate rows %rows
+      : (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<8xi32>) -> tensor<4x10x8xf32>
+  // CHECK: moe.expert_ffn_grad swiglu %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} gate %{{.*}} rows %{{.*}} :
+  %dx, %du, %dd, %dg = moe.expert_ffn_grad swiglu %x, %up, %down, %dy gate %gate rows %rows
+      : (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<8xi32>)
+      -> (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>)
+  // CHECK: moe.expert_ffn_grad gelu %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} rows %{{.*}} :
+  %dx2, %du2, %dd2 = moe.expert_ffn_grad gelu %x, %up, %down, %dy rows %rows
+      : (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>, tensor<4x10x8xf32>, tensor<8xi32>)
+      -> (tensor<4x10x8xf32>, tensor<4x8x16xf32>, tensor<4x16x8xf32>)
+  return %y, %dx, %dx2 : tensor<4x10x8xf32>, tensor<4x10x8xf32>, tensor<4x10x8xf32>
+}
+
 // CHECK-LABEL: func.func @router_grad
 func.func @router_grad(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>, %dg: tensor<2x4x2xf32>, %daux: tensor<f32>)
     -> (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<2x4x8xf32>) {

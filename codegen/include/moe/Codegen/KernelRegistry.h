@@ -49,6 +49,7 @@ struct KernelArg {
   unsigned index = 0;
   ViewKind view = ViewKind::Rows2;
   unsigned dummyRank = 1;
+  bool dummyInt = false; ///< an i32 dummy (else f32)
 };
 
 /// Reads one kernel spec (signature shapes, config, epilogue).

@@ -255,6 +255,26 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
   ];
 }
 
+def RoutedRowsPass : Pass<"moe-routed-rows", "::mlir::ModuleOp"> {
+  let summary = "Expert FFNs compute the routed rows of their dispatch buffers only";
+  let description = [{
+    Sets `rows` on every `moe.expert_ffn` and `moe.expert_ffn_grad` whose
+    dispatch buffer says which slots hold tokens: `moe.permute` of a
+    `moe.fused_gate` routing in one group (through `moe.place_slots`; one
+    segment per expert, the gate's or the placement's counts), or the
+    ragged `moe.all_to_all` that brings such buffers to their experts'
+    owners (one segment per source rank, its `recv` counts). A gradient
+    needs `dy` from the combine's gradient (`moe.unpermute_grad`, maybe
+    through a ragged `moe.all_to_all`), which leaves the other slots zero.
+    The kernels then skip the empty slots (the results are the same).
+    Buffers routed in several groups on one rank keep every slot: their
+    gate's counts are summed over the groups. Run after
+    `moe-insert-collectives` (and `moe-compress-collectives`), before
+    `moe-lower-to-kernels`.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+}
+
 def AddEvalStepPass : Pass<"moe-add-eval-step", "::mlir::ModuleOp"> {
   let summary = "Adds a forward-only evaluation copy of the training step";
   let description = [{

@@ -87,6 +87,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                       llvm::cl::desc("After lowering, bucket adjacent gradient all-reduces "
                                      "(moe-bucket-gradients)"),
                       llvm::cl::init(true)};
+  Option<bool> routedRows{*this, "routed-rows",
+                          llvm::cl::desc("Expert FFNs compute the routed rows of their "
+                                         "dispatch buffers only (moe-routed-rows)"),
+                          llvm::cl::init(true)};
   Option<bool> savePreactivations{
       *this, "save-preactivations",
       llvm::cl::desc("FFN forward launches keep their pre-activations for "

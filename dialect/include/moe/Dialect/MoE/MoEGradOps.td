@@ -133,19 +133,23 @@ def MoE_FFNGradOp : MoE_GradOp<"ffn_grad"> {
   }];
 }
 
-def MoE_ExpertFFNGradOp : MoE_GradOp<"expert_ffn_grad"> {
+def MoE_ExpertFFNGradOp : MoE_GradOp<"expert_ffn_grad", [AttrSizedOperandSegments]> {
   let summary = "gradient of moe.expert_ffn";
   let description = [{
-    As `moe.ffn_grad`, per expert, over `[E, C, D]` buffers.
+    As `moe.ffn_grad`, per expert, over `[E, C, D]` buffers. `rows`, as on
+    `moe.expert_ffn`, marks the routed slots; `x` and `dy` are zero in the
+    others, whose `dx` rows are then zero and which add nothing to the
+    weight gradients.
   }];
   let arguments = (ins MoE_Activation:$activation, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$w_up, MoE_FloatTensor:$w_down,
-                       MoE_FloatTensor:$dy, Optional<MoE_FloatTensor>:$w_gate);
+                       MoE_FloatTensor:$dy, Optional<MoE_FloatTensor>:$w_gate,
+                       Optional<MoE_IndexTensor>:$rows);
   let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dw_up,
                       MoE_FloatTensor:$dw_down,
                       Optional<MoE_FloatTensor>:$dw_gate);
   let assemblyFormat = [{
-    $activation $x `,` $w_up `,` $w_down `,` $dy (`gate` $w_gate^)? attr-dict
+    $activation $x `,` $w_up `,` $w_down `,` $dy (`gate` $w_gate^)? (`rows` $rows^)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

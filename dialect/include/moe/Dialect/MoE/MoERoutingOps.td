@@ -113,7 +113,7 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure,
   let hasVerifier = 1;
 }
 
-def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
+def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure, AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>,
     AllTypesMatch<["x", "result"]>]> {
   let summary = "the routed experts: one FFN per expert, grouped";
@@ -124,10 +124,22 @@ def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
     holds which experts; it is set by the sharding planner or by a user
     pinning experts.
 
+    `rows`, when present (`moe-routed-rows` sets it), says which slots hold
+    routed tokens: each expert's `C` slots are `G` segments of `C / G`
+    (one per routing group or source rank, `G = size(rows) / E`), and
+    segment `g` of expert `e` holds tokens in its first
+    `min(rows[e * G + g], C / G)` slots only; its other slots are zero, as
+    `moe.permute` and the ragged `moe.all_to_all` leave them. The result
+    is unchanged (an FFN without bias maps a zero row to zero), so kernels
+    may compute the routed rows only and write zeros elsewhere.
+
     ```mlir
     %y = moe.expert_ffn swiglu %buf, %up, %down gate %g
         : (tensor<8x10x64xf32>, tensor<8x64x32xf32>, tensor<8x32x64xf32>,
            tensor<8x64x32xf32>) -> tensor<8x10x64xf32>
+    %y2 = moe.expert_ffn swiglu %buf, %up, %down gate %g rows %counts
+        : (tensor<8x10x64xf32>, tensor<8x64x32xf32>, tensor<8x32x64xf32>,
+           tensor<8x64x32xf32>, tensor<8xi32>) -> tensor<8x10x64xf32>
     ```
 
     Constraints:
@@ -135,19 +147,30 @@ def MoE_ExpertFFNOp : MoE_Op<"expert_ffn", [Pure,
     - `swiglu` requires `gate` with `w_up`'s shape; `gelu` and `relu` take
       no `gate`;
     - all operands share one element type;
+    - `rows`, when present, is `[E * G]` with `G >= 1` dividing `C`;
     - `placement`, when present, needs a `moe.grid` on the module, has one
       list per `ep` rank, names only experts `< E`, and places every expert.
   }];
   let arguments = (ins MoE_Activation:$activation, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$w_up, MoE_FloatTensor:$w_down,
                        Optional<MoE_FloatTensor>:$w_gate,
+                       Optional<MoE_IndexTensor>:$rows,
                        OptionalAttr<MoE_PlacementAttr>:$placement);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
-    $activation $x `,` $w_up `,` $w_down (`gate` $w_gate^)? attr-dict
+    $activation $x `,` $w_up `,` $w_down (`gate` $w_gate^)? (`rows` $rows^)? attr-dict
     `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The expert weights: w_up, w_down (and w_gate).
+    ::llvm::SmallVector<::mlir::Value, 3> getWeights() {
+      ::llvm::SmallVector<::mlir::Value, 3> w = {getWUp(), getWDown()};
+      if (getWGate())
+        w.push_back(getWGate());
+      return w;
+    }
+  }];
 }
 
 def MoE_CombineOp : MoE_Op<"combine", [Pure,
