@@ -243,7 +243,8 @@ int main(int argc, char **argv) {
         for (int c = counts[e]; c < C; ++c)
           for (int k = 0; k < D; ++k)
             x(k, c, e) = dy(k, c, e) = 0.0f;
-      auto routedFwd = forward(s.routedFwd, &rows), routedBwd = backward(s.routedBwd, &rows);
+      auto routedFwd = forward(s.routedFwd, &rows);
+      auto routedBwd = backward(s.routedBwd, &rows);
       std::vector<double> rT, dT, bRT;
       for (int r = 0; r < reps; ++r) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
-"""The same MoE model as `moec` compiles, in PyTorch (CPU), for bench/run.sh.
+"""The same MoE model as `moec` compiles, in PyTorch (CPU), for bench/.
 
 Reads a MoEC model JSON (docs/ModelJSON.md): token embedding; per layer
 RMSNorm, causal attention (grouped KV heads, RoPE), residual, RMSNorm, then a
 dense SwiGLU FFN (`dense_layers`) or an MoE layer (softmax/sigmoid router,
-top-k, renormalised gates, capacity per expert with drops, grouped SwiGLU
-experts via batched matmul, shared experts, load-balancing and z losses);
-final RMSNorm, LM head, cross-entropy; AdamW with clipping. This is the usual
-efficient eager-mode formulation (GShard/Tutel-style capacity dispatch), not
-a reference implementation: only its speed is measured.
+top-k, renormalised gates, capacity per expert with drops, SwiGLU experts,
+shared experts, load-balancing and z losses); final RMSNorm, LM head,
+cross-entropy; AdamW with clipping. Only its speed is measured.
 
-usage: torch_moe.py MODEL.json STEPS THREADS  -> JSON line with median tok/s
+Two dispatches, the same routing and drops (token-slots in token order, then
+choice order, each expert keeping its first `capacity`):
+- `sorted` (default, the strong one): a stable sort of the token-slots by
+  expert, the kept rows gathered with index_select, one SwiGLU per expert on
+  its slice, index_add back (what Megablocks-style and HF implementations
+  do on CPU): only routed rows are computed;
+- `capacity`: GShard/Tutel-style [E, capacity, D] buffers and batched
+  matmuls, every slot computed (padding included).
+
+usage: torch_moe.py MODEL.json STEPS THREADS [--data FILE] [--warm N]
+                    [--dispatch sorted|capacity]
+  --data: train on this file's bytes (windows at random offsets, as the
+  moec binary's text reader; vocab_size must be 256), else random tokens;
+  --warm: train N untimed steps first (the routing regime after training).
+Prints one JSON line: median tokens/s over STEPS timed steps (after two
+warm-up steps), the kept fraction of token-slots, peak resident bytes.
 """
+import argparse
 import json
 import math
+import resource
 import statistics
 import sys
 import time
@@ -37,9 +52,11 @@ def rope(x, theta):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, m):
+    def __init__(self, m, dispatch="sorted"):
         super().__init__()
         self.m = m
+        self.dispatch = dispatch
+        self.kept = []  # per MoE layer of the last step: kept / routed token-slots
         d, v = m["d_model"], m["vocab_size"]
         moe = m.get("moe", {})
         dense = set(moe.get("dense_layers", [])) if moe else set(range(m["n_layers"]))
@@ -80,19 +97,41 @@ class Model(torch.nn.Module):
         gates, idx = probs.topk(k, -1)
         if cfg.get("renormalize", True):
             gates = gates / gates.sum(-1, keepdim=True)
-        cap = int(math.ceil(cfg.get("capacity_factor", 1.25) * t * k / e))
-        onehot = F.one_hot(idx.reshape(-1), e)            # [t*k, E]
-        pos = (onehot.cumsum(0) - 1)[torch.arange(t * k), idx.reshape(-1)]
-        keep = pos < cap
-        slot = idx.reshape(-1) * cap + pos.clamp(max=cap - 1)
-        tok = torch.arange(t).repeat_interleave(k)
-        buf = x.new_zeros(e * cap, d)
-        buf = buf.index_add(0, slot[keep], x[tok[keep]])
-        h = buf.view(e, cap, d)
-        h = F.silu(torch.bmm(h, L["egate"])) * torch.bmm(h, L["eup"])
-        y = torch.bmm(h, L["edown"]).reshape(e * cap, d)
-        w = (gates.reshape(-1) * keep)[:, None]
-        out = x.new_zeros(t, d).index_add(0, tok, y[slot] * w)
+        cf = cfg.get("capacity_factor", 1.25)
+        cap = int(math.ceil(cf * t * k / e)) if cf is not None else t * k
+        flat = idx.reshape(-1)
+        onehot = F.one_hot(flat, e)                       # [t*k, E]
+        if self.dispatch == "sorted":
+            order = torch.sort(flat, stable=True).indices  # by expert, token order within
+            counts = torch.bincount(flat, minlength=e)
+            starts = counts.cumsum(0) - counts
+            pos = torch.arange(t * k) - starts[flat[order]]
+            order = order[pos < cap]
+            kept = counts.clamp(max=cap).tolist()
+            tok = order // k
+            xs = x.index_select(0, tok)
+            ys = []
+            for i, rows in enumerate(xs.split(kept)):
+                if kept[i]:
+                    h = F.silu(rows @ L["egate"][i]) * (rows @ L["eup"][i])
+                    ys.append(h @ L["edown"][i])
+            y = torch.cat(ys)
+            w = gates.reshape(-1).index_select(0, order)[:, None]
+            out = x.new_zeros(t, d).index_add(0, tok, y * w)
+            self.kept.append(len(order) / (t * k))
+        else:
+            pos = (onehot.cumsum(0) - 1)[torch.arange(t * k), flat]
+            keep = pos < cap
+            slot = flat * cap + pos.clamp(max=cap - 1)
+            tok = torch.arange(t).repeat_interleave(k)
+            buf = x.new_zeros(e * cap, d)
+            buf = buf.index_add(0, slot[keep], x[tok[keep]])
+            h = buf.view(e, cap, d)
+            h = F.silu(torch.bmm(h, L["egate"])) * torch.bmm(h, L["eup"])
+            y = torch.bmm(h, L["edown"]).reshape(e * cap, d)
+            w = (gates.reshape(-1) * keep)[:, None]
+            out = x.new_zeros(t, d).index_add(0, tok, y[slot] * w)
+            self.kept.append(float(keep.float().mean()))
         if "sup" in L:
             out = out + (F.silu(x @ L["sgate"]) * (x @ L["sup"])) @ L["sdown"]
         frac = onehot.float().mean(0) * e / k
@@ -132,31 +171,55 @@ class Model(torch.nn.Module):
 
 
 def main():
-    model_path, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    torch.set_num_threads(threads)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("steps", type=int)
+    ap.add_argument("threads", type=int)
+    ap.add_argument("--data")
+    ap.add_argument("--warm", type=int, default=0)
+    ap.add_argument("--dispatch", choices=["sorted", "capacity"], default="sorted")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    m = json.load(open(model_path))
-    model = Model(m)
+    m = json.load(open(args.model))
+    model = Model(m, args.dispatch)
     o = m.get("optimizer", {})
     betas = tuple(o.get("betas", [0.9, 0.95]))
     opt = torch.optim.AdamW(model.parameters(), lr=o.get("lr", 3e-4), betas=betas,
                             weight_decay=o.get("weight_decay", 0.1))
     b, s, v = m["batch_size"], m["seq_len"], m["vocab_size"]
-    times = []
-    for step in range(steps + 2):
-        tokens = torch.randint(0, v, (b, s))
-        targets = torch.randint(0, v, (b, s))
+    corpus = None
+    if args.data:
+        corpus = torch.frombuffer(bytearray(open(args.data, "rb").read()), dtype=torch.uint8).long()
+        if v != 256 or len(corpus) <= s + 1:
+            sys.exit("torch_moe.py: --data needs vocab_size 256 and a file longer than seq_len")
+
+    def batch():
+        if corpus is None:
+            return torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))
+        starts = torch.randint(0, len(corpus) - s - 1, (b,))
+        windows = torch.stack([corpus[i:i + s + 1] for i in starts.tolist()])
+        return windows[:, :-1], windows[:, 1:]
+
+    times, kept = [], []
+    for step in range(args.warm + args.steps + 2):
+        tokens, targets = batch()
+        model.kept = []
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), o.get("grad_clip", 1.0))
         opt.step()
-        if step >= 2:  # two warm-up steps
+        if step >= args.warm + 2:  # two warm-up steps
             times.append(time.perf_counter() - start)
-    print(json.dumps({"impl": "pytorch " + torch.__version__, "model": m["name"],
-                      "threads": threads, "steps": steps,
-                      "tokens_per_s": b * s / statistics.median(times),
+            if model.kept:
+                kept.append(statistics.mean(model.kept))
+    print(json.dumps({"impl": "pytorch " + torch.__version__, "dispatch": args.dispatch,
+                      "model": m["name"], "threads": args.threads, "steps": args.steps,
+                      "warm": args.warm, "tokens_per_s": b * s / statistics.median(times),
+                      "kept_fraction": statistics.median(kept) if kept else 1.0,
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "loss": float(loss)}))
 
 

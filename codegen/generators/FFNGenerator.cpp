@@ -14,14 +14,18 @@
 //
 // `segments=G > 0`: the `routed` argument (groups x G counts, moe.expert_ffn's
 // `rows`) says which rows hold tokens; the others are zero in x and dy. The
-// OpenBLAS form computes the routed rows only (the others of y, dx and the
-// pre-activations are zero, as the full product gives); the Halide schedule
-// computes every row.
+// OpenBLAS form computes the routed rows only, its GEMMs and the activation
+// stages between them (update definitions over the routed rows, the other
+// rows of those intermediates never written or read); the other rows of y,
+// dx and the saved pre-activations are zero, as the full product gives. The
+// Halide schedule computes every row.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Matmul.h"
 #include "Shapes.h"
+
+#include <functional>
 
 using namespace Halide;
 using namespace moec_codegen;
@@ -61,6 +65,36 @@ Expr activateGrad(Act a, Expr z) {
     return select(z > 0.0f, 1.0f, 0.0f);
   }
   return z;
+}
+
+/// The routed rows of a `[E, rows, .]` buffer: `r.x` the row within a
+/// segment, `r.y` the segment, only rows before the segment's count of
+/// `routed` (expert `e`'s entries `e * segments + g`).
+RDom routedRows(Func routed, Var e, int rows, int segments) {
+  int length = rows / segments;
+  RDom r(0, length, 0, segments, "routed_row");
+  r.where(r.x < clamp(routed(e * segments + r.y), 0, length));
+  return r;
+}
+
+/// Defines fn(f, c, e) = value(c) on the routed rows `r` only (the other
+/// rows are left unwritten: nothing reads them).
+void defineOnRows(Func fn, Var f, Var e, RDom r, int rows, int segments,
+                  const std::function<Expr(Expr)> &value) {
+  Var c("c");
+  fn(f, c, e) = undef<float>();
+  Expr row = r.y * (rows / segments) + r.x;
+  fn(f, row, e) = value(row);
+}
+
+/// Schedules a Func defined by defineOnRows: vectorised over f, parallel
+/// over experts, the routed rows in order.
+void scheduleOnRows(Func fn, Var f, Var e, RDom r, int extentF, int vec) {
+  fn.compute_root();
+  Stage update = fn.update(0);
+  update.reorder(f, r.x, r.y, e).parallel(e);
+  if (extentF >= vec)
+    update.vectorize(f, vec, TailStrategy::GuardWithIf);
 }
 
 class FFN : public Generator<FFN> {
@@ -115,9 +149,11 @@ public:
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
     GemmRows r{routed, segments, (int)groups * (int)segments};
-    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r);
+    // Saved pre-activations are outputs: their empty rows zero.
+    auto pre = save ? GemmRows::SlotsAreRows : GemmRows::RoutedRowsOnly;
+    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, pre);
     if (gated)
-      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r);
+      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, pre);
     if (save) {
       preUp = hu;
       if (gated)
@@ -128,10 +164,20 @@ public:
       preUp(f, c, e) = 0.0f;
       preGate(f, c, e) = 0.0f;
     }
-    h(f, c, e) =
-        gated ? activate(activation, hg(f, c, e)) * hu(f, c, e) : activate(activation, hu(f, c, e));
+    auto act = [&](Expr row) {
+      return gated ? activate(activation, hg(f, row, e)) * hu(f, row, e)
+                   : activate(activation, hu(f, row, e));
+    };
+    if (segments > 0) {
+      // The activation over the routed rows only.
+      rowsDomain = routedRows(routed, e, rows, segments);
+      defineOnRows(h, f, e, rowsDomain, rows, segments, act);
+    } else {
+      h(f, c, e) = act(c);
+    }
     y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden, r);
   }
+  RDom rowsDomain;
 
   void schedule() {
     bool gated = activation == Act::SwiGLU;
@@ -148,7 +194,10 @@ public:
       if (!save)
         for (Func fn : gated ? std::vector<Func>{hu, hg} : std::vector<Func>{hu})
           fn.compute_root();
-      scheduleElementwise(h, f, c, hidden, vec, &e);
+      if (segments > 0)
+        scheduleOnRows(h, f, e, rowsDomain, hidden, vec);
+      else
+        scheduleElementwise(h, f, c, hidden, vec, &e);
       return;
     }
     if (save) {
@@ -252,30 +301,44 @@ public:
   }
 
   // The activation's values and gradients of the BLAS path, one Func each
-  // (an extern stage reads whole buffers).
+  // (an extern stage reads whole buffers), and with routed rows their domain.
   Func hB{"h"}, dhuB{"dhu"}, dhgB{"dhg"};
+  RDom rowsDomain;
 
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
     GemmRows r{routed, segments, (int)groups * (int)segments};
-    const auto overK = GemmRows::SlotsAreK;
+    const auto overK = GemmRows::SlotsAreK, inner = GemmRows::RoutedRowsOnly;
     // dh = dy down^T
-    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width, r);
+    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width, r, inner);
     if (!saved) {
-      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r);
+      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, inner);
       if (gated)
-        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r);
+        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, inner);
     }
-    Expr hu = saved ? preUp(f, c, e) : huAcc(f, c, e), dh = dhAcc(f, c, e);
+    auto hu = [&](Expr row) { return saved ? preUp(f, row, e) : huAcc(f, row, e); };
+    auto hg = [&](Expr row) { return saved ? preGate(f, row, e) : hgAcc(f, row, e); };
+    auto dh = [&](Expr row) { return dhAcc(f, row, e); };
+    std::function<Expr(Expr)> hOf, dhuOf, dhgOf;
     if (gated) {
-      Expr hg = saved ? preGate(f, c, e) : hgAcc(f, c, e);
-      Expr a = activate(activation, hg);
-      hB(f, c, e) = a * hu;
-      dhuB(f, c, e) = dh * a;
-      dhgB(f, c, e) = dh * hu * activateGrad(activation, hg);
+      hOf = [&](Expr row) { return activate(activation, hg(row)) * hu(row); };
+      dhuOf = [&](Expr row) { return dh(row) * activate(activation, hg(row)); };
+      dhgOf = [&](Expr row) { return dh(row) * hu(row) * activateGrad(activation, hg(row)); };
     } else {
-      hB(f, c, e) = activate(activation, hu);
-      dhuB(f, c, e) = dh * activateGrad(activation, hu);
+      hOf = [&](Expr row) { return activate(activation, hu(row)); };
+      dhuOf = [&](Expr row) { return dh(row) * activateGrad(activation, hu(row)); };
+    }
+    std::vector<std::pair<Func, std::function<Expr(Expr)>>> acts = {{hB, hOf}, {dhuB, dhuOf}};
+    if (gated)
+      acts.push_back({dhgB, dhgOf});
+    if (segments > 0) {
+      // Over the routed rows only.
+      rowsDomain = routedRows(routed, e, rows, segments);
+      for (auto &[fn, value] : acts)
+        defineOnRows(fn, f, e, rowsDomain, rows, segments, value);
+    } else {
+      for (auto &[fn, value] : acts)
+        fn(f, c, e) = value(c);
     }
     ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows, r, overK);
     if (gated) {
@@ -313,6 +376,16 @@ public:
       // pre-activations and dh are read once from cache for all of them.
       std::vector<Func> acts =
           gated ? std::vector<Func>{hB, dhuB, dhgB} : std::vector<Func>{hB, dhuB};
+      if (segments > 0) {
+        // Each expert's routed rows, the three in one loop over them.
+        for (Func fn : acts)
+          scheduleOnRows(fn, f, e, rowsDomain, hidden, vec);
+        for (size_t k = 1; k < acts.size(); ++k)
+          acts[k].update(0).compute_with(acts[0].update(0), rowsDomain.x);
+        if (!gated)
+          Func(dgate).parallel(e);
+        return;
+      }
       Var ce("ce"), ceo("ceo"), cei("cei");
       for (Func fn : acts) {
         fn.compute_root()

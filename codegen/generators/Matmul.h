@@ -178,13 +178,28 @@ struct GemmOperand {
 /// (moe.expert_ffn's `rows`: `segments` segments per group, `count` =
 /// groups x segments entries), and which of the product's dimensions runs
 /// over the buffer's slots: out's rows (`SlotsAreRows`: the other rows are
-/// zeroed) or the contraction (`SlotsAreK`: only routed rows are summed).
-/// `segments` 0: every row counts.
+/// zeroed; `RoutedRowsOnly`: left unwritten, for an intermediate only
+/// routed rows of which are read) or the contraction (`SlotsAreK`: only
+/// routed rows are summed). `segments` 0: every row counts.
 struct GemmRows {
-  enum Mode { SlotsAreRows = 0, SlotsAreK = 1 };
+  enum Mode { SlotsAreRows = 0, SlotsAreK = 1, RoutedRowsOnly = 2 };
   ExternFuncArgument rows;
   int segments = 0, count = 0;
 };
+
+/// Defines `f` as the extern stage `symbol` (with `_rows` appended and the
+/// routed rows' arguments after `params` when `routed` has segments).
+inline Func defineGemm(const std::string &name, const std::string &symbol,
+                       std::vector<ExternFuncArgument> params, const std::vector<Var> &args,
+                       const GemmRows &routed, GemmRows::Mode mode) {
+  Func f(name);
+  bool rows = routed.segments > 0;
+  if (rows)
+    params.insert(params.end(),
+                  {routed.rows, Expr(routed.segments), Expr(routed.count), Expr((int)mode)});
+  f.define_extern(rows ? symbol + "_rows" : symbol, params, Float(32), args);
+  return f;
+}
 
 /// `name`(args) = op(a) op(b) [+ op(a2) op(b2)], contracting over `k`
 /// (`k2`), computed by OpenBLAS through the runtime's extern stages
@@ -194,40 +209,17 @@ struct GemmRows {
 inline Func externGemm(const std::string &name, const std::vector<Var> &args, GemmOperand a,
                        GemmOperand b, int k, const GemmRows &routed = {},
                        GemmRows::Mode mode = GemmRows::SlotsAreRows) {
-  Func f(name);
-  std::vector<ExternFuncArgument> params = {a.value, b.value, Expr(k), Expr((int)a.trans),
-                                            Expr((int)b.trans)};
-  if (routed.segments > 0) {
-    params.insert(params.end(),
-                  {routed.rows, Expr(routed.segments), Expr(routed.count), Expr((int)mode)});
-    f.define_extern("moert_gemm_rows", params, Float(32), args);
-  } else {
-    f.define_extern("moert_gemm", params, Float(32), args);
-  }
-  return f;
+  return defineGemm(name, "moert_gemm",
+                    {a.value, b.value, Expr(k), Expr((int)a.trans), Expr((int)b.trans)}, args,
+                    routed, mode);
 }
 inline Func externGemm2(const std::string &name, const std::vector<Var> &args, GemmOperand a,
                         GemmOperand b, int k, GemmOperand a2, GemmOperand b2, int k2,
                         const GemmRows &routed = {}, GemmRows::Mode mode = GemmRows::SlotsAreRows) {
-  Func f(name);
-  std::vector<ExternFuncArgument> params = {a.value,
-                                            b.value,
-                                            a2.value,
-                                            b2.value,
-                                            Expr(k),
-                                            Expr(k2),
-                                            Expr((int)a.trans),
-                                            Expr((int)b.trans),
-                                            Expr((int)a2.trans),
-                                            Expr((int)b2.trans)};
-  if (routed.segments > 0) {
-    params.insert(params.end(),
-                  {routed.rows, Expr(routed.segments), Expr(routed.count), Expr((int)mode)});
-    f.define_extern("moert_gemm2_rows", params, Float(32), args);
-  } else {
-    f.define_extern("moert_gemm2", params, Float(32), args);
-  }
-  return f;
+  return defineGemm(name, "moert_gemm2",
+                    {a.value, b.value, a2.value, b2.value, Expr(k), Expr(k2), Expr((int)a.trans),
+                     Expr((int)b.trans), Expr((int)a2.trans), Expr((int)b2.trans)},
+                    args, routed, mode);
 }
 
 /// Schedules an elementwise Func over (i, j[, e]) at root: vectorised over

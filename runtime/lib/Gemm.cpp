@@ -15,8 +15,10 @@
 //   moert_gemm2_rows(A1, B1, A2, B2, k1, k2, trans_a1, ..., rows, segments, count, mode, out)
 //
 // mode 0: out's rows are the slots (a forward product, dx, dh); only the
-// routed rows are computed, the others set to zero. mode 1: the contraction
-// runs over the slots (a weight gradient); only the routed rows are summed.
+// routed rows are computed, the others set to zero (mode 2: left unwritten,
+// for intermediates whose other rows nothing reads). mode 1: the
+// contraction runs over the slots (a weight gradient); only the routed rows
+// are summed.
 // Buffers are Halide's (dim 0 innermost): a matrix is (columns, rows[,
 // batch]), i.e. row-major. op(X) is X, or X transposed when trans_x. The
 // fusion around the products (activations, their gradients) stays in Halide.
@@ -94,20 +96,18 @@ struct Routed {
   }
 };
 
-/// One task of a mode-0 product: `rows` rows of out from `r0`, in `batch`.
-struct RowTask {
-  int64_t batch, r0, rows;
+/// One task: a block of out (rows [r0, r0 + rows), columns [c0, c0 + cols))
+/// in group `batch`.
+struct Task {
+  int64_t batch, r0, rows, c0, cols;
 };
 
 struct Job {
   const Product *products;
   int numProducts;
   halide_buffer_t *out;
-  int64_t m, n, batches;
-  int64_t blockRows, blockCols; ///< one task's block of out
-  int64_t rowBlocks, colBlocks;
   Routed routed;
-  const std::vector<RowTask> *rowTasks; ///< mode 0 with routed rows
+  std::vector<Task> tasks;
 };
 
 /// op(A) rows [r0, r0 + rows) times op(B) columns [c0, c0 + cols) over k
@@ -130,30 +130,17 @@ void zeroBlock(const halide_buffer_t *out, int64_t outRow, int64_t outCol, int64
     std::fill_n(const_cast<float *>(at(out, outCol, outRow + r, outBatch)), cols, 0.0f);
 }
 
-int runTask(void *, int task, uint8_t *closure) {
+int runTask(void *, int index, uint8_t *closure) {
   const Job &job = *reinterpret_cast<const Job *>(closure);
   const halide_buffer_t *out = job.out;
-  int64_t batch0 = out->dimensions > 2 ? out->dim[2].min : 0;
-  if (job.rowTasks) {
-    const RowTask &t = (*job.rowTasks)[task];
-    for (int i = 0; i < job.numProducts; ++i)
-      sgemmBlock(job.products[i], out, out->dim[1].min + t.r0, out->dim[0].min, batch0 + t.batch,
-                 t.rows, job.n, 0, job.products[i].k, i > 0);
-    return 0;
-  }
-  int64_t perBatch = job.rowBlocks * job.colBlocks;
-  int64_t batch = task / perBatch, rem = task % perBatch;
-  int64_t r0 = (rem / job.colBlocks) * job.blockRows;
-  int64_t c0 = (rem % job.colBlocks) * job.blockCols;
-  int64_t rows = std::min(job.blockRows, job.m - r0);
-  int64_t cols = std::min(job.blockCols, job.n - c0);
-  int64_t outRow = out->dim[1].min + r0, outCol = out->dim[0].min + c0;
-  int64_t outBatch = batch0 + batch;
+  const Task &t = job.tasks[index];
+  int64_t outRow = out->dim[1].min + t.r0, outCol = out->dim[0].min + t.c0;
+  int64_t outBatch = (out->dimensions > 2 ? out->dim[2].min : 0) + t.batch;
   bool written = false;
   for (int i = 0; i < job.numProducts; ++i) {
     const Product &p = job.products[i];
-    if (!job.routed.rows) {
-      sgemmBlock(p, out, outRow, outCol, outBatch, rows, cols, 0, p.k, i > 0);
+    if (!job.routed.rows || job.routed.mode != 1) {
+      sgemmBlock(p, out, outRow, outCol, outBatch, t.rows, t.cols, 0, p.k, i > 0);
       written = true;
       continue;
     }
@@ -161,19 +148,34 @@ int runTask(void *, int task, uint8_t *closure) {
     int64_t length = p.k / job.routed.segments;
     for (int64_t g = 0; g < job.routed.segments; ++g)
       if (int64_t k = job.routed.valid(outBatch, g, length)) {
-        sgemmBlock(p, out, outRow, outCol, outBatch, rows, cols, g * length, k, written);
+        sgemmBlock(p, out, outRow, outCol, outBatch, t.rows, t.cols, g * length, k, written);
         written = true;
       }
   }
   if (!written)
-    zeroBlock(out, outRow, outCol, outBatch, rows, cols);
+    zeroBlock(out, outRow, outCol, outBatch, t.rows, t.cols);
   return 0;
 }
 
-/// Blocks of at least 64 rows or columns, about 2 tasks per group when
-/// there are few groups (Halide's pool hands them to its threads). Mode 0
-/// with routed rows: tasks over the routed rows of each segment, about 8
-/// in all, the other rows zeroed here.
+/// Cuts group `batch` of an m x n out into `pieces` blocks along its
+/// longer side (blocks of at least 64 rows or columns, multiples of 16).
+void splitBlocks(std::vector<Task> &tasks, int64_t batch, int64_t m, int64_t n, int64_t pieces) {
+  bool byRows = m >= n;
+  int64_t extent = byRows ? m : n;
+  int64_t block = std::max<int64_t>(64, (extent + pieces - 1) / pieces);
+  block = (block + 15) / 16 * 16;
+  for (int64_t x = 0; x < extent; x += block) {
+    int64_t size = std::min(block, extent - x);
+    tasks.push_back(byRows ? Task{batch, x, size, 0, n} : Task{batch, 0, m, x, size});
+  }
+}
+
+/// About 8 tasks in all, which Halide's pool hands to its threads; each
+/// calls single-threaded OpenBLAS. Every slot counted: one task per group
+/// when there are 4 or more, else blocks of one group. Routed rows, mode 0:
+/// blocks of the routed rows of each segment (the other rows zeroed here);
+/// mode 1: each group's share of the tasks follows its routed rows (a full
+/// expert beside nearly empty ones is cut into several blocks).
 int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed routed = {},
             halide_buffer_t *rows = nullptr, int numRows = 0) {
   // Bounds queries (Halide asks what an extern stage reads before it
@@ -200,59 +202,47 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
       return -1;
     routed.rows = reinterpret_cast<const int32_t *>(rows->host);
   }
-  Job job{products,
-          count,
-          out,
-          out->dim[1].extent,
-          out->dim[0].extent,
-          out->dimensions > 2 ? out->dim[2].extent : 1,
-          0,
-          0,
-          1,
-          1,
-          routed,
-          nullptr};
-  openblas_set_num_threads(1);
-  std::vector<RowTask> rowTasks;
-  if (routed.rows && routed.mode == 0) {
-    int64_t length = job.m / routed.segments, total = 0;
-    int64_t batch0 = out->dimensions > 2 ? out->dim[2].min : 0;
-    for (int64_t b = 0; b < job.batches; ++b)
+  int64_t m = out->dim[1].extent, n = out->dim[0].extent;
+  int64_t batches = out->dimensions > 2 ? out->dim[2].extent : 1;
+  int64_t batch0 = out->dimensions > 2 ? out->dim[2].min : 0;
+  Job job{products, count, out, routed, {}};
+  std::vector<Task> &tasks = job.tasks;
+  constexpr int64_t kTasks = 8;
+  if (!routed.rows) {
+    for (int64_t b = 0; b < batches; ++b)
+      splitBlocks(tasks, b, m, n, batches >= 4 ? 1 : kTasks);
+  } else if (routed.mode != 1) {
+    int64_t length = m / routed.segments, total = 0;
+    for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g) {
         int64_t v = routed.valid(batch0 + b, g, length);
         total += v;
-        zeroBlock(out, out->dim[1].min + g * length + v, out->dim[0].min, batch0 + b, length - v,
-                  job.n);
+        if (routed.mode == 0)
+          zeroBlock(out, out->dim[1].min + g * length + v, out->dim[0].min, batch0 + b, length - v,
+                    n);
       }
-    int64_t block = std::max<int64_t>(64, ((total + 7) / 8 + 15) / 16 * 16);
-    for (int64_t b = 0; b < job.batches; ++b)
+    int64_t block = std::max<int64_t>(64, ((total + kTasks - 1) / kTasks + 15) / 16 * 16);
+    for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g)
         for (int64_t v = routed.valid(batch0 + b, g, length), r = 0; r < v; r += block)
-          rowTasks.push_back({b, g * length + r, std::min(block, v - r)});
-    if (rowTasks.empty())
-      return 0;
-    job.rowTasks = &rowTasks;
-    return halide_do_par_for(nullptr, runTask, 0, static_cast<int>(rowTasks.size()),
-                             reinterpret_cast<uint8_t *>(&job));
-  }
-  job.blockRows = job.m;
-  job.blockCols = job.n;
-  int64_t wanted = job.batches >= 4 ? 1 : 8; // tasks per group
-  if (wanted > 1) {
-    bool byRows = job.m >= job.n;
-    int64_t extent = byRows ? job.m : job.n;
-    int64_t block = std::max<int64_t>(64, (extent + wanted - 1) / wanted);
-    block = (block + 15) / 16 * 16;
-    if (byRows) {
-      job.blockRows = block;
-      job.rowBlocks = (job.m + block - 1) / block;
-    } else {
-      job.blockCols = block;
-      job.colBlocks = (job.n + block - 1) / block;
+          tasks.push_back({b, g * length + r, std::min(block, v - r), 0, n});
+  } else {
+    int64_t length = products[0].k / routed.segments, total = 0;
+    std::vector<int64_t> work(batches, 0);
+    for (int64_t b = 0; b < batches; ++b) {
+      for (int64_t g = 0; g < routed.segments; ++g)
+        work[b] += routed.valid(batch0 + b, g, length);
+      total += work[b];
     }
+    for (int64_t b = 0; b < batches; ++b)
+      splitBlocks(tasks, b, m, n,
+                  total ? std::max<int64_t>(1, (kTasks * work[b] + total / 2) / total) : 1);
   }
-  int tasks = static_cast<int>(job.batches * job.rowBlocks * job.colBlocks);
-  return halide_do_par_for(nullptr, runTask, 0, tasks, reinterpret_cast<uint8_t *>(&job));
+  if (tasks.empty())
+    return 0;
+  openblas_set_num_threads(1);
+  return halide_do_par_for(nullptr, runTask, 0, static_cast<int>(tasks.size()),
+                           reinterpret_cast<uint8_t *>(&job));
 }
 
 } // namespace

@@ -25,6 +25,7 @@ PKGS=(
 if [ "${1:-}" = "--bench" ]; then
   PKGS+=(
     python3-torch    # PyTorch (CPU): the whole-step benchmark's baseline
+    libopenblas0-openmp # OpenBLAS's OpenMP build, which PyTorch runs on in bench/vs-torch.sh
   )
 fi
 

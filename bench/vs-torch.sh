@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The whole training step against a well-configured PyTorch (bench/README.md
+# says why each setting matters), side by side, alternating rounds, medians:
+# - PyTorch 1.13 (Debian) on OpenBLAS's OpenMP build (libopenblas0-openmp,
+#   through LD_LIBRARY_PATH), torch.set_num_threads(THREADS), sort-based
+#   dispatch computing only the kept token rows (bench/torch_moe.py);
+# - both processes with OPENBLAS_CORETYPE unset (OpenBLAS's kernel for this
+#   CPU, not a forced older one) and glibc keeping freed memory
+#   (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ large: no page faults on each
+#   step's temporaries);
+# - the same model, batch and corpus (the King James Bible's bytes).
+# Two routing regimes: the first steps after initialisation (routing
+# collapsed: most token-slots dropped) and after WARM steps of training
+# (routing spread by the auxiliary loss; ours resumes a checkpoint written
+# after WARM steps, PyTorch trains WARM untimed steps first). Reported per
+# model and regime: tokens/s (median of the per-step medians over ROUNDS
+# rounds), the kept fraction of token-slots, peak resident memory, ratios.
+#   bench/vs-torch.sh [BUILD_DIR]
+#   env: THREADS (all cores), ROUNDS (3), STEPS (12), WARM (300),
+#        MODELS ("examples/models/tiny.json examples/models/small.json bench/models/moe16.json")
+set -euo pipefail
+build=${1:-build}
+threads=${THREADS:-$(nproc)}
+rounds=${ROUNDS:-3}
+steps=${STEPS:-12}
+warm=${WARM:-300}
+models=${MODELS:-"examples/models/tiny.json examples/models/small.json bench/models/moe16.json"}
+py=/usr/bin/python3
+out="$build/bench"
+mkdir -p "$out"
+corpus="$build/kjv.txt"
+[ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
+omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
+[ -e "$omp/libblas.so.3" ] || { echo "vs-torch.sh: $omp missing (install libopenblas0-openmp: tools/scripts/install-deps.sh --bench)" >&2; exit 1; }
+tuned=(env -u OPENBLAS_CORETYPE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000)
+results="$out/vs-torch.jsonl"
+: > "$results"
+echo "== whole training step vs a well-configured PyTorch, $threads threads, $rounds rounds of $steps steps"
+for model in $models; do
+  name=$(basename "$model" .json)
+  "$build/bin/moec" "$model" -o "$out/vt-$name" >/dev/null
+  # The trained regime: a checkpoint after $warm steps, resumed each round.
+  rm -rf "$out/vt-$name-ckpt"
+  "${tuned[@]}" "$out/vt-$name" --threads "$threads" --data "$corpus" --steps "$warm" \
+    --val-fraction 0 --no-progress --checkpoint "$out/vt-$name-ckpt" >/dev/null
+  for regime in first trained; do
+    for r in $(seq "$rounds"); do
+      rm -f "$out/vt-metrics.jsonl"
+      if [ "$regime" = first ]; then
+        "${tuned[@]}" "$out/vt-$name" --threads "$threads" --data "$corpus" --steps "$((steps + 2))" \
+          --val-fraction 0 --no-progress --metrics "$out/vt-metrics.jsonl" >/dev/null
+      else
+        rm -rf "$out/vt-resume" && cp -r "$out/vt-$name-ckpt" "$out/vt-resume"
+        "${tuned[@]}" "$out/vt-$name" --threads "$threads" --data "$corpus" \
+          --steps "$((warm + steps + 2))" --val-fraction 0 --no-progress --checkpoint "$out/vt-resume" \
+          --resume --metrics "$out/vt-metrics.jsonl" >/dev/null
+      fi
+      "$py" - "$out/vt-metrics.jsonl" "$name" "$regime" >> "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if "tokens_per_s" in r][2:]  # two warm-up steps
+slots = [sum(map(sum, r["expert_tokens"])) for r in steps]
+drops = [r["dropped_tokens"] for r in steps]
+peak = [r["peak_rss_bytes"] for r in rows if "peak_rss_bytes" in r]
+print(json.dumps({"impl": "moec", "model": sys.argv[2], "regime": sys.argv[3],
+                  "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
+                  "kept_fraction": statistics.median(1 - d / s for d, s in zip(drops, slots)),
+                  "peak_rss_bytes": peak[-1] if peak else 0}))
+PY
+      w=0; [ "$regime" = trained ] && w=$warm
+      LD_LIBRARY_PATH="$omp" "${tuned[@]}" "$py" bench/torch_moe.py "$model" "$steps" "$threads" \
+        --data "$corpus" --warm "$w" | "$py" -c "import json,sys; r=json.loads(sys.stdin.read()); r['regime']=sys.argv[1]; print(json.dumps(r))" "$regime" >> "$results"
+    done
+  done
+done
+"$py" - "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("%-7s %-8s %11s %11s %6s %7s %7s %9s %9s %6s" % ("model", "regime", "moec tok/s", "torch tok/s",
+      "ratio", "kept us", "kept pt", "moec MB", "torch MB", "memory"))
+for model in dict.fromkeys(r["model"] for r in rows):
+    for regime in ("first", "trained"):
+        sel = lambda moec: [r for r in rows if r["model"] == model and r["regime"] == regime
+                            and (r["impl"] == "moec") == moec]
+        ours, torch = sel(True), sel(False)
+        if not ours or not torch:
+            continue
+        med = lambda rs, k: statistics.median(r[k] for r in rs)
+        a, b = med(ours, "tokens_per_s"), med(torch, "tokens_per_s")
+        ma, mb = med(ours, "peak_rss_bytes") / 1e6, med(torch, "peak_rss_bytes") / 1e6
+        print("%-7s %-8s %11.0f %11.0f %5.2fx %7.2f %7.2f %9.0f %9.0f %5.2fx" % (
+            model, regime, a, b, a / b, med(ours, "kept_fraction"), med(torch, "kept_fraction"),
+            ma, mb, ma / mb))
+PY
