@@ -36,34 +36,7 @@ echo "== grouped expert FFN (SwiGLU, forward + backward) vs OpenBLAS sgemm, $thr
 corpus="$build/kjv.txt"
 [ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
 echo
-echo "== whole training step (forward, backward, AdamW) vs PyTorch, $threads threads, $rounds rounds"
-: > "$out/step.jsonl"
-for model in tiny small; do
-  "$build/bin/moec" "examples/models/$model.json" -o "$out/$model-train" >/dev/null
-  for r in $(seq "$rounds"); do
-    rm -f "$out/$model-metrics.jsonl"
-    "$out/$model-train" --threads "$threads" --data "$corpus" --steps "$steps" \
-      --val-fraction 0 --no-progress --metrics "$out/$model-metrics.jsonl" >/dev/null
-    "$py" - "$out/$model-metrics.jsonl" "$model" "$threads" >> "$out/step.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-tps = statistics.median(r["tokens_per_s"] for r in rows[2:])  # two warm-up steps
-print(json.dumps({"impl": "moec", "model": sys.argv[2], "threads": int(sys.argv[3]),
-                  "steps": len(rows), "tokens_per_s": tps}))
-PY
-    "$py" bench/torch_moe.py "examples/models/$model.json" "$steps" "$threads" >> "$out/step.jsonl"
-  done
-done
-"$py" - "$out/step.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-6s %14s %14s %7s" % ("model", "moec tok/s", "pytorch tok/s", "ratio"))
-for model in dict.fromkeys(r["model"] for r in rows):
-    ours = statistics.median(r["tokens_per_s"] for r in rows if r["model"] == model and r["impl"] == "moec")
-    torch = statistics.median(r["tokens_per_s"] for r in rows if r["model"] == model and r["impl"] != "moec")
-    print("%-6s %14.0f %14.0f %6.2fx" % (model, ours, torch, ours / torch))
-PY
-
+THREADS="$threads" ROUNDS="$rounds" STEPS="$steps" bench/vs-torch.sh "$build"
 echo
 echo "== the thread communicator (the local-cpu preset's shared-memory link)"
 "$build/bin/moe-bench-comm"

@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -205,9 +204,20 @@ static bool readFile(const std::string &path, std::string &out, std::string &err
     error = path + ": cannot read: " + std::strerror(errno);
     return false;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  out = text.str();
+  // One buffer of the file's size (a stream's copy would double a
+  // checkpoint's peak memory on resume).
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size < 0) {
+    error = path + ": cannot read: not seekable";
+    return false;
+  }
+  out.assign(static_cast<size_t>(size), '\0');
+  if (size > 0 && !in.read(&out[0], size)) {
+    error = path + ": cannot read: " + std::strerror(errno);
+    return false;
+  }
   return true;
 }
 
