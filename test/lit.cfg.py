@@ -2,6 +2,7 @@
 # lit configuration of the MoEC IR tests.
 
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -20,7 +21,7 @@ llvm_config.use_default_substitutions()
 # compiling a model shares it; test/Driver/kernel-cache.test checks it).
 config.environment["MOEC_KERNEL_CACHE"] = os.path.join(config.moe_obj_root, "test", "kernel-cache")
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server", "moe-report"], [config.moe_tools_dir])
 
 # Partitioned binaries also run under mpiexec (OpenMPI). Unless the build
 # was configured with MOEC_MPI=OFF, a missing mpiexec is an error, not a
@@ -33,3 +34,12 @@ if config.moec_mpi:
     config.substitutions.append(("%mpiexec", "env OMPI_ALLOW_RUN_AS_ROOT=1 "
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
         + config.mpiexec + " --oversubscribe"))
+
+# Headless Chromium renders moe-report's pages (test/Tools/moe-report.test);
+# tools/scripts/install-deps.sh installs it, so a missing one is an error.
+chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+if not chromium:
+    lit_config.fatal("chromium is missing; the moe-report test renders a page with it "
+                     "(tools/scripts/install-deps.sh installs it)")
+config.substitutions.append(("%chromium", chromium + " --headless --no-sandbox --disable-gpu "
+                             "--disable-dev-shm-usage --no-first-run"))

@@ -719,6 +719,17 @@ void PlanShardingPass::runOnOperation() {
                                          {"max_memory_device", c.memoryKind},
                                          {"fits", c.fits}});
     }
+    // Per MoE layer, the experts each ep rank holds; each device's kind.
+    llvm::json::Array placement, kinds;
+    for (ExpertFFNOp e : expertOps) {
+      llvm::json::Array ranks;
+      if (auto attr = e.getPlacementAttr())
+        for (int64_t r = 0; r < static_cast<int64_t>(attr.getNumRanks()); ++r)
+          ranks.push_back(llvm::json::Array(attr.getExpertsOf(r)));
+      placement.push_back(std::move(ranks));
+    }
+    for (int64_t r = 0; r < n; ++r)
+      kinds.push_back(cluster->kindOf(r).name);
     llvm::json::Array shares;
     std::vector<double> coord = planner.coordinateShares(grid);
     for (int64_t r = 0; r < n; ++r)
@@ -737,6 +748,8 @@ void PlanShardingPass::runOnOperation() {
                                                             {"tp", best.tp},
                                                             {"zero_stage", best.zero ? 1 : 0}}},
                               {"token_share", std::move(shares)},
+                              {"device_kinds", std::move(kinds)},
+                              {"placement", std::move(placement)},
                               {"why", why}};
     std::string text;
     llvm::raw_string_ostream os(text);

@@ -17,6 +17,8 @@ PKGS=(
   libopenblas-dev    # OpenBLAS sgemm: the GEMMs of generated kernels (extern stages), and bench/'s baseline
   bible-kjv          # the demo's corpus: the King James Bible (public domain)
   python3-numpy      # numpy: the independent reference of the forward pass and loss (test/reference/independent)
+  libjs-chart.js     # Chart.js: the charts moe-report embeds in its pages
+  chromium           # headless Chromium: the test that renders a moe-report page
   libopenmpi-dev openmpi-bin # MPI: ranks as processes across nodes (runtime backend, tests)
   cmake ninja-build g++ lld ccache python3
 )
