@@ -15,6 +15,7 @@ config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unittests", "Inputs", "reference", "codegen", "fuzz"]
 
 config.substitutions.append(("%examples", os.path.join(config.moe_src_root, "examples")))
+config.substitutions.append(("%moec_build", config.moe_obj_root))
 
 llvm_config.use_default_substitutions()
 # moec's kernel cache in the build tree, not the user's home (every test
