@@ -4,6 +4,7 @@
 #include "moert/JsonDepth.h"
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -50,26 +51,36 @@ static std::string directoryOf(const std::string &path) {
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
 }
 
-bool moert::writeFileAtomic(const std::string &path, const std::string &contents,
-                            std::string &error) {
+/// Writes `path` atomically (a temporary file, fsync, rename, the directory
+/// fsync'd) from the pieces `write` hands to its `put` callback, so large
+/// contents need not be in memory at once.
+static bool writeFileAtomicWith(
+    const std::string &path, std::string &error,
+    const std::function<bool(const std::function<bool(const char *, size_t)> &)> &write) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     error = tmp + ": cannot create: " + std::strerror(errno);
     return false;
   }
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      error = tmp + ": write failed: " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
+  auto put = [&](const char *data, size_t size) {
+    size_t written = 0;
+    while (written < size) {
+      ssize_t n = ::write(fd, data + written, size - written);
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        error = tmp + ": write failed: " + std::strerror(errno);
+        return false;
+      }
+      written += static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
+    return true;
+  };
+  if (!write(put)) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return false;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     error = tmp + ": cannot flush to disk: " + std::strerror(errno);
@@ -89,7 +100,15 @@ bool moert::writeFileAtomic(const std::string &path, const std::string &contents
   return true;
 }
 
-std::string moert::encodeSafetensors(const TensorMap &tensors,
+bool moert::writeFileAtomic(const std::string &path, const std::string &contents,
+                            std::string &error) {
+  return writeFileAtomicWith(
+      path, error, [&](const auto &put) { return put(contents.data(), contents.size()); });
+}
+
+/// The safetensors header of `tensors` (length prefix, JSON, padding); the
+/// tensors' data follow it in map order.
+static std::string safetensorsHeader(const TensorMap &tensors,
                                      const std::map<std::string, std::string> &metadata) {
   json header = json::object();
   if (!metadata.empty())
@@ -108,10 +127,31 @@ std::string moert::encodeSafetensors(const TensorMap &tensors,
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)
     out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  out += text;
+  return out + text;
+}
+
+std::string moert::encodeSafetensors(const TensorMap &tensors,
+                                     const std::map<std::string, std::string> &metadata) {
+  std::string out = safetensorsHeader(tensors, metadata);
   for (const auto &[name, t] : tensors)
     out.append(reinterpret_cast<const char *>(t.data.data()), t.data.size() * sizeof(float));
   return out;
+}
+
+/// Writes the safetensors file of `tensors` to `path` atomically, header
+/// then each tensor straight from memory (no copy of the whole file).
+static bool writeSafetensorsAtomic(const std::string &path, const TensorMap &tensors,
+                                   const std::map<std::string, std::string> &metadata,
+                                   std::string &error) {
+  std::string header = safetensorsHeader(tensors, metadata);
+  return writeFileAtomicWith(path, error, [&](const auto &put) {
+    if (!put(header.data(), header.size()))
+      return false;
+    for (const auto &[name, t] : tensors)
+      if (!put(reinterpret_cast<const char *>(t.data.data()), t.data.size() * sizeof(float)))
+        return false;
+    return true;
+  });
 }
 
 bool moert::decodeSafetensors(const std::string &bytes, const std::string &origin,
@@ -242,15 +282,16 @@ void moert::removeStaleTemporaries(const std::string &dir) {
   ::closedir(d);
 }
 
-/// Keeps `bytes` (the save of `step`) as `dir/step-<step>.safetensors` and
-/// removes the oldest such files beyond `keep`. A copy, not a hard link:
-/// `cp step-N.safetensors tensors.safetensors` would otherwise write through
-/// to the kept file.
-static bool keepSave(const std::string &dir, const std::string &bytes, long long step, int keep,
+/// Keeps the save of `step` (`tensors` with `metadata`) as
+/// `dir/step-<step>.safetensors` and removes the oldest such files beyond
+/// `keep`. A copy, not a hard link: `cp step-N.safetensors
+/// tensors.safetensors` would otherwise write through to the kept file.
+static bool keepSave(const std::string &dir, const TensorMap &tensors,
+                     const std::map<std::string, std::string> &metadata, long long step, int keep,
                      std::string &error) {
   char name[64];
   std::snprintf(name, sizeof name, "step-%012lld.safetensors", step);
-  if (!writeFileAtomic(dir + "/" + name, bytes, error))
+  if (!writeSafetensorsAtomic(dir + "/" + name, tensors, metadata, error))
     return false;
   std::vector<std::string> steps;
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -277,10 +318,10 @@ bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, con
   removeStaleTemporaries(dir);
   // The tensors carry their state: renaming them into place is the commit.
   // state.json follows as a readable copy.
-  std::string bytes = encodeSafetensors(tensors, {{kStateKey, state.dump()}});
-  return writeFileAtomic(dir + "/tensors.safetensors", bytes, error) &&
+  std::map<std::string, std::string> metadata = {{kStateKey, state.dump()}};
+  return writeSafetensorsAtomic(dir + "/tensors.safetensors", tensors, metadata, error) &&
          writeFileAtomic(dir + "/state.json", state.dump(2) + "\n", error) &&
-         (keep <= 1 || keepSave(dir, bytes, state.value("step", 0LL), keep, error));
+         (keep <= 1 || keepSave(dir, tensors, metadata, state.value("step", 0LL), keep, error));
 }
 
 bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &state,
