@@ -154,29 +154,24 @@ static bool writeSafetensorsAtomic(const std::string &path, const TensorMap &ten
   });
 }
 
-bool moert::decodeSafetensors(const std::string &bytes, const std::string &origin,
-                              TensorMap &tensors, std::string &error,
-                              std::map<std::string, std::string> *metadata) {
+/// Decodes a safetensors file whose header JSON is `headerText`, followed by
+/// `dataSize` bytes of tensor data that `read(begin, end, dst)` copies out
+/// (from memory, or from the file itself). Errors name `origin`.
+static bool decodeSafetensorsWith(const std::string &headerText, uint64_t dataSize,
+                                  const std::string &origin,
+                                  const std::function<bool(uint64_t, uint64_t, char *)> &read,
+                                  TensorMap &tensors, std::string &error,
+                                  std::map<std::string, std::string> *metadata) {
   auto fail = [&](const std::string &message) {
     error = origin + ": " + message;
     return false;
   };
-  if (bytes.size() < 8)
-    return fail("truncated: no safetensors header length");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > bytes.size() - 8)
-    return fail("header length " + std::to_string(n) + " exceeds the file (" +
-                std::to_string(bytes.size()) + " bytes)");
   std::string why;
-  json header = parseObject(bytes.substr(8, n), why);
+  json header = parseObject(headerText, why);
   if (header.is_discarded())
     return fail("the header " + why);
   if (metadata)
     metadata->clear();
-  uint64_t dataSize = bytes.size() - 8 - n;
-  const char *data = bytes.data() + 8 + n;
   tensors.clear();
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -222,8 +217,8 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
                   std::to_string(elements) + " f32 elements");
     ranges.push_back({begin, end});
     t.data.resize(elements);
-    if (elements)
-      std::memcpy(t.data.data(), data + begin, end - begin);
+    if (elements && !read(begin, end, reinterpret_cast<char *>(t.data.data())))
+      return fail(what + ": cannot read its data: " + std::strerror(errno));
     tensors[it.key()] = std::move(t);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -231,6 +226,92 @@ bool moert::decodeSafetensors(const std::string &bytes, const std::string &origi
     if (ranges[i].first < ranges[i - 1].second)
       return fail("tensor data ranges overlap");
   return true;
+}
+
+/// The length prefix of a safetensors header, checked against the file's
+/// `size`.
+static bool headerLength(const unsigned char *prefix, uint64_t size, const std::string &origin,
+                         uint64_t &n, std::string &error) {
+  n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  if (n > size - 8) {
+    error = origin + ": header length " + std::to_string(n) + " exceeds the file (" +
+            std::to_string(size) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
+bool moert::decodeSafetensors(const std::string &bytes, const std::string &origin,
+                              TensorMap &tensors, std::string &error,
+                              std::map<std::string, std::string> *metadata) {
+  if (bytes.size() < 8) {
+    error = origin + ": truncated: no safetensors header length";
+    return false;
+  }
+  uint64_t n;
+  if (!headerLength(reinterpret_cast<const unsigned char *>(bytes.data()), bytes.size(), origin, n,
+                    error))
+    return false;
+  const char *data = bytes.data() + 8 + n;
+  return decodeSafetensorsWith(
+      bytes.substr(8, n), bytes.size() - 8 - n, origin,
+      [&](uint64_t begin, uint64_t end, char *dst) {
+        std::memcpy(dst, data + begin, end - begin);
+        return true;
+      },
+      tensors, error, metadata);
+}
+
+/// decodeSafetensors on the file at `path`, reading each tensor's data
+/// straight into it: a resume holds the tensors, not also the file's bytes.
+static bool decodeSafetensorsFile(const std::string &path, TensorMap &tensors, std::string &error,
+                                  std::map<std::string, std::string> *metadata) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    error = path + ": cannot read: not a regular file";
+    return false;
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fstat(fd, &info) != 0) {
+    error = path + ": cannot read: " + std::strerror(errno);
+    if (fd >= 0)
+      ::close(fd);
+    return false;
+  }
+  auto readAt = [&](uint64_t offset, uint64_t size, char *dst) {
+    while (size) {
+      ssize_t got = ::pread(fd, dst, size, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        return false;
+      dst += got, offset += static_cast<uint64_t>(got), size -= static_cast<uint64_t>(got);
+    }
+    return true;
+  };
+  uint64_t size = static_cast<uint64_t>(info.st_size), n = 0;
+  unsigned char prefix[8];
+  bool ok = false;
+  if (size < 8)
+    error = path + ": truncated: no safetensors header length";
+  else if (!readAt(0, 8, reinterpret_cast<char *>(prefix)))
+    error = path + ": cannot read: " + std::strerror(errno);
+  else if (headerLength(prefix, size, path, n, error)) {
+    std::string header(n, '\0');
+    if (n && !readAt(8, n, &header[0]))
+      error = path + ": cannot read: " + std::strerror(errno);
+    else
+      ok = decodeSafetensorsWith(
+          header, size - 8 - n, path,
+          [&](uint64_t begin, uint64_t end, char *dst) {
+            return readAt(8 + n + begin, end - begin, dst);
+          },
+          tensors, error, metadata);
+  }
+  ::close(fd);
+  return ok;
 }
 
 static bool readFile(const std::string &path, std::string &out, std::string &error) {
@@ -326,11 +407,9 @@ bool moert::saveCheckpoint(const std::string &dir, const TensorMap &tensors, con
 
 bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &state,
                            std::string &error, std::string *note) {
-  std::string bytes, text;
-  if (!readFile(dir + "/tensors.safetensors", bytes, error))
-    return false;
+  std::string text;
   std::map<std::string, std::string> metadata;
-  if (!decodeSafetensors(bytes, dir + "/tensors.safetensors", tensors, error, &metadata))
+  if (!decodeSafetensorsFile(dir + "/tensors.safetensors", tensors, error, &metadata))
     return false;
   bool haveText = readFile(dir + "/state.json", text, error);
   std::string why;
