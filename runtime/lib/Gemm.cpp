@@ -85,11 +85,13 @@ bool answerQuery(const Product &p, const halide_buffer_t *out) {
   return query;
 }
 
-/// Routed rows (null `rows`: every row counts).
+/// Routed rows (null `rows`: every row counts). The modes are
+/// codegen/generators/Matmul.h's GemmRows::Mode.
 struct Routed {
+  enum Mode { SlotsAreRows = 0, SlotsAreK = 1, RoutedRowsOnly = 2 };
   const int32_t *rows = nullptr;
   int segments = 1;
-  int mode = 0;
+  int mode = SlotsAreRows;
   /// Routed rows of segment `g` of group `batch`, `length` slots long.
   int64_t valid(int64_t batch, int64_t g, int64_t length) const {
     return std::clamp<int64_t>(rows[batch * segments + g], 0, length);
@@ -139,7 +141,7 @@ int runTask(void *, int index, uint8_t *closure) {
   bool written = false;
   for (int i = 0; i < job.numProducts; ++i) {
     const Product &p = job.products[i];
-    if (!job.routed.rows || job.routed.mode != 1) {
+    if (!job.routed.rows || job.routed.mode != Routed::SlotsAreK) {
       sgemmBlock(p, out, outRow, outCol, outBatch, t.rows, t.cols, 0, p.k, i > 0);
       written = true;
       continue;
@@ -211,13 +213,13 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
   if (!routed.rows) {
     for (int64_t b = 0; b < batches; ++b)
       splitBlocks(tasks, b, m, n, batches >= 4 ? 1 : kTasks);
-  } else if (routed.mode != 1) {
+  } else if (routed.mode != Routed::SlotsAreK) {
     int64_t length = m / routed.segments, total = 0;
     for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g) {
         int64_t v = routed.valid(batch0 + b, g, length);
         total += v;
-        if (routed.mode == 0)
+        if (routed.mode == Routed::SlotsAreRows)
           zeroBlock(out, out->dim[1].min + g * length + v, out->dim[0].min, batch0 + b, length - v,
                     n);
       }

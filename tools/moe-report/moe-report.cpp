@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -87,24 +86,24 @@ Metrics readMetrics(const std::string &path) {
     json row = parseAt(line, where);
     if (!row.is_object())
       fail(where + ": a metrics line is a JSON object, got " + std::string(row.type_name()));
-    auto integer = [&](const char *key) {
+    auto requireCount = [&](const char *key) {
       const json &v = row[key];
       if (!v.is_number_integer() || v.get<long long>() < 0)
         fail(where + ": \"" + key + "\" must be an integer >= 0, got " + v.dump());
       return v.get<long long>();
     };
-    auto number_ = [&](const char *key) {
+    auto requireNumber = [&](const char *key) {
       if (!row[key].is_number())
         fail(where + ": \"" + key + "\" must be a number, got " + row[key].dump());
     };
     if (row.contains("loss") && row.contains("step")) {
-      number_("loss");
-      m.steps[integer("step")] = row;
+      requireNumber("loss");
+      m.steps[requireCount("step")] = row;
     } else if (row.contains("val_loss")) {
-      number_("val_loss");
-      m.evals[integer("step")] = row;
+      requireNumber("val_loss");
+      m.evals[requireCount("step")] = row;
     } else if (row.contains("migration")) {
-      integer("step");
+      requireCount("step");
       if (!row["migration"].is_object())
         fail(where + ": \"migration\" must be an object");
       m.migrations.push_back(row);
