@@ -129,6 +129,9 @@ public:
   Output<Buffer<int32_t, 2>> slots{"slots"};
   Output<Buffer<int32_t, 1>> counts{"counts"};
   Output<Buffer<float, 0>> aux{"aux"};
+  /// For metrics, not differentiated: the balancing loss (Switch's form,
+  /// E x sum f_e P_e, 1 when balanced) and the z-loss, unweighted.
+  Output<Buffer<float, 1>> loss_parts{"loss_parts"};
 
   void generate() {
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
@@ -157,8 +160,9 @@ public:
     Expr balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
                            meanBalance(reg.x, reg.y)) /
                        (float)G;
-    Expr zLoss = sum(r.lse(rt) * r.lse(rt)) / (float)T;
-    aux() = (float)aux_loss_coef * (float)E * balanceLoss + (float)z_loss_coef * zLoss;
+    parts(i) = select(i == 0, (float)E * balanceLoss, sum(r.lse(rt) * r.lse(rt)) / (float)T);
+    loss_parts(i) = parts(i);
+    aux() = (float)aux_loss_coef * parts(0) + (float)z_loss_coef * parts(1);
   }
 
   void schedule() {
@@ -169,14 +173,16 @@ public:
          {OutputImageParam(gates), OutputImageParam(chosen), OutputImageParam(slots)})
       constrainDense(p, {top_k, tokens});
     counts.dim(0).set_bounds(0, num_experts);
+    loss_parts.dim(0).set_bounds(0, 2);
     scheduleRouting(r, num_experts, natural_vector_size<float>());
     before.compute_root();
     meanBalance.compute_root();
+    parts.compute_root().bound(parts.args()[0], 0, 2);
   }
 
 private:
   Routing r;
-  Func before{"before"}, meanBalance{"mean_balance"};
+  Func before{"before"}, meanBalance{"mean_balance"}, parts{"loss_parts_value"};
 };
 
 class RouterGrad : public Generator<RouterGrad> {

@@ -52,6 +52,7 @@ KernelArg dummy(unsigned rank) {
   a.dummyRank = rank;
   return a;
 }
+KernelArg metric(unsigned floats) { return KernelArg{KernelArg::Metric, floats, ViewKind::Flat}; }
 KernelArg dummyInt() {
   KernelArg a = dummy(1);
   a.dummyInt = true;
@@ -283,6 +284,7 @@ Args fusedGateArgs(const KernelSpec &, unsigned n, unsigned r) {
   Args args = {op(0, v), op(1, v), n == 3 ? op(2, ViewKind::Flat) : dummy(1)};
   for (unsigned i = 0; i < r; ++i)
     args.push_back(res(i, i == 3 ? ViewKind::Flat : v));
+  args.push_back(metric(2)); // loss_parts: balancing and z-loss, unweighted
   return args;
 }
 Args routerGradArgs(const KernelSpec &, unsigned n, unsigned) {
@@ -392,7 +394,7 @@ const std::vector<KernelFamily> &rows() {
        ffnGradArgs<V::Reversed>, V::Reversed},
       {"fused_gate",
        "fused_gate",
-       {"x", "w", "bias", "gates", "experts", "slots", "counts", "aux"},
+       {"x", "w", "bias", "gates", "experts", "slots", "counts", "aux", "loss_parts"},
        routingParams,
        nullptr,
        fusedGateArgs},

@@ -229,7 +229,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
   }
   if (call.generator.empty())
     return op.emitOpError() << "has no kernel and no runtime routine";
-  SmallVector<std::string> names;
+  SmallVector<std::string> names, metricViews;
   os << "  {\n";
   FailureOr<SmallVector<KernelArg>> args = argumentsOf(op, kernel);
   if (failed(args))
@@ -245,6 +245,12 @@ LogicalResult Emitter::launch(LaunchOp op) {
       for (unsigned i = 0; i < arg.dummyRank; ++i)
         os << (i ? ", " : "") << "1";
       os << "}); // " << role << "\n";
+      continue;
+    }
+    if (arg.source == KernelArg::Metric) {
+      os << "    float " << name << "_data[" << arg.index << "] = {};\n    View " << name
+         << " = view(" << name << "_data, f32, {" << arg.index << "}); // " << role << "\n";
+      metricViews.push_back(name + "_data");
       continue;
     }
     Value value;
@@ -288,6 +294,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "    if (ctx->dropped_slots) {\n      int32_t n = 0;\n      for (int64_t i = 0; i < "
        << numel(op.getResult(2)) << "; ++i) n += " << pointer(op.getResult(2))
        << "[i] < 0;\n      ctx->dropped_slots[" << moeLayers.size() - 1 << "] = n;\n    }\n";
+    // The unweighted balancing and z-losses (the kernel's loss_parts).
+    os << "    if (ctx->router_losses)\n      for (int i = 0; i < 2; ++i) ctx->router_losses["
+       << 2 * (moeLayers.size() - 1) << " + i] = " << metricViews.back() << "[i];\n";
   }
   if (!training && family == "cross_entropy") {
     // Sampling reads the next-token logits of the evaluation step.

@@ -225,6 +225,8 @@ void Trainer::bindContext(moert::CodecStates restored) {
   if (!o.metrics.empty()) {
     gradSquares.assign(prog.num_params, 0.0);
     ctx.grad_squares = gradSquares.data();
+    routerLosses.assign(2 * std::max(prog.num_moe_layers, 1), 0.0f);
+    ctx.router_losses = routerLosses.data();
   }
   if (!restored.empty())
     moert::codecStates(&ctx) = std::move(restored);
@@ -437,19 +439,23 @@ nlohmann::json Trainer::gradientGroupNorms(long long s) {
 
 /// Token-slots routed past an expert's capacity in step `s`; with several
 /// ranks, the load metrics cover the whole batch: every replica's counts
-/// (summed into expertCounts) and drops.
+/// (summed into expertCounts) and drops, and the router losses (averaged:
+/// each rank's are the means over its equal share of the routing groups).
 long long Trainer::gatherLoad(long long s) {
   long long dropped = 0;
   for (int32_t n : droppedSlots)
     dropped += n;
   if (ranks > 1) {
     std::vector<float> load(expertCounts.begin(), expertCounts.end());
+    for (float l : routerLosses)
+      load.push_back(l / static_cast<float>(prog.grid_dp * prog.grid_ep));
     load.push_back(static_cast<float>(dropped));
     if (moert_step_all_reduce(&ctx, load.data(), load.data(), static_cast<int64_t>(load.size()),
                               MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
       commError("step " + std::to_string(s) + ": load metrics");
     for (size_t e = 0; e < expertCounts.size(); ++e)
       expertCounts[e] = static_cast<int32_t>(load[e]);
+    std::copy_n(load.begin() + expertCounts.size(), routerLosses.size(), routerLosses.begin());
     dropped = static_cast<long long>(load.back());
   }
   return dropped;
@@ -488,7 +494,18 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"codec_bytes",
           {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
          {"expert_tokens", expertTokens()},
+         {"aux_loss", routerLoss(0)},
+         {"z_loss", routerLoss(1)},
          {"balancedness", balancedness()}});
+}
+
+/// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE
+/// layer.
+nlohmann::json Trainer::routerLoss(int part) const {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int l = 0; l < prog.num_moe_layers; ++l)
+    layers.push_back(routerLosses[2 * l + part]);
+  return layers;
 }
 
 /// The last step's token-slots per expert, one array per MoE layer.

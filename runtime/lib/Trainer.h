@@ -137,6 +137,7 @@ private:
   void reportStep(long long step, const StepResult &result, const StepBytes &bytes,
                   long long dropped, std::chrono::steady_clock::time_point runStart);
   nlohmann::json expertTokens() const;
+  nlohmann::json routerLoss(int part) const;
   /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
   /// block's order: every row when the parameter is not sharded; else the
   /// rows its MoE layer's placement (expertOrder) gives rank e, or the
@@ -206,6 +207,8 @@ private:
   std::vector<float *> paramPtrs, momentPtrs;
   moert::AlignedBytes act, grad; ///< the planned arenas
   std::vector<int32_t> expertCounts, droppedSlots;
+  std::vector<float> routerLosses; ///< 2 per MoE layer, with --metrics
+
   /// Per MoE layer: the expert at each of its P positions, -1 empty (the
   /// step reads them through ctx.expert_order; position p is on ep rank
   /// p / (P / ep)).

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares two JSON-lines loss logs step by step:
 compare-losses.py A B TOL [FIELD] (FIELD: "loss" by default, "grad_norm", or
-a dotted path such as "grad_norm_groups.experts").
+a dotted path such as "grad_norm_groups.experts" or "aux_loss.0", a number
+indexing a list).
 
 Exits 1, naming the first step that differs by more than TOL (relative) or
 whose loss is not finite in either log (a NaN never matches), or when the
@@ -19,7 +20,10 @@ def losses(path, field):
         for r in rows:
             value = r
             for key in field.split("."):
-                value = value.get(key) if isinstance(value, dict) else None
+                if isinstance(value, list) and key.isdigit():
+                    value = value[int(key)] if int(key) < len(value) else None
+                else:
+                    value = value.get(key) if isinstance(value, dict) else None
             if value is not None:
                 out[r["step"]] = float(value)
         return out

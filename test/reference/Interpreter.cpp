@@ -268,9 +268,11 @@ double logSumExp(const Vec &v) {
 class Runner {
 public:
   using Moments = std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>;
+  using RouterLosses = std::vector<std::pair<double, double>>;
   Runner(std::map<std::string, Tensor> &params, Moments &moments, double &lastGlobalNorm,
-         std::string &error)
-      : params(params), moments(moments), lastGlobalNorm(lastGlobalNorm), error(error) {}
+         RouterLosses &routerLosses, std::string &error)
+      : params(params), moments(moments), lastGlobalNorm(lastGlobalNorm),
+        routerLosses(routerLosses), error(error) {}
 
   bool run(func::FuncOp fn, const std::vector<Tensor> &args, std::vector<Tensor> &results);
 
@@ -289,6 +291,7 @@ private:
   std::map<std::string, Tensor> &params;
   Moments &moments;
   double &lastGlobalNorm;
+  RouterLosses &routerLosses;
   std::string &error;
   llvm::DenseMap<Value, Tensor> values;
 };
@@ -351,6 +354,7 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   Tensor loss = Tensor::zeros({});
   loss.data[0] =
       o.getAuxLossCoef().convertToFloat() * e * aux + o.getZLossCoef().convertToFloat() * z;
+  routerLosses.push_back({e * aux, z});
   out(o.getGates(), gates);
   out(o.getExperts(), experts);
   out(o.getAuxLoss(), loss);
@@ -970,5 +974,6 @@ bool ::moec::reference::Interpreter::run(const std::string &name, const std::vec
     return false;
   }
   error.clear();
-  return Runner(params, moments, lastGlobalNorm, error).run(fn, args, results);
+  lastRouterLosses.clear();
+  return Runner(params, moments, lastGlobalNorm, lastRouterLosses, error).run(fn, args, results);
 }

@@ -43,6 +43,9 @@ public:
   /// The value of the last moe.global_norm run (the gradient norm of the
   /// last training step, before clipping).
   double lastGlobalNorm = NAN;
+  /// Of the last run, per router or fused gate in order: its balancing loss
+  /// (E x sum f_e P_e) and z-loss, before their coefficients.
+  std::vector<std::pair<double, double>> lastRouterLosses;
 
   /// Gives every declared parameter a value from its initialiser, using a
   /// fixed-seed generator (normal and uniform draws are deterministic).

@@ -114,8 +114,16 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
-    std::printf("{\"step\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g}\n", step + 1, out[0].data[0],
-                interp.lastGlobalNorm);
+    nlohmann::json line = {{"step", step + 1},
+                           {"loss", out[0].data[0]},
+                           {"grad_norm", interp.lastGlobalNorm},
+                           {"aux_loss", nlohmann::json::array()},
+                           {"z_loss", nlohmann::json::array()}};
+    for (auto [balance, z] : interp.lastRouterLosses) {
+      line["aux_loss"].push_back(balance);
+      line["z_loss"].push_back(z);
+    }
+    std::printf("%s\n", line.dump().c_str());
     if (!dump.empty() && step == 0) {
       nlohmann::json first = {{"batch_size", spec->batchSize},
                               {"seq_len", spec->seqLen},

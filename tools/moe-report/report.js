@@ -65,6 +65,10 @@
       {label: "dropped", points: perStep(null, (r) => (sum(r.expert_tokens) ? r.dropped_tokens / sum(r.expert_tokens) : NaN))}]},
     {title: "Balancedness", unit: "mean / max of the ep ranks' token-slots", keys: ["balancedness"], series: () =>
       Array.from({length: layers}, (_, l) => ({label: "MoE layer " + l, points: perStep("balancedness." + l)}))},
+    {title: "Router losses", unit: "before their coefficients", keys: ["aux_loss", "z_loss"], series: () =>
+      Array.from({length: layers}, (_, l) => [
+        {label: "balancing, MoE layer " + l, points: perStep("aux_loss." + l)},
+        {label: "z-loss, MoE layer " + l, points: perStep("z_loss." + l)}]).flat()},
     {title: "Bytes sent per step and rank", unit: "bytes", keys: ["comm_bytes", "comm_bytes_analytical", "comm_bytes_ragged_bound"],
      series: () => [
       {label: "all-reduce, measured", points: perStep("comm_bytes.all_reduce")},

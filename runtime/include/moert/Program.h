@@ -83,6 +83,12 @@ typedef struct {
    * peers included; on one rank their local copies), accumulated; the
    * trainer resets and reads it around each step. */
   double comm_seconds;
+  /* When not null: per MoE layer, two floats the training step writes, the
+   * layer's balancing loss (Switch's E x sum_e f_e P_e, 1 when balanced;
+   * the mean over the rank's routing groups) and its z-loss (the mean
+   * squared log-sum-exp of the router logits over the rank's tokens), both
+   * before their coefficients. */
+  float *router_losses;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated

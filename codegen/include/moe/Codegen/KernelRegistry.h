@@ -42,10 +42,12 @@ constexpr int64_t kBlasMinMacs = int64_t(1) << 22;
 enum class ViewKind { Rows2, Rows3, Reversed, Flat, Vector };
 
 /// One argument of a generated kernel: a launch operand or result, a unit
-/// dummy for an absent optional input or output, or (for the optimiser) the
-/// parameter the launch updates and its two moments.
+/// dummy for an absent optional input or output, (for the optimiser) the
+/// parameter the launch updates and its two moments, or a metric output the
+/// op does not have (`index` floats the step program reads after the launch,
+/// such as the fused gate's unweighted losses).
 struct KernelArg {
-  enum Source { Operand, Result, Dummy, Param, MomentM, MomentV } source;
+  enum Source { Operand, Result, Dummy, Param, MomentM, MomentV, Metric } source;
   unsigned index = 0;
   ViewKind view = ViewKind::Rows2;
   unsigned dummyRank = 1;
