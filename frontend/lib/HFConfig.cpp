@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 using namespace moec::frontend;
 
@@ -165,7 +166,9 @@ std::optional<ModelSpec> Importer::run() {
   }
   s.name = family;
   MoESettings m;
-  m.capacityFactor = 1.25;
+  // The HF implementations of the decoder families route without capacity
+  // (every routed token reaches its expert): dropless.
+  m.capacityFactor = std::nullopt;
   std::string moePtr;
 
   if (family == "switch_transformers") {
@@ -322,6 +325,8 @@ std::optional<ModelSpec> Importer::run() {
       r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds " + moePtr + " (" +
                                          std::to_string(m.numExperts) + ")");
   }
+  if (options.capacityFactor)
+    m.capacityFactor = *options.capacityFactor;
   for (LayerSpec &layer : s.layers) {
     layer.moe = m;
     layer.ptr = moePtr;
@@ -400,5 +405,23 @@ bool moec::frontend::parseHFOverrides(const std::string &text, const std::string
                    ? nlohmann::json(value)
                    : parsed;
   }
+  return true;
+}
+
+bool moec::frontend::parseHFCapacity(const std::string &text,
+                                     std::optional<std::optional<double>> &out,
+                                     DiagnosticList &diags) {
+  if (text == "dropless" || text == "null") {
+    out = std::optional<double>();
+    return true;
+  }
+  char *end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end || !(value > 0 && value <= 1e6)) {
+    diags.error("--capacity-factor", SourcePos(),
+                "'" + text + "' is not a number in (0, 1e6] or 'dropless'");
+    return false;
+  }
+  out = value;
   return true;
 }

@@ -115,8 +115,8 @@ TEST(HalideKernelTest, RoutingVectorisedWithTails) {
   ScratchWithin scratch({"fused_gate_wide_k", "router_grad_wide_k"});
   // 12 experts (a vector and a tail), width 20, 130 tokens (blocks of 64
   // and a tail).
-  checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30,
-               "renormalize = true, ", 0.1f, 0.01f, 130, 20, 12);
+  checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30, "renormalize = true, ",
+               0.1f, 0.01f, 130, 20, 12);
 }
 
 } // namespace

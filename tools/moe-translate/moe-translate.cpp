@@ -59,6 +59,11 @@ static cl::opt<std::string>
                 cl::desc("With --import-hf-config: optimiser settings, KEY=VALUE,... (the "
                          "model JSON's optimizer fields: lr, warmup_steps, total_steps, ...)"),
                 cl::value_desc("list"), cl::cat(category));
+static cl::opt<std::string>
+    hfCapacity("capacity-factor",
+               cl::desc("With --import-hf-config: expert capacity factor, a number or "
+                        "'dropless' (default: the family's own routing)"),
+               cl::value_desc("F|dropless"), cl::init(""), cl::cat(category));
 static cl::opt<bool> emitModelJson("emit-model-json",
                                    cl::desc("Write the imported model as a MoEC model JSON "
                                             "(editable) instead of moe IR"),
@@ -184,12 +189,14 @@ int main(int argc, char **argv) {
     options.batchSize = batchSize;
     options.dtype = dtype;
     if (parseHFOverrides(hfOverride, "--override", options.overrides, diags) &&
-        parseHFOverrides(hfOptimizer, "--optimizer", options.optimizer, diags))
+        parseHFOverrides(hfOptimizer, "--optimizer", options.optimizer, diags) &&
+        (hfCapacity.empty() || parseHFCapacity(hfCapacity, options.capacityFactor, diags)))
       spec = importHFConfig(doc, options, diags);
   }
-  if ((!hfOverride.empty() || !hfOptimizer.empty()) && hfFile.empty()) {
-    errs() << "moe-translate: error: --override and --optimizer apply to --import-hf-config "
-              "(edit a MoEC model JSON directly)\n";
+  if ((!hfOverride.empty() || !hfOptimizer.empty() || hfCapacity.getNumOccurrences()) &&
+      hfFile.empty()) {
+    errs() << "moe-translate: error: --override, --optimizer and --capacity-factor apply to "
+              "--import-hf-config (edit a MoEC model JSON directly)\n";
     return 2;
   }
   if (emitModelJson) {

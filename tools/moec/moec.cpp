@@ -99,6 +99,11 @@ static cl::opt<std::string>
                          "optimizer fields: lr, warmup_steps, total_steps, min_lr, schedule, "
                          "weight_decay, grad_clip, eps)"),
                 cl::value_desc("list"), cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    hfCapacity("capacity-factor",
+               cl::desc("With --hf: expert capacity factor, a number or 'dropless' (default: the "
+                        "family's own routing: dropless, Switch Transformers' expert_capacity)"),
+               cl::value_desc("F|dropless"), cl::init(""), cl::cat(category));
 static cl::opt<unsigned> hfBatch("batch-size",
                                  cl::desc("With --hf: sequences per step (default 1)"), cl::init(1),
                                  cl::cat(category));
@@ -229,7 +234,8 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     if (!hfConfig)
       spec = readModelJson(doc, diags);
     else if (parseHFOverrides(hfOverride, "--override", hf.overrides, diags) &&
-             parseHFOverrides(hfOptimizer, "--optimizer", hf.optimizer, diags))
+             parseHFOverrides(hfOptimizer, "--optimizer", hf.optimizer, diags) &&
+             (hfCapacity.empty() || parseHFCapacity(hfCapacity, hf.capacityFactor, diags)))
       spec = importHFConfig(doc, hf, diags);
     // The back end generates f32 kernels only: a low-precision model would
     // compile into a binary that fails inside its first kernel.
@@ -290,9 +296,9 @@ int checkFlags() {
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
   if (!hfConfig && (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() ||
-                    !hfOverride.empty() || !hfOptimizer.empty()))
-    return fail("--seq-len, --batch-size, --override and --optimizer apply to --hf configs (a "
-                "MoEC model JSON states its fields itself)");
+                    !hfOverride.empty() || !hfOptimizer.empty() || hfCapacity.getNumOccurrences()))
+    return fail("--seq-len, --batch-size, --override, --optimizer and --capacity-factor apply "
+                "to --hf configs (a MoEC model JSON states its fields itself)");
   if (hfBatch < 1 || hfBatch > 1048576 || hfSeqLen > 1048576)
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)

@@ -21,6 +21,10 @@ struct HFImportOptions {
   int64_t seqLen = 0; ///< 0: min(max_position_embeddings, 4096)
   int64_t batchSize = 1;
   std::string dtype = "f32";
+  /// Expert capacity (--capacity-factor): unset, each family's own routing
+  /// (dropless, except Switch Transformers' `expert_capacity`); a null
+  /// inner value asks for dropless routing, a number for that factor.
+  std::optional<std::optional<double>> capacityFactor;
   /// Top-level config.json fields set before the import (--override), to
   /// shrink a model (layers, widths, experts) or change its vocabulary.
   nlohmann::json overrides = nlohmann::json::object();
@@ -34,6 +38,11 @@ struct HFImportOptions {
 /// (`flag` names the option) and returns false.
 bool parseHFOverrides(const std::string &text, const std::string &flag, nlohmann::json &out,
                       DiagnosticList &diags);
+
+/// Parses --capacity-factor: a number > 0, or `dropless` (also `null`).
+/// Reports anything else and returns false.
+bool parseHFCapacity(const std::string &text, std::optional<std::optional<double>> &out,
+                     DiagnosticList &diags);
 
 /// The model families the importer understands (`model_type` values).
 const std::vector<std::string> &supportedHFFamilies();
