@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
@@ -122,6 +123,8 @@ private:
   llvm::DenseSet<int64_t> replicaLayers;
   /// (experts, capacity) of every fused_gate of the training step, in order.
   SmallVector<std::pair<int64_t, int64_t>> moeLayers;
+  /// Their model layers: each router's parameter name without ".router".
+  SmallVector<std::string> moeLayerNames;
 };
 
 void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
@@ -287,6 +290,11 @@ LogicalResult Emitter::launch(LaunchOp op) {
     for (auto &layer : moeLayers)
       offset += layer.first;
     moeLayers.push_back({experts, kernel.getConfig().getAs<IntegerAttr>("capacity").getInt()});
+    auto router = op.getOperand(1).getDefiningOp<GetParamOp>();
+    StringRef name = router ? router.getName() : StringRef();
+    name.consume_back(".router");
+    moeLayerNames.push_back(name.empty() ? "moe" + std::to_string(moeLayers.size() - 1)
+                                         : name.str());
     os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
        << "; ++e) ctx->expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
        << "[e];\n";
@@ -608,6 +616,13 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   os << "};\nstatic const int32_t kLayerReplicas[] = {0";
   for (size_t l = 0; l < moeLayers.size(); ++l)
     os << ", " << (replicaLayers.contains(static_cast<int64_t>(l)) ? 1 : 0);
+  os << "};\nstatic const char *const kLayerNames[] = {nullptr";
+  for (std::string name : moeLayerNames) {
+    for (char &c : name) // a C string literal: names keep [A-Za-z0-9._-]
+      if (!llvm::isAlnum(c) && c != '.' && c != '_' && c != '-')
+        c = '_';
+    os << ", \"" << name << "\"";
+  }
   os << "};\n";
   os << "extern \"C\" const moert_program moec_program = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
@@ -635,6 +650,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .step_codec_uncompressed = " << codecUncompressed << ",\n"
      << "    .layer_positions = kLayerPositions + 1,\n"
      << "    .layer_replicas = kLayerReplicas + 1,\n"
+     << "    .layer_names = kLayerNames + 1,\n"
      << "};\n";
   return success();
 }

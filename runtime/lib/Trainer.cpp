@@ -266,6 +266,7 @@ int Trainer::run() {
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
                 o.steps - 1);
   bar = lead && o.progress && isatty(fileno(stdout));
+  writeRunLine();
   long long reached = trainLoop();
   if (reached < o.steps) {
     int signo = stopSignal();
@@ -497,6 +498,29 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"aux_loss", routerLoss(0)},
          {"z_loss", routerLoss(1)},
          {"balancedness", balancedness()}});
+}
+
+/// What the per-layer arrays of the step lines refer to, and the run's
+/// shape: one line at the start of each training run (a resumed run adds
+/// its own).
+void Trainer::writeRunLine() {
+  if (!metrics)
+    return;
+  nlohmann::json layers = nlohmann::json::array(), experts = nlohmann::json::array();
+  for (int l = 0; l < prog.num_moe_layers; ++l) {
+    layers.push_back(prog.layer_names && prog.layer_names[l] ? prog.layer_names[l]
+                                                             : "moe" + std::to_string(l));
+    experts.push_back(prog.layer_experts[l]);
+  }
+  writeMetrics({{"run",
+                 {{"first_step", firstStep + 1},
+                  {"steps", o.steps},
+                  {"ranks", ranks},
+                  {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}},
+                  {"global_batch", globalBatch},
+                  {"seq_len", prog.seq_len},
+                  {"moe_layers", layers},
+                  {"experts", experts}}}});
 }
 
 /// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE

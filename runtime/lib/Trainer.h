@@ -138,6 +138,7 @@ private:
                   long long dropped, std::chrono::steady_clock::time_point runStart);
   nlohmann::json expertTokens() const;
   nlohmann::json routerLoss(int part) const;
+  void writeRunLine();
   /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
   /// block's order: every row when the parameter is not sharded; else the
   /// rows its MoE layer's placement (expertOrder) gives rank e, or the

@@ -70,7 +70,7 @@ json parseAt(const std::string &text, const std::string &where) {
 
 struct Metrics {
   std::map<long long, json> steps, evals;
-  json migrations = json::array(), memory, samples = json::array();
+  json migrations = json::array(), memory, samples = json::array(), run;
 };
 
 Metrics readMetrics(const std::string &path) {
@@ -107,6 +107,10 @@ Metrics readMetrics(const std::string &path) {
       if (!row["migration"].is_object())
         fail(where + ": \"migration\" must be an object");
       m.migrations.push_back(row);
+    } else if (row.contains("run")) {
+      if (!row["run"].is_object())
+        fail(where + ": \"run\" must be an object");
+      m.run = row["run"]; // a resumed run's line replaces the first
     } else if (row.contains("peak_rss_bytes")) {
       m.memory = row;
     } else if (row.contains("sample")) {
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
   json data = {{"source", metricsPath},  {"steps", json::array()},
                {"evals", json::array()}, {"migrations", m.migrations},
                {"memory", m.memory},     {"samples", m.samples},
-               {"plan", nullptr}};
+               {"run", m.run},           {"plan", nullptr}};
   for (auto &[step, row] : m.steps)
     data["steps"].push_back(row);
   for (auto &[step, row] : m.evals)

@@ -48,6 +48,9 @@
 
   // The charts, in order. `keys`: the step fields each one shows.
   const layers = Math.max(0, ...steps.map((r) => (r.expert_tokens || []).length));
+  // "MoE layer 0 (l1)": the run line names each MoE layer's model layer.
+  const names = (data.run && Array.isArray(data.run.moe_layers)) ? data.run.moe_layers : [];
+  const layerName = (l) => "MoE layer " + l + (typeof names[l] === "string" ? " (" + names[l] + ")" : "");
   const CHARTS = [
     {title: "Loss", unit: "nats per token", keys: ["loss"], series: () => [
       {label: "training", points: perStep("loss")},
@@ -64,11 +67,11 @@
     {title: "Dropped token-slots", unit: "fraction of the routed", keys: ["dropped_tokens"], series: () => [
       {label: "dropped", points: perStep(null, (r) => (sum(r.expert_tokens) ? r.dropped_tokens / sum(r.expert_tokens) : NaN))}]},
     {title: "Balancedness", unit: "mean / max of the ep ranks' token-slots", keys: ["balancedness"], series: () =>
-      Array.from({length: layers}, (_, l) => ({label: "MoE layer " + l, points: perStep("balancedness." + l)}))},
+      Array.from({length: layers}, (_, l) => ({label: layerName(l), points: perStep("balancedness." + l)}))},
     {title: "Router losses", unit: "before their coefficients", keys: ["aux_loss", "z_loss"], series: () =>
       Array.from({length: layers}, (_, l) => [
-        {label: "balancing, MoE layer " + l, points: perStep("aux_loss." + l)},
-        {label: "z-loss, MoE layer " + l, points: perStep("z_loss." + l)}]).flat()},
+        {label: "balancing, " + layerName(l), points: perStep("aux_loss." + l)},
+        {label: "z-loss, " + layerName(l), points: perStep("z_loss." + l)}]).flat()},
     {title: "Bytes sent per step and rank", unit: "bytes", keys: ["comm_bytes", "comm_bytes_analytical", "comm_bytes_ragged_bound"],
      series: () => [
       {label: "all-reduce, measured", points: perStep("comm_bytes.all_reduce")},
@@ -102,8 +105,8 @@
     if (!rows.length) return;
     const experts = Math.max(...rows.map((r) => r.expert_tokens[layer].length));
     const fig = el("figure", {"data-heatmap": String(layer)}, grid);
-    el("figcaption", {text: "Expert load, MoE layer " + layer + " (" + experts + " experts x " + rows.length +
-                             " steps; darker = more token-slots)"}, fig);
+    el("figcaption", {text: "Expert load, " + layerName(layer) + ", " + experts + " experts x " + rows.length +
+                             " steps (darker = more token-slots)"}, fig);
     const canvas = el("canvas", {class: "heat", width: String(rows.length), height: String(experts)}, fig);
     const ctx = canvas.getContext("2d");
     const image = ctx.createImageData(rows.length, experts);

@@ -141,6 +141,9 @@ typedef struct {
    * replicas' gradients, moe.replica_sum). */
   const int32_t *layer_positions;
   const int32_t *layer_replicas;
+  /* Per MoE layer, the model layer it belongs to (its router parameter's
+   * prefix, such as "l3"), for the metrics. */
+  const char *const *layer_names;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
