@@ -3,6 +3,8 @@
 #include "CommImpl.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 std::string moert::groupText(const int32_t *group, int n) {
@@ -43,11 +45,33 @@ int finish(moert_comm *comm, bool ok) {
   return 1;
 }
 
+/// The emulated link's time for `bytes` on the wire in `messages`
+/// sequential messages (moert_comm_emulate_link).
+void emulateLink(const moert_comm *comm, double bytes, int messages) {
+  if (comm->linkBytesPerSecond <= 0)
+    return;
+  double seconds = bytes / comm->linkBytesPerSecond + messages * comm->linkLatency;
+  if (seconds > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+/// ceil(log2 n): the rounds of a tree broadcast or a dissemination barrier.
+int treeRounds(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n)
+    ++rounds;
+  return rounds;
+}
+
 } // namespace
 
 extern "C" {
 
 int moert_comm_rank(const moert_comm *comm) { return comm->rank; }
+void moert_comm_emulate_link(moert_comm *comm, double bytesPerSecond, double latencySeconds) {
+  comm->linkBytesPerSecond = bytesPerSecond;
+  comm->linkLatency = latencySeconds;
+}
 int moert_comm_size(const moert_comm *comm) { return comm->size; }
 const char *moert_comm_error(const moert_comm *comm) { return comm->error.c_str(); }
 int64_t moert_comm_bytes(const moert_comm *comm, int collective) {
@@ -60,6 +84,8 @@ int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int
   if (i < 0 || finish(comm, comm->allReduce(data, count, group, n, i)))
     return 1;
   comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  if (n > 1)
+    emulateLink(comm, 2.0 * (n - 1) * count * 4 / n, 2 * (n - 1));
   return 0;
 }
 
@@ -68,9 +94,15 @@ int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBy
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->allToAllV(send, sendBytes, recv, recvBytes, group, n, i)))
     return 1;
+  double sent = 0, received = 0;
   for (int j = 0; j < n; ++j)
-    if (j != i)
+    if (j != i) {
       comm->bytes[MOERT_ALL_TO_ALL] += sendBytes[j];
+      sent += sendBytes[j];
+      received += recvBytes[j];
+    }
+  if (n > 1)
+    emulateLink(comm, std::max(sent, received), n - 1);
   return 0;
 }
 
@@ -80,6 +112,8 @@ int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes, void *re
   if (i < 0 || finish(comm, comm->allGather(send, bytes, recv, group, n, i)))
     return 1;
   comm->bytes[MOERT_ALL_GATHER] += bytes * (n - 1);
+  if (n > 1)
+    emulateLink(comm, static_cast<double>(bytes) * (n - 1), n - 1);
   return 0;
 }
 
@@ -89,6 +123,8 @@ int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv, i
   if (i < 0 || finish(comm, comm->reduceScatter(send, recv, count, group, n, i)))
     return 1;
   comm->bytes[MOERT_REDUCE_SCATTER] += (n - 1) * count * 4;
+  if (n > 1)
+    emulateLink(comm, static_cast<double>(n - 1) * count * 4, n - 1);
   return 0;
 }
 
@@ -110,12 +146,18 @@ int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root, const
     return 1;
   if (i == rootIndex)
     comm->bytes[MOERT_BROADCAST] += bytes * (n - 1);
+  if (n > 1)
+    emulateLink(comm, static_cast<double>(bytes), treeRounds(n));
   return 0;
 }
 
 int moert_barrier(moert_comm *comm, const int32_t *group, int n) {
   int i = validate(comm, group, n);
-  return i < 0 || finish(comm, comm->barrier(group, n, i)) ? 1 : 0;
+  if (i < 0 || finish(comm, comm->barrier(group, n, i)))
+    return 1;
+  if (n > 1)
+    emulateLink(comm, 0, treeRounds(n));
+  return 0;
 }
 
 } // extern "C"

@@ -20,6 +20,7 @@ struct moert_comm {
   int rank = 0, size = 1;
   std::string error;
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
+  double linkBytesPerSecond = 0, linkLatency = 0; ///< moert_comm_emulate_link
 
   /// Backends return false after setting `error` (without the rank prefix).
   virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) = 0;

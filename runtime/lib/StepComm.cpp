@@ -8,6 +8,7 @@
 
 #include "CopyBytes.h"
 #include "Placement.h"
+#include "Trace.h"
 #include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/Program.h"
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *members) {
@@ -35,20 +37,45 @@ extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *mem
   return n;
 }
 
+extern "C" void moert_step_end_compute(moert_context *ctx) {
+  if (ctx->step_mark <= 0)
+    return;
+  double now = moert::nowSeconds();
+  if (ctx->trace)
+    ctx->trace->add(moert::TraceLane::Compute, "compute", ctx->step_mark, now);
+  if (ctx->compute_slowdown > 0 && now > ctx->step_mark) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>((now - ctx->step_mark) * ctx->compute_slowdown));
+    double waited = now;
+    now = moert::nowSeconds();
+    if (ctx->trace)
+      ctx->trace->add(moert::TraceLane::Compute, "emulated slowdown", waited, now);
+  }
+  ctx->step_mark = now;
+}
+
 namespace {
 /// Adds the time of the outermost collective routine of this rank (ranks
-/// may be threads; routines call each other) to ctx->comm_seconds.
+/// may be threads; routines call each other) to ctx->comm_seconds; in a
+/// step, ends the compute before it and records it (`name`) in the trace.
 class CommTimer {
 public:
-  explicit CommTimer(moert_context *ctx) : ctx(ctx), outer(depth++ == 0) {
-    if (outer)
-      start = std::chrono::steady_clock::now();
+  CommTimer(moert_context *ctx, const char *name) : ctx(ctx), name(name), outer(depth++ == 0) {
+    if (!outer)
+      return;
+    moert_step_end_compute(ctx);
+    start = moert::nowSeconds();
   }
   ~CommTimer() {
     --depth;
-    if (outer)
-      ctx->comm_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!outer)
+      return;
+    double end = moert::nowSeconds();
+    ctx->comm_seconds += end - start;
+    if (ctx->trace)
+      ctx->trace->add(moert::TraceLane::Communication, name, start, end);
+    if (ctx->step_mark > 0)
+      ctx->step_mark = end;
   }
   CommTimer(const CommTimer &) = delete;
   CommTimer &operator=(const CommTimer &) = delete;
@@ -56,8 +83,9 @@ public:
 private:
   static thread_local int depth;
   moert_context *ctx;
+  const char *name;
   bool outer;
-  std::chrono::steady_clock::time_point start;
+  double start = 0;
 };
 thread_local int CommTimer::depth = 0;
 
@@ -139,7 +167,7 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
 
 extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count,
                                      int axes, int mean, double scale) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "all_reduce");
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (out != in)
     moert::copyBytes(out, in, static_cast<size_t>(count) * sizeof(float));
@@ -160,7 +188,7 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
 extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
                                             const float *const *ins, const int64_t *counts,
                                             int axes, int mean, double scale) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "all_reduce (bucket)");
   int64_t total = 0;
   for (int t = 0; t < n; ++t)
     total += counts[t];
@@ -177,7 +205,7 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
                                      const int64_t *shape, int rank, int split, int concat,
                                      int axes, const moert_codec *codec) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "all_to_all");
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   int64_t total = 1;
@@ -216,7 +244,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
                                             const int64_t *shape, int split, int concat, int axes,
                                             const int32_t *counts, int32_t *recv,
                                             const moert_codec *codec) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "all_to_all (ragged)");
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   auto found = std::find(group.begin(), group.end(), ctx->rank);
@@ -377,7 +405,7 @@ extern "C" int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positio
 extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const float *in, int64_t rows,
                                       int64_t rowSize, const int32_t *table, int32_t positions,
                                       int axes) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "replica_sum");
   if (out != in)
     std::memcpy(out, in, static_cast<size_t>(rows * rowSize) * sizeof(float));
   std::vector<int32_t> group = groupOf(ctx, axes);
@@ -594,7 +622,7 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
                                            int64_t count, int axes, int mean, double scale,
                                            const moert_codec *codec, int site, int64_t rows,
                                            int64_t cols) {
-  CommTimer timer(ctx);
+  CommTimer timer(ctx, "all_reduce (compressed)");
   std::vector<int32_t> group = groupOf(ctx, axes);
   auto found = std::find(group.begin(), group.end(), ctx->rank);
   if (found == group.end())

@@ -230,6 +230,7 @@ void Trainer::bindContext(moert::CodecStates restored) {
   }
   if (!restored.empty())
     moert::codecStates(&ctx) = std::move(restored);
+  configureEmulation();
 }
 
 void Trainer::openMetrics() {
@@ -267,7 +268,9 @@ int Trainer::run() {
                 o.steps - 1);
   bar = lead && o.progress && isatty(fileno(stdout));
   writeRunLine();
+  startTrace();
   long long reached = trainLoop();
+  writeTrace();
   if (reached < o.steps) {
     int signo = stopSignal();
     if (lead)
@@ -338,8 +341,18 @@ Trainer::StepResult Trainer::runStep(long long s) {
   float loss = 0;
   ctx.comm_seconds = 0;
   auto start = std::chrono::steady_clock::now();
+  double stepStart = 0;
+  if (ctx.compute_slowdown > 0 || trace)
+    ctx.step_mark = stepStart = moert::nowSeconds();
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
+  if (ctx.step_mark > 0) {
+    moert_step_end_compute(&ctx); // the compute after the last collective
+    ctx.step_mark = 0;
+    if (trace)
+      trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
+                 moert::nowSeconds());
+  }
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - start).count();
   double commSeconds = std::min(ctx.comm_seconds, seconds);

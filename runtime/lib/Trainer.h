@@ -13,6 +13,8 @@
 //                                          progress and metrics
 //   evaluation      TrainerEval.cpp        validation loss, text sampling
 //   reports         Trainer.cpp            communication, peak memory
+//   emulation       TrainerTrace.cpp       slower links and devices, the
+//                                          Chrome trace of every rank
 //
 // Every rank calls every unit (the collectives are inside them); only the
 // lead rank (0) prints and writes metrics and checkpoints. Internal to
@@ -23,6 +25,7 @@
 #ifndef MOERT_LIB_TRAINER_H
 #define MOERT_LIB_TRAINER_H
 
+#include "Trace.h"
 #include "TrainerOptions.h"
 
 #include "moert/Aligned.h"
@@ -139,6 +142,10 @@ private:
   nlohmann::json expertTokens() const;
   nlohmann::json routerLoss(int part) const;
   void writeRunLine();
+  // Emulation and tracing (TrainerTrace.cpp).
+  void configureEmulation();
+  void startTrace();
+  void writeTrace();
   /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
   /// block's order: every row when the parameter is not sharded; else the
   /// rows its MoE layer's placement (expertOrder) gives rank e, or the
@@ -224,6 +231,9 @@ private:
   double windowSeconds = 0, secondsPerByte = -1;
   std::vector<double> gradSquares; ///< per parameter, with --metrics
   moert_context ctx{};
+  /// --trace: this rank's events, and the time every rank agreed on as 0.
+  std::unique_ptr<moert_trace> trace;
+  double traceOrigin = 0;
 
   std::unique_ptr<std::ofstream> metrics;
   bool canEval = false; ///< an evaluation step and a validation split

@@ -2,6 +2,7 @@
 
 #include "TrainerOptions.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -59,6 +60,19 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
   return v;
 }
 
+/// A comma-separated list of numbers that `inRange` accepts.
+std::vector<double> parseList(const char *text, bool (*inRange)(double), const char *expects) {
+  std::vector<double> out;
+  std::string all = text;
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t comma = std::min(all.find(',', pos), all.size());
+    out.push_back(parseReal(all.substr(pos, comma - pos).c_str(), false, inRange, expects));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 [[noreturn]] void printUsage(const char *program) {
   std::printf("usage: %s --data FILE [--data-format text|u16|u32] [--steps N] [--seed S]\n"
               "          [--metrics FILE]\n"
@@ -70,6 +84,8 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--max-memory GB] [--rebalance-every N]\n"
+              "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
+              "          [--emulate-cluster SPEED,...]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -86,7 +102,14 @@ double parseReal(const char *text, bool emptyIsZero, bool (*inRange)(double), co
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
               "               (the compiled grid; under mpirun, one rank per process)\n"
               "  --rebalance-every N  every N steps, move experts between the ep ranks\n"
-              "               when the measured load says it pays (expert parallelism)\n",
+              "               when the measured load says it pays (expert parallelism)\n"
+              "  --trace FILE  a Chrome trace (Perfetto) of every rank's compute,\n"
+              "               collectives and steps\n"
+              "  --emulate-link GBPS[,LATENCY_US]  each collective also takes its bytes\n"
+              "               over GBPS gigabytes/s plus LATENCY_US per message\n"
+              "  --emulate-cluster SPEED,...  rank r computes at SPEED_r in (0, 1] of\n"
+              "               this machine (waits (1/SPEED - 1) x its compute); one\n"
+              "               value: every rank\n",
               program, program);
   std::exit(0);
 }
@@ -162,6 +185,21 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.timeout = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 86400; },
           "--comm-timeout expects seconds in (0, 86400]");
+    else if (a == "--trace")
+      o.trace = value();
+    else if (a == "--emulate-link") {
+      std::vector<double> link = parseList(
+          value(), [](double v) { return v > 0 && v <= 1e6; },
+          "--emulate-link expects GBPS[,LATENCY_US], numbers in (0, 1e6]");
+      if (link.size() > 2)
+        die("--emulate-link expects GBPS[,LATENCY_US], got " + std::to_string(link.size()) +
+            " numbers");
+      o.linkBytesPerSecond = link[0] * 1e9;
+      o.linkLatency = link.size() > 1 ? link[1] * 1e-6 : 0;
+    } else if (a == "--emulate-cluster")
+      o.rankSpeeds = parseList(
+          value(), [](double v) { return v > 0 && v <= 1; },
+          "--emulate-cluster expects relative speeds in (0, 1], comma-separated");
     else if (a == "--threads") {
       // The kernels' thread pool reads HL_NUM_THREADS when it starts.
       const char *v = value();

@@ -11,6 +11,7 @@
 #include "moert/Data.h"
 
 #include <string>
+#include <vector>
 
 namespace moert::trainer {
 
@@ -36,6 +37,12 @@ struct Options {
   bool progress = true;         ///< a progress bar when stdout is a terminal
   double maxMemoryGB = 0;       ///< 0: the machine's memory
   long long rebalanceEvery = 0; ///< 0: experts stay where the plan put them
+  /// --emulate-link GBPS[,LATENCY_US]: bytes/s and seconds (0: off).
+  double linkBytesPerSecond = 0, linkLatency = 0;
+  /// --emulate-cluster S,...: each rank's relative compute speed in (0, 1]
+  /// (one value: every rank's); empty: off.
+  std::vector<double> rankSpeeds;
+  std::string trace; ///< --trace FILE: a Chrome trace of every rank
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

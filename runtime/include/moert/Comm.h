@@ -51,6 +51,15 @@ enum moert_collective {
 int moert_comm_rank(const moert_comm *comm);
 int moert_comm_size(const moert_comm *comm);
 
+/* Emulates a slower network (the trainer's --emulate-link): after each
+ * collective, the rank waits what the transfer would take on a link of
+ * `bytes_per_second` with `latency_seconds` per message: its bytes on the
+ * wire (the larger of sent and received) over the bandwidth, plus the
+ * latency of each of its sequential messages (a ring all-reduce 2 (p-1),
+ * an all-to-all or all-gather p-1, a broadcast or barrier ceil(log2 p)).
+ * 0 bandwidth: no emulation. */
+void moert_comm_emulate_link(moert_comm *comm, double bytes_per_second, double latency_seconds);
+
 /* Sum of `count` floats over the group, in place. */
 int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int32_t *group,
                          int group_size);

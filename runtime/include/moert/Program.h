@@ -89,6 +89,16 @@ typedef struct {
    * squared log-sum-exp of the router logits over the rank's tokens), both
    * before their coefficients. */
   float *router_losses;
+  /* Emulation and tracing (the trainer's --emulate-cluster and --trace).
+   * While a step runs, step_mark is the monotonic time (seconds) the
+   * current compute began (the step's start or the last collective's end;
+   * 0 outside a step). Each outermost collective of StepComm.cpp first ends
+   * that compute: it waits compute_slowdown times the compute's duration
+   * (a device 1 / (1 + compute_slowdown) as fast; 0: no wait) and records
+   * the compute and then the collective in `trace` when not null. */
+  double compute_slowdown;
+  double step_mark;
+  struct moert_trace *trace;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -158,6 +168,10 @@ typedef struct {
 int moert_place_slots(int32_t *out_slots, const int32_t *in_slots, int64_t n, int32_t *out_counts,
                       const int32_t *in_counts, int32_t experts, const int32_t *order,
                       int32_t positions, int64_t block);
+/* Ends the compute since ctx->step_mark (emulated slowdown, trace) and
+ * starts the next at now; nothing outside a step. The trainer calls it at
+ * the end of each step. */
+void moert_step_end_compute(moert_context *ctx);
 /* Scalar routines the step program calls (lr schedule, fill). */
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);
