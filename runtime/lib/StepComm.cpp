@@ -165,9 +165,22 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
 
 } // namespace
 
+/// In a replica-local step (moert_context.replica_local), a reduction over
+/// the dp axis stays within the data replica: dp leaves the axes and a sum
+/// becomes dp times the replica's own (its estimate). True when it did.
+static bool withinReplica(const moert_context *ctx, int &axes, int mean, double &scale) {
+  if (!ctx->replica_local || !(axes & MOERT_AXIS_DP))
+    return false;
+  axes &= ~MOERT_AXIS_DP;
+  if (!mean)
+    scale *= ctx->dp;
+  return true;
+}
+
 extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count,
                                      int axes, int mean, double scale) {
   CommTimer timer(ctx, "all_reduce");
+  withinReplica(ctx, axes, mean, scale);
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (out != in)
     moert::copyBytes(out, in, static_cast<size_t>(count) * sizeof(float));
@@ -623,6 +636,8 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
                                            const moert_codec *codec, int site, int64_t rows,
                                            int64_t cols) {
   CommTimer timer(ctx, "all_reduce (compressed)");
+  if (withinReplica(ctx, axes, mean, scale)) // what is left is not compressed
+    return moert_step_all_reduce(ctx, out, in, count, axes, mean, scale);
   std::vector<int32_t> group = groupOf(ctx, axes);
   auto found = std::find(group.begin(), group.end(), ctx->rank);
   if (found == group.end())

@@ -262,6 +262,7 @@ int Trainer::run() {
   checkValidationSplit();
   checkCheckpointPath();
   checkRebalance();
+  checkLocalSteps();
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
@@ -270,6 +271,9 @@ int Trainer::run() {
   writeRunLine();
   startTrace();
   long long reached = trainLoop();
+  // Local steps: the replicas agree again before anything reads the model.
+  if (o.localSteps > 0 && (reached - firstStep) % o.localSteps != 0)
+    outerStep(reached - 1, true);
   writeTrace();
   if (reached < o.steps) {
     int signo = stopSignal();
@@ -344,14 +348,20 @@ Trainer::StepResult Trainer::runStep(long long s) {
   double stepStart = 0;
   if (ctx.compute_slowdown > 0 || trace)
     ctx.step_mark = stepStart = moert::nowSeconds();
+  ctx.replica_local = o.localSteps > 0; // the dp all-reduces stay in the replica
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
+  ctx.replica_local = 0;
   if (ctx.step_mark > 0) {
     moert_step_end_compute(&ctx); // the compute after the last collective
     ctx.step_mark = 0;
     if (trace)
       trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
                  moert::nowSeconds());
+  }
+  if (o.localSteps > 0 && rc == 0) {
+    outerStep(s, false);
+    loss = replicaMean(loss, s);
   }
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - start).count();

@@ -15,6 +15,7 @@
 //   reports         Trainer.cpp            communication, peak memory
 //   emulation       TrainerTrace.cpp       slower links and devices, the
 //                                          Chrome trace of every rank
+//   local steps     TrainerLocalSteps.cpp  DiLoCo's inner and outer steps
 //
 // Every rank calls every unit (the collectives are inside them); only the
 // lead rank (0) prints and writes metrics and checkpoints. Internal to
@@ -146,6 +147,10 @@ private:
   void configureEmulation();
   void startTrace();
   void writeTrace();
+  // Local steps and the outer optimiser (TrainerLocalSteps.cpp).
+  void checkLocalSteps();
+  void outerStep(long long step, bool force);
+  float replicaMean(float value, long long step);
   /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
   /// block's order: every row when the parameter is not sharded; else the
   /// rows its MoE layer's placement (expertOrder) gives rank e, or the
@@ -234,6 +239,9 @@ private:
   /// --trace: this rank's events, and the time every rank agreed on as 0.
   std::unique_ptr<moert_trace> trace;
   double traceOrigin = 0;
+  /// --local-steps: the parameters at the last outer step, and the outer
+  /// optimiser's momentum (checkpointed as NAME.outer_v).
+  std::vector<moert::AlignedFloats> outerStart, outerMomentum;
 
   std::unique_ptr<std::ofstream> metrics;
   bool canEval = false; ///< an evaluation step and a validation split

@@ -136,6 +136,21 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
       keepRows(it->second.data.data(), *target, i);
     }
   }
+  // The outer optimiser's momentum (--local-steps); absent: it starts at 0.
+  if (o.localSteps <= 0)
+    return;
+  outerMomentum.assign(params.size(), {});
+  for (int i = 0; i < prog.num_params; ++i) {
+    auto it = tensors.find(std::string(prog.params[i].name) + ".outer_v");
+    outerMomentum[i].assign(params[i].size(), 0.0f);
+    if (it != tensors.end()) {
+      if (it->second.data.size() != params[i].size() /
+                                        static_cast<size_t>(rowsOf(i, epIndex).size()) *
+                                        static_cast<size_t>(fullRows(i)))
+        die(o.checkpoint + ": tensor '" + it->first + "' has another size than the model's");
+      keepRows(it->second.data.data(), outerMomentum[i], i);
+    }
+  }
 }
 
 /// This rank's row of every codec state the checkpoint holds for this many
@@ -225,6 +240,8 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
       tensors[std::string(p.name) + ".adam_m"] = {shape, gatherFull(moments[2 * i], i)};
       tensors[std::string(p.name) + ".adam_v"] = {shape, gatherFull(moments[2 * i + 1], i)};
     }
+    if (static_cast<size_t>(i) < outerMomentum.size() && !outerMomentum[i].empty())
+      tensors[std::string(p.name) + ".outer_v"] = {shape, gatherFull(outerMomentum[i], i)};
   }
 }
 

@@ -86,6 +86,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...]\n"
+              "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -109,7 +110,10 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               over GBPS gigabytes/s plus LATENCY_US per message\n"
               "  --emulate-cluster SPEED,...  rank r computes at SPEED_r in (0, 1] of\n"
               "               this machine (waits (1/SPEED - 1) x its compute); one\n"
-              "               value: every rank\n",
+              "               value: every rank\n"
+              "  --local-steps H  data replicas take H steps on their own batches, then\n"
+              "               average their parameter deltas through an outer Nesterov\n"
+              "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9)\n",
               program, program);
   std::exit(0);
 }
@@ -185,6 +189,16 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.timeout = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 86400; },
           "--comm-timeout expects seconds in (0, 86400]");
+    else if (a == "--local-steps")
+      o.localSteps = parseInt(a, value(), 1);
+    else if (a == "--outer-lr")
+      o.outerLr = parseReal(
+          value(), false, [](double v) { return v > 0 && v <= 10; },
+          "--outer-lr expects a number in (0, 10]");
+    else if (a == "--outer-momentum")
+      o.outerMomentum = parseReal(
+          value(), false, [](double v) { return v >= 0 && v < 1; },
+          "--outer-momentum expects a number in [0, 1)");
     else if (a == "--trace")
       o.trace = value();
     else if (a == "--emulate-link") {
@@ -220,6 +234,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9) && o.localSteps == 0)
+    die("--outer-lr and --outer-momentum go with --local-steps H");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())
     die("--keep-checkpoints needs --checkpoint DIR");
   return o;

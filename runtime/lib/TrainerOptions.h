@@ -43,6 +43,9 @@ struct Options {
   /// (one value: every rank's); empty: off.
   std::vector<double> rankSpeeds;
   std::string trace; ///< --trace FILE: a Chrome trace of every rank
+  /// --local-steps H (0: synchronous), DiLoCo's outer optimiser.
+  long long localSteps = 0;
+  double outerLr = 0.7, outerMomentum = 0.9;
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

@@ -99,6 +99,11 @@ typedef struct {
   double compute_slowdown;
   double step_mark;
   struct moert_trace *trace;
+  /* Local steps (the trainer's --local-steps): when not 0, the step's
+   * all-reduces leave out the dp axis, so each data replica (its ep group)
+   * trains on its own batch: a mean over the remaining members, and a sum
+   * over dp estimated as dp times the replica's own. */
+  int replica_local;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated

@@ -1,0 +1,84 @@
+//===- TrainerLocalSteps.cpp - local SGD with an outer optimiser (DiLoCo) -===//
+//
+// --local-steps H: each data replica (an ep group) takes H AdamW steps on its
+// own batches without the dp all-reduces (moert_context.replica_local), then
+// the replicas average their parameter deltas, Delta = start - params, over
+// the dp axis, and an outer Nesterov-momentum SGD step (DiLoCo, Douillard et
+// al. 2023: learning rate 0.7, momentum 0.9) moves the start point:
+//
+//   v = mu v + mean(Delta);  start = start - lr (mean(Delta) + mu v);  params = start
+//
+// AdamW moments stay each replica's own. The dp all-reduces of H steps
+// become one all-reduce of the parameters; checkpoints are taken at outer
+// steps (their momentum saved as NAME.outer_v), where every replica holds
+// the same parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Trainer.h"
+
+#include <cmath>
+
+using namespace moert::trainer;
+
+void Trainer::checkLocalSteps() {
+  if (o.localSteps <= 0)
+    return;
+  if (o.checkpointEvery > 0 && o.checkpointEvery % o.localSteps != 0)
+    die("--checkpoint-every " + std::to_string(o.checkpointEvery) +
+        " must be a multiple of --local-steps " + std::to_string(o.localSteps) +
+        " (checkpoints are taken where the replicas agree)");
+  if (o.rebalanceEvery > 0)
+    die("--local-steps with --rebalance-every is not supported: the outer optimiser's state "
+        "would have to move with the experts");
+  outerStart.resize(params.size());
+  if (outerMomentum.size() != params.size())
+    outerMomentum.assign(params.size(), {});
+  for (size_t i = 0; i < params.size(); ++i) {
+    outerStart[i].assign(params[i].begin(), params[i].end());
+    if (outerMomentum[i].size() != params[i].size())
+      outerMomentum[i].assign(params[i].size(), 0.0f);
+  }
+  if (lead)
+    std::printf("local steps: %lld per outer step over %d data replicas (outer lr %g, "
+                "Nesterov momentum %g)\n",
+                o.localSteps, replicas / ep, o.outerLr, o.outerMomentum);
+}
+
+/// After step `s` (0-based): the outer step when a window of local steps
+/// ends there, or `force`d (before a checkpoint or at the end).
+void Trainer::outerStep(long long s, bool force) {
+  if (o.localSteps <= 0 || (!force && (s + 1 - firstStep) % o.localSteps != 0))
+    return;
+  size_t total = 0;
+  for (auto &p : params)
+    total += p.size();
+  std::vector<float> delta(total);
+  size_t at = 0;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (size_t j = 0; j < params[i].size(); ++j, ++at)
+      delta[at] = outerStart[i][j] - params[i][j];
+  // Replicas of the same ep index hold the same rows: the mean over dp.
+  if (moert_step_all_reduce(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
+                            MOERT_AXIS_DP, 1, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": the outer step's all-reduce");
+  float lr = static_cast<float>(o.outerLr), mu = static_cast<float>(o.outerMomentum);
+  at = 0;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (size_t j = 0; j < params[i].size(); ++j, ++at) {
+      float &v = outerMomentum[i][j];
+      v = mu * v + delta[at];
+      float next = outerStart[i][j] - lr * (delta[at] + mu * v);
+      outerStart[i][j] = params[i][j] = next;
+    }
+}
+
+/// The mean of `value` over the data replicas (the loss of a replica-local
+/// step, reported for the whole batch).
+float Trainer::replicaMean(float value, long long s) {
+  if (prog.grid_dp <= 1)
+    return value;
+  if (moert_step_all_reduce(&ctx, &value, &value, 1, MOERT_AXIS_DP, 1, 1.0) != 0)
+    commError("step " + std::to_string(s) + ": the replicas' mean loss");
+  return value;
+}
