@@ -272,7 +272,7 @@ int Trainer::run() {
   startTrace();
   long long reached = trainLoop();
   // Local steps: the replicas agree again before anything reads the model.
-  if (o.localSteps > 0 && (reached - firstStep) % o.localSteps != 0)
+  if (o.localSteps > 0 && reached > firstStep && reached % o.localSteps != 0)
     outerStep(reached - 1, true);
   writeTrace();
   if (reached < o.steps) {

@@ -43,12 +43,18 @@ void Trainer::checkLocalSteps() {
     std::printf("local steps: %lld per outer step over %d data replicas (outer lr %g, "
                 "Nesterov momentum %g)\n",
                 o.localSteps, replicas / ep, o.outerLr, o.outerMomentum);
+  if (lead && o.localSteps < 50 && o.outerMomentum > 0)
+    std::printf("note: DiLoCo's outer momentum is tuned for hundreds of local steps; with few, "
+                "plain averaging (--outer-lr 1 --outer-momentum 0) measured closer to "
+                "synchronous training (docs/LocalSteps.md)\n");
 }
 
 /// After step `s` (0-based): the outer step when a window of local steps
-/// ends there, or `force`d (before a checkpoint or at the end).
+/// ends there (windows end at multiples of H, counted from the run's first
+/// step, so checkpoints every multiple of H fall on them after a resume
+/// too), or `force`d (at the end of a run inside a window).
 void Trainer::outerStep(long long s, bool force) {
-  if (o.localSteps <= 0 || (!force && (s + 1 - firstStep) % o.localSteps != 0))
+  if (o.localSteps <= 0 || (!force && (s + 1) % o.localSteps != 0))
     return;
   size_t total = 0;
   for (auto &p : params)
