@@ -3,9 +3,10 @@
 # the tiny example (sequences of 128, 8 per replica) on 2 data-parallel
 # thread ranks, STEPS steps (300) of the King James Bible over an emulated
 # link of LINK (0.2 GB/s, 50 us per message: --emulate-link), synchronous
-# and with each RUNS entry H:LR:MU (--local-steps H --outer-lr LR
-# --outer-momentum MU; default: plain averaging, LR 1 and MU 0, at H 4 and
-# 16, and DiLoCo's 0.7 and 0.9 at H 16 and 64), for each seed of SEEDS
+# and with each RUNS entry H:LR:MU[:SYNC] (--local-steps H --outer-lr LR
+# --outer-momentum MU [--sync-steps SYNC]; default: plain averaging, LR 1
+# and MU 0, at H 4, 8 and 16, H 8 after 30 synchronous steps, and DiLoCo's
+# 0.7 and 0.9 at H 16 and 64), for each seed of SEEDS
 # ("1"). Reported: the final validation loss (against the synchronous
 # run's), the median tokens/s and the all-reduce bytes per step and rank
 # (mean). Part of `make bench`.
@@ -13,7 +14,7 @@
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-300}
-runs=${RUNS:-4:1:0 16:1:0 16:0.7:0.9 64:0.7:0.9}
+runs=${RUNS:-4:1:0 8:1:0 8:1:0:30 16:1:0 16:0.7:0.9 64:0.7:0.9}
 link=${LINK:-0.2,50}
 seeds=${SEEDS:-1}
 py=/usr/bin/python3
@@ -37,8 +38,9 @@ for seed in $seeds; do
     metrics="$out/ls-$run-$seed.jsonl"
     rm -f "$metrics"
     local=()
-    IFS=: read -r h lr mu <<< "$run"
-    [ "$run" = sync ] || local=(--local-steps "$h" --outer-lr "$lr" --outer-momentum "$mu")
+    IFS=: read -r h lr mu sync <<< "$run"
+    [ "$run" = sync ] || local=(--local-steps "$h" --outer-lr "$lr" --outer-momentum "$mu"
+      --sync-steps "${sync:-0}")
     "$out/ls-dp2" --data "$corpus" --steps "$steps" --seed "$seed" --no-progress \
       --emulate-link "$link" --eval-every "$steps" --metrics "$metrics" "${local[@]}" >/dev/null
     "$py" - "$metrics" "$run" "$seed" >> "$out/local-steps.jsonl" <<'PY'
@@ -55,10 +57,10 @@ done
 "$py" - "$out/local-steps.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-14s %5s %9s %9s %9s %8s %14s" % ("H:lr:mu", "seed", "val loss", "vs sync", "tok/s", "speed-up", "AR B/step"))
+print("%-16s %5s %9s %9s %9s %8s %14s" % ("H:lr:mu[:sync]", "seed", "val loss", "vs sync", "tok/s", "speed-up", "AR B/step"))
 for r in rows:
     sync = next(s for s in rows if s["seed"] == r["seed"] and s["run"] == "sync")
-    print("%-14s %5d %9.4f %+8.2f%% %9.0f %7.2fx %14.0f" % (
+    print("%-16s %5d %9.4f %+8.2f%% %9.0f %7.2fx %14.0f" % (
         r["run"], r["seed"], r["val_loss"],
         100 * (r["val_loss"] / sync["val_loss"] - 1), r["tokens_per_s"],
         r["tokens_per_s"] / sync["tokens_per_s"], r["all_reduce_bytes"]))

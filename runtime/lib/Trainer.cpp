@@ -348,10 +348,10 @@ Trainer::StepResult Trainer::runStep(long long s) {
   double stepStart = 0;
   if (ctx.compute_slowdown > 0 || trace)
     ctx.step_mark = stepStart = moert::nowSeconds();
-  ctx.replica_local = o.localSteps > 0; // the dp all-reduces stay in the replica
+  // Local steps: the dp all-reduces stay in the replica.
+  ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
-  ctx.replica_local = 0;
   if (ctx.step_mark > 0) {
     moert_step_end_compute(&ctx); // the compute after the last collective
     ctx.step_mark = 0;
@@ -359,10 +359,12 @@ Trainer::StepResult Trainer::runStep(long long s) {
       trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
                  moert::nowSeconds());
   }
-  if (o.localSteps > 0 && rc == 0) {
-    outerStep(s, false);
+  bool local = ctx.replica_local;
+  ctx.replica_local = 0;
+  if (local && rc == 0)
     loss = replicaMean(loss, s);
-  }
+  if (rc == 0)
+    outerStep(s, false);
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - start).count();
   double commSeconds = std::min(ctx.comm_seconds, seconds);

@@ -41,8 +41,8 @@ void Trainer::checkLocalSteps() {
   }
   if (lead)
     std::printf("local steps: %lld per outer step over %d data replicas (outer lr %g, "
-                "Nesterov momentum %g)\n",
-                o.localSteps, replicas / ep, o.outerLr, o.outerMomentum);
+                "Nesterov momentum %g), from step %lld\n",
+                o.localSteps, replicas / ep, o.outerLr, o.outerMomentum, o.syncSteps + 1);
   if (lead && o.localSteps < 50 && o.outerMomentum > 0)
     std::printf("note: DiLoCo's outer momentum is tuned for hundreds of local steps; with few, "
                 "plain averaging (--outer-lr 1 --outer-momentum 0) measured closer to "
@@ -54,7 +54,14 @@ void Trainer::checkLocalSteps() {
 /// step, so checkpoints every multiple of H fall on them after a resume
 /// too), or `force`d (at the end of a run inside a window).
 void Trainer::outerStep(long long s, bool force) {
-  if (o.localSteps <= 0 || (!force && (s + 1) % o.localSteps != 0))
+  if (o.localSteps <= 0 || s < o.syncSteps)
+    return;
+  if (s + 1 == o.syncSteps) { // the synchronous start ends: the first window's start
+    for (size_t i = 0; i < params.size(); ++i)
+      outerStart[i].assign(params[i].begin(), params[i].end());
+    return;
+  }
+  if (!force && (s + 1) % o.localSteps != 0)
     return;
   size_t total = 0;
   for (auto &p : params)

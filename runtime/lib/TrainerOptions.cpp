@@ -86,7 +86,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...]\n"
-              "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]]\n"
+              "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
+              "           [--sync-steps N]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -113,7 +114,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               value: every rank\n"
               "  --local-steps H  data replicas take H steps on their own batches, then\n"
               "               average their parameter deltas through an outer Nesterov\n"
-              "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9)\n",
+              "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
+              "               --sync-steps N trains the first N steps synchronously\n",
               program, program);
   std::exit(0);
 }
@@ -191,6 +193,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
           "--comm-timeout expects seconds in (0, 86400]");
     else if (a == "--local-steps")
       o.localSteps = parseInt(a, value(), 1);
+    else if (a == "--sync-steps")
+      o.syncSteps = parseInt(a, value(), 0);
     else if (a == "--outer-lr")
       o.outerLr = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 10; },
@@ -234,8 +238,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
-  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9) && o.localSteps == 0)
-    die("--outer-lr and --outer-momentum go with --local-steps H");
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0) && o.localSteps == 0)
+    die("--outer-lr, --outer-momentum and --sync-steps go with --local-steps H");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())
     die("--keep-checkpoints needs --checkpoint DIR");
   return o;

@@ -45,6 +45,7 @@ struct Options {
   std::string trace; ///< --trace FILE: a Chrome trace of every rank
   /// --local-steps H (0: synchronous), DiLoCo's outer optimiser.
   long long localSteps = 0;
+  long long syncSteps = 0; ///< --sync-steps N: synchronous before local steps
   double outerLr = 0.7, outerMomentum = 0.9;
 };
 
