@@ -20,6 +20,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     plan.epDegree = options.ep;
     plan.tpDegree = options.tp;
     plan.pinExperts = options.pinExperts;
+    plan.equalShares = options.equalShares;
     pm.addPass(createPlanShardingPass(plan));
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;

@@ -67,7 +67,8 @@ struct Grid {
 
 class Planner {
 public:
-  Planner(const Cluster &cluster, const StepSummary &step) : cluster(cluster), step(step) {
+  Planner(const Cluster &cluster, const StepSummary &step, bool equalShares)
+      : cluster(cluster), step(step), equalShares(equalShares) {
     for (int64_t r = 0; r < cluster.numRanks(); ++r) {
       denseSpeed.push_back(1.0 / step.denseTime[cluster.rankKind[r]]);
       expertSpeed.push_back(1.0 / step.expertTime[cluster.rankKind[r]]);
@@ -77,6 +78,8 @@ public:
   /// Token share of every data-parallel coordinate (d, e): proportional to
   /// the dense speed of its slowest tensor-parallel rank.
   std::vector<double> coordinateShares(const Grid &g) const {
+    if (equalShares)
+      return std::vector<double>(g.dp * g.ep, 1.0 / static_cast<double>(g.dp * g.ep));
     std::vector<double> share(g.dp * g.ep, 0.0);
     double total = 0;
     for (int64_t d = 0; d < g.dp; ++d)
@@ -302,6 +305,7 @@ public:
 private:
   const Cluster &cluster;
   const StepSummary &step;
+  bool equalShares; ///< the runtime's constraint: every coordinate the same tokens
   std::vector<double> denseSpeed, expertSpeed;
 };
 
@@ -489,7 +493,7 @@ void PlanShardingPass::runOnOperation() {
     for (auto &[node, count] : perNode)
       smallestNode = std::min(smallestNode, count);
   }
-  Planner planner(*cluster, step);
+  Planner planner(*cluster, step, equalShares);
   std::vector<Candidate> candidates;
   for (int64_t tp = 1; tp <= std::min<int64_t>(smallestNode, 8); tp *= 2) {
     if (smallestNode % tp || n % tp || (tpDegree > 0 && tp != tpDegree))
@@ -615,7 +619,8 @@ void PlanShardingPass::runOnOperation() {
 
   // The plan into the IR.
   Builder b(module.getContext());
-  bool mixed = cluster->kinds.size() > 1;
+  // The device kinds mark a grid whose replicas take unequal token shares.
+  bool mixed = cluster->kinds.size() > 1 && !equalShares;
   ArrayAttr devices;
   if (mixed) {
     SmallVector<Attribute> names;
@@ -687,7 +692,8 @@ void PlanShardingPass::runOnOperation() {
       k.first = coord[r / best.tp];
       ++k.second;
     }
-    os << "token share per replica (dp x ep coordinate):";
+    os << "token share per replica (dp x ep coordinate" << (equalShares ? ", equal" : "")
+       << "):";
     for (auto &[name, k] : perKind)
       os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
     if (!expertOps.empty()) {

@@ -8,6 +8,7 @@
 
 #include "CopyBytes.h"
 #include "Placement.h"
+#include "Staging.h"
 #include "Trace.h"
 #include "moert/Codecs.h"
 #include "moert/Comm.h"
@@ -202,16 +203,29 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
                                             const float *const *ins, const int64_t *counts,
                                             int axes, int mean, double scale) {
   CommTimer timer(ctx, "all_reduce (bucket)");
+  withinReplica(ctx, axes, mean, scale);
+  if (groupOf(ctx, axes).size() == 1) {
+    // A group of one (the expert shards' dp reduction at dp = 1): each
+    // tensor scaled in place of a pack, a copy and an unpack.
+    for (int t = 0; t < n; ++t) {
+      if (outs[t] != ins[t])
+        moert::copyBytes(outs[t], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+      if (scale != 1.0)
+        for (int64_t i = 0; i < counts[t]; ++i)
+          outs[t][i] = static_cast<float>(outs[t][i] * scale);
+    }
+    return 0;
+  }
   int64_t total = 0;
   for (int t = 0; t < n; ++t)
     total += counts[t];
-  std::vector<float> bucket(static_cast<size_t>(total));
+  float *bucket = moert::staging<float>(moert::Slot::Bucket, static_cast<size_t>(total));
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    moert::copyBytes(bucket.data() + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-  if (int rc = moert_step_all_reduce(ctx, bucket.data(), bucket.data(), total, axes, mean, scale))
+    moert::copyBytes(bucket + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+  if (int rc = moert_step_all_reduce(ctx, bucket, bucket, total, axes, mean, scale))
     return rc;
   for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    moert::copyBytes(outs[t], bucket.data() + at, static_cast<size_t>(counts[t]) * sizeof(float));
+    moert::copyBytes(outs[t], bucket + at, static_cast<size_t>(counts[t]) * sizeof(float));
   return 0;
 }
 
@@ -226,7 +240,8 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
     total *= shape[i];
   int64_t chunk = total / p;
   // Pack: chunk q = the q-th slice of `in` along `split`.
-  std::vector<float> send(static_cast<size_t>(total)), recv(static_cast<size_t>(total));
+  float *send = moert::staging<float>(moert::Slot::Send, static_cast<size_t>(total)),
+        *recv = moert::staging<float>(moert::Slot::Receive, static_cast<size_t>(total));
   Layout s = around(shape, rank, split);
   int64_t part = s.extent / p;
   for (int64_t q = 0; q < p; ++q)
@@ -235,7 +250,7 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
                        &in[(o * s.extent + q * part) * s.inner],
                        static_cast<size_t>(part * s.inner) * sizeof(float));
   std::vector<int64_t> elems(p, chunk);
-  if (int rc = exchangeSegments(ctx, group, send.data(), elems, recv.data(), elems, codec))
+  if (int rc = exchangeSegments(ctx, group, send, elems, recv, elems, codec))
     return rc;
   // Unpack: the chunk from member q is the q-th slice of `out` along
   // `concat`; a chunk has the input's shape with `split` divided by p.
@@ -314,18 +329,19 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
     sendTotal += sendElems[q];
     recvTotal += recvElems[q];
   }
-  std::vector<float> send(static_cast<size_t>(sendTotal)), got(static_cast<size_t>(recvTotal));
-  float *cursor = send.data();
+  float *send = moert::staging<float>(moert::Slot::Send, static_cast<size_t>(sendTotal)),
+        *got = moert::staging<float>(moert::Slot::Receive, static_cast<size_t>(recvTotal));
+  float *cursor = send;
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < perDest; ++i) {
       int64_t n = sendCounts[q * perDest + i] * d;
       moert::copyBytes(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
       cursor += n;
     }
-  if (int rc = exchangeSegments(ctx, group, send.data(), sendElems, got.data(), recvElems, codec))
+  if (int rc = exchangeSegments(ctx, group, send, sendElems, got, recvElems, codec))
     return rc;
   // 3. Unpack: valid rows, zeros after them.
-  const float *from = got.data();
+  const float *from = got;
   for (int64_t q = 0; q < p; ++q)
     for (int64_t i = 0; i < perDest; ++i) {
       int64_t block = outBlock(q, i), n = recvCounts[q * perDest + i];

@@ -8,9 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CopyBytes.h"
 #include "CommImpl.h"
+#include "CopyBytes.h"
+#include "Staging.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -60,7 +62,9 @@ public:
     if (!c.arrive({data, nullptr, count}))
       return false;
     bool ok = c.sameCount(count);
-    std::vector<float> sum(ok ? static_cast<size_t>(count) : 0, 0.0f);
+    size_t elements = ok ? static_cast<size_t>(count) : 0;
+    float *sum = moert::staging<float>(moert::Slot::Sum, elements);
+    std::fill(sum, sum + elements, 0.0f);
     for (int i = 0; ok && i < n; ++i) { // member order: the same bits everywhere
       const float *in = static_cast<const float *>(c.member(i).in);
       for (int64_t k = 0; k < count; ++k)
@@ -71,7 +75,7 @@ public:
     if (!ok)
       return fail("all_reduce on group " + groupText(group, n) +
                   ": members passed different element counts");
-    moert::copyBytes(data, sum.data(), sum.size() * sizeof(float));
+    moert::copyBytes(data, sum, elements * sizeof(float));
     return true;
   }
 

@@ -326,9 +326,11 @@ int checkFlags() {
 void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
                      StringRef reportTable) {
   // A step program runs on the runtime, which has no tensor parallelism
-  // yet: its plans are chosen among tp = 1 unless --tp says otherwise, and
-  // a plan it cannot execute is an error (a warning for --emit=plan|mlir,
-  // whose step stays on one rank).
+  // and gives every data replica the same tokens yet: its plans are chosen
+  // among tp = 1 unless --tp says otherwise, with equal token shares (on a
+  // mixed cluster faster devices still hold more experts), and a plan it
+  // cannot execute is an error (a warning for --emit=plan|mlir, whose step
+  // stays on one rank).
   bool program = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
   options.evalStep = true;
   options.ranks = ranks;
@@ -340,6 +342,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.reportJson = reportJson.str();
   options.reportTable = reportTable.str();
   options.strictPlan = program;
+  options.equalShares = program;
   options.routingGroups = routingGroups;
   options.redundantExperts = redundantExperts;
   options.compressGrad = compressGrad;

@@ -64,7 +64,8 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     dispatch/combine all-to-alls, gradient all-reduces, tensor-parallel
     all-reduces) and the memory per device (docs/CostModel.md), and picks
     the fastest plan that fits. On mixed clusters tokens are shared in proportion to each
-    device's speed and faster devices hold more experts. Writes
+    device's speed (equally with `equal-shares`, what the runtime executes)
+    and faster devices hold more experts. Writes
     `moe.grid` (with the device kind of every rank on mixed clusters), a
     `placement` on every `moe.expert_ffn`, and `moe.plan` (the predicted
     costs); `report-table` and `report-json` write the candidates and why
@@ -83,6 +84,9 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     Option<"pinExperts", "pin", "std::string", "\"\"",
            "Pin experts to ep ranks: EXPERT@RANK,... (every MoE layer's expert of that "
            "index; an expert on several ranks is replicated)">,
+    Option<"equalShares", "equal-shares", "bool", "false",
+           "Give every data-parallel coordinate the same token share (what the runtime "
+           "executes); on mixed clusters faster devices still hold more experts">,
     Option<"reportTable", "report-table", "std::string", "\"\"",
            "Write the readable plan table here ('-': stdout)">,
     Option<"reportJson", "report-json", "std::string", "\"\"",

@@ -42,6 +42,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> reportTable{*this, "report-table",
                                   llvm::cl::desc("With plan: write the plan table here"),
                                   llvm::cl::init("")};
+  Option<bool> equalShares{
+      *this, "equal-shares",
+      llvm::cl::desc("With plan: every data replica the same token share (what the runtime "
+                     "executes; moe-plan-sharding equal-shares)"),
+      llvm::cl::init(false)};
   Option<bool> strictPlan{
       *this, "strict-plan",
       llvm::cl::desc("With plan: a plan the runtime cannot execute is an error (false: a "
