@@ -106,6 +106,8 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
           (ranks[r] == ranks[best] && had(r, e) && !had(best, e)))
         best = r;
     }
+    if (best < 0)
+      continue; // a replica whose every rank with room holds the expert: left out
     held[best].push_back(e);
     holds[best][e] = true;
     ranks[best] += share;
