@@ -30,10 +30,18 @@ struct moert_trace {
     std::string name;
     double start, end; ///< nowSeconds()
   };
+  /// Events kept per rank (about 100 bytes each in the file); later ones
+  /// are counted in `dropped`.
+  static constexpr size_t kMaxEvents = 500000;
   int rank = 0;
   std::vector<Event> events;
+  size_t dropped = 0;
 
   void add(moert::TraceLane lane, std::string name, double start, double end) {
+    if (events.size() >= kMaxEvents) {
+      ++dropped;
+      return;
+    }
     events.push_back({static_cast<int>(lane), std::move(name), start, end});
   }
   /// This rank's events as Chrome trace events (a JSON array's items,

@@ -274,7 +274,6 @@ int Trainer::run() {
   // Local steps: the replicas agree again before anything reads the model.
   if (o.localSteps > 0 && reached > firstStep && reached % o.localSteps != 0)
     outerStep(reached - 1, true);
-  writeTrace();
   if (reached < o.steps) {
     int signo = stopSignal();
     if (lead)
@@ -284,6 +283,7 @@ int Trainer::run() {
       saveCheckpoint(reached);
     else if (lead)
       std::printf("no --checkpoint: nothing saved\n");
+    writeTrace();
     return 128 + (signo ? signo : SIGINT);
   }
   reportCommunication();
@@ -297,6 +297,7 @@ int Trainer::run() {
     reportMemory();
   if (!o.checkpoint.empty())
     saveCheckpoint(o.steps);
+  writeTrace();
   return 0;
 }
 
@@ -361,8 +362,9 @@ Trainer::StepResult Trainer::runStep(long long s) {
   }
   bool local = ctx.replica_local;
   ctx.replica_local = 0;
+  bool badNorm = !std::isfinite(ctx.grad_norm); // a replica's own in local steps
   if (local && rc == 0)
-    loss = replicaMean(loss, s);
+    loss = replicaMean(loss, badNorm, s);
   if (rc == 0)
     outerStep(s, false);
   auto now = std::chrono::steady_clock::now();
@@ -373,7 +375,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
               std::to_string(rc) + ")");
   if (!std::isfinite(loss))
     die("step " + std::to_string(s) + ": the loss is not finite");
-  if (!std::isfinite(ctx.grad_norm))
+  if (badNorm)
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
   return {loss, ctx.grad_norm, ctx.lr, nullptr, tokensPerStep / seconds, now, seconds, commSeconds};

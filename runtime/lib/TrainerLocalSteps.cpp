@@ -54,7 +54,7 @@ void Trainer::checkLocalSteps() {
 /// step, so checkpoints every multiple of H fall on them after a resume
 /// too), or `force`d (at the end of a run inside a window).
 void Trainer::outerStep(long long s, bool force) {
-  if (o.localSteps <= 0 || s < o.syncSteps)
+  if (o.localSteps <= 0 || s + 1 < o.syncSteps)
     return;
   if (s + 1 == o.syncSteps) { // the synchronous start ends: the first window's start
     for (size_t i = 0; i < params.size(); ++i)
@@ -87,11 +87,15 @@ void Trainer::outerStep(long long s, bool force) {
 }
 
 /// The mean of `value` over the data replicas (the loss of a replica-local
-/// step, reported for the whole batch).
-float Trainer::replicaMean(float value, long long s) {
+/// step, reported for the whole batch); `bad` becomes true on every rank
+/// when it is on any (a replica's non-finite gradient norm: all ranks stop
+/// together).
+float Trainer::replicaMean(float value, bool &bad, long long s) {
   if (prog.grid_dp <= 1)
     return value;
-  if (moert_step_all_reduce(&ctx, &value, &value, 1, MOERT_AXIS_DP, 1, 1.0) != 0)
+  float pair[2] = {value, bad ? 1.0f : 0.0f};
+  if (moert_step_all_reduce(&ctx, pair, pair, 2, MOERT_AXIS_DP, 0, 1.0) != 0)
     commError("step " + std::to_string(s) + ": the replicas' mean loss");
-  return value;
+  bad = pair[1] > 0;
+  return pair[0] / static_cast<float>(prog.grid_dp);
 }

@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
+
+#include <unistd.h>
 
 using namespace moert::trainer;
 
@@ -32,6 +35,13 @@ void Trainer::configureEmulation() {
 void Trainer::startTrace() {
   if (o.trace.empty())
     return;
+  // Checked before training: the file is written at the end.
+  std::filesystem::path dir = std::filesystem::path(o.trace).parent_path();
+  if (dir.empty())
+    dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    die("--trace " + o.trace + ": " + dir.string() + " is not a writable directory");
   trace = std::make_unique<moert_trace>();
   trace->rank = rank;
   if (comm) {
@@ -44,8 +54,10 @@ void Trainer::startTrace() {
   ctx.trace = trace.get();
 }
 
-/// Gathers every rank's events (their lengths, then the texts padded to
-/// the longest) and the lead writes one Chrome trace file.
+/// Sends every rank's events to the lead (their lengths gathered, then one
+/// all-to-all in which only the lead receives), which writes one Chrome
+/// trace file. After the run's checkpoint: a trace that cannot be written
+/// is a warning, never a lost run.
 void Trainer::writeTrace() {
   if (!trace)
     return;
@@ -59,15 +71,20 @@ void Trainer::writeTrace() {
     std::vector<int64_t> lengths(ranks);
     if (moert_all_gather(comm, &length, sizeof length, lengths.data(), all.data(), ranks) != 0)
       commError("--trace: gathering the events' sizes");
-    int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-    mine.resize(static_cast<size_t>(longest), ' ');
-    std::string gathered(static_cast<size_t>(longest) * ranks, ' ');
-    if (moert_all_gather(comm, mine.data(), longest, gathered.data(), all.data(), ranks) != 0)
+    std::vector<int64_t> sendBytes(ranks, 0), recvBytes(ranks, 0);
+    sendBytes[0] = length;
+    if (lead)
+      recvBytes = lengths;
+    std::string gathered(
+        lead ? static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t(0))) : 0,
+        ' ');
+    if (moert_all_to_all_v(comm, mine.data(), sendBytes.data(), gathered.data(), recvBytes.data(),
+                           all.data(), ranks) != 0)
       commError("--trace: gathering the events");
     texts.clear();
-    for (int r = 0; r < ranks; ++r)
-      texts.push_back(
-          gathered.substr(static_cast<size_t>(r * longest), static_cast<size_t>(lengths[r])));
+    size_t at = 0;
+    for (int r = 0; lead && r < ranks; at += static_cast<size_t>(lengths[r]), ++r)
+      texts.push_back(gathered.substr(at, static_cast<size_t>(lengths[r])));
   }
   if (!lead)
     return;
@@ -76,7 +93,11 @@ void Trainer::writeTrace() {
     out += (r ? ",\n" : "") + texts[r];
   out += "\n]}\n";
   std::string error;
-  if (!moert::writeFileAtomic(o.trace, out, error))
-    die(o.trace + ": " + error);
-  std::printf("trace: %s (%zu ranks)\n", o.trace.c_str(), texts.size());
+  if (!moert::writeFileAtomic(o.trace, out, error)) {
+    std::fprintf(stderr, "warning: --trace: %s: %s (the run itself is saved)\n", o.trace.c_str(),
+                 error.c_str());
+    return;
+  }
+  std::printf("trace: %s (%zu ranks%s)\n", o.trace.c_str(), texts.size(),
+              trace->dropped ? ", the first events of each rank only" : "");
 }

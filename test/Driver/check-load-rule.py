@@ -12,26 +12,15 @@ import glob
 import json
 import os
 import re
-import struct
 import sys
+
+import tensorfile
 
 
 def biases(path):
     """The router_bias tensors of a safetensors file, by layer index."""
-    with open(path, "rb") as f:
-        data = f.read()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    out = {}
-    for name, info in header.items():
-        m = re.fullmatch(r"l(\d+)\.router_bias", name)
-        if not m:
-            continue
-        assert info["dtype"] == "F32", info
-        lo, hi = info["data_offsets"]
-        raw = data[8 + size + lo:8 + size + hi]
-        out[int(m.group(1))] = struct.unpack(f"<{len(raw) // 4}f", raw)
-    return out
+    found = tensorfile.read(path, lambda n: re.fullmatch(r"l(\d+)\.router_bias", n) is not None)
+    return {int(re.fullmatch(r"l(\d+)\.router_bias", n).group(1)): v for n, v in found.items()}
 
 
 kept, metrics, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])

@@ -14,6 +14,8 @@
 #include "moert/Comm.h"
 #include "moert/Program.h"
 
+#include "Trace.h" // runtime/lib: the trace a context records into
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -479,6 +481,122 @@ TEST(StepCommTest, AllReduceOnOneRankIsALocalScale) {
 
 //===----------------------------------------------------------------------===//
 // moert_step_all_reduce_bucket
+// Local steps (moert_context.replica_local): a reduction over dp stays in
+// the data replica (its ep group): a mean over what is left, a sum over dp
+// becomes dp times the replica's own; nothing crosses replicas (no bytes for
+// a dp-only group), in the bucket and compressed forms too.
+TEST(StepCommTest, ReplicaLocalReductionsStayInTheReplica) {
+  const Grid g{2, 2, 1};
+  const int64_t count = 9;
+  int failures = 0;
+  std::mutex mutex;
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     ctx.replica_local = 1;
+                     std::vector<float> in = integerData(count, ctx.rank), out(count);
+                     std::vector<int32_t> ep = expectedGroup(g, ctx.rank, MOERT_AXIS_EP);
+                     std::vector<double> epSum(count, 0.0);
+                     for (int32_t r : ep) {
+                       std::vector<float> theirs = integerData(count, r);
+                       for (int64_t k = 0; k < count; ++k)
+                         epSum[k] += theirs[k];
+                     }
+                     bool ok = true;
+                     // [dp, ep] mean: the mean over the ep group.
+                     if (int rc = moert_step_all_reduce(&ctx, out.data(), in.data(), count,
+                                                        MOERT_AXIS_DP | MOERT_AXIS_EP, 1, 1.0))
+                       return rc;
+                     for (int64_t k = 0; k < count; ++k)
+                       ok = ok && out[k] == static_cast<float>(epSum[k] / 2);
+                     // [dp] sum, scale 0.25: dp x the replica's own x 0.25, no bytes.
+                     int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                     float *outs[] = {out.data()};
+                     const float *ins[] = {in.data()};
+                     if (int rc = moert_step_all_reduce_bucket(&ctx, 1, outs, ins, &count,
+                                                               MOERT_AXIS_DP, 0, 0.25))
+                       return rc;
+                     for (int64_t k = 0; k < count; ++k)
+                       ok = ok && out[k] == static_cast<float>(in[k] * 0.5);
+                     ok = ok && moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) == before;
+                     // A compressed [dp] reduction: uncompressed, within the replica.
+                     moert_codec int8 = {MOERT_CODEC_INT8, 32, 0, 0, 0};
+                     if (int rc =
+                             moert_step_all_reduce_codec(&ctx, out.data(), in.data(), count,
+                                                         MOERT_AXIS_DP, 1, 1.0, &int8, 0, count, 1))
+                       return rc;
+                     ok = ok && out == in;
+                     if (!ok) {
+                       std::lock_guard<std::mutex> lock(mutex);
+                       ++failures;
+                     }
+                     return 0;
+                   }),
+            0);
+  EXPECT_EQ(failures, 0);
+}
+
+// --emulate-cluster and --trace: inside a step (step_mark > 0), a
+// collective first ends the compute before it, waits compute_slowdown times
+// its duration (never less), and records the compute, the wait and the
+// collective; the collective's end starts the next compute.
+TEST(StepCommTest, EmulatedSlowdownAndTraceAroundACollective) {
+  const Grid g{2, 1, 1};
+  std::vector<moert_trace> traces(2);
+  std::vector<double> marks(2);
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     traces[ctx.rank].rank = ctx.rank;
+                     ctx.trace = &traces[ctx.rank];
+                     ctx.compute_slowdown = ctx.rank == 1 ? 2.0 : 0.0;
+                     ctx.step_mark = moert::nowSeconds();
+                     double busy = ctx.step_mark + 0.002; // 2 ms of "compute"
+                     while (moert::nowSeconds() < busy) {
+                     }
+                     float v = 1.0f;
+                     int rc = moert_step_all_reduce(&ctx, &v, &v, 1, MOERT_AXIS_DP, 0, 1.0);
+                     marks[ctx.rank] = ctx.step_mark;
+                     return rc;
+                   }),
+            0);
+  for (int r = 0; r < 2; ++r) {
+    const auto &events = traces[r].events;
+    ASSERT_EQ(events.size(), r == 1 ? 3u : 2u) << "rank " << r;
+    EXPECT_EQ(events[0].name, "compute");
+    EXPECT_GE(events[0].end - events[0].start, 0.002);
+    if (r == 1) {
+      EXPECT_EQ(events[1].name, "emulated slowdown");
+      EXPECT_GE(events[1].end - events[1].start, 2.0 * (events[0].end - events[0].start));
+    }
+    EXPECT_EQ(events.back().name, "all_reduce");
+    EXPECT_EQ(events.back().lane, static_cast<int>(moert::TraceLane::Communication));
+    EXPECT_EQ(marks[r], events.back().end);
+    std::string text = traces[r].chromeEvents(events[0].start);
+    EXPECT_NE(text.find("\"name\":\"rank " + std::to_string(r) + "\""), std::string::npos);
+    EXPECT_NE(text.find("\"ph\":\"X\""), std::string::npos);
+  }
+}
+
+// --emulate-link: a collective takes at least its bytes over the bandwidth
+// plus the latency of its messages (a ring all-reduce of 2 ranks: 2 (p-1)
+// = 2 messages, 4000 bytes each way).
+TEST(StepCommTest, EmulatedLinkTakesTheTransferTime) {
+  const Grid g{2, 1, 1};
+  std::vector<double> took(2);
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     moert_comm_emulate_link(ctx.comm, 1e6, 1e-3);
+                     std::vector<float> v(1000, 1.0f);
+                     double start = moert::nowSeconds();
+                     int rc = moert_all_reduce_f32(ctx.comm, v.data(), 1000,
+                                                   std::vector<int32_t>{0, 1}.data(), 2);
+                     took[ctx.rank] = moert::nowSeconds() - start;
+                     return rc;
+                   }),
+            0);
+  for (double t : took)
+    EXPECT_GE(t, 4000 / 1e6 + 2 * 1e-3);
+}
+
 //===----------------------------------------------------------------------===//
 
 // A bucket of tensors of different sizes (one empty, one in place) equals
