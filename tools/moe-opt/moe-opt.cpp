@@ -6,13 +6,18 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/InitAllDialects.h"
+#include "moe/Support/NestingDepth.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/Plugins/PassPlugin.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <vector>
@@ -45,6 +50,7 @@ int main(int argc, char **argv) {
   args.push_back(nullptr);
   argv = args.data();
 
+  llvm::InitLLVM init(argc, argv);
   mlir::DialectRegistry registry;
   mlir::moe::registerAllDialects(registry);
   // Generic cleanups users run between moe passes.
@@ -53,5 +59,32 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
   mlir::moe::registerMoEPasses();
   mlir::moe::registerMoEPipelines();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, "MoEC optimiser driver\n", registry));
+  auto [input, output] =
+      mlir::registerAndParseCLIOptions(argc, argv, "MoEC optimiser driver\n", registry);
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return mlir::asMainReturnCode(mlir::MlirOptMain(argc, argv, input, output, registry));
+  // The input is read here (stdin too) so that IR nested past what MLIR's
+  // recursive parser survives is an error, not a stack overflow.
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> file = mlir::openInputFile(input, &error);
+  if (!file) {
+    llvm::errs() << "moe-opt: " << error << "\n";
+    return 1;
+  }
+  if (auto deep = mlir::moe::findDeepNesting(file->getBuffer())) {
+    llvm::errs() << (input == "-" ? "<stdin>" : input) << ":" << deep->first << ":" << deep->second
+                 << ": error: brackets nested deeper than " << mlir::moe::kMaxNesting
+                 << " levels\n";
+    return 1;
+  }
+  std::unique_ptr<llvm::ToolOutputFile> out = mlir::openOutputFile(output, &error);
+  if (!out) {
+    llvm::errs() << "moe-opt: " << error << "\n";
+    return 1;
+  }
+  if (mlir::failed(mlir::MlirOptMain(out->os(), std::move(file), registry, config)))
+    return 1;
+  out->keep();
+  return 0;
 }
