@@ -3,8 +3,8 @@
 # the tiny example (sequences of 128, 8 per replica) on 2 data-parallel
 # thread ranks, STEPS steps (300) of the King James Bible over an emulated
 # link of LINK (0.2 GB/s, 50 us per message: --emulate-link), synchronous
-# and with each RUNS entry H:LR:MU[:SYNC] (--local-steps H --outer-lr LR
-# --outer-momentum MU [--sync-steps SYNC]; default: plain averaging, LR 1
+# and with each RUNS entry H:LR:MU[:SYNC[:CODEC]] (--local-steps H --outer-lr LR
+# --outer-momentum MU [--sync-steps SYNC] [--outer-codec CODEC]; default: plain averaging, LR 1
 # and MU 0, at H 4, 8 and 16, H 8 after 30 synchronous steps, and DiLoCo's
 # 0.7 and 0.9 at H 16 and 64), for each seed of SEEDS
 # ("1"). Reported: the final validation loss (against the synchronous
@@ -38,9 +38,10 @@ for seed in $seeds; do
     metrics="$out/ls-$run-$seed.jsonl"
     rm -f "$metrics"
     local=()
-    IFS=: read -r h lr mu sync <<< "$run"
+    IFS=: read -r h lr mu sync codec <<< "$run"
     [ "$run" = sync ] || local=(--local-steps "$h" --outer-lr "$lr" --outer-momentum "$mu"
       --sync-steps "${sync:-0}")
+    [ -z "${codec:-}" ] || local+=(--outer-codec "$codec")
     "$out/ls-dp2" --data "$corpus" --steps "$steps" --seed "$seed" --no-progress \
       --emulate-link "$link" --eval-every "$steps" --metrics "$metrics" "${local[@]}" >/dev/null
     "$py" - "$metrics" "$run" "$seed" >> "$out/local-steps.jsonl" <<'PY'
@@ -50,7 +51,7 @@ steps = [r for r in rows if "loss" in r and "step" in r]
 print(json.dumps({"run": sys.argv[2], "seed": int(sys.argv[3]),
                   "val_loss": [r["val_loss"] for r in rows if "val_loss" in r][-1],
                   "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
-                  "all_reduce_bytes": statistics.mean(r["comm_bytes"]["all_reduce"] for r in steps)}))
+                  "all_reduce_bytes": statistics.mean(r["comm_bytes"]["all_reduce"] + r["codec_bytes"]["sent"] for r in steps)}))
 PY
   done
 done

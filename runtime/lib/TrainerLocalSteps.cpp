@@ -17,9 +17,16 @@
 
 #include "Trainer.h"
 
+#include "moert/Codecs.h"
+
 #include <cmath>
 
 using namespace moert::trainer;
+
+namespace {
+/// The outer all-reduce's codec site, past any step program's.
+constexpr int kOuterCodecSite = 1 << 30;
+} // namespace
 
 void Trainer::checkLocalSteps() {
   if (o.localSteps <= 0)
@@ -71,9 +78,22 @@ void Trainer::outerStep(long long s, bool force) {
   for (size_t i = 0; i < params.size(); ++i)
     for (size_t j = 0; j < params[i].size(); ++j, ++at)
       delta[at] = outerStart[i][j] - params[i][j];
-  // Replicas of the same ep index hold the same rows: the mean over dp.
-  if (moert_step_all_reduce(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
-                            MOERT_AXIS_DP, 1, 1.0) != 0)
+  // Replicas of the same ep index hold the same rows: the mean over dp,
+  // compressed on the wire with --outer-codec (its own codec site).
+  int rc;
+  if (o.outerCodec.empty()) {
+    rc = moert_step_all_reduce(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
+                               MOERT_AXIS_DP, 1, 1.0);
+  } else {
+    moert::CodecSpec spec;
+    std::string error;
+    moert::parseCodec(o.outerCodec, spec, error); // checked with the options
+    moert_codec codec = {static_cast<int>(spec.kind), spec.blockSize, spec.ratio, spec.rank, 0};
+    rc = moert_step_all_reduce_codec(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
+                                     MOERT_AXIS_DP, 1, 1.0, &codec, kOuterCodecSite,
+                                     static_cast<int64_t>(total), 1);
+  }
+  if (rc != 0)
     commError("step " + std::to_string(s) + ": the outer step's all-reduce");
   float lr = static_cast<float>(o.outerLr), mu = static_cast<float>(o.outerMomentum);
   at = 0;

@@ -2,6 +2,8 @@
 
 #include "TrainerOptions.h"
 
+#include "moert/Codecs.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -87,7 +89,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
-              "           [--sync-steps N]]\n"
+              "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -115,7 +117,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "  --local-steps H  data replicas take H steps on their own batches, then\n"
               "               average their parameter deltas through an outer Nesterov\n"
               "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
-              "               --sync-steps N trains the first N steps synchronously\n",
+              "               --sync-steps N trains the first N steps synchronously;\n"
+              "               --outer-codec compresses the outer all-reduce\n",
               program, program);
   std::exit(0);
 }
@@ -193,7 +196,17 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
           "--comm-timeout expects seconds in (0, 86400]");
     else if (a == "--local-steps")
       o.localSteps = parseInt(a, value(), 1);
-    else if (a == "--sync-steps")
+    else if (a == "--outer-codec") {
+      o.outerCodec = value();
+      moert::CodecSpec spec;
+      std::string error;
+      if (!moert::parseCodec(o.outerCodec, spec, error))
+        die("--outer-codec: " + error);
+      if (spec.kind != moert::CodecKind::FP16 && spec.kind != moert::CodecKind::BF16 &&
+          spec.kind != moert::CodecKind::Int8)
+        die("--outer-codec expects fp16, bf16 or int8[:block] (an element-wise codec), got '" +
+            o.outerCodec + "'");
+    } else if (a == "--sync-steps")
       o.syncSteps = parseInt(a, value(), 0);
     else if (a == "--outer-lr")
       o.outerLr = parseReal(
@@ -238,8 +251,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
-  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0) && o.localSteps == 0)
-    die("--outer-lr, --outer-momentum and --sync-steps go with --local-steps H");
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0 || !o.outerCodec.empty()) &&
+      o.localSteps == 0)
+    die("--outer-lr, --outer-momentum, --sync-steps and --outer-codec go with --local-steps H");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())
     die("--keep-checkpoints needs --checkpoint DIR");
   return o;

@@ -47,6 +47,7 @@ struct Options {
   long long localSteps = 0;
   long long syncSteps = 0; ///< --sync-steps N: synchronous before local steps
   double outerLr = 0.7, outerMomentum = 0.9;
+  std::string outerCodec; ///< --outer-codec fp16|bf16|int8[:block]: the outer all-reduce's
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the
