@@ -21,6 +21,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     plan.tpDegree = options.tp;
     plan.pinExperts = options.pinExperts;
     plan.equalShares = options.equalShares;
+    plan.redundantExperts = options.redundantExperts;
     pm.addPass(createPlanShardingPass(plan));
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;

@@ -67,8 +67,8 @@ struct Grid {
 
 class Planner {
 public:
-  Planner(const Cluster &cluster, const StepSummary &step, bool equalShares)
-      : cluster(cluster), step(step), equalShares(equalShares) {
+  Planner(const Cluster &cluster, const StepSummary &step, bool equalShares, int64_t redundant)
+      : cluster(cluster), step(step), equalShares(equalShares), redundant(redundant) {
     for (int64_t r = 0; r < cluster.numRanks(); ++r) {
       denseSpeed.push_back(1.0 / step.denseTime[cluster.rankKind[r]]);
       expertSpeed.push_back(1.0 / step.expertTime[cluster.rankKind[r]]);
@@ -230,6 +230,29 @@ public:
       }
     }
     c.allReduce = denseAR + expertAR;
+    // Spare positions (online rebalancing's replicas): ceil(R / ep) more
+    // expert rows per rank, and the replicas' gradient sums over each ep
+    // group every step (every spare position holding a replica).
+    double spareRows = 0, rowBytes = 0;
+    if (redundant > 0 && ep > 1 && !step.layerExperts.empty()) {
+      double experts = std::accumulate(step.layerExperts.begin(), step.layerExperts.end(), 0.0);
+      rowBytes = step.expertParamBytes / experts; // one expert of one layer
+      spareRows = static_cast<double>((redundant + ep - 1) / ep) *
+                  static_cast<double>(step.layerExperts.size());
+      double replicaSum = 0;
+      for (int64_t d = 0; d < dp; ++d)
+        for (int64_t t = 0; t < tp; ++t) {
+          Group group;
+          for (int64_t e = 0; e < ep; ++e)
+            group.push_back(g.rank(d, e, t));
+          replicaSum =
+              std::max(replicaSum, allReduceTime(cluster, group,
+                                                 static_cast<double>(redundant) *
+                                                     static_cast<double>(step.layerExperts.size()) *
+                                                     rowBytes / tdp));
+        }
+      c.allReduce += replicaSum;
+    }
     // Memory: f32 parameter and gradient (8 bytes per element) and two
     // AdamW moments (8 more; with ZeRO-1 sharded over the replicas), plus
     // the rank's share of activations.
@@ -238,7 +261,8 @@ public:
         for (int64_t t = 0; t < tp; ++t) {
           int64_t r = g.rank(d, e, t);
           double dense = step.denseParamBytes / tdp;
-          double expert = step.expertParamBytes * expertFraction[d * ep + e] / tdp;
+          double expert =
+              (step.expertParamBytes * expertFraction[d * ep + e] + spareRows * rowBytes) / tdp;
           double bytes =
               2 * (dense + expert) +
               2 * (zero ? dense / static_cast<double>(dp * ep) + expert / static_cast<double>(dp)
@@ -305,7 +329,8 @@ public:
 private:
   const Cluster &cluster;
   const StepSummary &step;
-  bool equalShares; ///< the runtime's constraint: every coordinate the same tokens
+  bool equalShares;  ///< the runtime's constraint: every coordinate the same tokens
+  int64_t redundant; ///< spare positions per MoE layer (replicas)
   std::vector<double> denseSpeed, expertSpeed;
 };
 
@@ -493,7 +518,7 @@ void PlanShardingPass::runOnOperation() {
     for (auto &[node, count] : perNode)
       smallestNode = std::min(smallestNode, count);
   }
-  Planner planner(*cluster, step, equalShares);
+  Planner planner(*cluster, step, equalShares, redundantExperts);
   std::vector<Candidate> candidates;
   for (int64_t tp = 1; tp <= std::min<int64_t>(smallestNode, 8); tp *= 2) {
     if (smallestNode % tp || n % tp || (tpDegree > 0 && tp != tpDegree))
@@ -692,8 +717,7 @@ void PlanShardingPass::runOnOperation() {
       k.first = coord[r / best.tp];
       ++k.second;
     }
-    os << "token share per replica (dp x ep coordinate" << (equalShares ? ", equal" : "")
-       << "):";
+    os << "token share per replica (dp x ep coordinate" << (equalShares ? ", equal" : "") << "):";
     for (auto &[name, k] : perKind)
       os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
     if (!expertOps.empty()) {

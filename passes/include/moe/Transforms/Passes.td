@@ -84,6 +84,10 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     Option<"pinExperts", "pin", "std::string", "\"\"",
            "Pin experts to ep ranks: EXPERT@RANK,... (every MoE layer's expert of that "
            "index; an expert on several ranks is replicated)">,
+    Option<"redundantExperts", "redundant-experts", "int64_t", "0",
+           "Spare positions per MoE layer for replicas (moe-partition redundant-experts): "
+           "with ep > 1 each rank holds ceil(R / ep) more expert rows (memory) and every "
+           "step reduces the replicas' gradients over the ep group (time, all R replicated)">,
     Option<"equalShares", "equal-shares", "bool", "false",
            "Give every data-parallel coordinate the same token share (what the runtime "
            "executes); on mixed clusters faster devices still hold more experts">,
