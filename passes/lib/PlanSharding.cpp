@@ -63,6 +63,13 @@ struct Candidate {
 struct Grid {
   int64_t dp, ep, tp;
   int64_t rank(int64_t d, int64_t e, int64_t t) const { return (d * ep + e) * tp + t; }
+  /// The ep ranks of data replica d's tensor-parallel slice t.
+  Group epGroup(int64_t d, int64_t t) const {
+    Group group;
+    for (int64_t e = 0; e < ep; ++e)
+      group.push_back(rank(d, e, t));
+    return group;
+  }
 };
 
 class Planner {
@@ -180,9 +187,7 @@ public:
       for (int64_t e = 0; e < ep; ++e)
         maxShare = std::max(maxShare, share[d * ep + e]);
       for (int64_t t = 0; t < tp; ++t) {
-        Group group;
-        for (int64_t e = 0; e < ep; ++e)
-          group.push_back(g.rank(d, e, t));
+        Group group = g.epGroup(d, t);
         // Linear in the bytes: one evaluation for all layers plus the
         // other layers' latencies.
         double bytes =
@@ -240,17 +245,11 @@ public:
       spareRows = static_cast<double>((redundant + ep - 1) / ep) *
                   static_cast<double>(step.layerExperts.size());
       double replicaSum = 0;
+      double bytes = static_cast<double>(redundant) *
+                     static_cast<double>(step.layerExperts.size()) * rowBytes / tdp;
       for (int64_t d = 0; d < dp; ++d)
-        for (int64_t t = 0; t < tp; ++t) {
-          Group group;
-          for (int64_t e = 0; e < ep; ++e)
-            group.push_back(g.rank(d, e, t));
-          replicaSum =
-              std::max(replicaSum, allReduceTime(cluster, group,
-                                                 static_cast<double>(redundant) *
-                                                     static_cast<double>(step.layerExperts.size()) *
-                                                     rowBytes / tdp));
-        }
+        for (int64_t t = 0; t < tp; ++t)
+          replicaSum = std::max(replicaSum, allReduceTime(cluster, g.epGroup(d, t), bytes));
       c.allReduce += replicaSum;
     }
     // Memory: f32 parameter and gradient (8 bytes per element) and two

@@ -17,8 +17,6 @@
 
 #include "Trainer.h"
 
-#include "moert/Codecs.h"
-
 #include <cmath>
 
 using namespace moert::trainer;
@@ -81,13 +79,11 @@ void Trainer::outerStep(long long s, bool force) {
   // Replicas of the same ep index hold the same rows: the mean over dp,
   // compressed on the wire with --outer-codec (its own codec site).
   int rc;
-  if (o.outerCodec.empty()) {
+  if (!o.outerCodec) {
     rc = moert_step_all_reduce(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
                                MOERT_AXIS_DP, 1, 1.0);
   } else {
-    moert::CodecSpec spec;
-    std::string error;
-    moert::parseCodec(o.outerCodec, spec, error); // checked with the options
+    const moert::CodecSpec &spec = *o.outerCodec;
     moert_codec codec = {static_cast<int>(spec.kind), spec.blockSize, spec.ratio, spec.rank, 0};
     rc = moert_step_all_reduce_codec(&ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
                                      MOERT_AXIS_DP, 1, 1.0, &codec, kOuterCodecSite,

@@ -2,8 +2,6 @@
 
 #include "TrainerOptions.h"
 
-#include "moert/Codecs.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -197,15 +195,15 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else if (a == "--local-steps")
       o.localSteps = parseInt(a, value(), 1);
     else if (a == "--outer-codec") {
-      o.outerCodec = value();
+      std::string text = value(), error;
       moert::CodecSpec spec;
-      std::string error;
-      if (!moert::parseCodec(o.outerCodec, spec, error))
+      if (!moert::parseCodec(text, spec, error))
         die("--outer-codec: " + error);
       if (spec.kind != moert::CodecKind::FP16 && spec.kind != moert::CodecKind::BF16 &&
           spec.kind != moert::CodecKind::Int8)
         die("--outer-codec expects fp16, bf16 or int8[:block] (an element-wise codec), got '" +
-            o.outerCodec + "'");
+            text + "'");
+      o.outerCodec = spec;
     } else if (a == "--sync-steps")
       o.syncSteps = parseInt(a, value(), 0);
     else if (a == "--outer-lr")
@@ -251,7 +249,7 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
-  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0 || !o.outerCodec.empty()) &&
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0 || o.outerCodec) &&
       o.localSteps == 0)
     die("--outer-lr, --outer-momentum, --sync-steps and --outer-codec go with --local-steps H");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())

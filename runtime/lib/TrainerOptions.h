@@ -8,8 +8,10 @@
 #ifndef MOERT_LIB_TRAINEROPTIONS_H
 #define MOERT_LIB_TRAINEROPTIONS_H
 
+#include "moert/Codecs.h"
 #include "moert/Data.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,8 @@ struct Options {
   long long localSteps = 0;
   long long syncSteps = 0; ///< --sync-steps N: synchronous before local steps
   double outerLr = 0.7, outerMomentum = 0.9;
-  std::string outerCodec; ///< --outer-codec fp16|bf16|int8[:block]: the outer all-reduce's
+  /// --outer-codec fp16|bf16|int8[:block]: the outer all-reduce's codec.
+  std::optional<moert::CodecSpec> outerCodec;
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the
