@@ -318,14 +318,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
 
 LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
   AllReduceOp first = reduces.front();
-  if (reduces.size() == 1)
+  if (reduces.size() == 1 && !first.getAsync())
     return collective(first);
   int64_t total = 0;
   std::string outs, ins, counts;
   for (AllReduceOp r : reduces) {
     // One collective packs every input before it writes any output.
     Operation *producer = r.getInput().getDefiningOp();
-    if (r.getCodecAttr() || r.getAxes() != first.getAxes() ||
+    if (r.getCodecAttr() || r.getAsync() != first.getAsync() || r.getAxes() != first.getAxes() ||
         r.getReduction() != first.getReduction() || r.getScale() != first.getScale() ||
         (producer && llvm::is_contained(reduces, dyn_cast<AllReduceOp>(producer))))
       return r.emitOpError("cannot share a bucket with the all_reduce before it (a "
@@ -344,10 +344,17 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
   int64_t p = groupSize(first.getAxes());
   if (training)
     allReduceBytes += moert_ring_all_reduce_bytes(total, p);
+  std::string call = "moert_step_all_reduce_bucket(ctx, ";
+  if (first.getAsync()) {
+    // Started here, completed by the moe.wait of its results.
+    auto id = first->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+    if (!id)
+      return first.emitOpError("async all_reduce has no moe.bucket (run moe-schedule)");
+    call = "moert_step_all_reduce_start(ctx, " + std::to_string(id.getInt()) + ", ";
+  }
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
-     << "};\n    const int64_t counts[] = {" << counts
-     << "};\n    if (int rc = moert_step_all_reduce_bucket(ctx, " << reduces.size()
-     << ", outs, ins, counts, " << axesMask(first.getAxes()) << ", "
+     << "};\n    const int64_t counts[] = {" << counts << "};\n    if (int rc = " << call
+     << reduces.size() << ", outs, ins, counts, " << axesMask(first.getAxes()) << ", "
      << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
      << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
   return success();
@@ -678,7 +685,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
     // one collective.
     if (auto first = dyn_cast<AllReduceOp>(op);
-        first && first->hasAttr(MoEDialect::kBucketAttrName)) {
+        first && (first->hasAttr(MoEDialect::kBucketAttrName) || first.getAsync())) {
       SmallVector<AllReduceOp> run = {first};
       Attribute id = first->getAttr(MoEDialect::kBucketAttrName);
       for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
@@ -691,6 +698,21 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
         bucketed.insert(r);
       if (failed(bucket(run)))
         return failure();
+      continue;
+    }
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      // Each bucket once, in operand order; results are the operands.
+      SmallVector<int64_t> ids;
+      for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults())) {
+        auto id = input.getDefiningOp()->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+        if (!id)
+          return wait.emitOpError("waits for an all_reduce without a moe.bucket");
+        if (!llvm::is_contained(ids, id.getInt())) {
+          ids.push_back(id.getInt());
+          os << "  if (int rc = moert_step_wait(ctx, " << id.getInt() << ")) return rc;\n";
+        }
+        storage[result] = pointer(input);
+      }
       continue;
     }
     if (auto get = dyn_cast<GetParamOp>(op)) {

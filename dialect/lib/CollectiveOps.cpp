@@ -41,8 +41,35 @@ LogicalResult AllReduceOp::verify() {
     return failure();
   if (!std::isfinite(getScale().convertToDouble()))
     return emitOpError("scale must be finite");
+  if (getAsync()) {
+    if (getCodecAttr())
+      return emitOpError("async reduction cannot have a codec");
+    Value result = getResult();
+    if (!result.hasOneUse() || !isa<WaitOp>(*result.getUsers().begin()) ||
+        (*result.getUsers().begin())->getBlock() != (*this)->getBlock())
+      return emitOpError("async result must have exactly one user, a moe.wait in the same block");
+  }
   return verifyCodecUse(*this, getCodecAttr(), getInput(),
                         /*elementwiseOnly=*/false);
+}
+
+LogicalResult WaitOp::inferReturnTypes(MLIRContext *, std::optional<Location>, ValueRange operands,
+                                       DictionaryAttr, OpaqueProperties, RegionRange,
+                                       SmallVectorImpl<Type> &inferred) {
+  llvm::append_range(inferred, operands.getTypes());
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one operand");
+  for (auto [i, input] : llvm::enumerate(getInputs())) {
+    auto reduce = input.getDefiningOp<AllReduceOp>();
+    if (!reduce || !reduce.getAsync() || reduce->getBlock() != (*this)->getBlock())
+      return emitOpError() << "operand #" << i
+                           << " is not the result of an async moe.all_reduce in the same block";
+  }
+  return success();
 }
 
 LogicalResult ReplicaSumOp::verify() {

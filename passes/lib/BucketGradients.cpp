@@ -19,7 +19,7 @@ namespace {
 /// reduction and scale, uncompressed, reading no member's result).
 bool joins(AllReduceOp next, ArrayRef<AllReduceOp> run) {
   AllReduceOp first = run.front();
-  if (next.getCodecAttr() || next.getAxes() != first.getAxes() ||
+  if (next.getCodecAttr() || next.getAsync() || next.getAxes() != first.getAxes() ||
       next.getReduction() != first.getReduction() || next.getScale() != first.getScale())
     return false;
   Operation *producer = next.getInput().getDefiningOp();
@@ -39,16 +39,25 @@ struct BucketGradientsPass : public moe::impl::BucketGradientsPassBase<BucketGra
       return signalPassFailure();
     }
     Builder builder(module.getContext());
+    // moe-schedule's buckets (async) stay; their ids are taken.
     int64_t next = 0;
+    module.walk([&](AllReduceOp op) {
+      if (auto id = op->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+          id && op.getAsync())
+        next = std::max(next, id.getInt() + 1);
+    });
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;
       // Rebucket from scratch: the pass is idempotent.
-      fn.walk([](AllReduceOp op) { op->removeAttr(MoEDialect::kBucketAttrName); });
+      fn.walk([](AllReduceOp op) {
+        if (!op.getAsync())
+          op->removeAttr(MoEDialect::kBucketAttrName);
+      });
       Block &body = fn.getBody().front();
       for (auto it = body.begin(); it != body.end();) {
         auto first = dyn_cast<AllReduceOp>(*it);
-        if (!first || first.getCodecAttr()) {
+        if (!first || first.getCodecAttr() || first.getAsync()) {
           ++it;
           continue;
         }

@@ -1,5 +1,6 @@
 //===- LowerToKernels.cpp - the moe-lower-to-kernels pass -----------------===//
 
+#include "BufferPlan.h"
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/Passes.h"
 
@@ -18,52 +19,10 @@ using namespace mlir::moe;
 
 namespace {
 
-constexpr int64_t kAlignment = 64;
-
-/// Bytes of a tensor value.
-int64_t bytesOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return 0;
-  int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
-  return tensor.getNumElements() * std::max<int64_t>(bits / 8, 1);
-}
-
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
          !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
-              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp>(op);
-}
-
-/// One tensor of the plan.
-struct Buffer {
-  Value value;
-  int64_t bytes, first, last, arena, offset = -1;
-};
-
-/// Greedy-by-size placement: largest first, lowest aligned offset that
-/// overlaps no placed buffer with an intersecting lifetime. Returns the peak.
-int64_t place(SmallVectorImpl<Buffer *> &buffers) {
-  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) { return a->bytes > b->bytes; });
-  SmallVector<Buffer *> placed;
-  int64_t peak = 0;
-  for (Buffer *b : buffers) {
-    SmallVector<std::pair<int64_t, int64_t>> busy;
-    for (Buffer *p : placed)
-      if (p->first <= b->last && b->first <= p->last)
-        busy.push_back({p->offset, p->offset + p->bytes});
-    llvm::sort(busy);
-    int64_t offset = 0;
-    for (auto [lo, hi] : busy) {
-      if (offset + b->bytes <= lo)
-        break;
-      offset = std::max(offset, (hi + kAlignment - 1) / kAlignment * kAlignment);
-    }
-    b->offset = offset;
-    peak = std::max(peak, offset + b->bytes);
-    placed.push_back(b);
-  }
-  return peak;
+              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp, WaitOp>(op);
 }
 
 /// The gradient op of an FFN forward `op` in the same block: same input and
@@ -106,7 +65,7 @@ private:
   OpBuilder builder;
   llvm::StringMap<FlatSymbolRefAttr> kernels;
   llvm::StringMap<unsigned> familyCount;
-  int64_t activationPeak = 0, gradientPeak = 0, stateBytes = 0;
+  BufferPeaks peaks;
   int64_t numLaunches = 0;
   bool savePreactivations;
   /// Gradient op -> the pre-activations its forward launch saved.
@@ -227,83 +186,20 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
   return success();
 }
 
-void Lowering::planFunction(func::FuncOp fn) {
-  Block &body = fn.getBody().front();
-  DenseMap<Value, unsigned> index;
-  std::vector<Buffer> buffers;
-  DenseSet<Value> gradients;
-  // Parameter gradients: consumed by optimiser launches or returned as such.
-  for (Operation &op : body) {
-    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
-      gradients.insert(launch.getOperands().front());
-  }
-  Operation *terminator = body.getTerminator();
-  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
-    if (fn.getResultAttr(i, MoEDialect::kGradOfAttrName))
-      gradients.insert(terminator->getOperand(i));
-
-  auto add = [&](Value v, int64_t first) {
-    int64_t bytes = bytesOf(v.getType());
-    if (!bytes)
-      return;
-    index[v] = buffers.size();
-    buffers.push_back({v, bytes, first, first, gradients.contains(v) ? 1 : 0});
-  };
-  for (BlockArgument arg : body.getArguments())
-    add(arg, 0);
-  int64_t position = 1;
-  for (Operation &op : body) {
-    for (Value operand : op.getOperands()) {
-      auto it = index.find(operand);
-      if (it != index.end())
-        buffers[it->second].last = position;
-    }
-    if (!isa<GetParamOp>(op))
-      for (Value result : op.getResults())
-        add(result, position);
-    ++position;
-  }
-  SmallVector<Buffer *> arenas[2];
-  for (Buffer &b : buffers)
-    arenas[b.arena].push_back(&b);
-  activationPeak = std::max(activationPeak, place(arenas[0]));
-  gradientPeak = std::max(gradientPeak, place(arenas[1]));
-
-  for (Operation &op : body) {
-    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
-      stateBytes +=
-          2 * 4 * cast<RankedTensorType>(launch.getOperands().front().getType()).getNumElements();
-    if (op.getNumResults() == 0 || isa<GetParamOp>(op))
-      continue;
-    SmallVector<int64_t> plan;
-    for (Value result : op.getResults()) {
-      auto it = index.find(result);
-      if (it == index.end()) {
-        plan.append({0, 0, 0});
-        continue;
-      }
-      const Buffer &b = buffers[it->second];
-      plan.append({b.arena, b.offset, b.bytes});
-    }
-    if (auto launch = dyn_cast<LaunchOp>(op))
-      launch.setBuffers(plan);
-    else
-      op.setAttr(MoEDialect::kBuffersAttrName, builder.getDenseI64ArrayAttr(plan));
-  }
-}
+void Lowering::planFunction(func::FuncOp fn) { planBuffers(fn, peaks); }
 
 void Lowering::finish() {
   int64_t paramBytes = 0;
   for (ParamOp p : module.getOps<ParamOp>())
-    paramBytes += bytesOf(p.getType());
-  int64_t total = activationPeak + gradientPeak + paramBytes + stateBytes;
+    paramBytes += tensorBytes(p.getType());
+  int64_t total = peaks.activation + peaks.gradient + paramBytes + peaks.state;
   module->setAttr(
       MoEDialect::kBufferPlanAttrName,
       builder.getDictionaryAttr({
-          builder.getNamedAttr("activation_bytes", builder.getI64IntegerAttr(activationPeak)),
-          builder.getNamedAttr("gradient_bytes", builder.getI64IntegerAttr(gradientPeak)),
+          builder.getNamedAttr("activation_bytes", builder.getI64IntegerAttr(peaks.activation)),
+          builder.getNamedAttr("gradient_bytes", builder.getI64IntegerAttr(peaks.gradient)),
           builder.getNamedAttr("parameter_bytes", builder.getI64IntegerAttr(paramBytes)),
-          builder.getNamedAttr("optimizer_state_bytes", builder.getI64IntegerAttr(stateBytes)),
+          builder.getNamedAttr("optimizer_state_bytes", builder.getI64IntegerAttr(peaks.state)),
           builder.getNamedAttr("total_bytes", builder.getI64IntegerAttr(total)),
           builder.getNamedAttr("num_kernels", builder.getI64IntegerAttr(kernels.size())),
           builder.getNamedAttr("num_launches", builder.getI64IntegerAttr(numLaunches)),

@@ -62,6 +62,8 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     pm.addPass(createLowerToKernelsPass(lower));
     if (options.bucket)
       pm.addPass(createBucketGradientsPass());
+    if (options.overlap)
+      pm.addPass(createSchedulePass());
   }
 }
 

@@ -46,13 +46,27 @@ int finish(moert_comm *comm, bool ok) {
 }
 
 /// The emulated link's time for `bytes` on the wire in `messages`
-/// sequential messages (moert_comm_emulate_link).
+/// sequential messages (moert_comm_emulate_link). Transfers of a rank's
+/// communicator and its duplicates share the link: each starts when the
+/// previous one ends.
 void emulateLink(const moert_comm *comm, double bytes, int messages) {
-  if (comm->linkBytesPerSecond <= 0)
-    return;
-  double seconds = bytes / comm->linkBytesPerSecond + messages * comm->linkLatency;
-  if (seconds > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  moert::EmulatedLink &link = *comm->link;
+  double seconds, end;
+  {
+    std::lock_guard<std::mutex> lock(link.mutex);
+    if (link.bytesPerSecond <= 0)
+      return;
+    seconds = bytes / link.bytesPerSecond + messages * link.latency;
+    if (seconds <= 0)
+      return;
+    double now =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    end = std::max(now, link.busyUntil) + seconds;
+    link.busyUntil = end;
+  }
+  std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(end))));
 }
 
 /// ceil(log2 n): the rounds of a tree broadcast or a dissemination barrier.
@@ -69,9 +83,17 @@ extern "C" {
 
 int moert_comm_rank(const moert_comm *comm) { return comm->rank; }
 void moert_comm_emulate_link(moert_comm *comm, double bytesPerSecond, double latencySeconds) {
-  comm->linkBytesPerSecond = bytesPerSecond;
-  comm->linkLatency = latencySeconds;
+  std::lock_guard<std::mutex> lock(comm->link->mutex);
+  comm->link->bytesPerSecond = bytesPerSecond;
+  comm->link->latency = latencySeconds;
 }
+moert_comm *moert_comm_dup(moert_comm *comm) {
+  moert_comm *copy = comm->duplicate();
+  if (copy)
+    copy->link = comm->link;
+  return copy;
+}
+void moert_comm_free(moert_comm *comm) { delete comm; }
 int moert_comm_size(const moert_comm *comm) { return comm->size; }
 const char *moert_comm_error(const moert_comm *comm) { return comm->error.c_str(); }
 int64_t moert_comm_bytes(const moert_comm *comm, int collective) {

@@ -12,7 +12,19 @@
 
 #include "moert/Comm.h"
 
+#include <memory>
+#include <mutex>
 #include <string>
+
+namespace moert {
+/// The emulated link of a rank (moert_comm_emulate_link), shared by its
+/// communicator and their duplicates: one link, so their transfers queue.
+struct EmulatedLink {
+  std::mutex mutex;
+  double bytesPerSecond = 0, latency = 0;
+  double busyUntil = 0; ///< steady-clock seconds when the last transfer ends
+};
+} // namespace moert
 
 struct moert_comm {
   virtual ~moert_comm() = default;
@@ -20,7 +32,12 @@ struct moert_comm {
   int rank = 0, size = 1;
   std::string error;
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
-  double linkBytesPerSecond = 0, linkLatency = 0; ///< moert_comm_emulate_link
+  std::shared_ptr<moert::EmulatedLink> link = std::make_shared<moert::EmulatedLink>();
+
+  /// A communicator over the same ranks whose collectives never match this
+  /// one's (moert_comm_dup), or null when the backend cannot run two at
+  /// once; it shares the emulated link.
+  virtual moert_comm *duplicate() { return nullptr; }
 
   /// Backends return false after setting `error` (without the rank prefix).
   virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) = 0;

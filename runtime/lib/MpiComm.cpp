@@ -28,13 +28,27 @@ namespace {
 
 class MpiComm : public moert_comm {
 public:
-  explicit MpiComm(double timeoutSeconds) : timeout(timeoutSeconds) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MpiComm(double timeoutSeconds, MPI_Comm base) : base(base), timeout(timeoutSeconds) {
+    MPI_Comm_rank(base, &rank);
+    MPI_Comm_size(base, &size);
   }
   ~MpiComm() override {
     for (auto &entry : comms)
       MPI_Comm_free(&entry.second);
+    if (base != MPI_COMM_WORLD)
+      MPI_Comm_free(&base);
+  }
+
+  /// MPI_Comm_dup of the base: its own matching (groups, tags). Two
+  /// threads calling MPI at once need MPI_THREAD_MULTIPLE.
+  moert_comm *duplicate() override {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    MPI_Comm copy;
+    if (provided < MPI_THREAD_MULTIPLE || MPI_Comm_dup(base, &copy) != MPI_SUCCESS)
+      return nullptr;
+    MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN);
+    return new MpiComm(timeout, copy);
   }
 
   bool allReduce(float *data, int64_t count, const int32_t *group, int n, int) override {
@@ -133,10 +147,10 @@ private:
     if (!handshake(group, n, tag, key))
       return false;
     MPI_Group world, sub;
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Comm_group(base, &world);
     std::vector<int> ranks(group, group + n);
     MPI_Group_incl(world, n, ranks.data(), &sub);
-    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, tag, &out);
+    int rc = MPI_Comm_create_group(base, sub, tag, &out);
     MPI_Group_free(&sub);
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS)
@@ -161,7 +175,7 @@ private:
       if (group[j] == rank)
         continue;
       MPI_Request r;
-      MPI_Irecv(&tokens[j], 1, MPI_INT, group[j], tag, MPI_COMM_WORLD, &r);
+      MPI_Irecv(&tokens[j], 1, MPI_INT, group[j], tag, base, &r);
       requests.push_back(r);
       peers.push_back(j);
     }
@@ -170,7 +184,7 @@ private:
       if (group[j] == rank)
         continue;
       MPI_Request r;
-      MPI_Isend(&one, 1, MPI_INT, group[j], tag, MPI_COMM_WORLD, &r);
+      MPI_Isend(&one, 1, MPI_INT, group[j], tag, base, &r);
       sends.push_back(r);
     }
     auto deadline = deadlineFromNow();
@@ -215,6 +229,7 @@ private:
     }
   }
 
+  MPI_Comm base; ///< MPI_COMM_WORLD, or a duplicate of it
   double timeout;
   std::map<std::string, MPI_Comm> comms;
 };
@@ -228,10 +243,13 @@ extern "C" int moert_mpi_launched(void) {
 extern "C" moert_comm *moert_mpi_init(int *argc, char ***argv, double timeoutSeconds) {
   int initialised = 0;
   MPI_Initialized(&initialised);
-  if (!initialised)
-    MPI_Init(argc, argv);
+  if (!initialised) {
+    // Multiple: the step's background all-reduces run on a second thread.
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return new MpiComm(timeoutSeconds);
+  return new MpiComm(timeoutSeconds, MPI_COMM_WORLD);
 }
 
 extern "C" void moert_mpi_finalize(moert_comm *comm) {

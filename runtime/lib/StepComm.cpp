@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CopyBytes.h"
+#include "StepReduce.h"
 #include "Placement.h"
 #include "Staging.h"
 #include "Trace.h"
@@ -55,40 +56,10 @@ extern "C" void moert_step_end_compute(moert_context *ctx) {
   ctx->step_mark = now;
 }
 
-namespace {
-/// Adds the time of the outermost collective routine of this rank (ranks
-/// may be threads; routines call each other) to ctx->comm_seconds; in a
-/// step, ends the compute before it and records it (`name`) in the trace.
-class CommTimer {
-public:
-  CommTimer(moert_context *ctx, const char *name) : ctx(ctx), name(name), outer(depth++ == 0) {
-    if (!outer)
-      return;
-    moert_step_end_compute(ctx);
-    start = moert::nowSeconds();
-  }
-  ~CommTimer() {
-    --depth;
-    if (!outer)
-      return;
-    double end = moert::nowSeconds();
-    ctx->comm_seconds += end - start;
-    if (ctx->trace)
-      ctx->trace->add(moert::TraceLane::Communication, name, start, end);
-    if (ctx->step_mark > 0)
-      ctx->step_mark = end;
-  }
-  CommTimer(const CommTimer &) = delete;
-  CommTimer &operator=(const CommTimer &) = delete;
+thread_local int moert::CommTimer::depth = 0;
 
-private:
-  static thread_local int depth;
-  moert_context *ctx;
-  const char *name;
-  bool outer;
-  double start = 0;
-};
-thread_local int CommTimer::depth = 0;
+namespace {
+using moert::CommTimer;
 
 std::vector<int32_t> groupOf(const moert_context *ctx, int axes) {
   std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1));
@@ -178,55 +149,72 @@ static bool withinReplica(const moert_context *ctx, int &axes, int mean, double 
   return true;
 }
 
+int moert::reduceBucket(moert_comm *comm, const int32_t *group, int groupSize, int n,
+                        float *const *outs, const float *const *ins, const int64_t *counts,
+                        int mean, double scale) {
+  // One tensor reduces in its output; several are packed in one buffer.
+  // Either way each element is the same sum (member order) times the same
+  // factor, so bucketing never changes a bit.
+  int64_t total = 0;
+  for (int t = 0; t < n; ++t)
+    total += counts[t];
+  bool packed = n > 1 && groupSize > 1;
+  float *data =
+      packed ? moert::staging<float>(moert::Slot::Bucket, static_cast<size_t>(total)) : nullptr;
+  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t) {
+    float *to = packed ? data + at : outs[t];
+    if (to != ins[t])
+      moert::copyBytes(to, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+  }
+  auto finishOne = [&](float *x, int64_t count) {
+    double factor = scale / (mean ? static_cast<double>(groupSize) : 1.0);
+    if (factor != 1.0)
+      for (int64_t i = 0; i < count; ++i)
+        x[i] = static_cast<float>(x[i] * factor);
+  };
+  if (groupSize > 1) {
+    if (!comm)
+      return 1;
+    if (packed) {
+      if (int rc = moert_all_reduce_f32(comm, data, total, group, groupSize))
+        return rc;
+    } else if (int rc = moert_all_reduce_f32(comm, outs[0], counts[0], group, groupSize)) {
+      return rc;
+    }
+  }
+  if (!packed) {
+    for (int t = 0; t < n; ++t)
+      finishOne(outs[t], counts[t]);
+    return 0;
+  }
+  finishOne(data, total);
+  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
+    moert::copyBytes(outs[t], data + at, static_cast<size_t>(counts[t]) * sizeof(float));
+  return 0;
+}
+
+int moert::bucketGroup(const moert_context *ctx, int &axes, int mean, double &scale,
+                       std::vector<int32_t> &group) {
+  withinReplica(ctx, axes, mean, scale);
+  group = groupOf(ctx, axes);
+  return static_cast<int>(group.size());
+}
+
 extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count,
                                      int axes, int mean, double scale) {
   CommTimer timer(ctx, "all_reduce");
-  withinReplica(ctx, axes, mean, scale);
-  std::vector<int32_t> group = groupOf(ctx, axes);
-  if (out != in)
-    moert::copyBytes(out, in, static_cast<size_t>(count) * sizeof(float));
-  if (group.size() > 1) {
-    if (!ctx->comm)
-      return 1;
-    if (int rc = moert_all_reduce_f32(ctx->comm, out, count, group.data(),
-                                      static_cast<int>(group.size())))
-      return rc;
-  }
-  double factor = scale / (mean ? static_cast<double>(group.size()) : 1.0);
-  if (factor != 1.0)
-    for (int64_t i = 0; i < count; ++i)
-      out[i] = static_cast<float>(out[i] * factor);
-  return 0;
+  std::vector<int32_t> group;
+  int p = moert::bucketGroup(ctx, axes, mean, scale, group);
+  return moert::reduceBucket(ctx->comm, group.data(), p, 1, &out, &in, &count, mean, scale);
 }
 
 extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
                                             const float *const *ins, const int64_t *counts,
                                             int axes, int mean, double scale) {
   CommTimer timer(ctx, "all_reduce (bucket)");
-  withinReplica(ctx, axes, mean, scale);
-  if (groupOf(ctx, axes).size() == 1) {
-    // A group of one (the expert shards' dp reduction at dp = 1): each
-    // tensor scaled in place of a pack, a copy and an unpack.
-    for (int t = 0; t < n; ++t) {
-      if (outs[t] != ins[t])
-        moert::copyBytes(outs[t], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-      if (scale != 1.0)
-        for (int64_t i = 0; i < counts[t]; ++i)
-          outs[t][i] = static_cast<float>(outs[t][i] * scale);
-    }
-    return 0;
-  }
-  int64_t total = 0;
-  for (int t = 0; t < n; ++t)
-    total += counts[t];
-  float *bucket = moert::staging<float>(moert::Slot::Bucket, static_cast<size_t>(total));
-  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    moert::copyBytes(bucket + at, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-  if (int rc = moert_step_all_reduce(ctx, bucket, bucket, total, axes, mean, scale))
-    return rc;
-  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    moert::copyBytes(outs[t], bucket + at, static_cast<size_t>(counts[t]) * sizeof(float));
-  return 0;
+  std::vector<int32_t> group;
+  int p = moert::bucketGroup(ctx, axes, mean, scale, group);
+  return moert::reduceBucket(ctx->comm, group.data(), p, n, outs, ins, counts, mean, scale);
 }
 
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,

@@ -52,9 +52,15 @@ struct World {
 
 class ThreadComm : public moert_comm {
 public:
-  ThreadComm(World &world, int r) : world(world) {
+  ThreadComm(World &world, int r, int channel = 0) : world(world), channel(channel) {
     rank = r;
     size = world.size;
+  }
+
+  /// The same rendezvous table under another channel prefix: every rank's
+  /// k-th duplicate has the same channel, so they match only each other.
+  moert_comm *duplicate() override {
+    return new ThreadComm(world, rank, ++duplicates * 1000 + channel);
   }
 
   bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) override {
@@ -181,7 +187,7 @@ private:
       std::unique_lock<std::mutex> lock(world.mutex);
       std::string groupKey = groupText(group, n);
       uint64_t seq = comm.sequence[groupKey]++;
-      key = groupKey + "#" + std::to_string(seq);
+      key = std::to_string(comm.channel) + ":" + groupKey + "#" + std::to_string(seq);
       op = &world.ops[key];
       if (op->members.empty()) {
         op->members.resize(n);
@@ -240,6 +246,8 @@ private:
   };
 
   World &world;
+  int channel;                              ///< 0, or a duplicate's (see duplicate())
+  int duplicates = 0;                       ///< made from this one so far
   std::map<std::string, uint64_t> sequence; ///< per group: collectives so far
 };
 

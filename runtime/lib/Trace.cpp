@@ -12,14 +12,14 @@ double moert::nowSeconds() {
 
 std::string moert_trace::chromeEvents(double origin) const {
   using nlohmann::json;
-  static const char *const kLanes[] = {"compute", "communication", "steps"};
+  static const char *const kLanes[] = {"compute", "communication", "steps", "background"};
   std::string out;
   auto append = [&](const json &event) { out += (out.empty() ? "" : ",\n") + event.dump(); };
   append({{"name", "process_name"},
           {"ph", "M"},
           {"pid", rank},
           {"args", {{"name", "rank " + std::to_string(rank)}}}});
-  for (int lane = 0; lane < 3; ++lane)
+  for (int lane = 0; lane < 4; ++lane)
     append({{"name", "thread_name"},
             {"ph", "M"},
             {"pid", rank},

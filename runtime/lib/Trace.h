@@ -20,7 +20,7 @@ namespace moert {
 double nowSeconds();
 
 /// The lanes of a rank (Chrome trace threads).
-enum class TraceLane { Compute = 0, Communication = 1, Step = 2 };
+enum class TraceLane { Compute = 0, Communication = 1, Step = 2, Background = 3 };
 
 } // namespace moert
 

@@ -101,8 +101,9 @@ private:
     nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
-    double seconds;     ///< the step program's time
-    double commSeconds; ///< of which in its collectives (this rank)
+    double seconds;           ///< the step program's time
+    double commSeconds;       ///< of which in its collectives (this rank)
+    double backgroundSeconds; ///< background all-reduces' run (hidden or waited for)
   };
 
   // Set-up (Trainer.cpp).

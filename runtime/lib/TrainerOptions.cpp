@@ -85,7 +85,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
-              "          [--emulate-cluster SPEED,...]\n"
+              "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
@@ -112,6 +112,9 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "  --emulate-cluster SPEED,...  rank r computes at SPEED_r in (0, 1] of\n"
               "               this machine (waits (1/SPEED - 1) x its compute); one\n"
               "               value: every rank\n"
+              "  --comm-priority all-to-all|fifo  background gradient all-reduces\n"
+              "               wait while a dispatch or combine all-to-all runs (default),\n"
+              "               or run as soon as started\n"
               "  --local-steps H  data replicas take H steps on their own batches, then\n"
               "               average their parameter deltas through an outer Nesterov\n"
               "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
@@ -225,6 +228,11 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
             " numbers");
       o.linkBytesPerSecond = link[0] * 1e9;
       o.linkLatency = link.size() > 1 ? link[1] * 1e-6 : 0;
+    } else if (a == "--comm-priority") {
+      std::string v = value();
+      if (v != "all-to-all" && v != "fifo")
+        die("--comm-priority expects all-to-all or fifo, got '" + v + "'");
+      o.commPriority = v == "all-to-all";
     } else if (a == "--emulate-cluster")
       o.rankSpeeds = parseList(
           value(), [](double v) { return v > 0 && v <= 1; },

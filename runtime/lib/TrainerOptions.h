@@ -44,7 +44,8 @@ struct Options {
   /// --emulate-cluster S,...: each rank's relative compute speed in (0, 1]
   /// (one value: every rank's); empty: off.
   std::vector<double> rankSpeeds;
-  std::string trace; ///< --trace FILE: a Chrome trace of every rank
+  bool commPriority = true; ///< --comm-priority: all-to-alls before background all-reduces
+  std::string trace;        ///< --trace FILE: a Chrome trace of every rank
   /// --local-steps H (0: synchronous), DiLoCo's outer optimiser.
   long long localSteps = 0;
   long long syncSteps = 0; ///< --sync-steps N: synchronous before local steps

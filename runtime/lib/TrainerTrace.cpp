@@ -28,6 +28,7 @@ void Trainer::configureEmulation() {
   }
   if (comm && o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(comm, o.linkBytesPerSecond, o.linkLatency);
+  ctx.async_yield = o.commPriority;
 }
 
 /// Every rank leaves a barrier at about the same time: that instant is

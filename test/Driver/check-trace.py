@@ -2,12 +2,13 @@
 """Checks a --trace file: check-trace.py TRACE RANKS STEPS [SLOW_RANK SLOWDOWN]
 
 A Chrome trace (JSON object with "traceEvents"): every rank 0..RANKS-1 is a
-process named "rank R" with lanes compute (tid 0), communication (1) and
-steps (2); complete ("X") events with ts >= 0 and dur >= 0; STEPS step
+process named "rank R" with lanes compute (tid 0), communication (1), steps
+(2) and background (3: all-reduces started by moe-schedule); complete ("X") events with ts >= 0 and dur >= 0; STEPS step
 events per rank; on each rank the compute and communication events do not
 overlap (one rank does one thing at a time). With SLOW_RANK: that rank's
 compute is followed by an "emulated slowdown" of at least SLOWDOWN times it
-(the wait never ends early), and no other rank has one."""
+(the wait never ends early), and no other rank has one. Prints how many
+background all-reduces overlap a compute event of their rank."""
 import json
 import sys
 
@@ -18,10 +19,12 @@ events = json.load(open(path))["traceEvents"]
 names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M"}
 for r in range(ranks):
     assert names.get((r, None)) == f"rank {r}", names
-    assert [names.get((r, t)) for t in range(3)] == ["compute", "communication", "steps"], names
+    assert [names.get((r, t)) for t in range(4)] == ["compute", "communication", "steps",
+                                                     "background"], names
 spans = [e for e in events if e["ph"] == "X"]
 assert all(e["ts"] >= 0 and e["dur"] >= 0 and e["pid"] in range(ranks) for e in spans)
 waits = 0
+background = overlapping = 0
 for r in range(ranks):
     mine = [e for e in spans if e["pid"] == r]
     assert sum(e["tid"] == 2 for e in mine) == steps, (r, sum(e["tid"] == 2 for e in mine))
@@ -35,5 +38,12 @@ for r in range(ranks):
             waits += 1
     if r == slow:
         assert any(e["name"] == "emulated slowdown" for e in mine), "no slowdown recorded"
+    compute = [e for e in mine if e["tid"] == 0 and e["name"] == "compute"]
+    for b in (e for e in mine if e["tid"] == 3):
+        background += 1
+        overlapping += any(c["ts"] < b["ts"] + b["dur"] and b["ts"] < c["ts"] + c["dur"]
+                           for c in compute)
 print(f"trace of {ranks} ranks, {steps} steps, {len(spans)} events" +
-      (f", {waits} emulated slowdowns on rank {slow}" if slow is not None else ""))
+      (f", {waits} emulated slowdowns on rank {slow}" if slow is not None else "") +
+      (f", {background} background all-reduces, {overlapping} overlapping compute"
+       if background else ""))

@@ -71,6 +71,15 @@ static cl::opt<bool> denseExperts(
     cl::desc("Expert FFNs compute every capacity slot, empty ones included, instead of the "
              "routed rows only (for comparison)"),
     cl::init(false), cl::cat(category));
+enum class Schedule { Overlap, Blocking };
+static cl::opt<Schedule> schedule(
+    "schedule", cl::desc("When the gradient all-reduces run"),
+    cl::values(clEnumValN(Schedule::Overlap, "overlap",
+                          "in the background, each bucket from when its last gradient exists "
+                          "to the optimiser (moe-schedule; default)"),
+               clEnumValN(Schedule::Blocking, "blocking",
+                          "one after another after the backward, each blocking the step")),
+    cl::init(Schedule::Overlap), cl::cat(category));
 static cl::opt<moec::codegen::Gemm>
     gemm("gemm", cl::desc("Who computes the linear and FFN contractions"),
          cl::values(clEnumValN(moec::codegen::Gemm::Auto, "auto",
@@ -352,6 +361,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.errorFeedback = !noErrorFeedback;
   options.savePreactivations = !recompute;
   options.routedRows = !denseExperts;
+  options.overlap = schedule == Schedule::Overlap;
 }
 
 /// Runs the training pipeline; with a cluster, reads the plan's report into

@@ -60,6 +60,15 @@ int moert_comm_size(const moert_comm *comm);
  * 0 bandwidth: no emulation. */
 void moert_comm_emulate_link(moert_comm *comm, double bytes_per_second, double latency_seconds);
 
+/* A second communicator over the same ranks, for collectives another
+ * thread runs while this one's run (the step's background all-reduces):
+ * its collectives never match this one's, and the two share the emulated
+ * link. Every rank calls it at the same point (under MPI it is a
+ * collective). Null when the backend cannot run two at once (MPI without
+ * MPI_THREAD_MULTIPLE). Free it with moert_comm_free before `comm`. */
+moert_comm *moert_comm_dup(moert_comm *comm);
+void moert_comm_free(moert_comm *comm);
+
 /* Sum of `count` floats over the group, in place. */
 int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int32_t *group,
                          int group_size);

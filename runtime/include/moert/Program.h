@@ -104,6 +104,15 @@ typedef struct {
    * trains on its own batch: a mean over the remaining members, and a sum
    * over dp estimated as dp times the replica's own. */
   int replica_local;
+  /* Background all-reduces (moe.all_reduce async, moert_step_all_reduce_start):
+   * the rank's engine (a worker thread and a second communicator; created at
+   * the first start, freed by moert_async_free); whether they yield to the
+   * step's blocking collectives (no bucket starts while one runs: dispatch
+   * and combine first; the trainer's --comm-priority); and the seconds they
+   * ran, accumulated (their exposed part, the waits, is in comm_seconds). */
+  void *async_comm;
+  int async_yield;
+  double async_seconds;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -223,6 +232,20 @@ int moert_step_all_reduce_codec(moert_context *ctx, float *out, const float *in,
                                 int axes, int mean, double scale, const moert_codec *codec,
                                 int site, int64_t rows, int64_t cols);
 void moert_codec_states_free(moert_context *ctx);
+
+/* moe.all_reduce async: starts moert_step_all_reduce_bucket's reduction of
+ * the n tensors in the background under `handle` (a small integer, unique
+ * among the step's started and not yet waited reductions); the inputs must
+ * stay unchanged and the outputs unread until moert_step_wait(handle).
+ * Every member starts its reductions in the same order. Results equal the
+ * blocking collective's bit for bit. */
+int moert_step_all_reduce_start(moert_context *ctx, int handle, int n, float *const *outs,
+                                const float *const *ins, const int64_t *counts, int axes, int mean,
+                                double scale);
+/* moe.wait: blocks until the reduction of `handle` is done; non-zero, with
+ * the message in moert_comm_error, when it failed or was not started. */
+int moert_step_wait(moert_context *ctx, int handle);
+void moert_async_free(moert_context *ctx);
 
 /* The ragged form on a dispatch buffer (moe.all_to_all ... counts): `shape`
  * is [E, C, D] (split 0, concat 1) or [E/P, P*C, D] (split 1, concat 0);

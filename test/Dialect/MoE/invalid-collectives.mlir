@@ -377,3 +377,49 @@ func.func @f(%g: tensor<f32>) -> tensor<f32> {
   return %0 : tensor<f32>
 }
 }
+
+// -----
+
+// async all_reduce: no codec
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<16xf32>) -> tensor<16xf32> {
+  // expected-error @+1 {{'moe.all_reduce' op async reduction cannot have a codec}}
+  %0 = moe.all_reduce async sum %g over [dp] codec <int8, block_size = 16> : tensor<16xf32>
+  %1 = moe.wait %0 : tensor<16xf32>
+  return %1 : tensor<16xf32>
+}
+}
+
+// -----
+
+// async all_reduce: read only through its wait
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<16xf32>) -> tensor<16xf32> {
+  // expected-error @+1 {{'moe.all_reduce' op async result must have exactly one user, a moe.wait in the same block}}
+  %0 = moe.all_reduce async sum %g over [dp] : tensor<16xf32>
+  return %0 : tensor<16xf32>
+}
+}
+
+// -----
+
+// wait: at least one operand
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f() {
+  // expected-error @+1 {{'moe.wait' op needs at least one operand}}
+  "moe.wait"() : () -> ()
+  return
+}
+}
+
+// -----
+
+// wait: on async all_reduces only
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<16xf32>) -> tensor<16xf32> {
+  %0 = moe.all_reduce sum %g over [dp] : tensor<16xf32>
+  // expected-error @+1 {{'moe.wait' op operand #0 is not the result of an async moe.all_reduce in the same block}}
+  %1 = moe.wait %0 : tensor<16xf32>
+  return %1 : tensor<16xf32>
+}
+}

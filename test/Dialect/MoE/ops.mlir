@@ -128,6 +128,17 @@ func.func @collectives(%g: tensor<8x16xf32>, %buf: tensor<4x5x8xf32>, %rows: ten
   return %0, %1, %2, %3, %4, %5, %6 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>, tensor<2x10x8xf32>, tensor<8x8xf32>, tensor<2xi32>
 }
 
+// CHECK-LABEL: func.func @async_all_reduce
+func.func @async_all_reduce(%g: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>) {
+  // CHECK: %[[A:.*]] = moe.all_reduce async sum %{{.*}} over [dp] {moe.bucket = 0 : i64} : tensor<8x16xf32>
+  // CHECK: %[[B:.*]] = moe.all_reduce async mean %{{.*}} over [dp] : tensor<16xf32>
+  // CHECK: %{{.*}}:2 = moe.wait %[[A]], %[[B]] : tensor<8x16xf32>, tensor<16xf32>
+  %0 = moe.all_reduce async sum %g over [dp] {moe.bucket = 0 : i64} : tensor<8x16xf32>
+  %1 = moe.all_reduce async mean %b over [dp] : tensor<16xf32>
+  %2:2 = moe.wait %0, %1 : tensor<8x16xf32>, tensor<16xf32>
+  return %2#0, %2#1 : tensor<8x16xf32>, tensor<16xf32>
+}
+
 // CHECK-LABEL: func.func @codecs
 func.func @codecs(%g: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
   // CHECK: codec <topk, ratio = 1.000000e-02, error_feedback>

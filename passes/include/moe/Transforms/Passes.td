@@ -351,4 +351,29 @@ def BucketGradientsPass : Pass<"moe-bucket-gradients", "::mlir::ModuleOp"> {
   ];
 }
 
+def SchedulePass : Pass<"moe-schedule", "::mlir::ModuleOp"> {
+  let summary = "Overlaps the gradient all-reduces with the rest of the backward";
+  let description = [{
+    After `moe-lower-to-kernels` (and `moe-bucket-gradients`): each
+    uncompressed `moe.all_reduce` of a gradient (its input computed in the
+    step, its result read by later ops of the step, not returned) becomes
+    `async` and its readers read it through a `moe.wait`. Reductions are
+    bucketed in the order their inputs are computed, one open bucket per
+    group, reduction and scale, up to `bucket-floats` floats; a bucket's
+    reductions move to just after its last input's producer, so the
+    collective starts as soon as its last gradient exists, and its wait goes
+    just before the first op that reads one of its results (for AdamW with
+    clipping, the global norm). A bucket whose start and wait would be
+    adjacent stays blocking. In a lowered module the buffer plan is redone:
+    inputs stay reserved until the wait. The mathematics is unchanged: the
+    runtime's background reduction gives the blocking one's bits.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"bucketFloats", "bucket-floats", "int64_t", /*default=*/"0",
+           "Largest bucket, in floats (0: an eighth of the gradients, "
+           "clamped to [2^14, 2^22])">,
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -92,6 +92,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                       llvm::cl::desc("After lowering, bucket adjacent gradient all-reduces "
                                      "(moe-bucket-gradients)"),
                       llvm::cl::init(true)};
+  Option<bool> overlap{*this, "overlap",
+                       llvm::cl::desc("After bucketing, start gradient all-reduces in the "
+                                      "background as soon as their gradients exist "
+                                      "(moe-schedule)"),
+                       llvm::cl::init(true)};
   Option<bool> routedRows{*this, "routed-rows",
                           llvm::cl::desc("Expert FFNs compute the routed rows of their "
                                          "dispatch buffers only (moe-routed-rows)"),
@@ -113,7 +118,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 /// step is partitioned: [moe-add-eval-step], [moe-make-grid | moe-fuse-gating
 /// + moe-plan-sharding + moe-executable-plan], moe-fuse-gating,
 /// moe-routing-groups, moe-partition, moe-autodiff, moe-insert-collectives,
-/// [moe-compress-collectives], moe-lower-to-kernels, moe-bucket-gradients.
+/// [moe-compress-collectives], [moe-routed-rows], moe-lower-to-kernels,
+/// moe-bucket-gradients, [moe-schedule].
 /// `moec` runs exactly this pipeline (moec --emit=mlir prints its result).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 

@@ -32,17 +32,30 @@ def MoE_AllReduceOp : MoE_CollectiveOp<"all_reduce", [
         : tensor<64x64xf32>
     ```
 
+    With `async` (set by `moe-schedule`), the op only starts the reduction:
+    it runs in the background while the ops after it execute, and its
+    result may be read only through the `moe.wait` that completes it. The
+    input must stay unchanged until that wait.
+
+    ```mlir
+    %s = moe.all_reduce async sum %grad over [dp] : tensor<64x64xf32>
+    // ... more of the backward ...
+    %g = moe.wait %s : tensor<64x64xf32>
+    ```
+
     Constraints:
     - the enclosing module has a `moe.grid`; axes are distinct grid axes;
     - `codec` compresses: no `fp16` codec on f16 data, no `bf16` on bf16;
-    - `powersgd` needs a tensor of rank >= 2.
+    - `powersgd` needs a tensor of rank >= 2;
+    - an `async` reduction has no codec, and its one user is a `moe.wait`
+      in the same block.
   }];
   let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
                        StrArrayAttr:$axes, OptionalAttr<MoE_CodecAttr>:$codec,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale, UnitAttr:$async);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
-    $reduction $input `over` custom<GridAxes>($axes) (`codec` $codec^)?
+    (`async` $async^)? $reduction $input `over` custom<GridAxes>($axes) (`codec` $codec^)?
     attr-dict `:` type($input)
   }];
 }
@@ -181,6 +194,32 @@ def MoE_ReplicaSumOp : MoE_CollectiveOp<"replica_sum", [
   let assemblyFormat = [{
     $input `over` custom<GridAxes>($axes) `layer` $layer attr-dict `:` type($input)
   }];
+}
+
+def MoE_WaitOp : MoE_Op<"wait", [
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "completes asynchronous all-reduces";
+  let description = [{
+    Waits until the `async` `moe.all_reduce` producing each operand has
+    finished and returns its result: each result is the matching operand
+    (same type, same buffer). Ops after the wait read the reduced values
+    through its results; `moe-schedule` places it just before the first of
+    them.
+
+    ```mlir
+    %a, %b = moe.wait %ra, %rb : tensor<64x64xf32>, tensor<64xf32>
+    ```
+
+    Constraints: at least one operand; each operand is the result of an
+    `async` `moe.all_reduce` in the same block; result types equal operand
+    types.
+  }];
+  let arguments = (ins Variadic<MoE_FloatTensor>:$inputs);
+  let results = (outs Variadic<MoE_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs)
+  }];
+  let hasVerifier = 1;
 }
 
 #endif // MOE_COLLECTIVE_OPS_TD

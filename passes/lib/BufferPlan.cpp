@@ -1,0 +1,147 @@
+//===- BufferPlan.cpp - the step's tensors in two arenas ------------------===//
+
+#include "BufferPlan.h"
+
+#include "moe/Dialect/MoE/MoEOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+/// One tensor of the plan.
+struct Buffer {
+  Value value;
+  int64_t bytes, first, last, arena, offset = -1;
+};
+
+/// Greedy-by-size placement: largest first, lowest aligned offset that
+/// overlaps no placed buffer with an intersecting lifetime. Returns the peak.
+int64_t place(SmallVectorImpl<Buffer *> &buffers) {
+  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) { return a->bytes > b->bytes; });
+  SmallVector<Buffer *> placed;
+  int64_t peak = 0;
+  for (Buffer *b : buffers) {
+    SmallVector<std::pair<int64_t, int64_t>> busy;
+    for (Buffer *p : placed)
+      if (p->first <= b->last && b->first <= p->last)
+        busy.push_back({p->offset, p->offset + p->bytes});
+    llvm::sort(busy);
+    int64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + b->bytes <= lo)
+        break;
+      offset = std::max(offset, (hi + kAlignment - 1) / kAlignment * kAlignment);
+    }
+    b->offset = offset;
+    peak = std::max(peak, offset + b->bytes);
+    placed.push_back(b);
+  }
+  return peak;
+}
+
+} // namespace
+
+int64_t mlir::moe::tensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return 0;
+  int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
+  return tensor.getNumElements() * std::max<int64_t>(bits / 8, 1);
+}
+
+void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
+  Block &body = fn.getBody().front();
+  DenseMap<Value, unsigned> index;
+  std::vector<Buffer> buffers;
+  DenseSet<Value> gradients;
+  // Parameter gradients: consumed by optimiser launches or returned as
+  // such, possibly through the wait of their async all-reduce.
+  auto gradient = [&](Value v) {
+    gradients.insert(v);
+    if (auto wait = v.getDefiningOp<WaitOp>())
+      gradients.insert(wait.getInputs()[cast<OpResult>(v).getResultNumber()]);
+  };
+  for (Operation &op : body) {
+    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
+      gradient(launch.getOperands().front());
+  }
+  Operation *terminator = body.getTerminator();
+  for (unsigned i = 0; i < terminator->getNumOperands(); ++i)
+    if (fn.getResultAttr(i, MoEDialect::kGradOfAttrName))
+      gradient(terminator->getOperand(i));
+
+  // Positions of the waits: an async all-reduce reads its input until then.
+  DenseMap<Operation *, int64_t> waitAt;
+  int64_t position = 1;
+  for (Operation &op : body) {
+    if (auto wait = dyn_cast<WaitOp>(op))
+      for (Value input : wait.getInputs())
+        waitAt[input.getDefiningOp()] = position;
+    ++position;
+  }
+
+  auto add = [&](Value v, int64_t first) {
+    int64_t bytes = tensorBytes(v.getType());
+    if (!bytes)
+      return;
+    index[v] = buffers.size();
+    buffers.push_back({v, bytes, first, first, gradients.contains(v) ? 1 : 0});
+  };
+  for (BlockArgument arg : body.getArguments())
+    add(arg, 0);
+  position = 1;
+  for (Operation &op : body) {
+    int64_t until = position;
+    if (auto it = waitAt.find(&op); it != waitAt.end())
+      until = it->second;
+    for (Value operand : op.getOperands()) {
+      auto it = index.find(operand);
+      if (it != index.end())
+        buffers[it->second].last = std::max(buffers[it->second].last, until);
+    }
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      // The results are the operands' buffers.
+      for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults()))
+        if (auto it = index.find(input); it != index.end())
+          index[result] = it->second;
+    } else if (!isa<GetParamOp>(op)) {
+      for (Value result : op.getResults())
+        add(result, position);
+    }
+    ++position;
+  }
+  SmallVector<Buffer *> arenas[2];
+  for (Buffer &b : buffers)
+    arenas[b.arena].push_back(&b);
+  peaks.activation = std::max(peaks.activation, place(arenas[0]));
+  peaks.gradient = std::max(peaks.gradient, place(arenas[1]));
+
+  Builder builder(fn.getContext());
+  for (Operation &op : body) {
+    if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
+      peaks.state +=
+          2 * 4 * cast<RankedTensorType>(launch.getOperands().front().getType()).getNumElements();
+    if (op.getNumResults() == 0 || isa<GetParamOp>(op))
+      continue;
+    SmallVector<int64_t> plan;
+    for (Value result : op.getResults()) {
+      auto it = index.find(result);
+      if (it == index.end()) {
+        plan.append({0, 0, 0});
+        continue;
+      }
+      const Buffer &b = buffers[it->second];
+      plan.append({b.arena, b.offset, b.bytes});
+    }
+    if (auto launch = dyn_cast<LaunchOp>(op))
+      launch.setBuffers(plan);
+    else
+      op.setAttr(MoEDialect::kBuffersAttrName, builder.getDenseI64ArrayAttr(plan));
+  }
+}
