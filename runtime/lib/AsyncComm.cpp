@@ -204,10 +204,12 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
 
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   std::unique_ptr<Job> job;
+  double start = moert::nowSeconds();
   {
     moert::CommTimer timer(ctx, "wait (background all-reduce)", /*foreground=*/false);
     job = ctx->async_comm ? static_cast<Engine *>(ctx->async_comm)->take(handle) : nullptr;
   }
+  ctx->async_wait_seconds += moert::nowSeconds() - start;
   if (!job) {
     if (ctx->comm)
       ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": wait on background all-reduce #" +

@@ -1,6 +1,8 @@
 //===- Comm.cpp - the communicator C ABI over its backends ----------------===//
 
 #include "CommImpl.h"
+#include "CopyBytes.h"
+#include "Staging.h"
 
 #include <algorithm>
 #include <chrono>
@@ -78,6 +80,40 @@ int treeRounds(int n) {
 }
 
 } // namespace
+
+bool moert_comm::allReduceSegments(const moert::Segment *segments, int numSegments, double factor,
+                                   const int32_t *group, int n, int index) {
+  int64_t total = 0;
+  for (int s = 0; s < numSegments; ++s)
+    total += segments[s].count;
+  bool packed = numSegments != 1 || segments[0].in != segments[0].out;
+  float *data = packed ? moert::staging<float>(moert::Slot::Bucket, static_cast<size_t>(total))
+                       : segments[0].out;
+  for (int64_t s = 0, at = 0; packed && s < numSegments; at += segments[s].count, ++s)
+    moert::copyBytes(data + at, segments[s].in, static_cast<size_t>(segments[s].count) * 4);
+  if (!allReduce(data, total, group, n, index))
+    return false;
+  if (factor != 1.0)
+    for (int64_t i = 0; i < total; ++i)
+      data[i] = static_cast<float>(data[i] * factor);
+  for (int64_t s = 0, at = 0; packed && s < numSegments; at += segments[s].count, ++s)
+    moert::copyBytes(segments[s].out, data + at, static_cast<size_t>(segments[s].count) * 4);
+  return true;
+}
+
+int moert::allReduceSegments(moert_comm *comm, const Segment *segments, int numSegments,
+                             double factor, const int32_t *group, int n) {
+  int i = validate(comm, group, n);
+  if (i < 0 || finish(comm, comm->allReduceSegments(segments, numSegments, factor, group, n, i)))
+    return 1;
+  int64_t count = 0;
+  for (int s = 0; s < numSegments; ++s)
+    count += segments[s].count;
+  comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  if (n > 1)
+    emulateLink(comm, 2.0 * (n - 1) * count * 4 / n, 2 * (n - 1));
+  return 0;
+}
 
 extern "C" {
 

@@ -26,6 +26,15 @@ struct EmulatedLink {
 };
 } // namespace moert
 
+namespace moert {
+/// A tensor of a segmented all-reduce: read `in`, write `out` (may alias).
+struct Segment {
+  const float *in;
+  float *out;
+  int64_t count;
+};
+} // namespace moert
+
 struct moert_comm {
   virtual ~moert_comm() = default;
 
@@ -41,6 +50,11 @@ struct moert_comm {
 
   /// Backends return false after setting `error` (without the rank prefix).
   virtual bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) = 0;
+  /// out = (sum over members of in, member order) x factor, for the
+  /// concatenation of `segments` (the same counts on every member); the
+  /// default packs them into one allReduce.
+  virtual bool allReduceSegments(const moert::Segment *segments, int numSegments, double factor,
+                                 const int32_t *group, int n, int index);
   virtual bool allToAllV(const void *send, const int64_t *sendBytes, void *recv,
                          const int64_t *recvBytes, const int32_t *group, int n, int index) = 0;
   virtual bool allGather(const void *send, int64_t bytes, void *recv, const int32_t *group, int n,
@@ -55,6 +69,11 @@ struct moert_comm {
 namespace moert {
 /// "[0, 2, 3]".
 std::string groupText(const int32_t *group, int n);
+/// moert_all_reduce_f32 of several tensors at once, each scaled by
+/// `factor` after the sum (in double, rounded to float): one message, the
+/// bytes of their total, no packing on backends that can avoid it.
+int allReduceSegments(moert_comm *comm, const Segment *segments, int numSegments, double factor,
+                      const int32_t *group, int n);
 } // namespace moert
 
 #endif // MOERT_COMMIMPL_H

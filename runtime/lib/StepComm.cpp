@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommImpl.h"
 #include "CopyBytes.h"
 #include "StepReduce.h"
 #include "Placement.h"
@@ -152,44 +153,25 @@ static bool withinReplica(const moert_context *ctx, int &axes, int mean, double 
 int moert::reduceBucket(moert_comm *comm, const int32_t *group, int groupSize, int n,
                         float *const *outs, const float *const *ins, const int64_t *counts,
                         int mean, double scale) {
-  // One tensor reduces in its output; several are packed in one buffer.
-  // Either way each element is the same sum (member order) times the same
-  // factor, so bucketing never changes a bit.
-  int64_t total = 0;
-  for (int t = 0; t < n; ++t)
-    total += counts[t];
-  bool packed = n > 1 && groupSize > 1;
-  float *data =
-      packed ? moert::staging<float>(moert::Slot::Bucket, static_cast<size_t>(total)) : nullptr;
-  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t) {
-    float *to = packed ? data + at : outs[t];
-    if (to != ins[t])
-      moert::copyBytes(to, ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-  }
-  auto finishOne = [&](float *x, int64_t count) {
-    double factor = scale / (mean ? static_cast<double>(groupSize) : 1.0);
-    if (factor != 1.0)
-      for (int64_t i = 0; i < count; ++i)
-        x[i] = static_cast<float>(x[i] * factor);
-  };
+  // Each element is the same sum (member order) times the same factor,
+  // whether its tensor travels alone or in a bucket: bucketing never
+  // changes a bit.
+  double factor = scale / (mean ? static_cast<double>(groupSize) : 1.0);
   if (groupSize > 1) {
     if (!comm)
       return 1;
-    if (packed) {
-      if (int rc = moert_all_reduce_f32(comm, data, total, group, groupSize))
-        return rc;
-    } else if (int rc = moert_all_reduce_f32(comm, outs[0], counts[0], group, groupSize)) {
-      return rc;
-    }
-  }
-  if (!packed) {
+    std::vector<moert::Segment> segments(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t)
-      finishOne(outs[t], counts[t]);
-    return 0;
+      segments[t] = {ins[t], outs[t], counts[t]};
+    return moert::allReduceSegments(comm, segments.data(), n, factor, group, groupSize);
   }
-  finishOne(data, total);
-  for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t)
-    moert::copyBytes(outs[t], data + at, static_cast<size_t>(counts[t]) * sizeof(float));
+  for (int t = 0; t < n; ++t) {
+    if (outs[t] != ins[t])
+      moert::copyBytes(outs[t], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+    if (factor != 1.0)
+      for (int64_t i = 0; i < counts[t]; ++i)
+        outs[t][i] = static_cast<float>(outs[t][i] * factor);
+  }
   return 0;
 }
 

@@ -4,7 +4,9 @@
 // its buffers, waits until all members have posted, reads the others'
 // buffers directly (results in member order, so every member computes the
 // same bits), then waits until all members are done reading before anyone
-// reuses its buffers. Both waits are bounded by the timeout.
+// reuses its buffers. An all-reduce splits the work: each member sums one
+// chunk, and all copy every chunk after a third wait. Every wait is bounded
+// by the timeout.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,12 +36,15 @@ struct Posting {
   int64_t count = 0;
   int root = -1;
   bool posted = false;
+  float *scratch = nullptr;                 ///< all_reduce: the member's summed chunk
+  const moert::Segment *segments = nullptr; ///< allReduceSegments
+  int numSegments = 0;
 };
 
 struct Op {
   int kind = -1;
   std::vector<Posting> members;
-  int arrived = 0, departed = 0, released = 0;
+  int arrived = 0, halfway = 0, departed = 0, released = 0;
 };
 
 struct World {
@@ -64,24 +69,105 @@ public:
   }
 
   bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) override {
+    // Reduce-scatter, then all-gather: member i sums chunk i of every
+    // member's buffer (in member order: the same bits everywhere) into its
+    // staging buffer, posted with its data; after all chunks are summed,
+    // each member copies every chunk into its own buffer.
+    float *sum =
+        moert::staging<float>(moert::Slot::Sum, count > 0 ? static_cast<size_t>(count) : 0);
     Rendezvous c(*this, MOERT_ALL_REDUCE, group, n, index);
-    if (!c.arrive({data, nullptr, count}))
+    if (!c.arrive({data, nullptr, count, -1, false, sum}))
       return false;
     bool ok = c.sameCount(count);
-    size_t elements = ok ? static_cast<size_t>(count) : 0;
-    float *sum = moert::staging<float>(moert::Slot::Sum, elements);
-    std::fill(sum, sum + elements, 0.0f);
-    for (int i = 0; ok && i < n; ++i) { // member order: the same bits everywhere
-      const float *in = static_cast<const float *>(c.member(i).in);
-      for (int64_t k = 0; k < count; ++k)
-        sum[k] += in[k];
+    auto chunk = [&](int i) {
+      return std::pair<int64_t, int64_t>(count * i / n, count * (i + 1) / n);
+    };
+    if (ok) {
+      auto [lo, hi] = chunk(index);
+      std::fill(sum + lo, sum + hi, 0.0f);
+      for (int i = 0; i < n; ++i) {
+        const float *in = static_cast<const float *>(c.member(i).in);
+        for (int64_t k = lo; k < hi; ++k)
+          sum[k] += in[k];
+      }
+    }
+    if (!c.halfway())
+      return false;
+    for (int i = 0; ok && i < n; ++i) {
+      auto [lo, hi] = chunk(i);
+      moert::copyBytes(data + lo, c.member(i).scratch + lo,
+                       static_cast<size_t>(hi - lo) * sizeof(float));
     }
     if (!c.depart())
       return false;
     if (!ok)
       return fail("all_reduce on group " + groupText(group, n) +
                   ": members passed different element counts");
-    moert::copyBytes(data, sum, elements * sizeof(float));
+    return true;
+  }
+
+  /// allReduce without packing: chunks of the segments' concatenation,
+  /// read from each member's inputs, scaled by the chunk's owner and
+  /// written into each member's outputs.
+  bool allReduceSegments(const moert::Segment *segments, int numSegments, double factor,
+                         const int32_t *group, int n, int index) override {
+    int64_t count = 0;
+    for (int t = 0; t < numSegments; ++t)
+      count += segments[t].count;
+    float *sum = moert::staging<float>(moert::Slot::Sum, static_cast<size_t>(count));
+    Rendezvous c(*this, MOERT_ALL_REDUCE, group, n, index);
+    Posting mine{nullptr, nullptr, count, -1, false, sum};
+    mine.segments = segments;
+    mine.numSegments = numSegments;
+    if (!c.arrive(mine))
+      return false;
+    bool ok = c.sameCount(count);
+    for (int i = 0; ok && i < n; ++i) {
+      const Posting &p = c.member(i);
+      ok = p.numSegments == numSegments;
+      for (int t = 0; ok && t < numSegments; ++t)
+        ok = p.segments[t].count == segments[t].count;
+    }
+    // Visits [lo, hi) of the concatenation as (segment, offset, length).
+    auto pieces = [&](int64_t lo, int64_t hi, auto &&visit) {
+      int64_t start = 0;
+      for (int t = 0; t < numSegments && start < hi; start += segments[t].count, ++t) {
+        int64_t a = std::max(lo, start), b = std::min(hi, start + segments[t].count);
+        if (a < b)
+          visit(t, a - start, a, b - a);
+      }
+    };
+    auto chunk = [&](int i) {
+      return std::pair<int64_t, int64_t>(count * i / n, count * (i + 1) / n);
+    };
+    if (ok) {
+      auto [lo, hi] = chunk(index);
+      std::fill(sum + lo, sum + hi, 0.0f);
+      for (int i = 0; i < n; ++i)
+        pieces(lo, hi, [&](int t, int64_t off, int64_t at, int64_t len) {
+          const float *in = c.member(i).segments[t].in + off;
+          float *to = sum + at;
+          for (int64_t k = 0; k < len; ++k)
+            to[k] += in[k];
+        });
+      if (factor != 1.0)
+        for (int64_t k = lo; k < hi; ++k)
+          sum[k] = static_cast<float>(sum[k] * factor);
+    }
+    if (!c.halfway())
+      return false;
+    for (int i = 0; ok && i < n; ++i) {
+      auto [lo, hi] = chunk(i);
+      const float *from = c.member(i).scratch;
+      pieces(lo, hi, [&](int t, int64_t off, int64_t at, int64_t len) {
+        moert::copyBytes(segments[t].out + off, from + at, static_cast<size_t>(len) * 4);
+      });
+    }
+    if (!c.depart())
+      return false;
+    if (!ok)
+      return fail("all_reduce on group " + groupText(group, n) +
+                  ": members passed different element counts");
     return true;
   }
 
@@ -210,6 +296,18 @@ private:
                          groupKey + " timed out after " + std::to_string(world.timeout.count()) +
                          " s: rank(s) " + missing + " did not arrive");
       }
+      return true;
+    }
+
+    /// Waits until every member has passed this point (all_reduce: summed
+    /// its chunk).
+    bool halfway() {
+      std::unique_lock<std::mutex> lock(world.mutex);
+      ++op->halfway;
+      world.cv.notify_all();
+      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->halfway == n; }))
+        return comm.fail(std::string(kNames[kind]) + " on group " + groupText(group, n) +
+                         " timed out while members summed their chunks");
       return true;
     }
 

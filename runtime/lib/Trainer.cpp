@@ -347,7 +347,7 @@ bool Trainer::stopRequested(long long s) {
 Trainer::StepResult Trainer::runStep(long long s) {
   sampler.next(tokens, targets);
   float loss = 0;
-  ctx.comm_seconds = ctx.async_seconds = 0;
+  ctx.comm_seconds = ctx.async_seconds = ctx.async_wait_seconds = 0;
   auto start = std::chrono::steady_clock::now();
   double stepStart = 0;
   if (ctx.compute_slowdown > 0 || trace)
@@ -381,8 +381,8 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (badNorm)
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, ctx.lr,      nullptr,          tokensPerStep / seconds,
-          now,  seconds,       commSeconds, ctx.async_seconds};
+  return {loss, ctx.grad_norm, ctx.lr,      nullptr,           tokensPerStep / seconds,
+          now,  seconds,       commSeconds, ctx.async_seconds, ctx.async_wait_seconds};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -518,6 +518,7 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"step_seconds", r.seconds},
          {"comm_seconds", r.commSeconds},
          {"background_comm_seconds", r.backgroundSeconds},
+         {"background_wait_seconds", r.backgroundWaitSeconds},
          {"dropped_tokens", dropped},
          {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
          {"comm_bytes_analytical",

@@ -101,9 +101,10 @@ private:
     nlohmann::json groupNorms; ///< gradient norm per parameter group (--metrics)
     double tokensPerSecond;
     std::chrono::steady_clock::time_point end;
-    double seconds;           ///< the step program's time
-    double commSeconds;       ///< of which in its collectives (this rank)
-    double backgroundSeconds; ///< background all-reduces' run (hidden or waited for)
+    double seconds;               ///< the step program's time
+    double commSeconds;           ///< of which in its collectives (this rank)
+    double backgroundSeconds;     ///< background all-reduces' run (hidden or waited for)
+    double backgroundWaitSeconds; ///< of commSeconds, the waits for them
   };
 
   // Set-up (Trainer.cpp).

@@ -68,6 +68,7 @@ struct OnGrid {
     auto *run = static_cast<OnGrid *>(user);
     moert_context ctx = contextOf(run->grid, moert_comm_rank(comm), comm);
     int rc = run->body(ctx);
+    moert_async_free(&ctx);
     moert_codec_states_free(&ctx);
     if (rc != 0) {
       std::lock_guard<std::mutex> lock(run->mutex);
@@ -657,6 +658,129 @@ TEST(StepCommTest, AllReduceBucketEqualsEachTensorAlone) {
         }
       }
     }
+}
+
+// Background all-reduces (moert_step_all_reduce_start / moert_step_wait,
+// moe-schedule's async buckets): two buckets started, a blocking all-to-all
+// run while they are in flight, then both waited for in the reverse order.
+// The results equal the blocking bucket's bit for bit and the byte counter
+// advances as much, whether the background yields to the blocking
+// collective or not.
+TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
+  const std::vector<int64_t> sizes = {7, 1, 300};
+  for (const Grid &g : {Grid{1, 2, 1}, Grid{2, 2, 1}})
+    for (int yield : {0, 1}) {
+      std::vector<std::vector<std::vector<float>>> in(g.size()), bg(g.size()), blocking(g.size());
+      std::vector<int64_t> bgBytes(g.size()), blockingBytes(g.size());
+      for (int r = 0; r < g.size(); ++r)
+        for (size_t t = 0; t < sizes.size(); ++t)
+          in[r].push_back(randomData(sizes[t], 40 + static_cast<int>(t), r));
+      ASSERT_EQ(onGrid(g,
+                       [&](moert_context &ctx) {
+                         int r = ctx.rank;
+                         ctx.async_yield = yield;
+                         bg[r] = blocking[r] = in[r];
+                         float *outs[] = {bg[r][0].data(), bg[r][1].data(), bg[r][2].data()};
+                         const float *ins[] = {in[r][0].data(), in[r][1].data(), in[r][2].data()};
+                         int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                         // Bucket 0: tensors 0 and 1 (mean over dp, ep); bucket
+                         // 1: tensor 2 (sum over ep, scaled).
+                         if (int rc = moert_step_all_reduce_start(&ctx, 0, 2, outs, ins,
+                                                                  sizes.data(),
+                                                                  MOERT_AXIS_DP | MOERT_AXIS_EP,
+                                                                  1, 1.0))
+                           return rc;
+                         if (int rc = moert_step_all_reduce_start(&ctx, 1, 1, outs + 2, ins + 2,
+                                                                  sizes.data() + 2, MOERT_AXIS_EP,
+                                                                  0, 0.25))
+                           return rc;
+                         std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
+                         const int64_t shape[] = {g.ep, 4};
+                         if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0,
+                                                            0, MOERT_AXIS_EP, nullptr))
+                           return rc;
+                         if (int rc = moert_step_wait(&ctx, 1))
+                           return rc;
+                         if (int rc = moert_step_wait(&ctx, 0))
+                           return rc;
+                         bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                         before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                         float *bouts[] = {blocking[r][0].data(), blocking[r][1].data(),
+                                           blocking[r][2].data()};
+                         if (int rc = moert_step_all_reduce_bucket(&ctx, 2, bouts, ins,
+                                                                   sizes.data(),
+                                                                   MOERT_AXIS_DP | MOERT_AXIS_EP,
+                                                                   1, 1.0))
+                           return rc;
+                         if (int rc = moert_step_all_reduce_bucket(&ctx, 1, bouts + 2, ins + 2,
+                                                                   sizes.data() + 2,
+                                                                   MOERT_AXIS_EP, 0, 0.25))
+                           return rc;
+                         blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                         return 0;
+                       }),
+                0)
+          << g.name();
+      for (int r = 0; r < g.size(); ++r) {
+        EXPECT_EQ(bg[r], blocking[r]) << g.name() << " rank " << r << " yield " << yield;
+        EXPECT_EQ(bgBytes[r], blockingBytes[r]) << g.name() << " rank " << r;
+        // And the definition: bucket 1 is the ep sum times 0.25.
+        std::vector<std::vector<float>> t2(g.size());
+        for (int q = 0; q < g.size(); ++q)
+          t2[q] = in[q][2];
+        std::vector<float> want = memberSum(t2, expectedGroup(g, r, MOERT_AXIS_EP), sizes[2]);
+        for (float &v : want)
+          v = static_cast<float>(v * 0.25);
+        EXPECT_EQ(bg[r][2], want) << g.name() << " rank " << r;
+      }
+    }
+}
+
+// A wait for a handle never started, and a handle started twice before
+// its wait, are errors naming the handle; on one rank (no communicator) a
+// background reduction is a local scale.
+TEST(StepCommTest, BackgroundAllReduceErrorsAndOneRank) {
+  std::vector<std::string> errors;
+  EXPECT_NE(onGrid(Grid{1, 2, 1}, [](moert_context &ctx) { return moert_step_wait(&ctx, 5); },
+                   &errors),
+            0);
+  ASSERT_EQ(errors.size(), 2u);
+  for (const std::string &e : errors)
+    EXPECT_NE(e.find("wait on background all-reduce #5, which was not started"),
+              std::string::npos)
+        << e;
+  EXPECT_NE(onGrid(
+                Grid{1, 2, 1},
+                [](moert_context &ctx) {
+                  std::vector<float> a(4, 1.0f), b(4, 2.0f);
+                  float *outs[] = {a.data()};
+                  const float *ins[] = {a.data()};
+                  int64_t n = 4;
+                  if (int rc = moert_step_all_reduce_start(&ctx, 3, 1, outs, ins, &n,
+                                                           MOERT_AXIS_EP, 0, 1.0))
+                    return rc;
+                  float *outs2[] = {b.data()};
+                  const float *ins2[] = {b.data()};
+                  int rc = moert_step_all_reduce_start(&ctx, 3, 1, outs2, ins2, &n, MOERT_AXIS_EP,
+                                                       0, 1.0);
+                  moert_step_wait(&ctx, 3); // the first one, which its peer also started
+                  return rc;
+                },
+                &errors),
+            0);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors[0].find("background all-reduce #3 started again before its wait"),
+            std::string::npos)
+      << errors[0];
+  moert_context one = contextOf(Grid{}, 0, nullptr);
+  std::vector<float> x = {1, 2, 3};
+  float *outs[] = {x.data()};
+  const float *ins[] = {x.data()};
+  int64_t n = 3;
+  ASSERT_EQ(moert_step_all_reduce_start(&one, 0, 1, outs, ins, &n, MOERT_AXIS_DP, 1, 2.0), 0);
+  ASSERT_EQ(moert_step_wait(&one, 0), 0);
+  EXPECT_EQ(x, (std::vector<float>{2, 4, 6}));
+  moert_async_free(&one);
 }
 
 //===----------------------------------------------------------------------===//

@@ -113,6 +113,7 @@ typedef struct {
   void *async_comm;
   int async_yield;
   double async_seconds;
+  double async_wait_seconds; /* of comm_seconds, the waits for them */
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
