@@ -6,7 +6,9 @@
 # and with each RUNS entry H:LR:MU[:SYNC[:CODEC]] (--local-steps H --outer-lr LR
 # --outer-momentum MU [--sync-steps SYNC] [--outer-codec CODEC]; default: plain averaging, LR 1
 # and MU 0, at H 4, 8 and 16, H 8 after 30 synchronous steps, and DiLoCo's
-# 0.7 and 0.9 at H 16 and 64), for each seed of SEEDS
+# 0.7 and 0.9 at H 16 and 64; "stale[:0:0:SYNC]": --staleness 1, delayed
+# gradients, after SYNC synchronous steps),
+# for each seed of SEEDS
 # ("1"). Reported: the final validation loss (against the synchronous
 # run's), the median tokens/s and the all-reduce bytes per step and rank
 # (mean). Part of `make bench`.
@@ -39,9 +41,12 @@ for seed in $seeds; do
     rm -f "$metrics"
     local=()
     IFS=: read -r h lr mu sync codec <<< "$run"
-    [ "$run" = sync ] || local=(--local-steps "$h" --outer-lr "$lr" --outer-momentum "$mu"
-      --sync-steps "${sync:-0}")
-    [ -z "${codec:-}" ] || local+=(--outer-codec "$codec")
+    if [ "$h" = stale ]; then
+      local=(--staleness 1 --sync-steps "${sync:-0}")
+    elif [ "$run" != sync ]; then
+      local=(--local-steps "$h" --outer-lr "$lr" --outer-momentum "$mu" --sync-steps "${sync:-0}")
+      [ -z "${codec:-}" ] || local+=(--outer-codec "$codec")
+    fi
     "$out/ls-dp2" --data "$corpus" --steps "$steps" --seed "$seed" --no-progress \
       --emulate-link "$link" --eval-every "$steps" --metrics "$metrics" "${local[@]}" >/dev/null
     "$py" - "$metrics" "$run" "$seed" >> "$out/local-steps.jsonl" <<'PY'

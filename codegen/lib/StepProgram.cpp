@@ -113,6 +113,8 @@ private:
   /// Compressed all-reduces: what they send, what they replace, how many.
   int64_t codecBytes = 0, codecUncompressed = 0, codecWarmup = 0;
   int codecSites = 0;
+  /// Background all-reduce buckets of the training step.
+  int asyncBuckets = 0;
   int64_t groupSize(ArrayAttr axes) {
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     return grid ? grid.getGroupSize(axes.getValue()) : 1;
@@ -351,6 +353,8 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
     if (!id)
       return first.emitOpError("async all_reduce has no moe.bucket (run moe-schedule)");
     call = "moert_step_all_reduce_start(ctx, " + std::to_string(id.getInt()) + ", ";
+    if (training)
+      ++asyncBuckets;
   }
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
      << "};\n    const int64_t counts[] = {" << counts << "};\n    if (int rc = " << call
@@ -658,6 +662,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .layer_positions = kLayerPositions + 1,\n"
      << "    .layer_replicas = kLayerReplicas + 1,\n"
      << "    .layer_names = kLayerNames + 1,\n"
+     << "    .async_buckets = " << asyncBuckets << ",\n"
      << "};\n";
   return success();
 }

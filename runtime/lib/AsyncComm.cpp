@@ -14,14 +14,25 @@
 // Without a second communicator (MPI without MPI_THREAD_MULTIPLE) a start
 // runs its reduction at once, as a blocking collective: the same bits.
 //
+// With moert_context.staleness (delayed gradients), a start reduces a copy
+// of its inputs, and the wait of the next step gives that sum corrected by
+// how the rank's own gradient changed since (delayed averaging with local
+// correction): sum(t-1) + own x (g(t) - g(t-1)), where own x g is the
+// rank's own estimate of the sum (g for a mean, p g for a sum over p). The
+// reduction has a whole step to finish. With no reduction from the step
+// before (the first delayed step), the rank's own estimate alone. Ranks'
+// parameters then differ by their last correction.
+//
 //===----------------------------------------------------------------------===//
 
 #include "CommImpl.h"
+#include "CopyBytes.h"
 #include "StepReduce.h"
 #include "Trace.h"
 #include "moert/Program.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -33,6 +44,10 @@
 namespace {
 
 struct Job {
+  std::vector<float *> targets; ///< where the wait puts the result
+  std::vector<float> copy;      ///< delayed: the inputs, reduced in place
+  std::vector<float> local;     ///< delayed: the inputs, kept
+  double localScale = 1;        ///< delayed: the rank's own estimate of the result per input
   std::vector<float *> outs;
   std::vector<const float *> ins;
   std::vector<int64_t> counts;
@@ -85,13 +100,15 @@ public:
 
   bool background() const { return comm != nullptr; }
 
-  /// Queues `job` under `handle`; false when that handle is in use.
-  bool submit(int handle, std::unique_ptr<Job> job) {
+  /// Queues `job` under `handle`; false when that handle already has
+  /// `limit` jobs not taken (1; 2 with delayed gradients: last step's).
+  bool submit(int handle, std::unique_ptr<Job> job, size_t limit) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (jobs.count(handle))
+    auto &mine = jobs[handle];
+    if (mine.size() >= limit)
       return false;
     Job *raw = job.get();
-    jobs[handle] = std::move(job);
+    mine.push_back(std::move(job));
     if (raw->done)
       return true;
     queue.push_back(raw);
@@ -99,16 +116,41 @@ public:
     return true;
   }
 
-  /// Blocks until the job of `handle` is done and takes it (null: none).
-  std::unique_ptr<Job> take(int handle) {
+  /// Delayed gradients: a finished job's buffers back to `handle`'s pool,
+  /// and out again for its next start (no allocation, so no page faults
+  /// or unmapping every step).
+  void recycle(int handle, std::unique_ptr<Job> job) {
+    std::lock_guard<std::mutex> lock(mutex);
+    spare[handle] = std::move(job);
+  }
+  void reuse(int handle, Job &job) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = spare.find(handle);
+    if (it == spare.end() || !it->second)
+      return;
+    job.copy = std::move(it->second->copy);
+    job.local = std::move(it->second->local);
+    spare.erase(it);
+  }
+
+  /// The job of `handle` started last (null: none), to read its targets.
+  Job *newest(int handle) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = jobs.find(handle);
+    return it == jobs.end() || it->second.empty() ? nullptr : it->second.back().get();
+  }
+
+  /// Blocks until the oldest job of `handle` is done and takes it; null
+  /// when `handle` has fewer than `least` jobs.
+  std::unique_ptr<Job> take(int handle, size_t least = 1) {
     std::unique_lock<std::mutex> lock(mutex);
     auto it = jobs.find(handle);
-    if (it == jobs.end())
+    if (it == jobs.end() || it->second.size() < least)
       return nullptr;
-    Job *job = it->second.get();
+    Job *job = it->second.front().get();
     cv.wait(lock, [&] { return job->done; });
-    std::unique_ptr<Job> owned = std::move(it->second);
-    jobs.erase(it);
+    std::unique_ptr<Job> owned = std::move(it->second.front());
+    it->second.pop_front();
     return owned;
   }
 
@@ -151,7 +193,8 @@ private:
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<Job *> queue;
-  std::map<int, std::unique_ptr<Job>> jobs;
+  std::map<int, std::deque<std::unique_ptr<Job>>> jobs;
+  std::map<int, std::unique_ptr<Job>> spare;
   bool stop = false, yield = true;
   int busy = 0;
 };
@@ -181,19 +224,40 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
                                            double scale) {
   Engine &engine = engineOf(ctx);
   auto job = std::make_unique<Job>();
-  job->outs.assign(outs, outs + n);
-  job->ins.assign(ins, ins + n);
+  job->targets.assign(outs, outs + n);
   job->counts.assign(counts, counts + n);
   job->mean = mean;
   int p = moert::bucketGroup(ctx, axes, mean, scale, job->group);
   job->scale = scale;
+  bool delayed = ctx->staleness > 0;
+  if (delayed) {
+    // The step's buffers change before the next step's wait: reduce a copy.
+    int64_t total = 0;
+    for (int t = 0; t < n; ++t)
+      total += counts[t];
+    engine.reuse(handle, *job);
+    job->copy.resize(static_cast<size_t>(total));
+    job->local.resize(static_cast<size_t>(total));
+    for (int64_t t = 0, at = 0; t < n; at += counts[t], ++t) {
+      moert::copyBytes(job->copy.data() + at, ins[t], static_cast<size_t>(counts[t]) * 4);
+      job->outs.push_back(job->copy.data() + at);
+    }
+    job->ins.assign(job->outs.begin(), job->outs.end());
+    std::copy(job->copy.begin(), job->copy.end(), job->local.begin());
+    // A sum over the group estimated as p times the rank's own.
+    job->localScale = scale * (mean ? 1.0 : static_cast<double>(p));
+  } else {
+    job->outs.assign(outs, outs + n);
+    job->ins.assign(ins, ins + n);
+  }
   if (p == 1 || !engine.background()) {
     // Nothing to send, or no second channel: now, as a blocking one.
-    if (int rc = moert_step_all_reduce_bucket(ctx, n, outs, ins, counts, axes, mean, scale))
+    if (int rc = moert_step_all_reduce_bucket(ctx, n, job->outs.data(), job->ins.data(), counts,
+                                              axes, mean, scale))
       return rc;
     job->done = true;
   }
-  if (!engine.submit(handle, std::move(job))) {
+  if (!engine.submit(handle, std::move(job), delayed ? 2 : 1)) {
     if (ctx->comm)
       ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background all-reduce #" +
                          std::to_string(handle) + " started again before its wait";
@@ -203,19 +267,43 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
 }
 
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
+  auto *engine = static_cast<Engine *>(ctx->async_comm);
+  bool delayed = ctx->staleness > 0;
+  Job *current = engine ? engine->newest(handle) : nullptr;
   std::unique_ptr<Job> job;
   double start = moert::nowSeconds();
   {
     moert::CommTimer timer(ctx, "wait (background all-reduce)", /*foreground=*/false);
-    job = ctx->async_comm ? static_cast<Engine *>(ctx->async_comm)->take(handle) : nullptr;
+    // Delayed: last step's job, when there is one besides this step's.
+    job = engine ? engine->take(handle, delayed ? 2 : 1) : nullptr;
   }
   ctx->async_wait_seconds += moert::nowSeconds() - start;
-  if (!job) {
+  if (!current) {
     if (ctx->comm)
       ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": wait on background all-reduce #" +
                          std::to_string(handle) + ", which was not started";
     return 1;
   }
+  if (delayed) {
+    // Last step's reduction, corrected by how this rank's own gradient
+    // changed since: out = sum(t-1) + own x (g(t) - g(t-1)). On the first
+    // step, the rank's own estimate alone.
+    const float *now = current->local.data();
+    const float *before = job ? job->local.data() : nullptr;
+    const float *sum = job ? job->copy.data() : nullptr;
+    double own = current->localScale;
+    for (size_t t = 0, at = 0; t < current->targets.size(); at += current->counts[t], ++t) {
+      float *out = current->targets[t];
+      for (int64_t k = 0; k < current->counts[t]; ++k) {
+        size_t i = at + static_cast<size_t>(k);
+        out[k] = job ? static_cast<float>(sum[i] + own * (double(now[i]) - double(before[i])))
+                     : static_cast<float>(own * now[i]);
+      }
+    }
+    if (!job)
+      return 0;
+  }
+  int rc = job->rc;
   if (job->end > job->start) {
     ctx->async_seconds += job->end - job->start;
     if (ctx->trace)
@@ -228,7 +316,9 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
     if (job->rc)
       ctx->comm->error = job->error;
   }
-  return job->rc;
+  if (delayed)
+    engine->recycle(handle, std::move(job));
+  return rc;
 }
 
 extern "C" void moert_async_free(moert_context *ctx) {

@@ -354,6 +354,8 @@ Trainer::StepResult Trainer::runStep(long long s) {
     ctx.step_mark = stepStart = moert::nowSeconds();
   // Local steps: the dp all-reduces stay in the replica.
   ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
+  // Delayed gradients after the synchronous start.
+  ctx.staleness = s >= o.syncSteps ? o.staleness : 0;
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
   if (ctx.step_mark > 0) {

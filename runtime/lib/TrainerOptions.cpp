@@ -86,6 +86,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
+              "          [--staleness 0|1]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
@@ -115,6 +116,10 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "  --comm-priority all-to-all|fifo  background gradient all-reduces\n"
               "               wait while a dispatch or combine all-to-all runs (default),\n"
               "               or run as soon as started\n"
+              "  --staleness 1  delayed gradients: each step applies the previous\n"
+              "               step's all-reduced gradients, so their all-reduces overlap\n"
+              "               a whole step, each rank correcting them by the change of\n"
+              "               its own; --sync-steps N trains the first N synchronously\n"
               "  --local-steps H  data replicas take H steps on their own batches, then\n"
               "               average their parameter deltas through an outer Nesterov\n"
               "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
@@ -228,6 +233,11 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
             " numbers");
       o.linkBytesPerSecond = link[0] * 1e9;
       o.linkLatency = link.size() > 1 ? link[1] * 1e-6 : 0;
+    } else if (a == "--staleness") {
+      std::string v = value();
+      if (v != "0" && v != "1")
+        die("--staleness expects 0 or 1 (steps a gradient may be late), got '" + v + "'");
+      o.staleness = v == "1";
     } else if (a == "--comm-priority") {
       std::string v = value();
       if (v != "all-to-all" && v != "fifo")
@@ -257,9 +267,10 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
-  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.syncSteps > 0 || o.outerCodec) &&
-      o.localSteps == 0)
-    die("--outer-lr, --outer-momentum, --sync-steps and --outer-codec go with --local-steps H");
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.outerCodec) && o.localSteps == 0)
+    die("--outer-lr, --outer-momentum and --outer-codec go with --local-steps H");
+  if (o.syncSteps > 0 && o.localSteps == 0 && o.staleness == 0)
+    die("--sync-steps goes with --local-steps H or --staleness 1");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())
     die("--keep-checkpoints needs --checkpoint DIR");
   return o;

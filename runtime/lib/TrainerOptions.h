@@ -45,6 +45,7 @@ struct Options {
   /// (one value: every rank's); empty: off.
   std::vector<double> rankSpeeds;
   bool commPriority = true; ///< --comm-priority: all-to-alls before background all-reduces
+  int staleness = 0;        ///< --staleness: steps a background all-reduce may be late
   std::string trace;        ///< --trace FILE: a Chrome trace of every rank
   /// --local-steps H (0: synchronous), DiLoCo's outer optimiser.
   long long localSteps = 0;

@@ -29,6 +29,21 @@ void Trainer::configureEmulation() {
   if (comm && o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(comm, o.linkBytesPerSecond, o.linkLatency);
   ctx.async_yield = o.commPriority;
+  if (o.staleness > 0) {
+    if (!prog.async_buckets)
+      die("--staleness delays the step's background all-reduces, and this binary has none "
+          "(compiled for one rank, or with moec --schedule=blocking)");
+    if (o.localSteps > 0)
+      die("--staleness with --local-steps is not supported: local steps reduce nothing over dp");
+    if (o.rebalanceEvery > 0)
+      die("--staleness with --rebalance-every is not supported: a delayed expert gradient would "
+          "land on the expert's old position");
+    if (lead)
+      std::printf("delayed gradients: from step %lld, each step applies the previous step's "
+                  "all-reduced gradients, corrected by the change of the rank's own (%d "
+                  "buckets)\n",
+                  o.syncSteps + 1, prog.async_buckets);
+  }
 }
 
 /// Every rank leaves a barrier at about the same time: that instant is

@@ -675,51 +675,46 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
       for (int r = 0; r < g.size(); ++r)
         for (size_t t = 0; t < sizes.size(); ++t)
           in[r].push_back(randomData(sizes[t], 40 + static_cast<int>(t), r));
-      ASSERT_EQ(onGrid(g,
-                       [&](moert_context &ctx) {
-                         int r = ctx.rank;
-                         ctx.async_yield = yield;
-                         bg[r] = blocking[r] = in[r];
-                         float *outs[] = {bg[r][0].data(), bg[r][1].data(), bg[r][2].data()};
-                         const float *ins[] = {in[r][0].data(), in[r][1].data(), in[r][2].data()};
-                         int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
-                         // Bucket 0: tensors 0 and 1 (mean over dp, ep); bucket
-                         // 1: tensor 2 (sum over ep, scaled).
-                         if (int rc = moert_step_all_reduce_start(&ctx, 0, 2, outs, ins,
-                                                                  sizes.data(),
-                                                                  MOERT_AXIS_DP | MOERT_AXIS_EP,
-                                                                  1, 1.0))
-                           return rc;
-                         if (int rc = moert_step_all_reduce_start(&ctx, 1, 1, outs + 2, ins + 2,
-                                                                  sizes.data() + 2, MOERT_AXIS_EP,
-                                                                  0, 0.25))
-                           return rc;
-                         std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
-                         const int64_t shape[] = {g.ep, 4};
-                         if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0,
-                                                            0, MOERT_AXIS_EP, nullptr))
-                           return rc;
-                         if (int rc = moert_step_wait(&ctx, 1))
-                           return rc;
-                         if (int rc = moert_step_wait(&ctx, 0))
-                           return rc;
-                         bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
-                         before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
-                         float *bouts[] = {blocking[r][0].data(), blocking[r][1].data(),
-                                           blocking[r][2].data()};
-                         if (int rc = moert_step_all_reduce_bucket(&ctx, 2, bouts, ins,
-                                                                   sizes.data(),
-                                                                   MOERT_AXIS_DP | MOERT_AXIS_EP,
-                                                                   1, 1.0))
-                           return rc;
-                         if (int rc = moert_step_all_reduce_bucket(&ctx, 1, bouts + 2, ins + 2,
-                                                                   sizes.data() + 2,
-                                                                   MOERT_AXIS_EP, 0, 0.25))
-                           return rc;
-                         blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
-                         return 0;
-                       }),
-                0)
+      ASSERT_EQ(
+          onGrid(g,
+                 [&](moert_context &ctx) {
+                   int r = ctx.rank;
+                   ctx.async_yield = yield;
+                   bg[r] = blocking[r] = in[r];
+                   float *outs[] = {bg[r][0].data(), bg[r][1].data(), bg[r][2].data()};
+                   const float *ins[] = {in[r][0].data(), in[r][1].data(), in[r][2].data()};
+                   int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                   // Bucket 0: tensors 0 and 1 (mean over dp, ep); bucket
+                   // 1: tensor 2 (sum over ep, scaled).
+                   if (int rc = moert_step_all_reduce_start(&ctx, 0, 2, outs, ins, sizes.data(),
+                                                            MOERT_AXIS_DP | MOERT_AXIS_EP, 1, 1.0))
+                     return rc;
+                   if (int rc = moert_step_all_reduce_start(
+                           &ctx, 1, 1, outs + 2, ins + 2, sizes.data() + 2, MOERT_AXIS_EP, 0, 0.25))
+                     return rc;
+                   std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
+                   const int64_t shape[] = {g.ep, 4};
+                   if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0,
+                                                      MOERT_AXIS_EP, nullptr))
+                     return rc;
+                   if (int rc = moert_step_wait(&ctx, 1))
+                     return rc;
+                   if (int rc = moert_step_wait(&ctx, 0))
+                     return rc;
+                   bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                   before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                   float *bouts[] = {blocking[r][0].data(), blocking[r][1].data(),
+                                     blocking[r][2].data()};
+                   if (int rc = moert_step_all_reduce_bucket(&ctx, 2, bouts, ins, sizes.data(),
+                                                             MOERT_AXIS_DP | MOERT_AXIS_EP, 1, 1.0))
+                     return rc;
+                   if (int rc = moert_step_all_reduce_bucket(
+                           &ctx, 1, bouts + 2, ins + 2, sizes.data() + 2, MOERT_AXIS_EP, 0, 0.25))
+                     return rc;
+                   blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                   return 0;
+                 }),
+          0)
           << g.name();
       for (int r = 0; r < g.size(); ++r) {
         EXPECT_EQ(bg[r], blocking[r]) << g.name() << " rank " << r << " yield " << yield;
@@ -736,18 +731,56 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
     }
 }
 
+// Delayed gradients (moert_context.staleness = 1): the wait of step t
+// gives the sum of step t - 1's inputs corrected by how the rank's own
+// input changed, sum(t-1) + p (x(t) - x(t-1)) for a sum over p ranks (p x(0)
+// at step 0), though the inputs change right after each start. Inputs
+// x_r(s)[k] = 100 s (r + 1) + k: rank-dependent changes.
+TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
+  const Grid g{2, 1, 1};
+  const int steps = 4;
+  const int64_t n = 5;
+  std::vector<std::vector<std::vector<float>>> got(g.size());
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     ctx.staleness = 1;
+                     std::vector<float> in(n), out(n, -1.0f);
+                     for (int s = 0; s < steps; ++s) {
+                       for (int64_t k = 0; k < n; ++k)
+                         in[k] = float(100 * s * (ctx.rank + 1) + k);
+                       float *outs[] = {out.data()};
+                       const float *ins[] = {in.data()};
+                       if (int rc = moert_step_all_reduce_start(&ctx, 7, 1, outs, ins, &n,
+                                                                MOERT_AXIS_DP, 0, 1.0))
+                         return rc;
+                       std::fill(in.begin(), in.end(), 1e9f); // the step goes on
+                       if (int rc = moert_step_wait(&ctx, 7))
+                         return rc;
+                       got[ctx.rank].push_back(out);
+                     }
+                     return 0;
+                   }),
+            0);
+  for (int r = 0; r < g.size(); ++r)
+    for (int s = 0; s < steps; ++s)
+      for (int64_t k = 0; k < n; ++k) {
+        float want = s == 0 ? float(2 * k) : float(300 * (s - 1) + 2 * k + 2 * 100 * (r + 1));
+        EXPECT_EQ(got[r][s][k], want) << "rank " << r << " step " << s << " element " << k;
+      }
+}
+
 // A wait for a handle never started, and a handle started twice before
 // its wait, are errors naming the handle; on one rank (no communicator) a
 // background reduction is a local scale.
 TEST(StepCommTest, BackgroundAllReduceErrorsAndOneRank) {
   std::vector<std::string> errors;
-  EXPECT_NE(onGrid(Grid{1, 2, 1}, [](moert_context &ctx) { return moert_step_wait(&ctx, 5); },
-                   &errors),
-            0);
+  EXPECT_NE(
+      onGrid(
+          Grid{1, 2, 1}, [](moert_context &ctx) { return moert_step_wait(&ctx, 5); }, &errors),
+      0);
   ASSERT_EQ(errors.size(), 2u);
   for (const std::string &e : errors)
-    EXPECT_NE(e.find("wait on background all-reduce #5, which was not started"),
-              std::string::npos)
+    EXPECT_NE(e.find("wait on background all-reduce #5, which was not started"), std::string::npos)
         << e;
   EXPECT_NE(onGrid(
                 Grid{1, 2, 1},
@@ -756,8 +789,8 @@ TEST(StepCommTest, BackgroundAllReduceErrorsAndOneRank) {
                   float *outs[] = {a.data()};
                   const float *ins[] = {a.data()};
                   int64_t n = 4;
-                  if (int rc = moert_step_all_reduce_start(&ctx, 3, 1, outs, ins, &n,
-                                                           MOERT_AXIS_EP, 0, 1.0))
+                  if (int rc = moert_step_all_reduce_start(&ctx, 3, 1, outs, ins, &n, MOERT_AXIS_EP,
+                                                           0, 1.0))
                     return rc;
                   float *outs2[] = {b.data()};
                   const float *ins2[] = {b.data()};

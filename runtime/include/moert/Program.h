@@ -114,6 +114,13 @@ typedef struct {
   int async_yield;
   double async_seconds;
   double async_wait_seconds; /* of comm_seconds, the waits for them */
+  /* 1: delayed gradients (the trainer's --staleness 1): a background
+   * reduction started in step t is waited for in step t + 1, whose wait
+   * writes it corrected by the change of the rank's own gradient,
+   * sum(t-1) + own x (g(t) - g(t-1)) (own x g: the rank's estimate of the
+   * sum; the first delayed step, own x g(t) alone). 0: each waits for its
+   * own reduction. */
+  int staleness;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -169,6 +176,10 @@ typedef struct {
   /* Per MoE layer, the model layer it belongs to (its router parameter's
    * prefix, such as "l3"), for the metrics. */
   const char *const *layer_names;
+  /* Background all-reduce buckets the training step starts (moe-schedule's
+   * async buckets; 0 when compiled with moec --schedule=blocking or for one
+   * rank). */
+  int async_buckets;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
