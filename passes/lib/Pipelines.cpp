@@ -22,6 +22,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     plan.pinExperts = options.pinExperts;
     plan.equalShares = options.equalShares;
     plan.redundantExperts = options.redundantExperts;
+    plan.overlap = options.overlap;
     pm.addPass(createPlanShardingPass(plan));
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;

@@ -91,6 +91,9 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     Option<"equalShares", "equal-shares", "bool", "false",
            "Give every data-parallel coordinate the same token share (what the runtime "
            "executes); on mixed clusters faster devices still hold more experts">,
+    Option<"overlap", "overlap", "bool", "true",
+           "Gradient all-reduces overlap the rest of the backward (moe-schedule): the "
+           "step time counts only what the backward cannot hide">,
     Option<"reportTable", "report-table", "std::string", "\"\"",
            "Write the readable plan table here ('-': stdout)">,
     Option<"reportJson", "report-json", "std::string", "\"\"",
