@@ -43,6 +43,10 @@ void Trainer::configureEmulation() {
                   "all-reduced gradients, corrected by the change of the rank's own (%d "
                   "buckets)\n",
                   o.syncSteps + 1, prog.async_buckets);
+    if (lead && o.resume)
+      std::printf("note: resuming with delayed gradients is not exact: the data replicas' "
+                  "parameters differed, the checkpoint holds the lead's, and the reductions "
+                  "in flight at the save are not in it\n");
   }
 }
 
