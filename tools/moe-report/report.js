@@ -62,8 +62,10 @@
       [{label: "all", points: perStep("grad_norm")}].concat(
         Object.keys(steps.find((r) => r.grad_norm_groups) ? steps.find((r) => r.grad_norm_groups).grad_norm_groups : {})
           .map((g) => ({label: g, points: perStep("grad_norm_groups." + g)})))},
-    {title: "Step time", unit: "s", keys: ["step_seconds", "comm_seconds"], series: () => [
-      {label: "step", points: perStep("step_seconds")}, {label: "in collectives", points: perStep("comm_seconds")}]},
+    {title: "Step time", unit: "s", keys: ["step_seconds", "comm_seconds", "background_comm_seconds", "background_wait_seconds"], series: () => [
+      {label: "step", points: perStep("step_seconds")}, {label: "in collectives", points: perStep("comm_seconds")},
+      {label: "background all-reduces", points: perStep("background_comm_seconds")},
+      {label: "waiting for them", points: perStep("background_wait_seconds")}]},
     {title: "Dropped token-slots", unit: "fraction of the routed", keys: ["dropped_tokens"], series: () => [
       {label: "dropped", points: perStep(null, (r) => (sum(r.expert_tokens) ? r.dropped_tokens / sum(r.expert_tokens) : NaN))}]},
     {title: "Balancedness", unit: "mean / max of the ep ranks' token-slots", keys: ["balancedness"], series: () =>
