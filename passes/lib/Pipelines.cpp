@@ -22,7 +22,8 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     plan.pinExperts = options.pinExperts;
     plan.equalShares = options.equalShares;
     plan.redundantExperts = options.redundantExperts;
-    plan.overlap = options.overlap;
+    // What moe-schedule will overlap: uncompressed gradients of a lowered step.
+    plan.overlap = options.overlap && options.lower && options.compressGrad == "none";
     pm.addPass(createPlanShardingPass(plan));
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;

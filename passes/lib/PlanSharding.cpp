@@ -59,13 +59,17 @@ struct Candidate {
   /// Gradient all-reduces overlap the rest of the backward (moe-schedule):
   /// what the backward (2/3 of the compute) cannot hide, and at least the
   /// last layer's share (1 / layers), whose gradients come last.
+  /// The replicas' gradient sums (part of allReduce) run blocking, after
+  /// the waits.
   bool overlap = false;
   int64_t layers = 1;
+  double replicaSum = 0;
   double exposedAllReduce() const {
     if (!overlap)
       return allReduce;
-    return std::max(allReduce - compute * 2.0 / 3.0,
-                    allReduce / static_cast<double>(std::max<int64_t>(layers, 1)));
+    double hidden = allReduce - replicaSum;
+    return replicaSum + std::max(hidden - compute * 2.0 / 3.0,
+                                 hidden / static_cast<double>(std::max<int64_t>(layers, 1)));
   }
   double step() const { return compute + allToAll + exposedAllReduce() + tensorParallel; }
 };
@@ -266,6 +270,7 @@ public:
         for (int64_t t = 0; t < tp; ++t)
           replicaSum = std::max(replicaSum, allReduceTime(cluster, g.epGroup(d, t), bytes));
       c.allReduce += replicaSum;
+      c.replicaSum = replicaSum;
     }
     // Memory: f32 parameter and gradient (8 bytes per element) and two
     // AdamW moments (8 more; with ZeRO-1 sharded over the replicas), plus

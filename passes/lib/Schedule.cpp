@@ -24,11 +24,15 @@ int64_t numel(AllReduceOp op) { return cast<RankedTensorType>(op.getType()).getN
 
 /// A gradient reduction that may run in the background: uncompressed, its
 /// input computed by an op of the block other than a reduction, every user
-/// in the block and none of them the terminator.
+/// in the block and none of them the terminator, and in a planned step its
+/// result in the gradient arena (what the optimiser reads).
 bool isCandidate(AllReduceOp op) {
   Operation *producer = op.getInput().getDefiningOp();
   if (op.getAsync() || op.getCodecAttr() || !producer || producer->getBlock() != op->getBlock() ||
       isa<AllReduceOp>(producer) || op.getResult().use_empty())
+    return false;
+  if (auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+      plan && (plan.size() < 1 || plan[0] != 1))
     return false;
   return llvm::all_of(op.getResult().getUsers(), [&](Operation *user) {
     return user->getBlock() == op->getBlock() && !user->hasTrait<OpTrait::IsTerminator>();

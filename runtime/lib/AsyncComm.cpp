@@ -20,8 +20,9 @@
 // correction): sum(t-1) + own x (g(t) - g(t-1)), where own x g is the
 // rank's own estimate of the sum (g for a mean, p g for a sum over p). The
 // reduction has a whole step to finish. With no reduction from the step
-// before (the first delayed step), the rank's own estimate alone. Ranks'
-// parameters then differ by their last correction.
+// before (the first delayed step), the wait completes this step's and
+// gives its exact sum. The corrections differ by rank, so the data
+// replicas' parameters drift apart (AdamW and clipping are not linear).
 //
 //===----------------------------------------------------------------------===//
 
@@ -133,6 +134,17 @@ public:
     spare.erase(it);
   }
 
+  /// Blocks until the newest job of `handle` is done; leaves it queued.
+  Job *finishNewest(int handle) {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto it = jobs.find(handle);
+    if (it == jobs.end() || it->second.empty())
+      return nullptr;
+    Job *job = it->second.back().get();
+    cv.wait(lock, [&] { return job->done; });
+    return job;
+  }
+
   /// The job of `handle` started last (null: none), to read its targets.
   Job *newest(int handle) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -213,6 +225,8 @@ Engine &engineOf(moert_context *ctx) {
 
 } // namespace
 
+extern "C" void moert_async_init(moert_context *ctx) { engineOf(ctx); }
+
 void moert::asyncForeground(moert_context *ctx, int delta) {
   if (ctx->async_comm)
     static_cast<Engine *>(ctx->async_comm)->foreground(delta, ctx->async_yield != 0);
@@ -274,8 +288,12 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   double start = moert::nowSeconds();
   {
     moert::CommTimer timer(ctx, "wait (background all-reduce)", /*foreground=*/false);
-    // Delayed: last step's job, when there is one besides this step's.
+    // Delayed: last step's job, when there is one besides this step's; on
+    // the first delayed step, this step's own, completed here and kept as
+    // the next step's "last".
     job = engine ? engine->take(handle, delayed ? 2 : 1) : nullptr;
+    if (delayed && !job && engine)
+      engine->finishNewest(handle);
   }
   ctx->async_wait_seconds += moert::nowSeconds() - start;
   if (!current) {
@@ -287,21 +305,21 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   if (delayed) {
     // Last step's reduction, corrected by how this rank's own gradient
     // changed since: out = sum(t-1) + own x (g(t) - g(t-1)). On the first
-    // step, the rank's own estimate alone.
+    // delayed step, this step's exact sum (waited for above).
     const float *now = current->local.data();
     const float *before = job ? job->local.data() : nullptr;
-    const float *sum = job ? job->copy.data() : nullptr;
+    const float *sum = job ? job->copy.data() : current->copy.data();
     double own = current->localScale;
     for (size_t t = 0, at = 0; t < current->targets.size(); at += current->counts[t], ++t) {
       float *out = current->targets[t];
       for (int64_t k = 0; k < current->counts[t]; ++k) {
         size_t i = at + static_cast<size_t>(k);
-        out[k] = job ? static_cast<float>(sum[i] + own * (double(now[i]) - double(before[i])))
-                     : static_cast<float>(own * now[i]);
+        out[k] =
+            job ? static_cast<float>(sum[i] + own * (double(now[i]) - double(before[i]))) : sum[i];
       }
     }
     if (!job)
-      return 0;
+      return current->rc;
   }
   int rc = job->rc;
   if (job->end > job->start) {

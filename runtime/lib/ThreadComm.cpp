@@ -79,6 +79,8 @@ public:
     if (!c.arrive({data, nullptr, count, -1, false, sum}))
       return false;
     bool ok = c.sameCount(count);
+    for (int i = 0; i < n; ++i) // a peer in allReduceSegments posted no buffer
+      ok = ok && c.member(i).segments == nullptr;
     auto chunk = [&](int i) {
       return std::pair<int64_t, int64_t>(count * i / n, count * (i + 1) / n);
     };
@@ -124,7 +126,7 @@ public:
     bool ok = c.sameCount(count);
     for (int i = 0; ok && i < n; ++i) {
       const Posting &p = c.member(i);
-      ok = p.numSegments == numSegments;
+      ok = p.segments && p.numSegments == numSegments;
       for (int t = 0; ok && t < numSegments; ++t)
         ok = p.segments[t].count == segments[t].count;
     }

@@ -365,11 +365,20 @@ Trainer::StepResult Trainer::runStep(long long s) {
       trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
                  moert::nowSeconds());
   }
-  bool local = ctx.replica_local;
-  ctx.replica_local = 0;
+  bool local = ctx.replica_local, delayed = ctx.staleness > 0;
+  ctx.replica_local = ctx.staleness = 0;        // evaluations are neither
   bool badNorm = !std::isfinite(ctx.grad_norm); // a replica's own in local steps
   if (local && rc == 0)
     loss = replicaMean(loss, badNorm, s);
+  if (delayed && rc == 0 && ranks > 1) {
+    // Each rank's corrected gradient is its own: every rank stops if one
+    // rank's norm is not finite.
+    float bad = badNorm ? 1.0f : 0.0f;
+    if (moert_step_all_reduce(&ctx, &bad, &bad, 1, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0,
+                              1.0) != 0)
+      commError("step " + std::to_string(s) + ": agreeing on the gradient norm");
+    badNorm = bad > 0;
+  }
   if (rc == 0)
     outerStep(s, false);
   auto now = std::chrono::steady_clock::now();

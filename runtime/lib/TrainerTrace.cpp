@@ -29,6 +29,10 @@ void Trainer::configureEmulation() {
   if (comm && o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(comm, o.linkBytesPerSecond, o.linkLatency);
   ctx.async_yield = o.commPriority;
+  // The background channel now, not inside the first step (under MPI its
+  // communicator is a collective over every rank).
+  if (comm && prog.async_buckets > 0)
+    moert_async_init(&ctx);
   if (o.staleness > 0) {
     if (!prog.async_buckets)
       die("--staleness delays the step's background all-reduces, and this binary has none "

@@ -733,9 +733,9 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
 
 // Delayed gradients (moert_context.staleness = 1): the wait of step t
 // gives the sum of step t - 1's inputs corrected by how the rank's own
-// input changed, sum(t-1) + p (x(t) - x(t-1)) for a sum over p ranks (p x(0)
-// at step 0), though the inputs change right after each start. Inputs
-// x_r(s)[k] = 100 s (r + 1) + k: rank-dependent changes.
+// input changed, sum(t-1) + p (x(t) - x(t-1)) for a sum over p ranks (the
+// exact sum at step 0), though the inputs change right after each start.
+// Inputs x_r(s)[k] = 100 s (r + 1) + k + 10 r: rank-dependent changes.
 TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
   const Grid g{2, 1, 1};
   const int steps = 4;
@@ -747,7 +747,7 @@ TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
                      std::vector<float> in(n), out(n, -1.0f);
                      for (int s = 0; s < steps; ++s) {
                        for (int64_t k = 0; k < n; ++k)
-                         in[k] = float(100 * s * (ctx.rank + 1) + k);
+                         in[k] = float(100 * s * (ctx.rank + 1) + k + 10 * ctx.rank);
                        float *outs[] = {out.data()};
                        const float *ins[] = {in.data()};
                        if (int rc = moert_step_all_reduce_start(&ctx, 7, 1, outs, ins, &n,
@@ -764,7 +764,8 @@ TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
   for (int r = 0; r < g.size(); ++r)
     for (int s = 0; s < steps; ++s)
       for (int64_t k = 0; k < n; ++k) {
-        float want = s == 0 ? float(2 * k) : float(300 * (s - 1) + 2 * k + 2 * 100 * (r + 1));
+        float want =
+            s == 0 ? float(2 * k + 10) : float(300 * (s - 1) + 2 * k + 10 + 2 * 100 * (r + 1));
         EXPECT_EQ(got[r][s][k], want) << "rank " << r << " step " << s << " element " << k;
       }
 }

@@ -118,8 +118,8 @@ typedef struct {
    * reduction started in step t is waited for in step t + 1, whose wait
    * writes it corrected by the change of the rank's own gradient,
    * sum(t-1) + own x (g(t) - g(t-1)) (own x g: the rank's estimate of the
-   * sum; the first delayed step, own x g(t) alone). 0: each waits for its
-   * own reduction. */
+   * sum; the first delayed step waits for its own exact sum). 0: each waits
+   * for its own reduction. */
   int staleness;
 } moert_context;
 
@@ -257,6 +257,10 @@ int moert_step_all_reduce_start(moert_context *ctx, int handle, int n, float *co
 /* moe.wait: blocks until the reduction of `handle` is done; non-zero, with
  * the message in moert_comm_error, when it failed or was not started. */
 int moert_step_wait(moert_context *ctx, int handle);
+/* Creates the rank's background engine now (its second communicator is a
+ * collective under MPI: every rank calls this at the same point) rather
+ * than at the first start. */
+void moert_async_init(moert_context *ctx);
 void moert_async_free(moert_context *ctx);
 
 /* The ragged form on a dispatch buffer (moe.all_to_all ... counts): `shape`
