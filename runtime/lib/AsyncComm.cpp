@@ -33,6 +33,7 @@
 #include "moert/Program.h"
 
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -49,6 +50,7 @@ struct Job {
   std::vector<float> copy;      ///< delayed: the inputs, reduced in place
   std::vector<float> local;     ///< delayed: the inputs, kept
   double localScale = 1;        ///< delayed: the rank's own estimate of the result per input
+  bool delayed = false;         ///< waited for in the next step
   std::vector<float *> outs;
   std::vector<const float *> ins;
   std::vector<int64_t> counts;
@@ -95,6 +97,13 @@ public:
       cv.notify_all();
       worker.join();
     }
+    // Jobs nobody waited for (a step that failed, or the last delayed
+    // step's): their failures still get said.
+    for (auto &[handle, queued] : jobs)
+      for (auto &job : queued)
+        if (job->done && job->rc)
+          std::fprintf(stderr, "warning: background all-reduce #%d failed after its step: %s\n",
+                       handle, job->error.c_str());
     if (comm)
       moert_comm_free(comm);
   }
@@ -243,7 +252,9 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
   job->mean = mean;
   int p = moert::bucketGroup(ctx, axes, mean, scale, job->group);
   job->scale = scale;
-  bool delayed = ctx->staleness > 0;
+  // A group of one has nothing to wait for: never delayed (exact).
+  bool delayed = ctx->staleness > 0 && p > 1;
+  job->delayed = delayed;
   if (delayed) {
     // The step's buffers change before the next step's wait: reduce a copy.
     int64_t total = 0;
@@ -282,8 +293,8 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
 
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   auto *engine = static_cast<Engine *>(ctx->async_comm);
-  bool delayed = ctx->staleness > 0;
   Job *current = engine ? engine->newest(handle) : nullptr;
+  bool delayed = current && current->delayed;
   std::unique_ptr<Job> job;
   double start = moert::nowSeconds();
   {
