@@ -37,7 +37,7 @@ struct Posting {
   int root = -1;
   bool posted = false;
   float *scratch = nullptr;                 ///< all_reduce: the member's summed chunk
-  const moert::Segment *segments = nullptr; ///< allReduceSegments
+  const moert::Segment *segments = nullptr; ///< all_reduce: its tensors
   int numSegments = 0;
 };
 
@@ -68,49 +68,17 @@ public:
     return new ThreadComm(world, rank, ++duplicates * 1000 + channel);
   }
 
+  /// One tensor in place: allReduceSegments' reduce-scatter and all-gather.
   bool allReduce(float *data, int64_t count, const int32_t *group, int n, int index) override {
-    // Reduce-scatter, then all-gather: member i sums chunk i of every
-    // member's buffer (in member order: the same bits everywhere) into its
-    // staging buffer, posted with its data; after all chunks are summed,
-    // each member copies every chunk into its own buffer.
-    float *sum =
-        moert::staging<float>(moert::Slot::Sum, count > 0 ? static_cast<size_t>(count) : 0);
-    Rendezvous c(*this, MOERT_ALL_REDUCE, group, n, index);
-    if (!c.arrive({data, nullptr, count, -1, false, sum}))
-      return false;
-    bool ok = c.sameCount(count);
-    for (int i = 0; i < n; ++i) // a peer in allReduceSegments posted no buffer
-      ok = ok && c.member(i).segments == nullptr;
-    auto chunk = [&](int i) {
-      return std::pair<int64_t, int64_t>(count * i / n, count * (i + 1) / n);
-    };
-    if (ok) {
-      auto [lo, hi] = chunk(index);
-      std::fill(sum + lo, sum + hi, 0.0f);
-      for (int i = 0; i < n; ++i) {
-        const float *in = static_cast<const float *>(c.member(i).in);
-        for (int64_t k = lo; k < hi; ++k)
-          sum[k] += in[k];
-      }
-    }
-    if (!c.halfway())
-      return false;
-    for (int i = 0; ok && i < n; ++i) {
-      auto [lo, hi] = chunk(i);
-      moert::copyBytes(data + lo, c.member(i).scratch + lo,
-                       static_cast<size_t>(hi - lo) * sizeof(float));
-    }
-    if (!c.depart())
-      return false;
-    if (!ok)
-      return fail("all_reduce on group " + groupText(group, n) +
-                  ": members passed different element counts");
-    return true;
+    moert::Segment whole{data, data, count};
+    return allReduceSegments(&whole, 1, 1.0, group, n, index);
   }
 
-  /// allReduce without packing: chunks of the segments' concatenation,
-  /// read from each member's inputs, scaled by the chunk's owner and
-  /// written into each member's outputs.
+  /// Reduce-scatter, then all-gather, over the concatenation of the
+  /// segments without packing it: member i sums chunk i of every member's
+  /// inputs (in member order: the same bits everywhere) into its staging
+  /// buffer, posted with its segments, and scales it; after all chunks are
+  /// summed, each member copies every chunk into its own outputs.
   bool allReduceSegments(const moert::Segment *segments, int numSegments, double factor,
                          const int32_t *group, int n, int index) override {
     int64_t count = 0;
@@ -126,7 +94,7 @@ public:
     bool ok = c.sameCount(count);
     for (int i = 0; ok && i < n; ++i) {
       const Posting &p = c.member(i);
-      ok = p.segments && p.numSegments == numSegments;
+      ok = p.numSegments == numSegments;
       for (int t = 0; ok && t < numSegments; ++t)
         ok = p.segments[t].count == segments[t].count;
     }
