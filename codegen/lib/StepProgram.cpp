@@ -89,6 +89,11 @@ private:
   LogicalResult bucket(ArrayRef<AllReduceOp> reduces);
   LogicalResult balanceBias(BalanceBiasOp op);
   LogicalResult replicaSum(ReplicaSumOp op);
+  LogicalResult reduceScatter(ArrayRef<Operation *> run);
+  LogicalResult gatherParams(ArrayRef<Operation *> run);
+  int64_t zeroFloats(Operation *op);
+  /// The most elements one ZeRO collective moves (its staging is bounded).
+  static constexpr int64_t kZeroRunFloats = int64_t(1) << 22;
   /// The placement table of MoE layer `layer` in the step program: the
   /// runtime's, or the program's own when the runtime gives none.
   std::string layerTable(int64_t layer) {
@@ -108,6 +113,8 @@ private:
   /// Analytical bytes one rank sends per training step: all_reduce (ring:
   /// 2 (p-1)/p of the buffer) and all_to_all ((p-1)/p of it).
   int64_t allReduceBytes = 0, allToAllBytes = 0;
+  /// ZeRO's reduce-scatters and parameter all-gathers ((p-1) shards each).
+  int64_t reduceScatterBytes = 0, allGatherBytes = 0;
   /// Ragged all_to_alls: the bytes with every block full (counts included).
   int64_t raggedBound = 0;
   /// Compressed all-reduces: what they send, what they replace, how many.
@@ -273,6 +280,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
                 ? "ctx->params[" + std::to_string(idx) + "]"
                 : "ctx->moments[" + std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) +
                       "]";
+      // ZeRO: this rank's shard of the parameter (the moments hold only it).
+      if (ArrayAttr axes = op.getShardAxesAttr(); axes && arg.source == KernelArg::Param)
+        ptr = "(" + ptr + " + moert_step_shard_offset(ctx, " + std::to_string(axesMask(axes)) +
+              ", " + std::to_string(numel(op.getOperand(0))) + "))";
     } else {
       ptr = pointer(value);
     }
@@ -469,6 +480,72 @@ LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
 /// Replicas' gradient rows summed over the ep group, per the runtime's
 /// placement (moert_step_replica_sum); its bytes depend on the placement in
 /// force, so the trainer accounts them (moert_replica_sum_bytes).
+/// Elements a ZeRO collective moves (its input, or its parameter).
+int64_t Emitter::zeroFloats(Operation *op) {
+  if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+    return cast<RankedTensorType>(scatter.getInput().getType()).getNumElements();
+  auto param = module.lookupSymbol<ParamOp>(cast<GatherParamOp>(op).getParamAttr());
+  return param ? param.getTensorType().getNumElements() : 0;
+}
+
+/// Flat reduce-scatters of one group, reduction and scale (ZeRO's
+/// gradients): one moert_step_reduce_scatter.
+LogicalResult Emitter::reduceScatter(ArrayRef<Operation *> run) {
+  auto first = cast<ReduceScatterOp>(run.front());
+  std::string outs, ins, counts, shards;
+  int64_t p = groupSize(first.getAxes());
+  for (Operation *op : run) {
+    auto scatter = cast<ReduceScatterOp>(op);
+    if (scatter.getDim() || scatter.getCodecAttr())
+      return op->emitOpError("the step program runs the flat, uncompressed reduce_scatter only "
+                             "(ZeRO's)");
+    auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+    if (!plan)
+      return op->emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+    setStorage(op, plan.asArrayRef());
+    int64_t n = cast<RankedTensorType>(scatter.getInput().getType()).getNumElements();
+    int64_t shard = cast<RankedTensorType>(scatter.getType()).getNumElements();
+    if (training)
+      reduceScatterBytes += (p - 1) * shard * 4;
+    auto append = [](std::string &list, const std::string &item) {
+      list += (list.empty() ? "" : ", ") + item;
+    };
+    append(outs, pointer(scatter.getResult()));
+    append(ins, pointer(scatter.getInput()));
+    append(counts, std::to_string(n));
+    append(shards, std::to_string(shard));
+  }
+  os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
+     << "};\n    const int64_t counts[] = {" << counts << "};\n    const int64_t shards[] = {"
+     << shards << "};\n    if (int rc = moert_step_reduce_scatter(ctx, " << run.size()
+     << ", outs, ins, counts, shards, " << axesMask(first.getAxes()) << ", "
+     << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
+     << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
+  return success();
+}
+
+/// moe.gather_param of one group: every member's ZeRO shard of each
+/// parameter to every member (moert_step_gather_params).
+LogicalResult Emitter::gatherParams(ArrayRef<Operation *> run) {
+  auto first = cast<GatherParamOp>(run.front());
+  if (!training)
+    return first.emitOpError("gathers a parameter outside the training step");
+  int64_t p = groupSize(first.getAxes());
+  std::string params, shards;
+  for (Operation *op : run) {
+    auto gather = cast<GatherParamOp>(op);
+    int64_t shard = (zeroFloats(op) + p - 1) / p;
+    allGatherBytes += (p - 1) * shard * 4;
+    params += (params.empty() ? "" : ", ") + std::string("ctx->params[") +
+              std::to_string(paramIndex.lookup(gather.getParam())) + "]";
+    shards += (shards.empty() ? "" : ", ") + std::to_string(shard);
+  }
+  os << "  {\n    float *const params[] = {" << params << "};\n    const int64_t shards[] = {"
+     << shards << "};\n    if (int rc = moert_step_gather_params(ctx, " << run.size()
+     << ", params, shards, " << axesMask(first.getAxes()) << ")) return rc;\n  }\n";
+  return success();
+}
+
 LogicalResult Emitter::replicaSum(ReplicaSumOp op) {
   auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
   if (!plan)
@@ -579,9 +656,13 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   for (ParamOp p : module.getOps<ParamOp>()) {
     paramIndex[p.getSymName()] = index++;
     bool adamw = false;
+    int64_t zeroParts = 1, zeroAxes = 0; // ZeRO: the group its moments are sharded over
     step.walk([&](LaunchOp l) {
-      if (l.getUpdates() && *l.getUpdates() == p.getSymName())
+      if (l.getUpdates() && *l.getUpdates() == p.getSymName()) {
         adamw = true;
+        if (ArrayAttr axes = l.getShardAxesAttr())
+          zeroParts = groupSize(axes), zeroAxes = axesMask(axes);
+      }
     });
     InitAttr init = p.getInit();
     os << "  {\"" << p.getSymName() << "\", " << p.getTensorType().getRank() << ", {";
@@ -597,7 +678,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     else
       os << "nullptr";
     auto layer = p->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
-    os << ", " << (layer ? layer.getInt() : -1) << "},\n";
+    os << ", " << (layer ? layer.getInt() : -1) << ", " << zeroParts << ", " << zeroAxes << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||
@@ -654,7 +735,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .grid_dp = " << (grid ? grid.getDp() : 1) << ",\n"
      << "    .grid_ep = " << (grid ? grid.getEp() : 1) << ",\n"
      << "    .grid_tp = " << (grid ? grid.getTp() : 1) << ",\n"
-     << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes << ", 0, 0, 0, 0},\n"
+     << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes << ", "
+     << allGatherBytes << ", " << reduceScatterBytes << ", 0, 0},\n"
      << "    .step_ragged_bound = " << raggedBound << ",\n"
      << "    .codec_warmup_steps = " << codecWarmup << ",\n"
      << "    .step_codec_bytes = " << codecBytes << ",\n"
@@ -702,6 +784,32 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       for (AllReduceOp r : run)
         bucketed.insert(r);
       if (failed(bucket(run)))
+        return failure();
+      continue;
+    }
+    // ZeRO: adjacent reduce-scatters of one group, reduction and scale, and
+    // adjacent parameter gathers of one group, go as one collective each
+    // (up to kZeroRunFloats elements).
+    if (isa<ReduceScatterOp, GatherParamOp>(op)) {
+      SmallVector<Operation *> run = {&op};
+      int64_t floats = zeroFloats(&op);
+      for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
+        if (next->getName() != op.getName() || floats + zeroFloats(next) > kZeroRunFloats)
+          break;
+        if (auto a = dyn_cast<ReduceScatterOp>(&op)) {
+          auto b = cast<ReduceScatterOp>(next);
+          if (a.getAxes() != b.getAxes() || a.getReduction() != b.getReduction() ||
+              a.getScale() != b.getScale())
+            break;
+        } else if (cast<GatherParamOp>(&op).getAxes() != cast<GatherParamOp>(next).getAxes()) {
+          break;
+        }
+        floats += zeroFloats(next);
+        run.push_back(next);
+      }
+      for (Operation *member : run)
+        bucketed.insert(member);
+      if (failed(isa<ReduceScatterOp>(op) ? reduceScatter(run) : gatherParams(run)))
         return failure();
       continue;
     }

@@ -84,14 +84,36 @@ LogicalResult ReplicaSumOp::verify() {
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  int64_t group, dim = getDim();
+  int64_t group;
   if (failed(verifyGroup(*this, getAxes(), group)) ||
-      failed(checkDim(*this, "dim", dim, getInput())) ||
-      failed(checkDivisible(*this, "input", getInput(), dim, group)) ||
-      failed(checkShape(*this, "result", getResult(), scaled(getInput(), dim, 1, group))) ||
       failed(checkSameElementType(*this, {{"input", getInput()}, {"result", getResult()}})))
     return failure();
+  double scale = getScale().convertToDouble();
+  if (!(scale > 0) || !std::isfinite(scale))
+    return emitOpError() << "scale must be finite and > 0, got " << scale;
+  if (std::optional<int64_t> dim = getDim()) {
+    if (failed(checkDim(*this, "dim", *dim, getInput())) ||
+        failed(checkDivisible(*this, "input", getInput(), *dim, group)) ||
+        failed(checkShape(*this, "result", getResult(), scaled(getInput(), *dim, 1, group))))
+      return failure();
+  } else {
+    // Flat: this rank's ceil(n / P) elements of the padded vector.
+    int64_t n = tensorType(getInput()).getNumElements();
+    if (failed(checkShape(*this, "result", getResult(), {(n + group - 1) / group})))
+      return failure();
+  }
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
+}
+
+LogicalResult GatherParamOp::verify() {
+  int64_t group;
+  return verifyGroup(*this, getAxes(), group);
+}
+
+LogicalResult GatherParamOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (!symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr()))
+    return emitOpError() << "'" << getParam() << "' does not name a moe.param";
+  return success();
 }
 
 LogicalResult AllGatherOp::verify() {

@@ -38,6 +38,12 @@ LogicalResult LaunchOp::verify() {
   if (getBuffers().size() != 3 * getResults().size())
     return emitOpError() << "buffers must have 3 entries per result (" << 3 * getResults().size()
                          << "), got " << getBuffers().size();
+  if (ArrayAttr axes = getShardAxesAttr()) {
+    if (!getUpdates())
+      return emitOpError("shard_axes needs updates (a sharded optimiser update)");
+    int64_t group;
+    return checks::verifyGroup(*this, axes, group);
+  }
   return success();
 }
 

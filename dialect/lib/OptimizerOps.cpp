@@ -67,6 +67,20 @@ LogicalResult AdamWUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable
   auto param = symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
   if (!param)
     return emitOpError() << "'" << getParam() << "' does not name a moe.param";
+  if (ArrayAttr axes = getShardAxesAttr()) {
+    // ZeRO: this rank's flat shard of the parameter.
+    int64_t group;
+    if (failed(checks::verifyGroup(*this, axes, group)))
+      return failure();
+    RankedTensorType type = param.getTensorType();
+    int64_t shard = (type.getNumElements() + group - 1) / group;
+    auto expected = RankedTensorType::get({shard}, type.getElementType());
+    if (getGrad().getType() != expected)
+      return emitOpError() << "sharded gradient type " << getGrad().getType()
+                           << " is not parameter '" << getParam() << "''s shard " << expected
+                           << " over " << group << " ranks";
+    return success();
+  }
   if (param.getType() != getGrad().getType())
     return emitOpError() << "gradient type " << getGrad().getType() << " differs from parameter '"
                          << getParam() << "' of type " << param.getType();

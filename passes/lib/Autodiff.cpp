@@ -168,7 +168,7 @@ LogicalResult Differentiator::appendOptimizer(Location loc, Value loss,
         step, builder.getF64FloatAttr(setting(dict, "beta1", 0.9)),
         builder.getF64FloatAttr(setting(dict, "beta2", 0.95)),
         builder.getF64FloatAttr(setting(dict, "eps", 1e-8)), builder.getF64FloatAttr(decay),
-        builder.getF64FloatAttr(setting(dict, "grad_clip", 1.0)));
+        builder.getF64FloatAttr(setting(dict, "grad_clip", 1.0)), ArrayAttr());
   }
   // The routers' selection biases: DeepSeek-V3's load rule, after the
   // gradient updates (the next step routes with the new bias).

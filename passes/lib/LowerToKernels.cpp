@@ -22,7 +22,7 @@ namespace {
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
          !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
-              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp, WaitOp>(op);
+              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp, WaitOp, GatherParamOp>(op);
 }
 
 /// The gradient op of an FFN forward `op` in the same block: same input and
@@ -152,9 +152,15 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
     StringRef family = op->getName().stripDialect();
     SmallVector<NamedAttribute> config;
     FlatSymbolRefAttr updates;
+    ArrayAttr shardAxes;
     for (NamedAttribute attr : op->getAttrs()) {
       if (isa<AdamWUpdateOp>(op) && attr.getName() == "param") {
         updates = cast<FlatSymbolRefAttr>(attr.getValue());
+        continue;
+      }
+      // Which shard a ZeRO update writes is the launch's, not the kernel's.
+      if (isa<AdamWUpdateOp>(op) && attr.getName() == "shard_axes") {
+        shardAxes = cast<ArrayAttr>(attr.getValue());
         continue;
       }
       // The bias's load rule is moe.balance_bias's, not the kernel's.
@@ -168,9 +174,10 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
     auto signature = builder.getFunctionType(TypeRange(operands), results);
     FlatSymbolRefAttr kernel =
         kernelFor(op->getLoc(), family, signature, builder.getDictionaryAttr(config), epilogue);
-    auto launch = LaunchOp::create(
-        builder, last->getLoc(), results, kernel, operands,
-        builder.getDenseI64ArrayAttr(SmallVector<int64_t>(3 * results.size(), 0)), updates);
+    auto launch =
+        LaunchOp::create(builder, last->getLoc(), results, kernel, operands,
+                         builder.getDenseI64ArrayAttr(SmallVector<int64_t>(3 * results.size(), 0)),
+                         updates, shardAxes);
     if (gradient)
       saved[gradient] = SmallVector<Value>(launch.getResults().take_back(numPre));
     if (last != op) {

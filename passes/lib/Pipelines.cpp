@@ -56,6 +56,11 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     compress.errorFeedback = options.errorFeedback;
     pm.addPass(createCompressCollectivesPass(compress));
   }
+  if (options.zero != 0) {
+    ShardOptimizerPassOptions zero;
+    zero.stage = options.zero;
+    pm.addPass(createShardOptimizerPass(zero));
+  }
   if (options.routedRows)
     pm.addPass(createRoutedRowsPass());
   if (options.lower) {

@@ -190,6 +190,74 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
   return moert::reduceBucket(ctx->comm, group.data(), p, 1, &out, &in, &count, mean, scale);
 }
 
+extern "C" int64_t moert_step_shard_offset(const moert_context *ctx, int axes, int64_t shard) {
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int64_t index = std::find(group.begin(), group.end(), ctx->rank) - group.begin();
+  return index * shard;
+}
+
+extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
+                                         const float *const *ins, const int64_t *counts,
+                                         const int64_t *shards, int axes, int mean, double scale) {
+  CommTimer timer(ctx, "reduce_scatter");
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int64_t p = static_cast<int64_t>(group.size()), total = 0;
+  for (int i = 0; i < n; ++i)
+    total += shards[i];
+  // Member j's chunk: each tensor's elements [j S_i, (j + 1) S_i), zeros
+  // past its end, one after another.
+  float *send = moert::staging<float>(moert::Slot::Send, static_cast<size_t>(p * total)),
+        *recv = moert::staging<float>(moert::Slot::Receive, static_cast<size_t>(total));
+  for (int64_t j = 0; j < p; ++j) {
+    float *chunk = send + j * total;
+    for (int i = 0; i < n; ++i) {
+      int64_t first = std::min(j * shards[i], counts[i]);
+      int64_t valid = std::min(shards[i], counts[i] - first);
+      moert::copyBytes(chunk, ins[i] + first, static_cast<size_t>(valid) * sizeof(float));
+      std::fill(chunk + valid, chunk + shards[i], 0.0f);
+      chunk += shards[i];
+    }
+  }
+  if (moert_reduce_scatter_f32(ctx->comm, send, recv, total, group.data(), static_cast<int>(p)))
+    return 1;
+  double factor = scale / (mean ? static_cast<double>(p) : 1.0);
+  for (int i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < shards[i]; ++k)
+      outs[i][k] = factor == 1.0 ? recv[k] : static_cast<float>(recv[k] * factor);
+    recv += shards[i];
+  }
+  return 0;
+}
+
+extern "C" int moert_step_gather_params(moert_context *ctx, int n, float *const *params,
+                                        const int64_t *shards, int axes) {
+  CommTimer timer(ctx, "all_gather (parameters)");
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  int64_t p = static_cast<int64_t>(group.size()), total = 0;
+  int64_t index = std::find(group.begin(), group.end(), ctx->rank) - group.begin();
+  for (int i = 0; i < n; ++i)
+    total += shards[i];
+  float *send = moert::staging<float>(moert::Slot::Send, static_cast<size_t>(total)),
+        *recv = moert::staging<float>(moert::Slot::Receive, static_cast<size_t>(p * total));
+  for (int i = 0, at = 0; i < n; at += shards[i++])
+    moert::copyBytes(send + at, params[i] + index * shards[i],
+                     static_cast<size_t>(shards[i]) * sizeof(float));
+  if (moert_all_gather(ctx->comm, send, total * static_cast<int64_t>(sizeof(float)), recv,
+                       group.data(), static_cast<int>(p)))
+    return 1;
+  // Member j's chunk holds its shard of each parameter; the padding past a
+  // parameter's end arrives as the zeros every member keeps there.
+  for (int64_t j = 0; j < p; ++j) {
+    const float *chunk = recv + j * total;
+    for (int i = 0; i < n; ++i) {
+      moert::copyBytes(params[i] + j * shards[i], chunk,
+                       static_cast<size_t>(shards[i]) * sizeof(float));
+      chunk += shards[i];
+    }
+  }
+  return 0;
+}
+
 extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *const *outs,
                                             const float *const *ins, const int64_t *counts,
                                             int axes, int mean, double scale) {

@@ -191,7 +191,11 @@ public:
     if (!c.arrive({send, nullptr, count}))
       return false;
     bool ok = c.sameCount(count);
-    std::vector<float> sum(ok ? static_cast<size_t>(count) : 0, 0.0f);
+    // Summed in member order into this thread's staging (no allocation per
+    // call), copied out once every member has read the inputs.
+    float *sum = moert::staging<float>(moert::Slot::Sum, ok ? static_cast<size_t>(count) : 0);
+    if (ok)
+      std::fill(sum, sum + count, 0.0f);
     for (int j = 0; ok && j < n; ++j) {
       const float *in = static_cast<const float *>(c.member(j).in) + index * count;
       for (int64_t k = 0; k < count; ++k)
@@ -202,7 +206,7 @@ public:
     if (!ok)
       return fail("reduce_scatter on group " + groupText(group, n) +
                   ": members passed different element counts");
-    moert::copyBytes(recv, sum.data(), sum.size() * sizeof(float));
+    moert::copyBytes(recv, sum, static_cast<size_t>(count) * sizeof(float));
     return true;
   }
 

@@ -36,6 +36,16 @@ int64_t moert::trainer::numel(const moert_param_info &p) {
   return n;
 }
 
+int64_t moert::trainer::zeroShard(const moert_param_info &p) {
+  int64_t n = numel(p), parts = std::max(p.zero_parts, 1);
+  return (n + parts - 1) / parts;
+}
+
+int64_t moert::trainer::stateBytes(const moert_param_info &p) {
+  int64_t param = p.zero_parts > 1 ? p.zero_parts * zeroShard(p) : numel(p);
+  return 4 * (param + (p.adamw ? 2 * zeroShard(p) : 0));
+}
+
 namespace {
 
 /// The reference interpreter's initialisation, element for element: the
@@ -124,8 +134,8 @@ void Trainer::initialiseParameters() {
   for (int i = 0; i < prog.num_params; ++i) {
     params[i].resize(numel(prog.params[i]));
     if (prog.params[i].adamw) {
-      moments[2 * i].assign(params[i].size(), 0.0f);
-      moments[2 * i + 1].assign(params[i].size(), 0.0f);
+      moments[2 * i].assign(zeroShard(prog.params[i]), 0.0f);
+      moments[2 * i + 1].assign(zeroShard(prog.params[i]), 0.0f);
     }
   }
   // Each MoE layer's placement starts as the program's: its weights'
@@ -148,6 +158,10 @@ void Trainer::initialiseParameters() {
   initialise(
       params, sh.seed, [&](int i) { return rowsOf(i, epIndex); },
       [&](int i) { return fullRows(i); });
+  // ZeRO: room for every rank's shard (the tail past the tensor stays 0).
+  for (int i = 0; i < prog.num_params; ++i)
+    if (prog.params[i].zero_parts > 1)
+      params[i].resize(prog.params[i].zero_parts * zeroShard(prog.params[i]), 0.0f);
 }
 
 int32_t Trainer::positionsOf(int layer) const {
@@ -294,9 +308,9 @@ int Trainer::run() {
     evaluate(o.steps);
   if (o.sample > 0)
     sampleText();
-  // Ranks as threads share one process: the memory report is for one-rank
-  // runs.
-  if (ranks == 1)
+  // Ranks as threads share one process: the memory report is for runs with
+  // one rank per process (one rank, or mpirun), each rank's own.
+  if (sh.processPerRank)
     reportMemory();
   if (!o.checkpoint.empty())
     saveCheckpoint(o.steps);
@@ -398,8 +412,8 @@ Trainer::StepResult Trainer::runStep(long long s) {
 
 Trainer::ByteCounters Trainer::byteCounters() const {
   ByteCounters c;
-  c.sent[0] = comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) : 0;
-  c.sent[1] = comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) : 0;
+  for (int k = 0; k < 4; ++k)
+    c.sent[k] = comm ? moert_comm_bytes(comm, k) : 0;
   std::copy(ctx.codec_sent, ctx.codec_sent + MOERT_NUM_COLLECTIVES, c.codecSent);
   c.codecPlain = ctx.codec_uncompressed;
   return c;
@@ -423,8 +437,10 @@ Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, lon
   b.sent[1] =
       comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] - codecBy[MOERT_ALL_TO_ALL]
            : 0;
-  lastSent[0] = b.sent[0];
-  lastSent[1] = b.sent[1];
+  // ZeRO's reduce-scatters and parameter all-gathers (never compressed).
+  for (int k : {MOERT_ALL_GATHER, MOERT_REDUCE_SCATTER})
+    b.sent[k] = comm ? moert_comm_bytes(comm, k) - before.sent[k] : 0;
+  std::copy(b.sent, b.sent + 4, lastSent);
   // Compressed all-reduces: bytes sent, what uncompressed ones would have
   // sent, and the codecs' formula (nothing compressed in the warm-up).
   b.codecExpected = s < prog.codec_warmup_steps ? 0 : prog.step_codec_bytes;
@@ -462,8 +478,10 @@ nlohmann::json Trainer::gradientGroupNorms(long long s) {
   int dpIndex = replica / ep;
   std::vector<float> squares(gradSquares.size());
   for (size_t i = 0; i < squares.size(); ++i) {
+    // A ZeRO shard is this rank's alone; an expert block is its dp
+    // replicas'; a replicated gradient every rank's.
     bool sharded = prog.params[i].shard_parts > 1;
-    bool counts = sharded ? dpIndex == 0 : rank == 0;
+    bool counts = prog.params[i].zero_parts > 1 || (sharded ? dpIndex == 0 : rank == 0);
     squares[i] = counts ? static_cast<float>(gradSquares[i]) : 0.0f;
   }
   if (ranks > 1 && moert_step_all_reduce(&ctx, squares.data(), squares.data(),
@@ -518,6 +536,18 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
       std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps, r.loss,
                   r.tokensPerSecond, dropped);
   }
+  // Bytes per collective; ZeRO's reduce-scatters and all-gathers only when
+  // the program has them.
+  int64_t analytical[4] = {prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes(),
+                           prog.step_comm_bytes[MOERT_ALL_TO_ALL],
+                           prog.step_comm_bytes[MOERT_ALL_GATHER],
+                           prog.step_comm_bytes[MOERT_REDUCE_SCATTER]};
+  auto commBytes = [&](const int64_t *bytes) {
+    nlohmann::json out = {{"all_reduce", bytes[0]}, {"all_to_all", bytes[1]}};
+    if (analytical[2] || analytical[3])
+      out["all_gather"] = bytes[2], out["reduce_scatter"] = bytes[3];
+    return out;
+  };
   if (metrics)
     writeMetrics(
         {{"step", s + 1},
@@ -531,10 +561,8 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"background_comm_seconds", r.backgroundSeconds},
          {"background_wait_seconds", r.backgroundWaitSeconds},
          {"dropped_tokens", dropped},
-         {"comm_bytes", {{"all_reduce", b.sent[0]}, {"all_to_all", b.sent[1]}}},
-         {"comm_bytes_analytical",
-          {{"all_reduce", prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes()},
-           {"all_to_all", prog.step_comm_bytes[MOERT_ALL_TO_ALL]}}},
+         {"comm_bytes", commBytes(b.sent)},
+         {"comm_bytes_analytical", commBytes(analytical)},
          {"comm_bytes_ragged_bound", prog.step_ragged_bound},
          {"codec_bytes",
           {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
@@ -611,6 +639,13 @@ void Trainer::reportCommunication() const {
                   (long long)prog.step_comm_bytes[MOERT_ALL_TO_ALL],
                   (long long)(prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes()));
   }
+  if (lead && ranks > 1 && firstStep < o.steps &&
+      (prog.step_comm_bytes[MOERT_REDUCE_SCATTER] || prog.step_comm_bytes[MOERT_ALL_GATHER]))
+    std::printf("ZeRO per step and rank: reduce_scatter %lld bytes, all_gather %lld bytes "
+                "(analytical: %lld, %lld)\n",
+                (long long)lastSent[MOERT_REDUCE_SCATTER], (long long)lastSent[MOERT_ALL_GATHER],
+                (long long)prog.step_comm_bytes[MOERT_REDUCE_SCATTER],
+                (long long)prog.step_comm_bytes[MOERT_ALL_GATHER]);
   if (lead && lastCodec[0] > 0)
     std::printf("compressed all-reduces: %lld bytes per step and rank instead of %lld "
                 "(%.1fx less; the codecs' formula: %lld)\n",
@@ -625,7 +660,7 @@ void Trainer::reportCommunication() const {
 void Trainer::reportMemory() {
   long long planned = prog.activation_bytes + prog.gradient_bytes;
   for (int i = 0; i < prog.num_params; ++i)
-    planned += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+    planned += stateBytes(prog.params[i]);
   long long scratch = moert_scratch_peak();
   long long dataBytes = static_cast<long long>(data.bytes());
   struct rusage usage;
@@ -633,14 +668,15 @@ void Trainer::reportMemory() {
   long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
   long long grown = peak - sh.startResident;
   long long predicted = planned + prog.planned_scratch_bytes + dataBytes;
-  std::printf("memory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
+  std::printf("%smemory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
               "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
               "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
               "%.1f MB\n",
-              peak / 1e6, sh.startResident / 1e6, grown / 1e6,
+              ranks > 1 ? ("rank " + std::to_string(rank) + " ").c_str() : "", peak / 1e6,
+              sh.startResident / 1e6, grown / 1e6,
               predicted ? 100.0 * (grown - predicted) / predicted : 0.0, predicted / 1e6,
               planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6, scratch / 1e6);
-  if (metrics)
+  if (metrics && lead) // a rank's own metrics file is the lead's
     writeMetrics({{"peak_rss_bytes", peak},
                   {"start_rss_bytes", sh.startResident},
                   {"planned_bytes", planned},

@@ -57,6 +57,7 @@ struct Shared {
   size_t split; ///< the end of the training tokens; validation follows
   uint64_t seed;
   long long startResident; ///< resident bytes before main (the baseline)
+  bool processPerRank;     ///< one rank per process (mpirun): its memory is the rank's
 };
 
 /// Trains on one rank (all of it on one rank): what main() runs per rank.
@@ -65,6 +66,11 @@ int trainRank(const Shared &sh, moert_comm *comm);
 
 /// The elements of parameter `p` (of this rank's block).
 int64_t numel(const moert_param_info &p);
+/// ZeRO (zero_parts > 1): the elements of each rank's shard, ceil(n / P);
+/// else n. The AdamW moments hold this many, the parameter P times it.
+int64_t zeroShard(const moert_param_info &p);
+/// The parameter's and its moments' bytes on one rank.
+int64_t stateBytes(const moert_param_info &p);
 
 class Trainer {
 public:
@@ -82,7 +88,7 @@ public:
 private:
   /// The communicator's and the codecs' byte counters at one point.
   struct ByteCounters {
-    int64_t sent[2]; ///< all_reduce, all_to_all (Comm.h counters)
+    int64_t sent[4]; ///< all_reduce, all_to_all, all_gather, reduce_scatter (Comm.h)
     int64_t codecSent[MOERT_NUM_COLLECTIVES];
     int64_t codecPlain;
   };
@@ -90,7 +96,7 @@ private:
   /// and those on their own (bytes, what uncompressed ones would have
   /// sent, the codecs' formula).
   struct StepBytes {
-    int64_t sent[2];
+    int64_t sent[4];
     int64_t codecSent, codecPlain, codecExpected;
   };
   /// A step's loss and throughput, and when it ended.
@@ -126,6 +132,10 @@ private:
   void gatherParameters(moert::TensorMap &tensors);
   std::vector<float> gatherFull(const moert::AlignedFloats &local, int i);
   void keepRows(const float *full, moert::AlignedFloats &local, int i) const;
+  /// ZeRO: the rank's whole block of a moment (its group's shards gathered),
+  /// and the rank's shard of it kept.
+  moert::AlignedFloats gatherZero(const moert::AlignedFloats &shard, int i);
+  void keepZero(const moert::AlignedFloats &block, moert::AlignedFloats &shard, int i) const;
   void gatherCodecStates(moert::TensorMap &tensors);
 
   // The training loop (Trainer.cpp).
@@ -253,7 +263,7 @@ private:
   moert::AlignedInts inA, tgA;
   /// The last step's bytes (all_reduce, all_to_all) and compressed bytes
   /// (sent, uncompressed), for the report at the end.
-  int64_t lastSent[2] = {0, 0}, lastCodec[2] = {0, 0};
+  int64_t lastSent[4] = {0, 0, 0, 0}, lastCodec[2] = {0, 0};
 };
 
 } // namespace moert::trainer

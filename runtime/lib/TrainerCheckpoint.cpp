@@ -120,20 +120,28 @@ void Trainer::restorePlacement(const nlohmann::json &state) {
 void Trainer::restoreParameters(const moert::TensorMap &tensors) {
   for (int i = 0; i < prog.num_params; ++i) {
     std::string name = prog.params[i].name;
+    const moert_param_info &p = prog.params[i];
+    bool zero = p.zero_parts > 1;
     for (auto [suffix, target] : {std::pair<std::string, moert::AlignedFloats *>{"", &params[i]},
                                   {".adam_m", &moments[2 * i]},
                                   {".adam_v", &moments[2 * i + 1]}}) {
       if (target->empty())
         continue;
       // Checkpoints hold full tensors: a shard reads its block, so a run
-      // resumes on any grid.
-      size_t full = target->size() / static_cast<size_t>(rowsOf(i, epIndex).size()) *
+      // resumes on any grid. With ZeRO the rank keeps its part of the
+      // block: the parameter's first n elements, a moment's shard.
+      moert::AlignedFloats block(static_cast<size_t>(numel(p)));
+      size_t full = block.size() / static_cast<size_t>(rowsOf(i, epIndex).size()) *
                     static_cast<size_t>(fullRows(i));
       auto it = tensors.find(name + suffix);
       if (it == tensors.end() || it->second.data.size() != full)
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
-      keepRows(it->second.data.data(), *target, i);
+      keepRows(it->second.data.data(), block, i);
+      if (zero && target != &params[i])
+        keepZero(block, *target, i);
+      else
+        std::copy(block.begin(), block.end(), target->begin());
     }
   }
   // The outer optimiser's momentum (--local-steps); absent: it starts at 0.
@@ -235,6 +243,18 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
     std::vector<int64_t> shape(p.shape, p.shape + p.rank);
     if (p.rank > 0)
       shape[0] = fullRows(i);
+    if (p.zero_parts > 1) {
+      // ZeRO: the parameter without its tail; the moments' shards gathered.
+      moert::AlignedFloats block(params[i].begin(), params[i].begin() + numel(p));
+      tensors[p.name] = {shape, gatherFull(block, i)};
+      if (p.adamw) {
+        tensors[std::string(p.name) + ".adam_m"] = {shape,
+                                                    gatherFull(gatherZero(moments[2 * i], i), i)};
+        tensors[std::string(p.name) + ".adam_v"] = {
+            shape, gatherFull(gatherZero(moments[2 * i + 1], i), i)};
+      }
+      continue;
+    }
     tensors[p.name] = {shape, gatherFull(params[i], i)};
     if (p.adamw) {
       tensors[std::string(p.name) + ".adam_m"] = {shape, gatherFull(moments[2 * i], i)};
@@ -270,6 +290,31 @@ std::vector<float> Trainer::gatherFull(const moert::AlignedFloats &local, int i)
                     out.begin() + rows[j] * rowSize);
   }
   return out;
+}
+
+moert::AlignedFloats Trainer::gatherZero(const moert::AlignedFloats &shard, int i) {
+  const moert_param_info &p = prog.params[i];
+  std::vector<int32_t> group(ranks);
+  int size = moert_grid_group(&ctx, p.zero_axes, group.data());
+  moert::AlignedFloats all(shard.size() * static_cast<size_t>(size));
+  if (moert_all_gather(comm, shard.data(), static_cast<int64_t>(shard.size() * sizeof(float)),
+                       all.data(), group.data(), size) != 0)
+    commError("gathering ZeRO shards");
+  all.resize(static_cast<size_t>(numel(p)));
+  return all;
+}
+
+void Trainer::keepZero(const moert::AlignedFloats &block, moert::AlignedFloats &shard,
+                       int i) const {
+  const moert_param_info &p = prog.params[i];
+  // The grid coordinates only (this may run before the context is bound).
+  moert_context grid = {};
+  grid.rank = rank, grid.dp = prog.grid_dp, grid.ep = ep, grid.tp = tp;
+  int64_t offset = moert_step_shard_offset(&grid, p.zero_axes, zeroShard(p));
+  for (size_t j = 0; j < shard.size(); ++j) {
+    size_t at = static_cast<size_t>(offset) + j;
+    shard[j] = at < block.size() ? block[at] : 0.0f;
+  }
 }
 
 /// This rank's block of parameter `i` (or of a moment) from the full

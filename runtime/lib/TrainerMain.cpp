@@ -73,7 +73,7 @@ void checkMemory(const Options &o, int ranksHere, const moert::TokenStream &data
   const moert_program &prog = moec_program;
   long long perRank = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes;
   for (int i = 0; i < prog.num_params; ++i)
-    perRank += numel(prog.params[i]) * 4 * (prog.params[i].adamw ? 3 : 1);
+    perRank += stateBytes(prog.params[i]);
   long long need = perRank * ranksHere + static_cast<long long>(data.bytes());
   long long total = memInfo("MemTotal"), available = memInfo("MemAvailable");
   long long limit = o.maxMemoryGB > 0 ? static_cast<long long>(o.maxMemoryGB * 1e9) : total;
@@ -201,7 +201,6 @@ int main(int argc, char **argv) {
   else
     data.width =
         prog.vocab > 256 ? 4 : 1; // sampling only: the prompt is text for byte vocabularies
-  Shared shared{o, data, split, seed, startResident};
   int ranks = prog.grid_dp * prog.grid_ep * prog.grid_tp;
   if (o.ranks && o.ranks != ranks)
     die("--ranks " + std::to_string(o.ranks) + ": this binary was compiled for " +
@@ -211,6 +210,7 @@ int main(int argc, char **argv) {
   refuseForeignLauncher(ranks);
   bool mpi = ranks > 1 && moert_mpi_launched && moert_mpi_launched();
   checkMemory(o, mpi ? 1 : ranks, data);
+  Shared shared{o, data, split, seed, startResident, ranks == 1 || mpi};
   installStopHandlers();
   return launchRanks(shared, ranks, argc, argv);
 }

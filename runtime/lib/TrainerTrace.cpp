@@ -33,6 +33,15 @@ void Trainer::configureEmulation() {
   // communicator is a collective over every rank).
   if (comm && prog.async_buckets > 0)
     moert_async_init(&ctx);
+  bool zero = false;
+  for (int i = 0; i < prog.num_params; ++i)
+    zero = zero || prog.params[i].zero_parts > 1;
+  if (zero && o.localSteps > 0)
+    die("--local-steps with a ZeRO binary (moec --zero) is not supported: the inner steps "
+        "would update shards that no all-gather puts back together");
+  if (zero && o.rebalanceEvery > 0)
+    die("--rebalance-every with a ZeRO binary (moec --zero) is not supported: the AdamW "
+        "moments are sharded over the data replicas and would not move with the experts");
   if (o.staleness > 0) {
     if (!prog.async_buckets)
       die("--staleness delays the step's background all-reduces, and this binary has none "

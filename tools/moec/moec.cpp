@@ -133,6 +133,14 @@ static cl::opt<unsigned>
 static cl::opt<unsigned>
     tensorParallel("tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"),
                    cl::init(0), cl::cat(category));
+static cl::opt<int>
+    zeroStage("zero",
+              cl::desc("ZeRO stage of a partitioned step: 1 shards the AdamW moments over the "
+                       "data replicas (reduce-scatter the gradients, update the shard, "
+                       "all-gather the parameters), 2 frees each full gradient once reduced "
+                       "too, 0 keeps both replicated (default: 0, or the --cluster plan's "
+                       "choice)"),
+              cl::value_desc("0|1|2"), cl::init(-1), cl::cat(category));
 static cl::opt<std::string> pinExperts(
     "pin-experts",
     cl::desc("With --cluster: pin experts to ep ranks, EXPERT@RANK,... (moe-plan-sharding pin=)"),
@@ -325,6 +333,17 @@ int checkFlags() {
   if (redundantExperts && ranks <= 1 && clusterFile.empty())
     return fail("--redundant-experts adds expert positions to a partitioned step: give "
                 "--ranks N (ep > 1) or a --cluster");
+  if (zeroStage.getNumOccurrences() && (zeroStage < 0 || zeroStage > 2))
+    return fail("--zero must be 0, 1 or 2");
+  if (zeroStage > 0 && ranks <= 1 && clusterFile.empty())
+    return fail("--zero shards the optimiser over the ranks of a partitioned step: give "
+                "--ranks N (N > 1) or a --cluster");
+  if (zeroStage > 0 && compressGrad != "none")
+    return fail("--zero with --compress-grad is not supported yet: ZeRO reduce-scatters the "
+                "gradients uncompressed");
+  if (zeroStage > 0 && redundantExperts)
+    return fail("--zero with --redundant-experts is not supported yet: replicas' moments "
+                "would be sharded over different groups");
   if (clusterFile.empty() && (dataParallel || tensorParallel || !pinExperts.empty()))
     return fail("--dp, --tp and --pin-experts shape a --cluster plan");
   return 0;
@@ -362,6 +381,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.savePreactivations = !recompute;
   options.routedRows = !denseExperts;
   options.overlap = schedule == Schedule::Overlap;
+  options.zero = zeroStage;
 }
 
 /// Runs the training pipeline; with a cluster, reads the plan's report into
@@ -399,9 +419,10 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
   if (!grid || grid.getNumRanks() == 1)
     return mlir::success();
   if (auto plan = module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kPlanAttrName))
-    if (auto stage = plan.getAs<mlir::IntegerAttr>("zero_stage"); stage && stage.getInt())
-      errs() << "moec: note: the plan shards the optimiser state (ZeRO-1); the runtime "
-                "keeps it replicated, so each rank holds more than the plan's memory\n";
+    if (auto stage = plan.getAs<mlir::IntegerAttr>("zero_stage");
+        stage && stage.getInt() && zeroStage == 0)
+      errs() << "moec: note: the plan shards the optimiser state (ZeRO-1) and --zero 0 keeps "
+                "it replicated, so each rank holds more than the plan's memory\n";
   if (emit == Emit::Exe)
     errs() << "moec: the step is partitioned for the plan's " << grid.getNumRanks() << " ranks (dp "
            << grid.getDp() << " x ep " << grid.getEp() << " x tp " << grid.getTp()

@@ -42,6 +42,12 @@ typedef struct {
    * shard_rows or the contiguous blocks and which online rebalancing
    * changes); -1: the rows above, fixed. */
   int shard_layer;
+  /* > 1 with ZeRO (moe-shard-optimizer): the AdamW update owns this rank's
+   * ceil(n / zero_parts) elements of the parameter read as a vector of n
+   * (its moments hold those only), and the parameter is allocated
+   * zero_parts * ceil(n / zero_parts) floats, the tail zero. zero_axes:
+   * the group's grid axes (MOERT_AXIS_*). */
+  int zero_parts, zero_axes;
 } moert_param_info;
 
 struct moert_comm;
@@ -212,6 +218,24 @@ int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
 /* out = scale * (sum, or mean when `mean`, over the group of in). */
 int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64_t count, int axes,
                           int mean, double scale);
+/* ZeRO (moe-shard-optimizer). A sharded tensor of `count` floats is read as
+ * one vector padded with zeros to P * shard (shard = ceil(count / P), P the
+ * size of the group of `axes`); member i owns elements [i shard,
+ * (i + 1) shard). */
+/* This rank's first owned element: its index in the group times `shard`. */
+int64_t moert_step_shard_offset(const moert_context *ctx, int axes, int64_t shard);
+/* For each of `n` tensors (ins[i], counts[i] floats; outs[i], shards[i]
+ * floats): outs[i] = scale * (sum, or mean when `mean`, over the group of
+ * this rank's elements of ins[i], zeros past counts[i]); one collective for
+ * all of them. */
+int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
+                              const float *const *ins, const int64_t *counts,
+                              const int64_t *shards, int axes, int mean, double scale);
+/* Every member's owned elements of each of `n` parameters (params[i],
+ * allocated P * shards[i] floats) to every member, so each holds the whole
+ * parameters; one collective for all of them. */
+int moert_step_gather_params(moert_context *ctx, int n, float *const *params,
+                             const int64_t *shards, int axes);
 /* `n` all-reduces of the same group, reduction and scale as one bucket: the
  * inputs are packed, reduced by one collective (one rendezvous, one
  * latency), and unpacked into the outputs, as DDP buckets gradients. */

@@ -143,6 +143,51 @@ func.func @f(%g: tensor<8x16xf32>) {
 
 // -----
 
+// reduce_scatter, flat (ZeRO): ceil(n / P) elements
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<6x5xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op result must have shape 8, got 7}}
+  %0 = moe.reduce_scatter mean %g over [dp, ep] : tensor<6x5xf32> -> tensor<7xf32>
+  return
+}
+}
+
+// -----
+
+// reduce_scatter: the scale is positive and finite
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.reduce_scatter' op scale must be finite and > 0, got 0}}
+  %0 = moe.reduce_scatter sum %g over [dp] {scale = 0.0 : f64} : tensor<8x16xf32> -> tensor<64xf32>
+  return
+}
+}
+
+// -----
+
+// gather_param: a parameter
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f() {
+  // expected-error @+1 {{'moe.gather_param' op 'w' does not name a moe.param}}
+  moe.gather_param @w over [dp]
+  return
+}
+}
+
+// -----
+
+// gather_param: grid axes
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+moe.param @w : tensor<4x4xf32> init <zeros>
+func.func @f() {
+  // expected-error @+1 {{'moe.gather_param' op grid axis 'dp' is listed twice}}
+  moe.gather_param @w over [dp, dp]
+  return
+}
+}
+
+// -----
+
 // reduce_scatter: only elementwise codecs
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
 func.func @f(%g: tensor<8x16xf32>) {

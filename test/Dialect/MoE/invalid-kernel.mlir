@@ -39,6 +39,15 @@ func.func @f(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>) -> tensor<2x4xf32> {
 // -----
 
 moe.kernel @k family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = []}
+func.func @f(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'moe.launch' op shard_axes needs updates (a sharded optimiser update)}}
+  %y = moe.launch @k(%x, %w) {buffers = array<i64: 0, 0, 32>, shard_axes = ["dp"]} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+moe.kernel @k family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = []}
 func.func @f(%x: tensor<3x4xf32>, %w: tensor<4x4xf32>) -> tensor<3x4xf32> {
   // expected-error @+1 {{'moe.launch' op types do not match the signature}}
   %y = moe.launch @k(%x, %w) {buffers = array<i64: 0, 0, 48>} : (tensor<3x4xf32>, tensor<4x4xf32>) -> tensor<3x4xf32>

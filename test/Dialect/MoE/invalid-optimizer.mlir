@@ -235,6 +235,30 @@ func.func @f(%e: tensor<i32>) {
 
 // -----
 
+// adamw_update: a ZeRO gradient is the parameter's flat shard
+module attributes {moe.grid = #moe.grid<dp = 4>} {
+moe.param @w : tensor<3x5xf32> init <normal, scale = 0.02>
+func.func @f(%g: tensor<3xf32>, %lr: tensor<f32>, %n: tensor<f32>, %step: tensor<i32>) {
+  // expected-error @+1 {{'moe.adamw_update' op sharded gradient type 'tensor<3xf32>' is not parameter 'w''s shard 'tensor<4xf32>' over 4 ranks}}
+  moe.adamw_update @w, %g, %lr, %n, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64, shard_axes = ["dp"]} : tensor<3xf32>
+  return
+}
+}
+
+// -----
+
+// adamw_update: ZeRO axes are grid axes
+module attributes {moe.grid = #moe.grid<dp = 4>} {
+moe.param @w : tensor<3x5xf32> init <normal, scale = 0.02>
+func.func @f(%g: tensor<4xf32>, %lr: tensor<f32>, %n: tensor<f32>, %step: tensor<i32>) {
+  // expected-error @+1 {{'moe.adamw_update' op unknown grid axis 'pp' (expected dp, ep or tp)}}
+  moe.adamw_update @w, %g, %lr, %n, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64, shard_axes = ["pp"]} : tensor<4xf32>
+  return
+}
+}
+
+// -----
+
 // balance_bias: names a moe.param
 func.func @f(%e: tensor<2x4x2xi32>) {
   // expected-error @+1 {{'moe.balance_bias' op 'missing' does not name a moe.param}}

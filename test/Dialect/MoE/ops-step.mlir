@@ -151,6 +151,22 @@ func.func @optimizer(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf
   return
 }
 
+// ZeRO (moe-shard-optimizer): a flat reduce-scatter, the update of this
+// rank's shard, the parameter gathered back.
+// CHECK-LABEL: func.func @zero
+func.func @zero(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf32>, %lr: tensor<f32>) {
+  // CHECK: %[[S:.*]] = moe.reduce_scatter mean %{{.*}} over [dp, ep] : tensor<8x16xf32> -> tensor<32xf32>
+  %s = moe.reduce_scatter mean %dw over [dp, ep] : tensor<8x16xf32> -> tensor<32xf32>
+  // CHECK: moe.reduce_scatter sum %{{.*}} over [dp] {scale = 2.500000e-01 : f64} : tensor<8x16xf32> -> tensor<64xf32>
+  %e = moe.reduce_scatter sum %dw over [dp] {scale = 0.25 : f64} : tensor<8x16xf32> -> tensor<64xf32>
+  %norm = moe.global_norm %s {sharded = array<i1: true>, shard_axes = ["dp", "ep"]} : tensor<32xf32>
+  // CHECK: moe.adamw_update @w, %[[S]], {{.*}}shard_axes = ["dp", "ep"]{{.*}} : tensor<32xf32>
+  moe.adamw_update @w, %s, %lr, %norm, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64, shard_axes = ["dp", "ep"]} : tensor<32xf32>
+  // CHECK: moe.gather_param @w over [dp, ep]
+  moe.gather_param @w over [dp, ep]
+  return
+}
+
 // CHECK-LABEL: func.func @balance_bias
 func.func @balance_bias(%experts: tensor<2x4x2xi32>) {
   // CHECK: moe.balance_bias @g, %{{.*}} {rate = 1.000000e-03 : f64} : tensor<2x4x2xi32>

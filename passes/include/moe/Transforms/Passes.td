@@ -379,4 +379,29 @@ def SchedulePass : Pass<"moe-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
+def ShardOptimizerPass : Pass<"moe-shard-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Shards the AdamW state over the data replicas (ZeRO stage 1 or 2)";
+  let description = [{
+    After `moe-insert-collectives`, on a partitioned step: each gradient's
+    `moe.all_reduce` over its replica group (`[dp, ep]` for a replicated
+    parameter, `[dp]` for an expert shard) becomes a flat
+    `moe.reduce_scatter` over the same group, its `moe.adamw_update` gets
+    `shard_axes` (it updates this rank's `ceil(n / P)` elements, and its
+    moments hold only those), and a `moe.gather_param` after the last
+    update all-gathers each parameter. The global norm sums every operand's
+    squares over the whole grid. Stage 1 leaves the reductions where they
+    were, after the backward; stage 2 moves each to just after its
+    gradient's producer, so only the shards stay alive until the optimiser
+    (the buffer plan's gradient arena holds shards). Stage 0 does nothing.
+    Gradient codecs, async reductions and expert replicas are refused with
+    an error. Stage -1 takes the planner's `zero_stage`.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"stage", "stage", "int64_t", /*default=*/"1",
+           "ZeRO stage: 0 (off), 1 (optimiser state), 2 (and gradients), "
+           "-1 (the module's moe.plan zero_stage, else off)">,
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -97,6 +97,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                       "background as soon as their gradients exist "
                                       "(moe-schedule)"),
                        llvm::cl::init(true)};
+  Option<int64_t> zero{*this, "zero",
+                       llvm::cl::desc("ZeRO stage of moe-shard-optimizer: 0 (off), 1 (AdamW "
+                                      "moments sharded over the replicas), 2 (and gradients); "
+                                      "-1: the plan's choice (with plan), else off"),
+                       llvm::cl::init(-1)};
   Option<bool> routedRows{*this, "routed-rows",
                           llvm::cl::desc("Expert FFNs compute the routed rows of their "
                                          "dispatch buffers only (moe-routed-rows)"),

@@ -63,27 +63,59 @@ def MoE_AllReduceOp : MoE_CollectiveOp<"all_reduce", [
 def MoE_ReduceScatterOp : MoE_CollectiveOp<"reduce_scatter"> {
   let summary = "reduces over a group and leaves each rank one slice";
   let description = commonDescription # [{
-    Rank `i` of the group keeps slice `i` of the reduced tensor along `dim`.
+    With `dim`, rank `i` of the group keeps slice `i` of the reduced tensor
+    along `dim`. Without it (the flat form, ZeRO's gradient shards), the
+    input is read as one row-major vector of `n` elements, padded with zeros
+    to `P * S` where `S = ceil(n / P)`, and rank `i` keeps elements
+    `[i S, (i + 1) S)`. `scale` multiplies the reduced result.
 
     ```mlir
     %s = moe.reduce_scatter sum %grad over [dp] dim 0
         : tensor<64x64xf32> -> tensor<32x64xf32>
+    %z = moe.reduce_scatter mean %grad over [dp, ep]
+        : tensor<64x30xf32> -> tensor<640xf32>
     ```
 
     Constraints:
     - the enclosing module has a `moe.grid`; axes are distinct grid axes;
-    - `0 <= dim < rank`; the input's `dim` is divisible by the group size
-      `P` and the result is the input with that dimension divided by `P`;
+    - with `dim`: `0 <= dim < rank`; the input's `dim` is divisible by the
+      group size `P` and the result is the input with that dimension
+      divided by `P`;
+    - flat: the result is `tensor<S>` with `S = ceil(n / P)`;
+    - `scale` is finite and > 0;
     - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
   }];
   let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
-                       StrArrayAttr:$axes, I64Attr:$dim,
-                       OptionalAttr<MoE_CodecAttr>:$codec);
+                       StrArrayAttr:$axes, OptionalAttr<I64Attr>:$dim,
+                       OptionalAttr<MoE_CodecAttr>:$codec,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
-    $reduction $input `over` custom<GridAxes>($axes) `dim` $dim
+    $reduction $input `over` custom<GridAxes>($axes) (`dim` $dim^)?
     (`codec` $codec^)? attr-dict `:` type($input) `->` type($result)
   }];
+}
+
+def MoE_GatherParamOp : MoE_CollectiveOp<"gather_param", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "puts a parameter's ZeRO shards back together on every rank";
+  let description = commonDescription # [{
+    After a sharded `moe.adamw_update` (ZeRO), rank `i` of the group holds
+    the current elements `[i S, (i + 1) S)` of the parameter read as a
+    row-major vector of `n` elements (`S = ceil(n / P)`); this all-gather
+    leaves every rank the whole updated parameter.
+
+    ```mlir
+    moe.gather_param @l0.wq over [dp, ep]
+    ```
+
+    Constraints: the enclosing module has a `moe.grid`; axes are distinct
+    grid axes; `param` names a `moe.param`; no codec (the weights travel
+    exactly).
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, StrArrayAttr:$axes);
+  let assemblyFormat = "$param `over` custom<GridAxes>($axes) attr-dict";
 }
 
 def MoE_AllGatherOp : MoE_CollectiveOp<"all_gather"> {

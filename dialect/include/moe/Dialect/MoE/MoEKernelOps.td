@@ -47,18 +47,20 @@ def MoE_LaunchOp : MoE_Op<"launch", [
     Launches are ordered: the program runs them in sequence. `buffers`
     gives, for every result, `[arena, offset, bytes]` in the buffer plan
     (arena 0: activations, 1: gradients); `updates` names the parameter an
-    optimiser kernel writes in place.
+    optimiser kernel writes in place, and `shard_axes` (ZeRO) says that it
+    writes only this rank's flat shard of it (see `moe.adamw_update`).
     ```mlir
     %y = moe.launch @linear_3(%x, %w, %res) {buffers = array<i64: 0, 4096, 131072>}
         : (tensor<512x64xf32>, tensor<64x64xf32>, tensor<512x64xf32>) -> tensor<512x64xf32>
     ```
     Constraints: `kernel` names a `moe.kernel` whose signature is the
     launch's operand and result types; `buffers` has three entries per
-    result.
+    result; `shard_axes` needs `updates` and names distinct grid axes.
   }];
   let arguments = (ins FlatSymbolRefAttr:$kernel, Variadic<AnyType>:$operands,
                        DenseI64ArrayAttr:$buffers,
-                       OptionalAttr<FlatSymbolRefAttr>:$updates);
+                       OptionalAttr<FlatSymbolRefAttr>:$updates,
+                       OptionalAttr<StrArrayAttr>:$shard_axes);
   let results = (outs Variadic<AnyType>:$results);
   let assemblyFormat = [{
     $kernel `(` $operands `)` attr-dict `:` functional-type($operands, $results)

@@ -89,14 +89,24 @@ def MoE_AdamWUpdateOp : MoE_Op<"adamw_update", [
     moe.adamw_update @w, %grad, %lr, %norm, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64}
         : tensor<64x64xf32>
     ```
-    Constraints: `param` names a `moe.param` of the gradient's type;
+    With `shard_axes` (ZeRO, `moe-shard-optimizer`), the gradient is this
+    rank's flat shard (`moe.reduce_scatter` without `dim`): the update
+    touches only the parameter's elements `[i S, (i + 1) S)` of the
+    parameter read as a vector (`i` the rank's index in the group of
+    `shard_axes`, `S = ceil(n / P)`), and the moments hold `S` elements;
+    a `moe.gather_param` puts the parameter back together.
+
+    Constraints: `param` names a `moe.param` of the gradient's type, or
+    with `shard_axes` (distinct grid axes of the module's `moe.grid`) the
+    gradient is `tensor<S>` of its element type;
     `0 <= beta1, beta2 < 1`; `eps > 0`; `weight_decay >= 0`;
     `grad_clip >= 0`.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, MoE_FloatTensor:$grad,
                        MoE_F32Scalar:$lr, MoE_F32Scalar:$norm,
                        MoE_StepScalar:$step, F64Attr:$beta1, F64Attr:$beta2,
-                       F64Attr:$eps, F64Attr:$weight_decay, F64Attr:$grad_clip);
+                       F64Attr:$eps, F64Attr:$weight_decay, F64Attr:$grad_clip,
+                       OptionalAttr<StrArrayAttr>:$shard_axes);
   let assemblyFormat = [{
     $param `,` $grad `,` $lr `,` $norm `,` $step attr-dict `:` type($grad)
   }];

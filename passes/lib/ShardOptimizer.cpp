@@ -1,0 +1,151 @@
+//===- ShardOptimizer.cpp - the moe-shard-optimizer pass (ZeRO) -----------===//
+//
+// ZeRO stages 1 and 2 on a partitioned step (after moe-insert-collectives):
+// each gradient's all-reduce over its replica group becomes a flat
+// reduce-scatter over the same group, the AdamW update touches this rank's
+// shard of the parameter (its moments shrink to the shard), and a
+// moe.gather_param after the updates puts each parameter back together.
+// Stage 1 keeps the reductions where moe-insert-collectives put them (after
+// the backward, so every full gradient is alive at its end); stage 2 moves
+// each to just after its gradient's producer, so a full gradient dies as
+// soon as it is reduced and only the shards stay until the optimiser.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/MoEOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <algorithm>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_SHARDOPTIMIZERPASS
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
+  SmallVector<AdamWUpdateOp> updates(fn.getOps<AdamWUpdateOp>());
+  if (updates.empty())
+    return success();
+  GlobalNormOp norm;
+  for (GlobalNormOp n : fn.getOps<GlobalNormOp>())
+    norm = n;
+  OpBuilder b(fn.getContext());
+  SmallVector<std::pair<FlatSymbolRefAttr, ArrayAttr>> gathers;
+  DenseMap<Value, Value> shards; // reduced gradient -> its shard
+  for (AdamWUpdateOp update : updates) {
+    Value grad = update.getGrad();
+    if (grad.getDefiningOp<ReplicaSumOp>())
+      return update.emitOpError()
+             << "ZeRO cannot shard '" << update.getParam()
+             << "': its layer's placement has room for expert replicas (--redundant-experts)";
+    auto reduce = grad.getDefiningOp<AllReduceOp>();
+    auto grid = fn->getParentOfType<ModuleOp>()->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    int64_t group = reduce ? grid.getGroupSize(reduce.getAxes().getValue()) : 1;
+    if (group == 1) {
+      // An expert shard with dp = 1 (no reduction, or one over a group of
+      // one): no replica holds it twice, so it is sharded already (over ep,
+      // which the norm sums).
+      if (norm &&
+          !(norm.getSharded() && llvm::any_of(llvm::enumerate(norm.getGrads()), [&](auto e) {
+              return e.value() == grad && (*norm.getSharded())[e.index()];
+            })))
+        return update.emitOpError() << "ZeRO: the gradient of '" << update.getParam()
+                                    << "' is neither reduced nor an expert shard";
+      continue;
+    }
+    if (reduce.getCodecAttr() || reduce.getAsync())
+      return reduce.emitOpError() << "ZeRO shards uncompressed, blocking gradient reductions "
+                                     "only (gradient codecs do not compose with --zero yet)";
+    for (Operation *user : reduce.getResult().getUsers())
+      if (!isa<AdamWUpdateOp, GlobalNormOp>(user))
+        return reduce.emitOpError()
+               << "ZeRO: the reduced gradient of '" << update.getParam() << "' is read by "
+               << user->getName() << ", which needs the whole tensor";
+    Value &done = shards[grad];
+    if (!done) {
+      Value input = reduce.getInput();
+      if (stage >= 2 && input.getDefiningOp())
+        b.setInsertionPointAfter(input.getDefiningOp());
+      else if (stage >= 2)
+        b.setInsertionPointToStart(input.getParentBlock());
+      else
+        b.setInsertionPoint(reduce);
+      auto type = cast<RankedTensorType>(grad.getType());
+      auto shardType = RankedTensorType::get({(type.getNumElements() + group - 1) / group},
+                                             type.getElementType());
+      done = ReduceScatterOp::create(b, reduce.getLoc(), shardType, reduce.getReductionAttr(),
+                                     input, reduce.getAxesAttr(), IntegerAttr(), CodecAttr(),
+                                     reduce.getScaleAttr())
+                 .getResult();
+    }
+    update.getGradMutable().assign(done);
+    update.setShardAxesAttr(reduce.getAxesAttr());
+    gathers.push_back({update.getParamAttr(), reduce.getAxesAttr()});
+  }
+  if (norm) {
+    // Every operand is now a piece no other rank holds: its squares are
+    // summed over the whole grid.
+    for (OpOperand &operand : norm->getOpOperands())
+      if (Value s = shards.lookup(operand.get()))
+        operand.set(s);
+    norm.setShardedAttr(b.getDenseBoolArrayAttr(SmallVector<bool>(norm.getGrads().size(), true)));
+    norm.setShardAxesAttr(everyAxis);
+  }
+  for (auto &[grad, shard] : shards)
+    if (auto reduce = grad.getDefiningOp<AllReduceOp>(); reduce && reduce->use_empty())
+      reduce->erase();
+  // The parameters come back together after the last update, those of one
+  // group together (one collective in the step program).
+  std::stable_partition(gathers.begin(), gathers.end(),
+                        [&](auto &g) { return g.second == everyAxis; });
+  b.setInsertionPointAfter(updates.back());
+  for (auto &[param, axes] : gathers)
+    GatherParamOp::create(b, fn.getLoc(), param, axes);
+  return success();
+}
+
+struct ShardOptimizerPass : public moe::impl::ShardOptimizerPassBase<ShardOptimizerPass> {
+  using ShardOptimizerPassBase::ShardOptimizerPassBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    int64_t stage = this->stage;
+    if (stage == -1) {
+      // The planner's choice (moe-plan-sharding's zero_stage), else off.
+      auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kPlanAttrName);
+      auto chosen = plan ? plan.getAs<IntegerAttr>("zero_stage") : IntegerAttr();
+      stage = chosen ? chosen.getInt() : 0;
+    }
+    if (stage == 0)
+      return;
+    if (stage != 1 && stage != 2) {
+      module.emitError() << "moe-shard-optimizer: stage must be -1, 0, 1 or 2, got " << stage;
+      return signalPassFailure();
+    }
+    auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+    if (!grid || grid.getDp() * grid.getEp() == 1)
+      return; // one replica: nothing to shard
+    if (grid.getTp() > 1) {
+      module.emitError("moe-shard-optimizer: tensor parallelism (tp > 1) is not executed yet");
+      return signalPassFailure();
+    }
+    OpBuilder b(module.getContext());
+    SmallVector<StringRef> axes;
+    if (grid.getDp() > 1)
+      axes.push_back("dp");
+    if (grid.getEp() > 1)
+      axes.push_back("ep");
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (!fn.isExternal() && failed(shard(fn, b.getStrArrayAttr(axes), stage)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
