@@ -849,6 +849,16 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     } else if (isa<AllReduceOp, AllToAllOp>(op)) {
       if (failed(collective(&op)))
         return failure();
+    } else if (auto slice = dyn_cast<ShardSliceOp>(op)) {
+      auto plan = slice->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+      if (!plan)
+        return slice.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+      setStorage(slice, plan.asArrayRef());
+      os << "  moert_step_shard_slice(ctx, " << pointer(slice.getResult()) << ", "
+         << pointer(slice.getInput()) << ", "
+         << cast<RankedTensorType>(slice.getInput().getType()).getNumElements() << ", "
+         << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
+         << axesMask(slice.getAxes()) << ");\n";
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";
     } else {

@@ -105,6 +105,15 @@ LogicalResult ReduceScatterOp::verify() {
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }
 
+LogicalResult ShardSliceOp::verify() {
+  int64_t group;
+  if (failed(verifyGroup(*this, getAxes(), group)) ||
+      failed(checkSameElementType(*this, {{"input", getInput()}, {"result", getResult()}})))
+    return failure();
+  int64_t n = tensorType(getInput()).getNumElements();
+  return checkShape(*this, "result", getResult(), {(n + group - 1) / group});
+}
+
 LogicalResult GatherParamOp::verify() {
   int64_t group;
   return verifyGroup(*this, getAxes(), group);

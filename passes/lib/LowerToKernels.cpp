@@ -22,7 +22,8 @@ namespace {
 bool isKernelOp(Operation *op) {
   return isa<MoEDialect>(op->getDialect()) &&
          !isa<GetParamOp, FillOp, ParamOp, KernelOp, LaunchOp, AllReduceOp, ReduceScatterOp,
-              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp, WaitOp, GatherParamOp>(op);
+              AllGatherOp, AllToAllOp, ReplicaSumOp, BalanceBiasOp, WaitOp, GatherParamOp,
+              ShardSliceOp>(op);
 }
 
 /// The gradient op of an FFN forward `op` in the same block: same input and

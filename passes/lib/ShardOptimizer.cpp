@@ -61,15 +61,22 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
                                     << "' is neither reduced nor an expert shard";
       continue;
     }
-    if (reduce.getCodecAttr() || reduce.getAsync())
-      return reduce.emitOpError() << "ZeRO shards uncompressed, blocking gradient reductions "
-                                     "only (gradient codecs do not compose with --zero yet)";
     for (Operation *user : reduce.getResult().getUsers())
       if (!isa<AdamWUpdateOp, GlobalNormOp>(user))
         return reduce.emitOpError()
                << "ZeRO: the reduced gradient of '" << update.getParam() << "' is read by "
                << user->getName() << ", which needs the whole tensor";
     Value &done = shards[grad];
+    if (!done && reduce.getCodecAttr()) {
+      // A codec reduces the whole tensor (its error feedback and warm-up
+      // stay as they are): the shard is a slice of the result.
+      b.setInsertionPointAfter(reduce);
+      auto type = cast<RankedTensorType>(grad.getType());
+      auto shardType = RankedTensorType::get({(type.getNumElements() + group - 1) / group},
+                                             type.getElementType());
+      done = ShardSliceOp::create(b, reduce.getLoc(), shardType, grad, reduce.getAxesAttr())
+                 .getResult();
+    }
     if (!done) {
       Value input = reduce.getInput();
       if (stage >= 2 && input.getDefiningOp())

@@ -196,6 +196,14 @@ extern "C" int64_t moert_step_shard_offset(const moert_context *ctx, int axes, i
   return index * shard;
 }
 
+extern "C" void moert_step_shard_slice(const moert_context *ctx, float *out, const float *in,
+                                       int64_t count, int64_t shard, int axes) {
+  int64_t first = std::min(moert_step_shard_offset(ctx, axes, shard), count);
+  int64_t valid = std::min(shard, count - first);
+  moert::copyBytes(out, in + first, static_cast<size_t>(valid) * sizeof(float));
+  std::fill(out + valid, out + shard, 0.0f);
+}
+
 extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
                                          const float *const *ins, const int64_t *counts,
                                          const int64_t *shards, int axes, int mean, double scale) {

@@ -437,9 +437,10 @@ Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, lon
   b.sent[1] =
       comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] - codecBy[MOERT_ALL_TO_ALL]
            : 0;
-  // ZeRO's reduce-scatters and parameter all-gathers (never compressed).
+  // ZeRO's reduce-scatters and parameter all-gathers (never compressed;
+  // the codecs' own all-gathers are counted with them).
   for (int k : {MOERT_ALL_GATHER, MOERT_REDUCE_SCATTER})
-    b.sent[k] = comm ? moert_comm_bytes(comm, k) - before.sent[k] : 0;
+    b.sent[k] = comm ? moert_comm_bytes(comm, k) - before.sent[k] - codecBy[k] : 0;
   std::copy(b.sent, b.sent + 4, lastSent);
   // Compressed all-reduces: bytes sent, what uncompressed ones would have
   // sent, and the codecs' formula (nothing compressed in the warm-up).

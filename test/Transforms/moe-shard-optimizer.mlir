@@ -64,9 +64,18 @@
 // OFF-NOT: shard_axes = ["dp
 // OFF-NOT: gather_param
 
-// Refused: compressed reductions, expert replicas, a bad stage.
-// RUN: not moe-opt --moe-train-pipeline="lower=false zero=1 compress-grad=int8" %t.dp2ep2.mlir 2>&1 | FileCheck %s --check-prefix=CODEC
-// CODEC: error: 'moe.all_reduce' op ZeRO shards uncompressed, blocking gradient reductions only
+// A compressed reduction stays (the codec reduces whole tensors, with its
+// error feedback); the shard is a slice of its result.
+// RUN: moe-opt --moe-train-pipeline="lower=false zero=1 compress-grad=int8" %t.dp2ep2.mlir | FileCheck %s --check-prefix=CODEC
+// CODEC: %[[R:.*]] = moe.all_reduce sum %{{.*}} over [dp] codec <int8, block_size = 256> {scale = 2.500000e-01 : f64} : tensor<2x4x5xf32>
+// CODEC-NEXT: %[[S:.*]] = moe.shard_slice %[[R]] over [dp] : tensor<2x4x5xf32> -> tensor<20xf32>
+// CODEC: moe.adamw_update @up, %[[S]], {{.*}}shard_axes = ["dp"]
+// CODEC: moe.gather_param @up over [dp]
+
+// Refused: a replicated gradient nobody reduced, expert replicas, a bad
+// stage.
+// RUN: not moe-opt --moe-shard-optimizer=stage=1 %S/Inputs/zero-unreduced.mlir 2>&1 | FileCheck %s --check-prefix=UNREDUCED
+// UNREDUCED: error: 'moe.adamw_update' op ZeRO: the gradient of 'w' is neither reduced nor an expert shard
 // RUN: not moe-opt --moe-train-pipeline="lower=false zero=1 redundant-experts=2" %t.dp2ep2.mlir 2>&1 | FileCheck %s --check-prefix=REPLICAS
 // REPLICAS: error: 'moe.adamw_update' op ZeRO cannot shard 'up': its layer's placement has room for expert replicas
 // RUN: not moe-opt --moe-shard-optimizer=stage=3 %t.dp2ep2.mlir 2>&1 | FileCheck %s --check-prefix=STAGE

@@ -338,9 +338,6 @@ int checkFlags() {
   if (zeroStage > 0 && ranks <= 1 && clusterFile.empty())
     return fail("--zero shards the optimiser over the ranks of a partitioned step: give "
                 "--ranks N (N > 1) or a --cluster");
-  if (zeroStage > 0 && compressGrad != "none")
-    return fail("--zero with --compress-grad is not supported yet: ZeRO reduce-scatters the "
-                "gradients uncompressed");
   if (zeroStage > 0 && redundantExperts)
     return fail("--zero with --redundant-experts is not supported yet: replicas' moments "
                 "would be sharded over different groups");

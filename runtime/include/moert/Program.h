@@ -224,6 +224,10 @@ int moert_step_all_reduce(moert_context *ctx, float *out, const float *in, int64
  * (i + 1) shard). */
 /* This rank's first owned element: its index in the group times `shard`. */
 int64_t moert_step_shard_offset(const moert_context *ctx, int axes, int64_t shard);
+/* out (shard floats) = this rank's elements of in (count floats, zeros past
+ * its end): no communication (a compressed all-reduce's result). */
+void moert_step_shard_slice(const moert_context *ctx, float *out, const float *in, int64_t count,
+                            int64_t shard, int axes);
 /* For each of `n` tensors (ins[i], counts[i] floats; outs[i], shards[i]
  * floats): outs[i] = scale * (sum, or mean when `mean`, over the group of
  * this rank's elements of ins[i], zeros past counts[i]); one collective for

@@ -165,6 +165,17 @@ func.func @f(%g: tensor<8x16xf32>) {
 
 // -----
 
+// shard_slice: ceil(n / P) elements
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<6x5xf32>) {
+  // expected-error @+1 {{'moe.shard_slice' op result must have shape 8, got 30}}
+  %0 = moe.shard_slice %g over [dp, ep] : tensor<6x5xf32> -> tensor<30xf32>
+  return
+}
+}
+
+// -----
+
 // gather_param: a parameter
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
 func.func @f() {

@@ -96,6 +96,31 @@ def MoE_ReduceScatterOp : MoE_CollectiveOp<"reduce_scatter"> {
   }];
 }
 
+def MoE_ShardSliceOp : MoE_Op<"shard_slice", [Pure]> {
+  let summary = "this rank's ZeRO shard of a tensor every member of a group holds";
+  let description = [{
+    No communication: the input, read as a row-major vector of `n`
+    elements padded with zeros to `P * S` (`S = ceil(n / P)`, `P` the size
+    of the group of `axes`, as in `moe.reduce_scatter`'s flat form), gives
+    rank `i` of the group its elements `[i S, (i + 1) S)`. ZeRO takes a
+    compressed all-reduce's result this way (the codecs reduce whole
+    tensors).
+
+    ```mlir
+    %s = moe.shard_slice %g over [dp, ep] : tensor<64x30xf32> -> tensor<480xf32>
+    ```
+
+    Constraints: the enclosing module has a `moe.grid`; axes are distinct
+    grid axes; the result is `tensor<S>` of the input's element type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, StrArrayAttr:$axes);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `over` custom<GridAxes>($axes) attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def MoE_GatherParamOp : MoE_CollectiveOp<"gather_param", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
