@@ -216,9 +216,16 @@ LogicalResult Emitter::launch(LaunchOp op) {
       });
       os << "};\n";
     }
+    // Pieces several members hold (tensor parallelism) count 1/copies.
+    auto copies = kernel.getConfig().getAs<DenseI64ArrayAttr>("shard_copies");
+    if (copies) {
+      os << "    const int64_t copies[] = {";
+      llvm::interleaveComma(copies.asArrayRef(), os);
+      os << "};\n";
+    }
     os << "    if (int rc = moert_step_global_norm(ctx, g, sizes, "
-       << (shards ? "sharded" : "nullptr") << ", param_of, " << n << ", "
-       << (shards ? axesMask(axes) : 0) << ", "
+       << (shards ? "sharded" : "nullptr") << ", " << (copies ? "copies" : "nullptr")
+       << ", param_of, " << n << ", " << (shards ? axesMask(axes) : 0) << ", "
        << (layers ? "tables, positions, rows, " : "nullptr, nullptr, nullptr, ")
        << pointer(op.getResult(0)) << ")) return rc;\n  }\n";
     return success();
@@ -678,7 +685,9 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     else
       os << "nullptr";
     auto layer = p->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
-    os << ", " << (layer ? layer.getInt() : -1) << ", " << zeroParts << ", " << zeroAxes << "},\n";
+    auto tpDim = p->getAttrOfType<IntegerAttr>(MoEDialect::kTpDimAttrName);
+    os << ", " << (layer ? layer.getInt() : -1) << ", " << zeroParts << ", " << zeroAxes << ", "
+       << (tpDim ? tpDim.getInt() : -1) << "},\n";
   }
   os << "};\n\n";
   if (failed(emitFunction(step, "trainStep", true)) ||

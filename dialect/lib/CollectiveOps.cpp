@@ -105,6 +105,36 @@ LogicalResult ReduceScatterOp::verify() {
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }
 
+LogicalResult TpEnterOp::verify() {
+  int64_t group;
+  return verifyGroup(*this, getAxes(), group);
+}
+
+LogicalResult TpExitOp::verify() {
+  int64_t group;
+  return verifyGroup(*this, getAxes(), group);
+}
+
+LogicalResult TpEnterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  if (!resultGrads[0]) {
+    operandGrads.assign({Value()});
+    return success();
+  }
+  operandGrads.assign(
+      {AllReduceOp::create(b, getLoc(), resultGrads[0].getType(),
+                           ReductionAttr::get(b.getContext(), Reduction::sum), resultGrads[0],
+                           getAxesAttr(), CodecAttr(), b.getF64FloatAttr(1.0))
+           .getResult()});
+  return success();
+}
+
+LogicalResult TpExitOp::buildGradient(OpBuilder &, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.assign({resultGrads[0]});
+  return success();
+}
+
 LogicalResult ShardSliceOp::verify() {
   int64_t group;
   if (failed(verifyGroup(*this, getAxes(), group)) ||

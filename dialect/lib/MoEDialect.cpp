@@ -109,6 +109,15 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitError("'moe.shard' must be [\"ep\"] on a moe.param");
     return success();
   }
+  if (name == kTpDimAttrName) {
+    // A parameter holding one tp rank's slice along a dimension.
+    auto dim = dyn_cast<IntegerAttr>(attr.getValue());
+    auto param = dyn_cast<ParamOp>(op);
+    if (!param || !dim || dim.getValue().isNegative() ||
+        dim.getInt() >= param.getTensorType().getRank())
+      return op->emitError("'moe.tp_dim' must be a dimension of the moe.param it is on");
+    return success();
+  }
   if (name == kShardLayerAttrName) {
     auto layer = dyn_cast<IntegerAttr>(attr.getValue());
     if (!isa<ParamOp>(op) || !layer || layer.getValue().isNegative() ||

@@ -49,6 +49,16 @@ LogicalResult GlobalNormOp::verify() {
         return emitOpError() << "shard_layers[" << i << "] must be -1, or a layer >= 0 of a "
                              << "sharded operand, got " << layer;
   }
+  if (auto copies = getShardCopies()) {
+    if (!getSharded())
+      return emitOpError("shard_copies needs sharded");
+    if (copies->size() != getGrads().size())
+      return emitOpError() << "shard_copies has " << copies->size() << " entries for "
+                           << getGrads().size() << " operands";
+    for (auto [i, n] : llvm::enumerate(*copies))
+      if (n < 1)
+        return emitOpError() << "shard_copies[" << i << "] must be >= 1, got " << n;
+  }
   return success();
 }
 

@@ -19,9 +19,27 @@ namespace {
 /// an empty string when they can.
 std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
   int64_t replicas = grid.getDp() * grid.getEp();
-  if (grid.getTp() > 1)
-    return "it uses tensor parallelism (tp = " + std::to_string(grid.getTp()) +
-           "), which moe-partition does not execute yet";
+  if (int64_t tp = grid.getTp(); tp > 1) {
+    // moe-partition splits heads and FFN widths over tp.
+    std::string why;
+    module.walk([&](Operation *op) {
+      if (!why.empty())
+        return;
+      if (auto att = dyn_cast<AttentionOp>(op);
+          att && (att.getNumHeads() % tp != 0 || att.getNumKvHeads() % tp != 0))
+        why = "tp = " + std::to_string(tp) + " does not divide the " +
+              std::to_string(att.getNumHeads()) + " heads and " +
+              std::to_string(att.getNumKvHeads()) + " key/value heads";
+      Value up = isa<FFNOp>(op)         ? cast<FFNOp>(op).getWUp()
+                 : isa<ExpertFFNOp>(op) ? cast<ExpertFFNOp>(op).getWUp()
+                                        : Value();
+      if (up && cast<RankedTensorType>(up.getType()).getShape().back() % tp != 0)
+        why = "tp = " + std::to_string(tp) + " does not divide an FFN width (" +
+              std::to_string(cast<RankedTensorType>(up.getType()).getShape().back()) + ")";
+    });
+    if (!why.empty())
+      return why;
+  }
   if (grid.getDevices())
     return "it gives the device kinds of a mixed cluster unequal shares of tokens and "
            "experts; the runtime executes equal shares only";

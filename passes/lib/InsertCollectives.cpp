@@ -1,6 +1,7 @@
 //===- InsertCollectives.cpp - the moe-insert-collectives pass ------------===//
 //
-// Gradient synchronisation of a partitioned step (after moe-autodiff). The
+// Gradient synchronisation of a partitioned step (after moe-autodiff; it
+// also turns moe.tp_exit into its all_reduce and drops moe.tp_enter). The
 // scaling rules are docs/Partitioning.md section 3: with N = dp * ep
 // replicas and L = (1/N) sum_r L_r,
 //   replicated parameter: all_reduce mean over [dp, ep];
@@ -34,10 +35,30 @@ using namespace mlir::moe;
 namespace {
 
 struct Sync {
-  ArrayAttr replicaAxes; ///< [dp, ep] without degree-1 axes
+  ArrayAttr replicaAxes; ///< [dp, ep] without degree-1 axes (empty: one replica)
   ArrayAttr dpAxes, epAxes;
   double shardScale; ///< 1 / (dp * ep)
+  int64_t ep = 1, tp = 1;
 };
+
+/// Tensor parallelism after moe-autodiff: moe.tp_enter is the identity
+/// forward (its gradient rule made the backward's sum), moe.tp_exit the
+/// forward's all_reduce sum.
+void lowerTensorParallel(func::FuncOp fn) {
+  fn.walk([](Operation *op) {
+    if (auto enter = dyn_cast<TpEnterOp>(op)) {
+      enter.getResult().replaceAllUsesWith(enter.getInput());
+      enter.erase();
+    } else if (auto exit = dyn_cast<TpExitOp>(op)) {
+      OpBuilder b(exit);
+      Value sum = AllReduceOp::create(
+          b, exit.getLoc(), exit.getType(), ReductionAttr::get(b.getContext(), Reduction::sum),
+          exit.getInput(), exit.getAxesAttr(), CodecAttr(), b.getF64FloatAttr(1.0));
+      exit.getResult().replaceAllUsesWith(sum);
+      exit.erase();
+    }
+  });
+}
 
 /// The synchronised gradient of `param`, reduced right after `grad` is
 /// final (before its first use). `replicaLayer` >= 0: the MoE layer whose
@@ -55,6 +76,8 @@ Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded, const Sy
                                 b.getI64IntegerAttr(replicaLayer))
         .getResult();
   }
+  if (s.replicaAxes.empty())
+    return grad; // one data replica (tp ranks only): nothing to average
   return AllReduceOp::create(b, loc, grad.getType(),
                              ReductionAttr::get(b.getContext(), Reduction::mean), grad,
                              s.replicaAxes, CodecAttr(), b.getF64FloatAttr(1.0))
@@ -62,12 +85,17 @@ Value synchronise(OpBuilder &b, Location loc, Value grad, bool sharded, const Sy
 }
 
 LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
+  lowerTensorParallel(fn);
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder b(ret);
   auto isSharded = [&](StringRef name) {
     auto param = module.lookupSymbol<ParamOp>(name);
     return param && param->hasAttr(MoEDialect::kShardAttrName);
+  };
+  auto isTpSlice = [&](StringRef name) {
+    auto param = module.lookupSymbol<ParamOp>(name);
+    return param && param->hasAttr(MoEDialect::kTpDimAttrName);
   };
   // MoE layers whose placement has more positions than experts: room for
   // replicas (now or after online rebalancing).
@@ -116,17 +144,22 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     for (ReplicaSumOp sum : llvm::to_vector(fn.getOps<ReplicaSumOp>()))
       sum->moveBefore(norm);
   if (norm) {
-    SmallVector<int64_t> layers;
+    SmallVector<int64_t> layers, copies;
     for (OpOperand &operand : norm->getOpOperands()) {
       Value grad = operand.get();
-      bool sharded = false;
+      bool sharded = false, tpSlice = false;
       int64_t layer = -1;
       for (AdamWUpdateOp update : updates)
         if (update.getGrad() == synced.lookup(grad)) {
           sharded = isSharded(update.getParam());
+          tpSlice = isTpSlice(update.getParam());
           layer = replicaLayer(update.getParam());
         }
-      shardedOperands.push_back(sharded);
+      // With tp, the shard group is [ep, tp]: a slice tp splits but ep does
+      // not is on every ep rank of its replica, an expert block tp does not
+      // split on every tp rank.
+      shardedOperands.push_back(sharded || tpSlice);
+      copies.push_back(sharded ? (tpSlice ? 1 : s.tp) : (tpSlice ? s.ep : 1));
       layers.push_back(layer);
       if (Value done = synced.lookup(grad))
         operand.set(done);
@@ -135,7 +168,14 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     }
     if (llvm::is_contained(shardedOperands, true)) {
       norm.setShardedAttr(b.getDenseBoolArrayAttr(shardedOperands));
-      norm.setShardAxesAttr(s.epAxes);
+      SmallVector<StringRef> axes;
+      if (s.ep > 1)
+        axes.push_back("ep");
+      if (s.tp > 1)
+        axes.push_back("tp");
+      norm.setShardAxesAttr(b.getStrArrayAttr(axes));
+      if (s.tp > 1 && llvm::any_of(copies, [](int64_t n) { return n > 1; }))
+        norm.setShardCopiesAttr(b.getDenseI64ArrayAttr(copies));
       if (llvm::any_of(layers, [](int64_t l) { return l >= 0; }))
         norm.setShardLayersAttr(b.getDenseI64ArrayAttr(layers));
     }
@@ -149,6 +189,8 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
   for (OpOperand &operand : ret->getOpOperands()) {
     unsigned i = operand.getOperandNumber();
     if (i == 0) {
+      if (s.replicaAxes.empty())
+        continue; // tp ranks compute the same loss
       operand.set(AllReduceOp::create(b, ret.getLoc(), operand.get().getType(),
                                       ReductionAttr::get(b.getContext(), Reduction::mean),
                                       operand.get(), s.replicaAxes, CodecAttr(),
@@ -166,7 +208,7 @@ struct InsertCollectivesPass : public moe::impl::InsertCollectivesPassBase<Inser
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
-    if (!grid || grid.getDp() * grid.getEp() == 1)
+    if (!grid || grid.getNumRanks() == 1)
       return;
     OpBuilder b(module.getContext());
     SmallVector<StringRef> replica;
@@ -174,8 +216,12 @@ struct InsertCollectivesPass : public moe::impl::InsertCollectivesPassBase<Inser
       replica.push_back("dp");
     if (grid.getEp() > 1)
       replica.push_back("ep");
-    Sync s{b.getStrArrayAttr(replica), b.getStrArrayAttr({"dp"}), b.getStrArrayAttr({"ep"}),
-           1.0 / static_cast<double>(grid.getDp() * grid.getEp())};
+    Sync s{b.getStrArrayAttr(replica),
+           b.getStrArrayAttr({"dp"}),
+           b.getStrArrayAttr({"ep"}),
+           1.0 / static_cast<double>(grid.getDp() * grid.getEp()),
+           grid.getEp(),
+           grid.getTp()};
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal() || fn.getNumResults() == 0)
         continue;

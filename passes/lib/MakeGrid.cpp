@@ -30,11 +30,18 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
       return fail("ranks must be >= 1");
     if (ep < 0)
       return fail("ep must be >= 0");
+    if (tp < 1)
+      return fail("tp must be >= 1");
     if (ranks == 1) {
-      if (ep > 1)
-        return fail("ep " + Twine(ep) + " needs ranks > 1");
+      if (ep > 1 || tp > 1)
+        return fail("ep " + Twine(std::max<int64_t>(ep, 1)) + " x tp " + Twine(tp) +
+                    " needs ranks > 1");
       return;
     }
+    if (ranks % tp != 0)
+      return fail("tp " + Twine(tp) + " does not divide ranks " + Twine(ranks));
+    // Tensor-parallel ranks share their replica's tokens.
+    int64_t replicas = ranks / tp;
     if (module->hasAttr(MoEDialect::kGridAttrName))
       return fail("the module already has a moe.grid");
     // The expert count every layer's ep must divide.
@@ -42,9 +49,11 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
     module.walk([&](ExpertFFNOp ffn) {
       experts = std::gcd(experts, cast<RankedTensorType>(ffn.getX().getType()).getShape()[0]);
     });
-    int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(ranks)) : 1;
-    if (ranks % degree != 0)
-      return fail("ep " + Twine(degree) + " does not divide ranks " + Twine(ranks));
+    int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(replicas)) : 1;
+    if (replicas % degree != 0)
+      return fail(tp == 1 ? "ep " + Twine(degree) + " does not divide ranks " + Twine(ranks)
+                          : "ep " + Twine(degree) + " does not divide ranks / tp = " +
+                                Twine(replicas));
     if (experts && experts % degree != 0)
       return fail("ep " + Twine(degree) + " does not divide the " + Twine(experts) +
                   " experts of a layer");
@@ -53,14 +62,14 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
       if (fn.getNumArguments() == 0)
         continue;
       auto tokens = dyn_cast<RankedTensorType>(fn.getArgument(0).getType());
-      if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % ranks != 0)
+      if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % replicas != 0)
         return fail("the batch of " + Twine(tokens.getShape()[0]) +
-                    " sequences does not split over " + Twine(ranks) +
+                    " sequences does not split over " + Twine(replicas) +
                     " data replicas (dp x ep); choose a divisor of the batch size");
       break;
     }
     module->setAttr(MoEDialect::kGridAttrName,
-                    GridAttr::get(&getContext(), ranks / degree, degree, 1, nullptr));
+                    GridAttr::get(&getContext(), replicas / degree, degree, tp, nullptr));
   }
 };
 

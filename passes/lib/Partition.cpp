@@ -1,8 +1,9 @@
 //===- Partition.cpp - the moe-partition pass -----------------------------===//
 //
-// One rank's step of a dp x ep grid: the batch split over the N = dp * ep
-// data replicas, expert weights split over ep, and the dispatch buffers sent
-// to the experts' owners and back with all_to_all. See docs/Partitioning.md.
+// One rank's step of a dp x ep x tp grid: the batch split over the N = dp *
+// ep data replicas, expert weights split over ep, the dispatch buffers sent
+// to the experts' owners and back with all_to_all, and attention heads and
+// FFN widths split over tp (Megatron). See docs/Partitioning.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -223,6 +224,98 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
   return success();
 }
 
+/// Megatron tensor parallelism over the `tp` ranks of a replica: attention
+/// heads (q, k, v column-parallel, the output projection row-parallel), the
+/// dense FFNs' and every expert's FFN width (up and gate column-parallel,
+/// down row-parallel). A column-parallel input enters through moe.tp_enter
+/// (its gradient sums the partial input gradients over tp); a row-parallel
+/// output leaves through moe.tp_exit (the partial outputs summed). Records
+/// the split dimension of each weight in `tpDims`.
+LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
+                                  llvm::MapVector<ParamOp, int64_t> &tpDims) {
+  OpBuilder b(fn.getContext());
+  ArrayAttr axes = b.getStrArrayAttr({"tp"});
+  auto split = [&](Operation *user, Value w, int64_t dim) -> LogicalResult {
+    auto get = w.getDefiningOp<GetParamOp>();
+    auto param = get ? module.lookupSymbol<ParamOp>(get.getNameAttr()) : ParamOp();
+    if (!param)
+      return user->emitOpError("tensor-parallel weights must come from moe.get_param");
+    int64_t size = cast<RankedTensorType>(w.getType()).getShape()[dim];
+    if (size % tp != 0)
+      return user->emitOpError() << "'" << param.getSymName() << "' dimension " << dim << " ("
+                                 << size << ") does not split over tp = " << tp;
+    auto [it, inserted] = tpDims.insert({param, dim});
+    if (!inserted && it->second != dim)
+      return user->emitOpError() << "'" << param.getSymName() << "' is split along two dimensions";
+    return success();
+  };
+  auto shrink = [&](Value v, int64_t dim) {
+    auto t = cast<RankedTensorType>(v.getType());
+    v.setType(withDim(t, dim, t.getShape()[dim] / tp));
+  };
+  // One tp_enter per entering value, right after its definition.
+  DenseMap<Value, Value> entered;
+  auto enter = [&](Value x) -> Value {
+    Value &e = entered[x];
+    if (!e) {
+      if (Operation *def = x.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(x.getParentBlock());
+      e = TpEnterOp::create(b, x.getLoc(), x.getType(), x, axes).getResult();
+    }
+    return e;
+  };
+  auto exit = [&](Operation *op) {
+    Value y = op->getResult(0);
+    b.setInsertionPointAfter(op);
+    auto out = TpExitOp::create(b, op->getLoc(), y.getType(), y, axes);
+    y.replaceAllUsesExcept(out.getResult(), out);
+  };
+  for (AttentionOp att : llvm::to_vector(fn.getOps<AttentionOp>())) {
+    int64_t heads = att.getNumHeads(), kv = att.getNumKvHeads();
+    if (heads % tp != 0 || kv % tp != 0)
+      return att.emitOpError() << "tensor parallelism splits the heads: heads (" << heads
+                               << ") and kv_heads (" << kv << ") must be divisible by tp = " << tp
+                               << " (replicated key/value heads are not supported yet)";
+    for (Value in : {att.getQ(), att.getK(), att.getV()}) {
+      auto lin = in.getDefiningOp<LinearOp>();
+      if (!lin || lin.getBias() || !lin->hasOneUse())
+        return att.emitOpError("tensor parallelism needs q, k and v each from its own "
+                               "bias-free moe.linear");
+      if (failed(split(lin, lin.getWeight(), 1)))
+        return failure();
+      lin.getXMutable().assign(enter(lin.getX()));
+      shrink(lin.getResult(), cast<RankedTensorType>(lin.getType()).getRank() - 1);
+    }
+    att.setNumHeads(heads / tp);
+    att.setNumKvHeads(kv / tp);
+    shrink(att.getResult(), cast<RankedTensorType>(att.getType()).getRank() - 1);
+    auto out = att->hasOneUse() ? dyn_cast<LinearOp>(*att->user_begin()) : LinearOp();
+    if (!out || out.getX() != att.getResult() || out.getBias())
+      return att.emitOpError("tensor parallelism needs the attention output read by one "
+                             "bias-free moe.linear (the output projection)");
+    if (failed(split(out, out.getWeight(), 0)))
+      return failure();
+    exit(out);
+  }
+  for (FFNOp ffn : llvm::to_vector(fn.getOps<FFNOp>())) {
+    if (failed(split(ffn, ffn.getWUp(), 1)) || failed(split(ffn, ffn.getWDown(), 0)) ||
+        (ffn.getWGate() && failed(split(ffn, ffn.getWGate(), 1))))
+      return failure();
+    ffn.getXMutable().assign(enter(ffn.getX()));
+    exit(ffn);
+  }
+  for (ExpertFFNOp ffn : llvm::to_vector(fn.getOps<ExpertFFNOp>())) {
+    if (failed(split(ffn, ffn.getWUp(), 2)) || failed(split(ffn, ffn.getWDown(), 1)) ||
+        (ffn.getWGate() && failed(split(ffn, ffn.getWGate(), 2))))
+      return failure();
+    ffn.getXMutable().assign(enter(ffn.getX()));
+    exit(ffn);
+  }
+  return success();
+}
+
 struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
   using PartitionPassBase::PartitionPassBase;
 
@@ -236,14 +329,9 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     if (!grid || grid.getNumRanks() == 1)
       return;
-    if (grid.getTp() != 1) {
-      mlir::emitError(module.getLoc()) << "moe-partition: tensor parallelism (tp = " << grid.getTp()
-                                       << ") is planned by moe-plan-sharding but not "
-                                          "executable yet; use a grid with tp = 1";
-      return signalPassFailure();
-    }
     int64_t replicas = grid.getDp() * grid.getEp();
     llvm::MapVector<ParamOp, int64_t> sharded; // expert weights -> rows per rank
+    llvm::MapVector<ParamOp, int64_t> tpDims;  // tensor-parallel weights -> split dimension
     for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       if (fn.isExternal())
         continue;
@@ -256,7 +344,8 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
         }
       if (failed(splitBatch(fn, replicas)) ||
           (grid.getEp() > 1 &&
-           failed(shardExperts(module, fn, grid.getEp(), redundantExperts, sharded))))
+           failed(shardExperts(module, fn, grid.getEp(), redundantExperts, sharded))) ||
+          (grid.getTp() > 1 && failed(splitTensorParallel(module, fn, grid.getTp(), tpDims))))
         return signalPassFailure();
     }
     // Expert weights: each rank's block along the expert dimension.
@@ -265,6 +354,17 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       RankedTensorType local = withDim(param.getTensorType(), 0, rows);
       param.setTypeAttr(TypeAttr::get(local));
       param->setAttr(MoEDialect::kShardAttrName, b.getStrArrayAttr({"ep"}));
+      module.walk([&](GetParamOp get) {
+        if (get.getName() == param.getSymName())
+          get.getResult().setType(local);
+      });
+    }
+    // Tensor-parallel weights: each tp rank's slice along their dimension.
+    for (auto [param, dim] : tpDims) {
+      RankedTensorType full = param.getTensorType();
+      RankedTensorType local = withDim(full, dim, full.getShape()[dim] / grid.getTp());
+      param.setTypeAttr(TypeAttr::get(local));
+      param->setAttr(MoEDialect::kTpDimAttrName, b.getI64IntegerAttr(dim));
       module.walk([&](GetParamOp get) {
         if (get.getName() == param.getSymName())
           get.getResult().setType(local);

@@ -28,10 +28,11 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;
     pm.addPass(createExecutablePlanPass(check));
-  } else if (options.ranks != 1 || options.ep > 1) {
+  } else if (options.ranks != 1 || options.ep > 1 || options.tp > 1) {
     MakeGridPassOptions grid;
     grid.ranks = options.ranks;
     grid.ep = options.ep;
+    grid.tp = std::max<int64_t>(options.tp, 1);
     pm.addPass(createMakeGridPass(grid));
   }
   if (options.fuseGating) {

@@ -31,6 +31,25 @@ using namespace mlir::moe;
 namespace {
 
 LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
+  auto module = fn->getParentOfType<ModuleOp>();
+  auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
+  // How many ranks of the whole grid hold the same values as this rank's
+  // piece of `param`'s gradient: the axes neither ZeRO (`zeroAxes`), nor
+  // the expert split (ep), nor tensor parallelism (tp) divides it over.
+  auto copiesOf = [&](StringRef name, ArrayAttr zeroAxes) {
+    auto param = module.lookupSymbol<ParamOp>(name);
+    int64_t copies = 1;
+    for (Attribute axis : everyAxis) {
+      StringRef a = cast<StringAttr>(axis).getValue();
+      bool divided = (zeroAxes && llvm::is_contained(zeroAxes, axis)) ||
+                     (a == "ep" && param && param->hasAttr(MoEDialect::kShardAttrName)) ||
+                     (a == "tp" && param && param->hasAttr(MoEDialect::kTpDimAttrName));
+      if (!divided)
+        copies *= grid.getGroupSize({axis});
+    }
+    return copies;
+  };
+  DenseMap<Value, int64_t> copies; // the norm's operands
   SmallVector<AdamWUpdateOp> updates(fn.getOps<AdamWUpdateOp>());
   if (updates.empty())
     return success();
@@ -47,9 +66,9 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
              << "ZeRO cannot shard '" << update.getParam()
              << "': its layer's placement has room for expert replicas (--redundant-experts)";
     auto reduce = grad.getDefiningOp<AllReduceOp>();
-    auto grid = fn->getParentOfType<ModuleOp>()->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     int64_t group = reduce ? grid.getGroupSize(reduce.getAxes().getValue()) : 1;
     if (group == 1) {
+      copies[grad] = copiesOf(update.getParam(), ArrayAttr());
       // An expert shard with dp = 1 (no reduction, or one over a group of
       // one): no replica holds it twice, so it is sharded already (over ep,
       // which the norm sums).
@@ -95,6 +114,7 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
     }
     update.getGradMutable().assign(done);
     update.setShardAxesAttr(reduce.getAxesAttr());
+    copies[done] = copiesOf(update.getParam(), reduce.getAxesAttr());
     gathers.push_back({update.getParamAttr(), reduce.getAxesAttr()});
   }
   if (norm) {
@@ -105,14 +125,21 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
         operand.set(s);
     norm.setShardedAttr(b.getDenseBoolArrayAttr(SmallVector<bool>(norm.getGrads().size(), true)));
     norm.setShardAxesAttr(everyAxis);
+    // With tp, a replicated weight's shard is on every tp rank.
+    SmallVector<int64_t> counts;
+    for (Value grad : norm.getGrads())
+      counts.push_back(copies.lookup(grad) ? copies.lookup(grad) : 1);
+    if (llvm::any_of(counts, [](int64_t n) { return n > 1; }))
+      norm.setShardCopiesAttr(b.getDenseI64ArrayAttr(counts));
+    else
+      norm.removeShardCopiesAttr();
   }
   for (auto &[grad, shard] : shards)
     if (auto reduce = grad.getDefiningOp<AllReduceOp>(); reduce && reduce->use_empty())
       reduce->erase();
   // The parameters come back together after the last update, those of one
   // group together (one collective in the step program).
-  std::stable_partition(gathers.begin(), gathers.end(),
-                        [&](auto &g) { return g.second == everyAxis; });
+  llvm::stable_sort(gathers, [](auto &x, auto &y) { return x.second.size() > y.second.size(); });
   b.setInsertionPointAfter(updates.back());
   for (auto &[param, axes] : gathers)
     GatherParamOp::create(b, fn.getLoc(), param, axes);
@@ -139,16 +166,14 @@ struct ShardOptimizerPass : public moe::impl::ShardOptimizerPassBase<ShardOptimi
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     if (!grid || grid.getDp() * grid.getEp() == 1)
       return; // one replica: nothing to shard
-    if (grid.getTp() > 1) {
-      module.emitError("moe-shard-optimizer: tensor parallelism (tp > 1) is not executed yet");
-      return signalPassFailure();
-    }
     OpBuilder b(module.getContext());
     SmallVector<StringRef> axes;
     if (grid.getDp() > 1)
       axes.push_back("dp");
     if (grid.getEp() > 1)
       axes.push_back("ep");
+    if (grid.getTp() > 1)
+      axes.push_back("tp");
     for (auto fn : module.getOps<func::FuncOp>())
       if (!fn.isExternal() && failed(shard(fn, b.getStrArrayAttr(axes), stage)))
         return signalPassFailure();

@@ -431,9 +431,9 @@ double sumOfSquares(const float *x, int64_t n) {
 
 extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
                                       const int64_t *sizes, const unsigned char *sharded,
-                                      const int *param_of, int count, int axes,
-                                      const int32_t *const *tables, const int32_t *positions,
-                                      const int64_t *rows, float *norm) {
+                                      const int64_t *copies, const int *param_of, int count,
+                                      int axes, const int32_t *const *tables,
+                                      const int32_t *positions, const int64_t *rows, float *norm) {
   double replicated = 0, shards = 0;
   for (int i = 0; i < count; ++i) {
     double sum = 0;
@@ -450,9 +450,11 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
     } else {
       sum = sumOfSquares(grads[i], sizes[i]);
     }
-    (sharded && sharded[i] ? shards : replicated) += sum;
     if (ctx->grad_squares && param_of && param_of[i] >= 0)
       ctx->grad_squares[param_of[i]] = sum;
+    if (sharded && sharded[i] && copies && copies[i] > 1)
+      sum /= static_cast<double>(copies[i]); // every copy adds its share
+    (sharded && sharded[i] ? shards : replicated) += sum;
   }
   if (sharded) {
     // Summed in member order as float pairs (hi, lo): more precision than one

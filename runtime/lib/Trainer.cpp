@@ -155,9 +155,20 @@ void Trainer::initialiseParameters() {
     if (p.shard_rows)
       expertOrder[p.shard_layer].assign(p.shard_rows, p.shard_rows + positionsOf(p.shard_layer));
   }
+  // Tensor-parallel slices start as their whole tensors (the rank's block of
+  // them), then keep their tp rank's slice.
+  for (int i = 0; i < prog.num_params; ++i)
+    if (prog.params[i].tp_dim >= 0)
+      params[i].resize(params[i].size() * tp);
   initialise(
       params, sh.seed, [&](int i) { return rowsOf(i, epIndex); },
       [&](int i) { return fullRows(i); });
+  for (int i = 0; i < prog.num_params; ++i)
+    if (prog.params[i].tp_dim >= 0) {
+      moert::AlignedFloats slice(static_cast<size_t>(numel(prog.params[i])));
+      sliceTp(params[i].data(), slice, i);
+      params[i] = std::move(slice);
+    }
   // ZeRO: room for every rank's shard (the tail past the tensor stays 0).
   for (int i = 0; i < prog.num_params; ++i)
     if (prog.params[i].zero_parts > 1)
@@ -172,12 +183,17 @@ int64_t Trainer::fullRows(int i) const {
   const moert_param_info &p = prog.params[i];
   if (p.shard_layer >= 0 && p.shard_layer < prog.num_moe_layers)
     return prog.layer_experts[p.shard_layer];
-  return (p.rank > 0 ? p.shape[0] : 1) * std::max(p.shard_parts, 1);
+  return localRows(p) * std::max(p.shard_parts, 1);
+}
+
+int64_t Trainer::localRows(const moert_param_info &p) const {
+  // A tensor-parallel slice along dimension 0 is a tp-th of the rows.
+  return p.rank > 0 ? p.shape[0] * (p.tp_dim == 0 ? tp : 1) : 1;
 }
 
 std::vector<int64_t> Trainer::rowsOf(int i, int e) const {
   const moert_param_info &p = prog.params[i];
-  int64_t local = p.rank > 0 ? p.shape[0] : 1;
+  int64_t local = localRows(p);
   int parts = std::max(p.shard_parts, 1);
   std::vector<int64_t> rows(static_cast<size_t>(local));
   // Rank e's positions [e local, (e+1) local) in its layer's placement,
@@ -479,15 +495,23 @@ nlohmann::json Trainer::gradientGroupNorms(long long s) {
   int dpIndex = replica / ep;
   std::vector<float> squares(gradSquares.size());
   for (size_t i = 0; i < squares.size(); ++i) {
-    // A ZeRO shard is this rank's alone; an expert block is its dp
-    // replicas'; a replicated gradient every rank's.
-    bool sharded = prog.params[i].shard_parts > 1;
-    bool counts = prog.params[i].zero_parts > 1 || (sharded ? dpIndex == 0 : rank == 0);
+    // A piece counts on the ranks at coordinate 0 of every axis that does
+    // not divide it: ZeRO's group, the expert split (ep), the
+    // tensor-parallel slice (tp).
+    const moert_param_info &p = prog.params[i];
+    int divided = p.zero_parts > 1 ? p.zero_axes : 0;
+    if (p.shard_parts > 1)
+      divided |= MOERT_AXIS_EP;
+    if (p.tp_dim >= 0)
+      divided |= MOERT_AXIS_TP;
+    bool counts = ((divided & MOERT_AXIS_DP) || dpIndex == 0) &&
+                  ((divided & MOERT_AXIS_EP) || epIndex == 0) &&
+                  ((divided & MOERT_AXIS_TP) || rank % tp == 0);
     squares[i] = counts ? static_cast<float>(gradSquares[i]) : 0.0f;
   }
-  if (ranks > 1 && moert_step_all_reduce(&ctx, squares.data(), squares.data(),
-                                         static_cast<int64_t>(squares.size()),
-                                         MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
+  if (ranks > 1 && moert_step_all_reduce(
+                       &ctx, squares.data(), squares.data(), static_cast<int64_t>(squares.size()),
+                       MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0, 1.0) != 0)
     commError("step " + std::to_string(s) + ": gradient norms");
   std::map<std::string, double> groups;
   for (size_t i = 0; i < squares.size(); ++i)

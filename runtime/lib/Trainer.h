@@ -135,6 +135,12 @@ private:
   /// ZeRO: the rank's whole block of a moment (its group's shards gathered),
   /// and the rank's shard of it kept.
   moert::AlignedFloats gatherZero(const moert::AlignedFloats &shard, int i);
+  /// Tensor parallelism: this tp rank's slice of the rank's block with the
+  /// tp dimension whole (`full`), and that block gathered over tp.
+  void sliceTp(const float *full, moert::AlignedFloats &slice, int i) const;
+  moert::AlignedFloats gatherTp(const moert::AlignedFloats &slice, int i);
+  /// Rows of dimension 0 of the rank's block with the tp dimension whole.
+  int64_t localRows(const moert_param_info &p) const;
   void keepZero(const moert::AlignedFloats &block, moert::AlignedFloats &shard, int i) const;
   void gatherCodecStates(moert::TensorMap &tensors);
 

@@ -130,7 +130,7 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
       // Checkpoints hold full tensors: a shard reads its block, so a run
       // resumes on any grid. With ZeRO the rank keeps its part of the
       // block: the parameter's first n elements, a moment's shard.
-      moert::AlignedFloats block(static_cast<size_t>(numel(p)));
+      moert::AlignedFloats block(static_cast<size_t>(numel(p) * (p.tp_dim >= 0 ? tp : 1)));
       size_t full = block.size() / static_cast<size_t>(rowsOf(i, epIndex).size()) *
                     static_cast<size_t>(fullRows(i));
       auto it = tensors.find(name + suffix);
@@ -138,6 +138,11 @@ void Trainer::restoreParameters(const moert::TensorMap &tensors) {
         die(o.checkpoint + ": tensor '" + name + suffix +
             "' is missing or has another size than the model's");
       keepRows(it->second.data.data(), block, i);
+      if (p.tp_dim >= 0) {
+        moert::AlignedFloats slice(static_cast<size_t>(numel(p)));
+        sliceTp(block.data(), slice, i);
+        block = std::move(slice);
+      }
       if (zero && target != &params[i])
         keepZero(block, *target, i);
       else
@@ -241,25 +246,25 @@ void Trainer::gatherParameters(moert::TensorMap &tensors) {
   for (int i = 0; i < prog.num_params; ++i) {
     const moert_param_info &p = prog.params[i];
     std::vector<int64_t> shape(p.shape, p.shape + p.rank);
+    if (p.tp_dim > 0)
+      shape[p.tp_dim] *= tp;
     if (p.rank > 0)
       shape[0] = fullRows(i);
-    if (p.zero_parts > 1) {
-      // ZeRO: the parameter without its tail; the moments' shards gathered.
-      moert::AlignedFloats block(params[i].begin(), params[i].begin() + numel(p));
-      tensors[p.name] = {shape, gatherFull(block, i)};
-      if (p.adamw) {
-        tensors[std::string(p.name) + ".adam_m"] = {shape,
-                                                    gatherFull(gatherZero(moments[2 * i], i), i)};
-        tensors[std::string(p.name) + ".adam_v"] = {
-            shape, gatherFull(gatherZero(moments[2 * i + 1], i), i)};
-      }
-      continue;
-    }
-    tensors[p.name] = {shape, gatherFull(params[i], i)};
-    if (p.adamw) {
-      tensors[std::string(p.name) + ".adam_m"] = {shape, gatherFull(moments[2 * i], i)};
-      tensors[std::string(p.name) + ".adam_v"] = {shape, gatherFull(moments[2 * i + 1], i)};
-    }
+    // ZeRO: the parameter without its tail, the moments' shards gathered;
+    // tensor parallelism: the slices gathered; then the expert blocks.
+    auto whole = [&](moert::AlignedFloats block) {
+      if (p.tp_dim >= 0)
+        block = gatherTp(block, i);
+      return gatherFull(block, i);
+    };
+    bool zero = p.zero_parts > 1;
+    tensors[p.name] = {
+        shape, whole(zero ? moert::AlignedFloats(params[i].begin(), params[i].begin() + numel(p))
+                          : params[i])};
+    if (p.adamw)
+      for (auto [suffix, k] : {std::pair<const char *, int>{".adam_m", 0}, {".adam_v", 1}})
+        tensors[std::string(p.name) + suffix] = {
+            shape, whole(zero ? gatherZero(moments[2 * i + k], i) : moments[2 * i + k])};
     if (static_cast<size_t>(i) < outerMomentum.size() && !outerMomentum[i].empty())
       tensors[std::string(p.name) + ".outer_v"] = {shape, gatherFull(outerMomentum[i], i)};
   }
@@ -302,6 +307,41 @@ moert::AlignedFloats Trainer::gatherZero(const moert::AlignedFloats &shard, int 
     commError("gathering ZeRO shards");
   all.resize(static_cast<size_t>(numel(p)));
   return all;
+}
+
+/// [outer, extent, inner] around parameter `i`'s tp dimension (its slice).
+static void aroundTp(const moert_param_info &p, int64_t &outer, int64_t &extent, int64_t &inner) {
+  outer = 1, inner = 1, extent = p.shape[p.tp_dim];
+  for (int d = 0; d < p.tp_dim; ++d)
+    outer *= p.shape[d];
+  for (int d = p.tp_dim + 1; d < p.rank; ++d)
+    inner *= p.shape[d];
+}
+
+void Trainer::sliceTp(const float *full, moert::AlignedFloats &slice, int i) const {
+  const moert_param_info &p = prog.params[i];
+  int64_t outer, extent, inner, t = rank % tp;
+  aroundTp(p, outer, extent, inner);
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(full + (o * tp + t) * extent * inner, extent * inner,
+                slice.begin() + o * extent * inner);
+}
+
+moert::AlignedFloats Trainer::gatherTp(const moert::AlignedFloats &slice, int i) {
+  const moert_param_info &p = prog.params[i];
+  std::vector<int32_t> group(ranks);
+  int size = moert_grid_group(&ctx, MOERT_AXIS_TP, group.data());
+  moert::AlignedFloats all(slice.size() * static_cast<size_t>(size)), full(all.size());
+  if (moert_all_gather(comm, slice.data(), static_cast<int64_t>(slice.size() * sizeof(float)),
+                       all.data(), group.data(), size) != 0)
+    commError("gathering tensor-parallel slices");
+  int64_t outer, extent, inner;
+  aroundTp(p, outer, extent, inner);
+  for (int t = 0; t < size; ++t)
+    for (int64_t o = 0; o < outer; ++o)
+      std::copy_n(all.begin() + t * slice.size() + o * extent * inner, extent * inner,
+                  full.begin() + (o * size + t) * extent * inner);
+  return full;
 }
 
 void Trainer::keepZero(const moert::AlignedFloats &block, moert::AlignedFloats &shard,

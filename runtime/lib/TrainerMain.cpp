@@ -154,7 +154,11 @@ int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
     moert_mpi_finalize(comm);
     return rc;
   }
-  std::printf("ranks: %d threads (dp %d x ep %d)\n", ranks, prog.grid_dp, prog.grid_ep);
+  if (prog.grid_tp > 1)
+    std::printf("ranks: %d threads (dp %d x ep %d x tp %d)\n", ranks, prog.grid_dp, prog.grid_ep,
+                prog.grid_tp);
+  else
+    std::printf("ranks: %d threads (dp %d x ep %d)\n", ranks, prog.grid_dp, prog.grid_ep);
   int rc = moert_run_threads(
       ranks, shared.o.timeout,
       [](moert_comm *comm, void *user) { return trainRank(*static_cast<Shared *>(user), comm); },

@@ -36,6 +36,11 @@ void Trainer::configureEmulation() {
   bool zero = false;
   for (int i = 0; i < prog.num_params; ++i)
     zero = zero || prog.params[i].zero_parts > 1;
+  if (tp > 1 && o.localSteps > 0)
+    die("--local-steps with tensor parallelism (moec --tp) is not supported yet");
+  if (tp > 1 && o.rebalanceEvery > 0)
+    die("--rebalance-every with tensor parallelism (moec --tp) is not supported yet: the "
+        "migration moves whole expert rows");
   if (zero && o.localSteps > 0)
     die("--local-steps with a ZeRO binary (moec --zero) is not supported: the inner steps "
         "would update shards that no all-gather puts back together");

@@ -34,9 +34,40 @@
 // DENSE: moe.fused_gate {{.*}} capacity 2 {{{.*}}groups = 2 : i64
 // DENSE: moe.all_to_all {{.*}} over [ep] split 0 concat 1 : (tensor<4x4x4xf32>) -> tensor<2x8x4xf32>
 
-// What cannot be partitioned is an error.
+// What cannot be partitioned is an error: tp must split every FFN width.
 // RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 1, tp = 2/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-partition 2>&1 | FileCheck %s --check-prefix=TP
-// TP: error: moe-partition: tensor parallelism (tp = 2) is planned by moe-plan-sharding but not executable yet
+// TP: error: 'moe.expert_ffn' op 'up' dimension 2 (5) does not split over tp = 2
+
+// Tensor parallelism (Megatron): q, k, v column-parallel (heads split, the
+// grouped key/value heads too), the output projection row-parallel, the
+// dense FFN's and every expert's width split; column-parallel inputs enter
+// through moe.tp_enter (their gradient sums over tp), row-parallel outputs
+// leave through moe.tp_exit (summed over tp).
+// RUN: moe-translate --import-model %S/../Driver/Inputs/micro-tp.json | moe-opt --moe-make-grid="ranks=4 ep=2 tp=2" --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=TPS
+// TPS: moe.param @l0.wq : tensor<32x16xf32> {{.*}}{moe.tp_dim = 1 : i64}
+// TPS: moe.param @l0.wk : tensor<32x8xf32> {{.*}}{moe.tp_dim = 1 : i64}
+// TPS: moe.param @l0.wo : tensor<16x32xf32> {{.*}}{moe.tp_dim = 0 : i64}
+// TPS: moe.param @l0.router : tensor<32x4xf32> init <normal, scale = 2.000000e-02>{{$}}
+// TPS: moe.param @l0.experts.up : tensor<2x32x16xf32> {{.*}}moe.tp_dim = 2 : i64}
+// TPS: moe.param @l0.experts.down : tensor<2x16x32xf32> {{.*}}moe.tp_dim = 1 : i64}
+// TPS: moe.param @l0.shared.down : tensor<16x32xf32> {{.*}}{moe.tp_dim = 0 : i64}
+// TPS: func.func @train_step(%arg0: tensor<2x16xi32>
+// TPS: %[[N:.*]] = moe.rms_norm
+// TPS-NEXT: %[[E:.*]] = moe.tp_enter %[[N]] over [tp] : tensor<2x16x32xf32>
+// TPS: moe.linear %[[E]], %{{.*}} : tensor<2x16x32xf32>, tensor<32x16xf32> -> tensor<2x16x16xf32>
+// TPS: %[[A:.*]] = moe.attention {{.*}} heads 2 kv_heads 1 {{.*}} : tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>
+// TPS: %[[O:.*]] = moe.linear %[[A]], %{{.*}} : tensor<2x16x16xf32>, tensor<16x32xf32> -> tensor<2x16x32xf32>
+// TPS-NEXT: moe.tp_exit %[[O]] over [tp] : tensor<2x16x32xf32>
+// TPS: %[[X:.*]], %{{.*}} = moe.all_to_all {{.*}} over [ep]
+// TPS-NEXT: %[[XE:.*]] = moe.tp_enter %[[X]] over [tp] : tensor<2x32x32xf32>
+// TPS-NEXT: %[[Y:.*]] = moe.expert_ffn swiglu %[[XE]], {{.*}} : (tensor<2x32x32xf32>, tensor<2x32x16xf32>, tensor<2x16x32xf32>, tensor<2x32x16xf32>) -> tensor<2x32x32xf32>
+// TPS-NEXT: %[[YX:.*]] = moe.tp_exit %[[Y]] over [tp] : tensor<2x32x32xf32>
+// TPS-NEXT: moe.all_to_all %[[YX]] over [ep]
+// TPS: moe.ffn swiglu {{.*}} -> tensor<2x16x32xf32>
+// TPS-NEXT: moe.tp_exit
+// The heads must split: micro.json has one key/value head.
+// RUN: moe-translate --import-model %S/../Driver/Inputs/micro.json | not moe-opt --moe-make-grid="ranks=2 tp=2" --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=HEADS
+// HEADS: error: 'moe.attention' op tensor parallelism splits the heads: heads (2) and kv_heads (1) must be divisible by tp = 2
 // RUN: not moe-opt --moe-fuse-gating --moe-partition %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=GROUPS
 // GROUPS: error: 'moe.fused_gate' op routes in 1 groups, which do not split over 2 replicas (run moe-routing-groups first)
 // RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 8/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=SPLIT

@@ -1118,8 +1118,8 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
                          ptrs[t] = grads[r][t].data();
                        int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
                        if (int rc = moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded,
-                                                           nullptr, 4, MOERT_AXIS_EP, nullptr,
-                                                           nullptr, nullptr, &norms[r]))
+                                                           nullptr, nullptr, 4, MOERT_AXIS_EP,
+                                                           nullptr, nullptr, nullptr, &norms[r]))
                          return rc;
                        bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
                        gradNorms[r] = ctx.grad_norm;
@@ -1127,9 +1127,9 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
                        // each tensor's squares recorded at its parameter index.
                        ctx.grad_squares = squares[r].data();
                        const int paramOf[] = {3, -1, 0, 1};
-                       return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, paramOf, 4,
-                                                     MOERT_AXIS_EP, nullptr, nullptr, nullptr,
-                                                     &local[r]);
+                       return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, nullptr,
+                                                     paramOf, 4, MOERT_AXIS_EP, nullptr, nullptr,
+                                                     nullptr, &local[r]);
                      }),
               0);
     std::vector<std::vector<float>> full = {grads[0][0], grads[0][2]};
@@ -1156,6 +1156,124 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
       }
     }
   }
+}
+
+// ZeRO: a reduce-scatter of several tensors (sizes not divisible by the
+// group, one smaller than the group) gives each member its elements
+// [i S, (i + 1) S) of the reduced vector, zeros past its end, with the mean
+// and scale applied; a shard slice of a tensor every member holds is the
+// same piece without communication; and after each member writes its shard
+// of a padded parameter, the gather leaves every member the whole
+// parameter. The offsets follow the group's member order.
+TEST(StepCommTest, ZeroReduceScatterShardSliceAndParameterGather) {
+  for (const Grid &g : {Grid{2, 1, 1}, Grid{2, 2, 1}, Grid{1, 3, 1}, Grid{2, 1, 2}}) {
+    const int axes = MOERT_AXIS_DP | MOERT_AXIS_EP;
+    const int p = g.dp * g.ep;
+    const std::vector<int64_t> counts = {7, 1, 12};
+    std::vector<int64_t> shards;
+    for (int64_t n : counts)
+      shards.push_back((n + p - 1) / p);
+    std::vector<std::vector<std::vector<float>>> in(g.size());
+    for (int r = 0; r < g.size(); ++r)
+      for (size_t t = 0; t < counts.size(); ++t)
+        in[r].push_back(randomData(counts[t], 70 + static_cast<int>(t), r / g.tp));
+    std::vector<std::vector<std::vector<float>>> out(g.size()), params(g.size());
+    std::vector<std::vector<float>> slice(g.size());
+    std::vector<int64_t> offset(g.size());
+    ASSERT_EQ(onGrid(g,
+                     [&](moert_context &ctx) {
+                       int r = ctx.rank;
+                       std::vector<float *> outs;
+                       std::vector<const float *> ins;
+                       for (size_t t = 0; t < counts.size(); ++t) {
+                         out[r].emplace_back(shards[t], -1.0f);
+                         outs.push_back(out[r][t].data());
+                         ins.push_back(in[r][t].data());
+                       }
+                       if (int rc = moert_step_reduce_scatter(&ctx, 3, outs.data(), ins.data(),
+                                                              counts.data(), shards.data(), axes, 1,
+                                                              0.5))
+                         return rc;
+                       offset[r] = moert_step_shard_offset(&ctx, axes, shards[2]);
+                       slice[r].assign(shards[2], -1.0f);
+                       moert_step_shard_slice(&ctx, slice[r].data(), in[r][2].data(), counts[2],
+                                              shards[2], axes);
+                       // Each member writes its shard of two parameters,
+                       // then gathers them.
+                       std::vector<float *> ptrs;
+                       for (int t : {0, 2}) {
+                         params[r].emplace_back(p * shards[t], 0.0f);
+                         int64_t at = moert_step_shard_offset(&ctx, axes, shards[t]);
+                         for (int64_t k = 0; k < shards[t]; ++k)
+                           params[r].back()[at + k] = at + k < counts[t] ? float(at + k) : 0.0f;
+                       }
+                       for (auto &v : params[r])
+                         ptrs.push_back(v.data());
+                       const int64_t gathered[] = {shards[0], shards[2]};
+                       return moert_step_gather_params(&ctx, 2, ptrs.data(), gathered, axes);
+                     }),
+              0)
+        << g.name();
+    for (int r = 0; r < g.size(); ++r) {
+      std::vector<int32_t> group = expectedGroup(g, r, axes);
+      int index = static_cast<int>(std::find(group.begin(), group.end(), r) - group.begin());
+      EXPECT_EQ(offset[r], index * shards[2]) << g.name();
+      for (size_t t = 0; t < counts.size(); ++t)
+        for (int64_t k = 0; k < shards[t]; ++k) {
+          int64_t at = index * shards[t] + k;
+          double want = 0;
+          if (at < counts[t])
+            for (int32_t m : group)
+              want += in[m][t][at];
+          want *= 0.5 / p;
+          EXPECT_NEAR(out[r][t][k], want, 1e-5) << g.name() << " rank " << r << " tensor " << t;
+          if (t == 2)
+            EXPECT_EQ(slice[r][k], at < counts[t] ? in[r][t][at] : 0.0f);
+        }
+      for (size_t j = 0; j < 2; ++j) {
+        int64_t n = counts[j == 0 ? 0 : 2];
+        for (int64_t k = 0; k < static_cast<int64_t>(params[r][j].size()); ++k)
+          EXPECT_EQ(params[r][j][k], k < n ? float(k) : 0.0f) << g.name() << " rank " << r;
+      }
+    }
+  }
+}
+
+// Tensor parallelism: a piece that `copies` members of the norm's group
+// hold (a slice tp splits but ep does not) counts 1/copies on each, so the
+// norm counts it once.
+TEST(StepCommTest, GlobalNormCountsCopiedPiecesOnce) {
+  Grid g{1, 2, 2};
+  // Tensor 0: an expert block split over ep and tp (each rank's own);
+  // tensor 1: a tp slice the same on both ep ranks.
+  const std::vector<int64_t> sizes = {3, 4};
+  const unsigned char sharded[] = {1, 1};
+  const int64_t copies[] = {1, 2};
+  std::vector<std::vector<std::vector<float>>> grads(g.size());
+  for (int r = 0; r < g.size(); ++r) {
+    int e = r / g.tp, t = r % g.tp;
+    grads[r].push_back(randomData(sizes[0], 90, r));
+    grads[r].push_back(randomData(sizes[1], 91, t));
+    (void)e;
+  }
+  std::vector<float> norms(g.size());
+  ASSERT_EQ(onGrid(g,
+                   [&](moert_context &ctx) {
+                     const float *ptrs[] = {grads[ctx.rank][0].data(), grads[ctx.rank][1].data()};
+                     return moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded, copies,
+                                                   nullptr, 2, MOERT_AXIS_EP | MOERT_AXIS_TP,
+                                                   nullptr, nullptr, nullptr, &norms[ctx.rank]);
+                   }),
+            0);
+  double want = 0;
+  for (int r = 0; r < g.size(); ++r)
+    for (float x : grads[r][0])
+      want += double(x) * x;
+  for (int t = 0; t < g.tp; ++t)
+    for (float x : grads[t][1])
+      want += double(x) * x;
+  for (float n : norms)
+    EXPECT_NEAR(n, std::sqrt(want), 1e-5 * std::sqrt(want));
 }
 
 // Precision: each member's sum of squares travels as a (hi, lo) float pair,
@@ -1187,7 +1305,7 @@ TEST(StepCommTest, GlobalNormKeepsWhatOneFloatPerMemberWouldLose) {
                          sharded.push_back(1);
                        }
                        return moert_step_global_norm(&ctx, ptrs.data(), sizes.data(),
-                                                     sharded.data(), nullptr,
+                                                     sharded.data(), nullptr, nullptr,
                                                      static_cast<int>(ptrs.size()), MOERT_AXIS_EP,
                                                      nullptr, nullptr, nullptr, &norms[ctx.rank]);
                      }),
@@ -1582,8 +1700,8 @@ TEST(StepCommTest, ErrorsWithoutACommunicatorAndBadRaggedDims) {
   const float *grads[] = {in.data()};
   const unsigned char sharded[] = {1};
   float norm = -1;
-  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, nullptr, 1, MOERT_AXIS_EP, nullptr,
-                                   nullptr, nullptr, &norm),
+  EXPECT_NE(moert_step_global_norm(&ctx, grads, counts, sharded, nullptr, nullptr, 1, MOERT_AXIS_EP,
+                                   nullptr, nullptr, nullptr, &norm),
             0);
   for (int kind = MOERT_CODEC_FP16; kind <= MOERT_CODEC_POWERSGD; ++kind) {
     moert_codec codec = {kind, 4, 0.25, 2, 1};
@@ -1645,8 +1763,8 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
                   const unsigned char sharded[] = {1};
                   moert_codec codec = {MOERT_CODEC_BF16, 256, 0, 0, 0};
                   int failures =
-                      moert_step_global_norm(&ctx, grads, sizes, sharded, nullptr, 1, MOERT_AXIS_EP,
-                                             nullptr, nullptr, nullptr, &norm) != 0;
+                      moert_step_global_norm(&ctx, grads, sizes, sharded, nullptr, nullptr, 1,
+                                             MOERT_AXIS_EP, nullptr, nullptr, nullptr, &norm) != 0;
                   failures += moert_step_all_reduce_codec(&ctx, g0, g0, 2, MOERT_AXIS_EP, 0, 1.0,
                                                           &codec, 0, 2, 1) != 0;
                   return failures == 2 ? 1 : 0;

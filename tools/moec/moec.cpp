@@ -128,10 +128,14 @@ static cl::opt<unsigned>
                             "on a --cluster plan"),
                    cl::init(0), cl::cat(category));
 static cl::opt<unsigned>
-    dataParallel("dp", cl::desc("With --cluster: force the plan's data-parallel degree"),
+    dataParallel("dp",
+                 cl::desc("Data-parallel degree of --ranks (ep = N / (dp tp)), or forced "
+                          "on a --cluster plan"),
                  cl::init(0), cl::cat(category));
 static cl::opt<unsigned>
-    tensorParallel("tp", cl::desc("With --cluster: force the plan's tensor-parallel degree"),
+    tensorParallel("tp",
+                   cl::desc("Tensor-parallel degree of --ranks (attention heads and FFN "
+                            "widths split, Megatron-style), or forced on a --cluster plan"),
                    cl::init(0), cl::cat(category));
 static cl::opt<int>
     zeroStage("zero",
@@ -341,8 +345,20 @@ int checkFlags() {
   if (zeroStage > 0 && redundantExperts)
     return fail("--zero with --redundant-experts is not supported yet: replicas' moments "
                 "would be sharded over different groups");
-  if (clusterFile.empty() && (dataParallel || tensorParallel || !pinExperts.empty()))
-    return fail("--dp, --tp and --pin-experts shape a --cluster plan");
+  if (clusterFile.empty() && !pinExperts.empty())
+    return fail("--pin-experts shapes a --cluster plan");
+  if (clusterFile.empty() && (dataParallel || tensorParallel) && ranks <= 1 &&
+      dataParallel * std::max(1u, unsigned(tensorParallel)) > 1)
+    return fail("--dp and --tp force the degrees of --ranks N (N > 1) or of a --cluster plan");
+  if (clusterFile.empty() && dataParallel) {
+    // --ranks N --dp D [--tp T] [--ep E]: D x E x T = N.
+    unsigned tp = std::max(1u, unsigned(tensorParallel));
+    if (ranks % (dataParallel * tp) != 0 ||
+        (expertParallel && dataParallel * expertParallel * tp != ranks))
+      return fail("--dp " + std::to_string(dataParallel) +
+                  (expertParallel ? " x --ep " + std::to_string(expertParallel) : "") + " x --tp " +
+                  std::to_string(tp) + " does not make --ranks " + std::to_string(ranks));
+  }
   return 0;
 }
 
@@ -360,6 +376,8 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.evalStep = true;
   options.ranks = ranks;
   options.ep = expertParallel;
+  if (clusterFile.empty() && dataParallel && !expertParallel)
+    options.ep = ranks / (dataParallel * std::max(1u, unsigned(tensorParallel)));
   options.plan = !clusterFile.empty();
   options.dp = dataParallel;
   options.tp = tensorParallel ? tensorParallel : (program ? 1 : 0);

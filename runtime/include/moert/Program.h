@@ -48,6 +48,10 @@ typedef struct {
    * zero_parts * ceil(n / zero_parts) floats, the tail zero. zero_axes:
    * the group's grid axes (MOERT_AXIS_*). */
   int zero_parts, zero_axes;
+  /* >= 0 with tensor parallelism: `shape` is one tp rank's slice along
+   * this dimension (rank t of the grid's tp holds the t-th of tp equal
+   * slices); the full tensor is tp times larger along it. -1: not split. */
+  int tp_dim;
 } moert_param_info;
 
 struct moert_comm;
@@ -305,7 +309,8 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
  * floats): each member's payload for each peer is encoded on the wire. */
 /* The L2 norm of the gradients into *norm and ctx->grad_norm; squares of
  * the `sharded` ones (null: none) are summed over the group of `axes` (each
- * rank holds a different shard). With ctx->grad_squares set, each
+ * rank holds a different shard; `copies[i]`, when not null, members hold
+ * the same one, and each counts 1/copies[i]). With ctx->grad_squares set, each
  * gradient's squared norm is also recorded at its parameter's index,
  * `param_of[i]` (-1: none; `param_of` may be null). `tables` (null: none)
  * gives per gradient the placement of its rows (`rows[i]` of them, at this
@@ -313,7 +318,8 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
  * gradient without one): a row of an expert at n positions counts 1/n, an
  * empty position nothing. */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
-                           const unsigned char *sharded, const int *param_of, int count, int axes,
+                           const unsigned char *sharded, const int64_t *copies,
+                           const int *param_of, int count, int axes,
                            const int32_t *const *tables, const int32_t *positions,
                            const int64_t *rows, float *norm);
 /* moe.replica_sum: `in` holds `rows` rows of `row_size` floats, this rank's

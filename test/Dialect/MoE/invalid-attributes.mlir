@@ -309,6 +309,12 @@ moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_rows =
 
 // -----
 
+// tp_dim: a dimension of the moe.param
+// expected-error @+1 {{'moe.tp_dim' must be a dimension of the moe.param it is on}}
+moe.param @w : tensor<2x4xf32> init <ones> {moe.tp_dim = 2 : i64}
+
+// -----
+
 // shard_layer: a layer index on a sharded moe.param
 // expected-error @+1 {{'moe.shard_layer' must be a non-negative integer on a moe.param with 'moe.shard'}}
 moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_layer = -1}

@@ -288,6 +288,39 @@ func.func @f(%e: tensor<2x4x2xi32>) {
 
 // -----
 
+// global_norm: shard_copies needs sharded
+module attributes {moe.grid = #moe.grid<ep = 2, tp = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_copies needs sharded}}
+  %n = moe.global_norm %g, %e {shard_copies = array<i64: 1, 2>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}
+
+// -----
+
+// global_norm: shard_copies has one entry per operand
+module attributes {moe.grid = #moe.grid<ep = 2, tp = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_copies has 1 entries for 2 operands}}
+  %n = moe.global_norm %g, %e {sharded = array<i1: true, true>, shard_axes = ["ep", "tp"], shard_copies = array<i64: 2>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}
+
+// -----
+
+// global_norm: shard_copies are >= 1
+module attributes {moe.grid = #moe.grid<ep = 2, tp = 2>} {
+func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{'moe.global_norm' op shard_copies[1] must be >= 1, got 0}}
+  %n = moe.global_norm %g, %e {sharded = array<i1: true, true>, shard_axes = ["ep", "tp"], shard_copies = array<i64: 2, 0>} : tensor<4x4xf32>, tensor<2x4x4xf32>
+  return
+}
+}
+
+// -----
+
 // global_norm: shard_layers needs sharded
 module attributes {moe.grid = #moe.grid<ep = 2>} {
 func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {

@@ -128,6 +128,15 @@ func.func @collectives(%g: tensor<8x16xf32>, %buf: tensor<4x5x8xf32>, %rows: ten
   return %0, %1, %2, %3, %4, %5, %6 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<16x16xf32>, tensor<2x10x8xf32>, tensor<8x8xf32>, tensor<2xi32>
 }
 
+// CHECK-LABEL: func.func @tensor_parallel
+func.func @tensor_parallel(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // CHECK: %[[E:.*]] = moe.tp_enter %{{.*}} over [tp] : tensor<8x16xf32>
+  %0 = moe.tp_enter %x over [tp] : tensor<8x16xf32>
+  // CHECK: moe.tp_exit %[[E]] over [tp] : tensor<8x16xf32>
+  %1 = moe.tp_exit %0 over [tp] : tensor<8x16xf32>
+  return %1 : tensor<8x16xf32>
+}
+
 // CHECK-LABEL: func.func @async_all_reduce
 func.func @async_all_reduce(%g: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>) {
   // CHECK: %[[A:.*]] = moe.all_reduce async sum %{{.*}} over [dp] {moe.bucket = 0 : i64} : tensor<8x16xf32>

@@ -162,7 +162,7 @@ def RoutingGroupsPass : Pass<"moe-routing-groups", "::mlir::ModuleOp"> {
 def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
   let summary = "Turns the step into one rank's step of the module's grid";
   let description = [{
-    For a module with `moe.grid<dp = D, ep = E>` (`tp = 1`), rewrites every
+    For a module with `moe.grid<dp = D, ep = E, tp = T>`, rewrites every
     step function (training and evaluation, before `moe-autodiff`) into the
     program of one rank:
 
@@ -184,7 +184,13 @@ def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
       (`[S, ep*C, D]`); the expert outputs come back through the transposed
       all_to_all. When a rank routes one group, both are ragged: `counts`
       are the placed per-position counts, so only routed token-slots travel,
-      not the capacity padding. `moe-autodiff` differentiates both.
+      not the capacity padding. `moe-autodiff` differentiates both;
+    - with `T > 1` (Megatron tensor parallelism; the tp ranks of a replica
+      share its tokens): `q`, `k`, `v` projections column-parallel (heads
+      and key/value heads divided by `T`), the output projection
+      row-parallel, every dense and expert FFN's `up`/`gate` column- and
+      `down` row-parallel; weights get `moe.tp_dim`; column-parallel inputs
+      pass `moe.tp_enter`, row-parallel outputs `moe.tp_exit` (over `[tp]`).
 
     Gradient synchronisation is `moe-insert-collectives`, after autodiff.
   }];
@@ -300,18 +306,22 @@ def AddEvalStepPass : Pass<"moe-add-eval-step", "::mlir::ModuleOp"> {
 }
 
 def MakeGridPass : Pass<"moe-make-grid", "::mlir::ModuleOp"> {
-  let summary = "Sets the module's data x expert parallel grid for N ranks";
+  let summary = "Sets the module's data x expert x tensor parallel grid for N ranks";
   let description = [{
-    With `ranks=N > 1`, sets `moe.grid<dp = N / ep, ep = ep>` on the module
-    for `moe-partition`: `ep` (0, the default: the largest divisor of N that
-    divides every MoE layer's experts) must divide N and every layer's
-    expert count, and the batch must split into whole sequences over the N
-    data replicas (dp x ep). An unsuitable choice is an error that says
-    why. `ranks=1` leaves the module as it is (`ep` must then be 0 or 1).
+    With `ranks=N > 1`, sets `moe.grid<dp = N / (ep tp), ep = ep, tp = tp>`
+    on the module for `moe-partition`: `tp` (1 by default) must divide N;
+    `ep` (0, the default: the largest divisor of N / tp that divides every
+    MoE layer's experts) must divide N / tp and every layer's expert count,
+    and the batch must split into whole sequences over the N / tp data
+    replicas (dp x ep). An unsuitable choice is an error that says why.
+    `ranks=1` leaves the module as it is (`ep` must then be 0 or 1, `tp`
+    1).
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
     Option<"ranks", "ranks", "int64_t", /*default=*/"1", "Ranks of the grid (>= 1)">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Tensor-parallel degree (>= 1, divides ranks; its ranks share a replica's tokens)">,
     Option<"ep", "ep", "int64_t", /*default=*/"0",
            "Expert-parallel degree (0: the largest divisor of ranks dividing the experts)">,
   ];
@@ -321,7 +331,8 @@ def ExecutablePlanPass : Pass<"moe-executable-plan", "::mlir::ModuleOp"> {
   let summary = "Checks that the runtime executes the module's planned grid";
   let description = [{
     After `moe-plan-sharding`: a plan `moe-partition` and the runtime cannot
-    execute yet (tensor parallelism, unequal shares of a mixed cluster, a
+    execute yet (a tp that does not divide the heads or an FFN width,
+    unequal shares of a mixed cluster, a
     batch that does not split into whole sequences over `dp x ep`, experts
     that do not split evenly, or a placement other than equal contiguous
     blocks) is an error saying why (`strict`, the default), or, with

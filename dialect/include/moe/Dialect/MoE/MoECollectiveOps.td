@@ -96,6 +96,52 @@ def MoE_ReduceScatterOp : MoE_CollectiveOp<"reduce_scatter"> {
   }];
 }
 
+def MoE_TpEnterOp : MoE_Op<"tp_enter", [Pure, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "enters a tensor-parallel region: identity forward, sum backward";
+  let description = [{
+    Megatron's `f`: the input, identical on every rank of the group, feeds
+    column-parallel products whose input gradients are partial sums; the
+    gradient of this op sums them over the group. Forward it is the
+    identity (`moe-insert-collectives` removes it after `moe-autodiff`).
+
+    ```mlir
+    %x1 = moe.tp_enter %x over [tp] : tensor<4x64x64xf32>
+    ```
+
+    Constraints: the enclosing module has a `moe.grid`; axes are distinct
+    grid axes.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, StrArrayAttr:$axes);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$input `over` custom<GridAxes>($axes) attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def MoE_TpExitOp : MoE_Op<"tp_exit", [AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "leaves a tensor-parallel region: sum forward, identity backward";
+  let description = [{
+    Megatron's `g`: the partial outputs of a row-parallel product are summed
+    over the group, after which every rank holds the same tensor and
+    computes the same loss; the gradient passes through unchanged (each
+    rank's partial output contributed to the one sum the loss saw).
+    `moe-insert-collectives` turns it into `moe.all_reduce sum` after
+    `moe-autodiff`.
+
+    ```mlir
+    %y = moe.tp_exit %partial over [tp] : tensor<4x64x64xf32>
+    ```
+
+    Constraints: the enclosing module has a `moe.grid`; axes are distinct
+    grid axes.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input, StrArrayAttr:$axes);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$input `over` custom<GridAxes>($axes) attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def MoE_ShardSliceOp : MoE_Op<"shard_slice", [Pure]> {
   let summary = "this rank's ZeRO shard of a tensor every member of a group holds";
   let description = [{

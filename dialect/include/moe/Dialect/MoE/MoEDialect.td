@@ -76,6 +76,9 @@ def MoE_Dialect : Dialect {
     /// table, which online rebalancing changes) says which rows each ep
     /// rank holds; moe.shard_rows is then the initial placement.
     static constexpr ::llvm::StringLiteral kShardLayerAttrName = "moe.shard_layer";
+    /// On a moe.param: held as one tp rank's slice along this dimension
+    /// (tensor parallelism, moe-partition).
+    static constexpr ::llvm::StringLiteral kTpDimAttrName = "moe.tp_dim";
     /// On a function: the evaluation step (forward only, no update).
     static constexpr ::llvm::StringLiteral kNoGradAttrName = "moe.no_grad";
     /// On a step function result: the parameter it is the gradient of.

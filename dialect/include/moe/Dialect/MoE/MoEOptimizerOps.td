@@ -59,15 +59,22 @@ def MoE_GlobalNormOp : MoE_Op<"global_norm", [Pure]> {
     the expert's gradient) counts `1/n` on each, an empty position not at
     all, so the norm is the one-rank model's.
 
+    `shard_copies`, when present, gives for each operand how many members
+    of the group hold the same values (a tensor-parallel slice is the same on
+    every ep rank of its replica, a weight tp does not split the same on
+    every tp rank): its squares count `1/copies` on each.
+
     Constraints: at least one operand; `sharded` and `shard_axes` come
     together, `sharded` has one entry per operand; `shard_layers` needs
     `sharded`, has one entry per operand, each >= -1, and >= 0 only on a
-    sharded operand.
+    sharded operand; `shard_copies` needs `sharded`, has one entry per
+    operand, each >= 1.
   }];
   let arguments = (ins Variadic<MoE_FloatTensor>:$grads,
                        OptionalAttr<DenseBoolArrayAttr>:$sharded,
                        OptionalAttr<StrArrayAttr>:$shard_axes,
-                       OptionalAttr<DenseI64ArrayAttr>:$shard_layers);
+                       OptionalAttr<DenseI64ArrayAttr>:$shard_layers,
+                       OptionalAttr<DenseI64ArrayAttr>:$shard_copies);
   let results = (outs MoE_F32Scalar:$result);
   let assemblyFormat = "$grads attr-dict `:` type($grads)";
   let hasVerifier = 1;
