@@ -299,20 +299,21 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
       return failure();
     exit(out);
   }
-  for (FFNOp ffn : llvm::to_vector(fn.getOps<FFNOp>())) {
-    if (failed(split(ffn, ffn.getWUp(), 1)) || failed(split(ffn, ffn.getWDown(), 0)) ||
-        (ffn.getWGate() && failed(split(ffn, ffn.getWGate(), 1))))
+  // FFNs: the width is up's and gate's last dimension, down's one before.
+  auto splitFFN = [&](auto ffn, int64_t width) -> LogicalResult {
+    if (failed(split(ffn, ffn.getWUp(), width)) || failed(split(ffn, ffn.getWDown(), width - 1)) ||
+        (ffn.getWGate() && failed(split(ffn, ffn.getWGate(), width))))
       return failure();
     ffn.getXMutable().assign(enter(ffn.getX()));
     exit(ffn);
-  }
-  for (ExpertFFNOp ffn : llvm::to_vector(fn.getOps<ExpertFFNOp>())) {
-    if (failed(split(ffn, ffn.getWUp(), 2)) || failed(split(ffn, ffn.getWDown(), 1)) ||
-        (ffn.getWGate() && failed(split(ffn, ffn.getWGate(), 2))))
+    return success();
+  };
+  for (FFNOp ffn : llvm::to_vector(fn.getOps<FFNOp>()))
+    if (failed(splitFFN(ffn, 1)))
       return failure();
-    ffn.getXMutable().assign(enter(ffn.getX()));
-    exit(ffn);
-  }
+  for (ExpertFFNOp ffn : llvm::to_vector(fn.getOps<ExpertFFNOp>()))
+    if (failed(splitFFN(ffn, 2)))
+      return failure();
   return success();
 }
 
