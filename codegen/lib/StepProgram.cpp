@@ -93,7 +93,7 @@ private:
   LogicalResult gatherParams(ArrayRef<Operation *> run);
   int64_t zeroFloats(Operation *op);
   /// The most elements one ZeRO collective moves (its staging is bounded).
-  static constexpr int64_t kZeroRunFloats = int64_t(1) << 22;
+  static constexpr int64_t kZeroRunFloats = int64_t(1) << 20;
   /// The placement table of MoE layer `layer` in the step program: the
   /// runtime's, or the program's own when the runtime gives none.
   std::string layerTable(int64_t layer) {
