@@ -366,12 +366,12 @@ int checkFlags() {
 /// plan's JSON report goes to `reportJson` and its table to `reportTable`.
 void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
                      StringRef reportTable) {
-  // A step program runs on the runtime, which has no tensor parallelism
-  // and gives every data replica the same tokens yet: its plans are chosen
-  // among tp = 1 unless --tp says otherwise, with equal token shares (on a
-  // mixed cluster faster devices still hold more experts), and a plan it
-  // cannot execute is an error (a warning for --emit=plan|mlir, whose step
-  // stays on one rank).
+  // A step program runs on the runtime, which gives every data replica the
+  // same tokens: on a mixed cluster
+  // its plans are chosen among tp = 1 unless --tp says otherwise (runPipeline
+  // frees tp on a cluster of one kind), with equal token shares (faster
+  // devices still hold more experts), and a plan it cannot execute is an
+  // error (a warning for --emit=plan|mlir, whose step stays on one rank).
   bool program = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
   options.evalStep = true;
   options.ranks = ranks;
@@ -414,6 +414,15 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
   mlir::PassManager pm(module.getContext());
   mlir::moe::TrainPipelineOptions options;
   pipelineOptions(options, jsonPath, tablePath);
+  // On a cluster of one device kind a step program runs the planner's
+  // tensor parallelism too; a mixed cluster's binary keeps tp = 1, where
+  // the faster devices' extra experts are what equal token shares leave.
+  if (!tensorParallel && options.tp == 1)
+    if (auto cluster =
+            module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kClusterAttrName))
+      if (auto kinds = cluster.getAs<mlir::DictionaryAttr>("device_kinds");
+          kinds && kinds.size() == 1)
+        options.tp = 0;
   mlir::moe::buildTrainPipeline(pm, options);
   mlir::LogicalResult ran = pm.run(module);
   if (!clusterFile.empty()) {
