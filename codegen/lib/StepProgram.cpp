@@ -500,6 +500,16 @@ int64_t Emitter::zeroFloats(Operation *op) {
 LogicalResult Emitter::reduceScatter(ArrayRef<Operation *> run) {
   auto first = cast<ReduceScatterOp>(run.front());
   std::string outs, ins, counts, shards;
+  std::string call = "moert_step_reduce_scatter(ctx, ";
+  if (first.getAsync()) {
+    // Started here, completed by the moe.wait of its results.
+    auto id = first->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+    if (!id)
+      return first.emitOpError("async reduce_scatter has no moe.bucket (run moe-schedule)");
+    call = "moert_step_reduce_scatter_start(ctx, " + std::to_string(id.getInt()) + ", ";
+    if (training)
+      ++asyncBuckets;
+  }
   int64_t p = groupSize(first.getAxes());
   for (Operation *op : run) {
     auto scatter = cast<ReduceScatterOp>(op);
@@ -524,10 +534,9 @@ LogicalResult Emitter::reduceScatter(ArrayRef<Operation *> run) {
   }
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
      << "};\n    const int64_t counts[] = {" << counts << "};\n    const int64_t shards[] = {"
-     << shards << "};\n    if (int rc = moert_step_reduce_scatter(ctx, " << run.size()
-     << ", outs, ins, counts, shards, " << axesMask(first.getAxes()) << ", "
-     << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
-     << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
+     << shards << "};\n    if (int rc = " << call << run.size() << ", outs, ins, counts, shards, "
+     << axesMask(first.getAxes()) << ", " << (first.getReduction() == Reduction::mean ? 1 : 0)
+     << ", " << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
   return success();
 }
 
@@ -802,8 +811,19 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     if (isa<ReduceScatterOp, GatherParamOp>(op)) {
       SmallVector<Operation *> run = {&op};
       int64_t floats = zeroFloats(&op);
+      Attribute bucketId = op.getAttr(MoEDialect::kBucketAttrName);
       for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
-        if (next->getName() != op.getName() || floats + zeroFloats(next) > kZeroRunFloats)
+        if (next->getName() != op.getName())
+          break;
+        // A background bucket (moe-schedule) is its members, whatever their size.
+        if (bucketId || next->getAttr(MoEDialect::kBucketAttrName)) {
+          if (next->getAttr(MoEDialect::kBucketAttrName) != bucketId)
+            break;
+          floats += zeroFloats(next);
+          run.push_back(next);
+          continue;
+        }
+        if (floats + zeroFloats(next) > kZeroRunFloats)
           break;
         if (auto a = dyn_cast<ReduceScatterOp>(&op)) {
           auto b = cast<ReduceScatterOp>(next);

@@ -64,10 +64,16 @@ LogicalResult WaitOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one operand");
   for (auto [i, input] : llvm::enumerate(getInputs())) {
-    auto reduce = input.getDefiningOp<AllReduceOp>();
-    if (!reduce || !reduce.getAsync() || reduce->getBlock() != (*this)->getBlock())
+    Operation *def = input.getDefiningOp();
+    bool async = false;
+    if (auto reduce = dyn_cast_or_null<AllReduceOp>(def))
+      async = reduce.getAsync();
+    else if (auto scatter = dyn_cast_or_null<ReduceScatterOp>(def))
+      async = scatter.getAsync();
+    if (!async || def->getBlock() != (*this)->getBlock())
       return emitOpError() << "operand #" << i
-                           << " is not the result of an async moe.all_reduce in the same block";
+                           << " is not the result of an async moe.all_reduce or "
+                              "moe.reduce_scatter in the same block";
   }
   return success();
 }
@@ -91,6 +97,14 @@ LogicalResult ReduceScatterOp::verify() {
   double scale = getScale().convertToDouble();
   if (!(scale > 0) || !std::isfinite(scale))
     return emitOpError() << "scale must be finite and > 0, got " << scale;
+  if (getAsync()) {
+    if (getDim() || getCodecAttr())
+      return emitOpError("async reduce_scatter must be flat and uncompressed");
+    Value result = getResult();
+    if (!result.hasOneUse() || !isa<WaitOp>(*result.getUsers().begin()) ||
+        (*result.getUsers().begin())->getBlock() != (*this)->getBlock())
+      return emitOpError("async result must have exactly one user, a moe.wait in the same block");
+  }
   if (std::optional<int64_t> dim = getDim()) {
     if (failed(checkDim(*this, "dim", *dim, getInput())) ||
         failed(checkDivisible(*this, "input", getInput(), *dim, group)) ||

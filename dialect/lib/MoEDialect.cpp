@@ -149,9 +149,10 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
   }
   if (name == kBucketAttrName) {
     auto bucket = dyn_cast<IntegerAttr>(attr.getValue());
-    if (!isa<AllReduceOp>(op) || !bucket || bucket.getValue().isNegative())
+    if (!isa<AllReduceOp, ReduceScatterOp>(op) || !bucket || bucket.getValue().isNegative())
       return op->emitError() << "'" << name
-                             << "' must be a non-negative integer on a moe.all_reduce";
+                             << "' must be a non-negative integer on a moe.all_reduce or "
+                                "moe.reduce_scatter";
     return success();
   }
   if (name == kNoGradAttrName) {

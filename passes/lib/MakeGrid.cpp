@@ -51,9 +51,9 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
     });
     int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(replicas)) : 1;
     if (replicas % degree != 0)
-      return fail(tp == 1 ? "ep " + Twine(degree) + " does not divide ranks " + Twine(ranks)
-                          : "ep " + Twine(degree) + " does not divide ranks / tp = " +
-                                Twine(replicas));
+      return fail(tp == 1
+                      ? "ep " + Twine(degree) + " does not divide ranks " + Twine(ranks)
+                      : "ep " + Twine(degree) + " does not divide ranks / tp = " + Twine(replicas));
     if (experts && experts % degree != 0)
       return fail("ep " + Twine(degree) + " does not divide the " + Twine(experts) +
                   " experts of a layer");

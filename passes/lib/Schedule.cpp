@@ -20,28 +20,51 @@ using namespace mlir::moe;
 
 namespace {
 
-int64_t numel(AllReduceOp op) { return cast<RankedTensorType>(op.getType()).getNumElements(); }
+/// The collectives moe-schedule starts in the background: gradient
+/// all-reduces, and ZeRO's flat reduce-scatters.
+bool isReduce(Operation *op) {
+  if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+    return !scatter.getDim();
+  return isa<AllReduceOp>(op);
+}
+Value inputOf(Operation *op) { return op->getOperand(0); }
+Value resultOf(Operation *op) { return op->getResult(0); }
+int64_t numel(Operation *op) {
+  return cast<RankedTensorType>(inputOf(op).getType()).getNumElements();
+}
+bool isAsync(Operation *op) {
+  auto r = dyn_cast<AllReduceOp>(op);
+  return r ? r.getAsync() : cast<ReduceScatterOp>(op).getAsync();
+}
+void setAsync(Operation *op) {
+  if (auto r = dyn_cast<AllReduceOp>(op))
+    r.setAsync(true);
+  else
+    cast<ReduceScatterOp>(op).setAsync(true);
+}
 
 /// A gradient reduction that may run in the background: uncompressed, its
 /// input computed by an op of the block other than a reduction, every user
 /// in the block and none of them the terminator, and in a planned step its
 /// result in the gradient arena (what the optimiser reads).
-bool isCandidate(AllReduceOp op) {
-  Operation *producer = op.getInput().getDefiningOp();
-  if (op.getAsync() || op.getCodecAttr() || !producer || producer->getBlock() != op->getBlock() ||
-      isa<AllReduceOp>(producer) || op.getResult().use_empty())
+bool isCandidate(Operation *op) {
+  if (!isReduce(op))
+    return false;
+  Operation *producer = inputOf(op).getDefiningOp();
+  if (isAsync(op) || op->getAttr("codec") || !producer || producer->getBlock() != op->getBlock() ||
+      isReduce(producer) || resultOf(op).use_empty())
     return false;
   if (auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
       plan && (plan.size() < 1 || plan[0] != 1))
     return false;
-  return llvm::all_of(op.getResult().getUsers(), [&](Operation *user) {
+  return llvm::all_of(resultOf(op).getUsers(), [&](Operation *user) {
     return user->getBlock() == op->getBlock() && !user->hasTrait<OpTrait::IsTerminator>();
   });
 }
 
 /// Reductions that start together: one collective.
 struct Bucket {
-  SmallVector<AllReduceOp> members;
+  SmallVector<Operation *> members;
   int64_t floats = 0;
   Operation *lastProducer = nullptr; ///< the start goes after it
   Operation *firstUser = nullptr;    ///< the wait goes before it
@@ -57,12 +80,12 @@ public:
     int64_t pos = 0;
     for (Operation &op : body)
       position[&op] = pos++;
-    SmallVector<AllReduceOp> candidates;
+    SmallVector<Operation *> candidates;
     int64_t total = 0;
     for (Operation &op : body)
-      if (auto r = dyn_cast<AllReduceOp>(op); r && isCandidate(r)) {
-        candidates.push_back(r);
-        total += numel(r);
+      if (isCandidate(&op)) {
+        candidates.push_back(&op);
+        total += numel(&op);
       }
     if (candidates.empty())
       return 0;
@@ -70,17 +93,20 @@ public:
                       ? bucketFloats
                       : std::clamp<int64_t>(total / 8, int64_t(1) << 14, int64_t(1) << 22);
     // In the order the gradients are computed.
-    llvm::stable_sort(candidates, [&](AllReduceOp a, AllReduceOp b) {
-      return position[a.getInput().getDefiningOp()] < position[b.getInput().getDefiningOp()];
+    llvm::stable_sort(candidates, [&](Operation *a, Operation *b) {
+      return position[inputOf(a).getDefiningOp()] < position[inputOf(b).getDefiningOp()];
     });
-    std::map<std::tuple<std::string, int, double>, Bucket> open;
+    std::map<std::tuple<std::string, std::string, int, double>, Bucket> open;
     SmallVector<Bucket> closed;
-    for (AllReduceOp r : candidates) {
+    for (Operation *r : candidates) {
       std::string axes;
-      for (Attribute a : r.getAxes())
+      for (Attribute a : cast<ArrayAttr>(r->getAttr("axes")))
         axes += cast<StringAttr>(a).getValue().str() + ",";
-      Bucket &b = open[{axes, static_cast<int>(r.getReduction()), r.getScale().convertToDouble()}];
-      Operation *producer = r.getInput().getDefiningOp();
+      auto reduction = cast<ReductionAttr>(r->getAttr("reduction")).getValue();
+      auto scale = cast<FloatAttr>(r->getAttr("scale")).getValueAsDouble();
+      Bucket &b =
+          open[{r->getName().getStringRef().str(), axes, static_cast<int>(reduction), scale}];
+      Operation *producer = inputOf(r).getDefiningOp();
       Operation *user = firstUser(r);
       if (!b.members.empty()) {
         Operation *last = later(b.lastProducer, producer);
@@ -106,6 +132,7 @@ public:
     int64_t made = 0;
     OpBuilder builder(fn.getContext());
     DenseMap<Operation *, Operation *> insertAfter;
+    SmallVector<std::pair<Bucket *, SmallVector<Value>>> started;
     for (Bucket &b : closed) {
       // Nothing between start and wait: keep it blocking.
       if (!hasWorkBetween(b.lastProducer, b.firstUser))
@@ -114,27 +141,45 @@ public:
       if (!after)
         after = b.lastProducer;
       SmallVector<Value> results;
-      for (AllReduceOp r : b.members) {
+      for (Operation *r : b.members) {
         r->moveAfter(after);
         after = r;
-        r.setAsync(true);
+        setAsync(r);
         r->setAttr(MoEDialect::kBucketAttrName, builder.getI64IntegerAttr(nextBucketId));
-        results.push_back(r.getResult());
+        results.push_back(resultOf(r));
       }
       ++nextBucketId;
-      builder.setInsertionPoint(b.firstUser);
-      auto wait = WaitOp::create(builder, b.members.front().getLoc(), results);
+      started.push_back({&b, results});
+      ++made;
+    }
+    // The waits, once every start is in place. ZeRO's reduce-scatters keep
+    // one bucket in flight: each is waited for where the next one starts
+    // (or before its first reader), so the full gradients they read are
+    // freed early, as stage 2 means, not at the optimiser.
+    for (size_t i = 0; i < started.size(); ++i) {
+      auto &[b, results] = started[i];
+      Operation *before = b->firstUser;
+      // (Buckets whose last gradients come from the same op fly together.)
+      if (isa<ReduceScatterOp>(b->members.front()))
+        for (size_t j = i + 1; j < started.size(); ++j)
+          if (Bucket *c = started[j].first; isa<ReduceScatterOp>(c->members.front()) &&
+                                            position[c->lastProducer] > position[b->lastProducer]) {
+            if (position[c->lastProducer] < position[b->firstUser])
+              before = c->members.front();
+            break;
+          }
+      builder.setInsertionPoint(before);
+      auto wait = WaitOp::create(builder, b->members.front()->getLoc(), results);
       for (auto [r, w] : llvm::zip(results, wait.getResults()))
         r.replaceAllUsesExcept(w, wait);
-      ++made;
     }
     return made;
   }
 
 private:
-  Operation *firstUser(AllReduceOp r) {
+  Operation *firstUser(Operation *r) {
     Operation *first = nullptr;
-    for (Operation *user : r.getResult().getUsers())
+    for (Operation *user : resultOf(r).getUsers())
       first = first ? earlier(first, user) : user;
     return first;
   }
@@ -143,7 +188,7 @@ private:
   /// Whether an op other than all-reduces and waits lies strictly between.
   bool hasWorkBetween(Operation *from, Operation *to) {
     for (Operation *op = from->getNextNode(); op && op != to; op = op->getNextNode())
-      if (!isa<AllReduceOp, WaitOp>(op))
+      if (!isReduce(op) && !isa<WaitOp>(op))
         return true;
     return false;
   }
@@ -163,7 +208,7 @@ struct SchedulePass : public moe::impl::SchedulePassBase<SchedulePass> {
       return signalPassFailure();
     }
     int64_t nextId = 0;
-    module.walk([&](AllReduceOp op) {
+    module.walk([&](Operation *op) {
       if (auto id = op->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName))
         nextId = std::max(nextId, id.getInt() + 1);
     });

@@ -9,6 +9,8 @@
 // the backward, so every full gradient is alive at its end); stage 2 moves
 // each to just after its gradient's producer, so a full gradient dies as
 // soon as it is reduced and only the shards stay until the optimiser.
+// (moe-schedule, after lowering, may then start the reduce-scatters in the
+// background.)
 //
 //===----------------------------------------------------------------------===//
 

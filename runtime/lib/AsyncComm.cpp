@@ -54,6 +54,7 @@ struct Job {
   std::vector<float *> outs;
   std::vector<const float *> ins;
   std::vector<int64_t> counts;
+  std::vector<int64_t> shards; ///< a ZeRO reduce-scatter's (empty: an all-reduce)
   std::vector<int32_t> group;
   int mean = 0;
   double scale = 1;
@@ -68,9 +69,13 @@ struct Job {
     if (comm)
       std::copy(comm->bytes, comm->bytes + MOERT_NUM_COLLECTIVES, before);
     start = moert::nowSeconds();
-    rc = moert::reduceBucket(comm, group.data(), static_cast<int>(group.size()),
-                             static_cast<int>(outs.size()), outs.data(), ins.data(), counts.data(),
-                             mean, scale);
+    rc = shards.empty()
+             ? moert::reduceBucket(comm, group.data(), static_cast<int>(group.size()),
+                                   static_cast<int>(outs.size()), outs.data(), ins.data(),
+                                   counts.data(), mean, scale)
+             : moert::reduceScatterBucket(comm, group.data(), static_cast<int>(group.size()),
+                                          static_cast<int>(outs.size()), outs.data(), ins.data(),
+                                          counts.data(), shards.data(), mean, scale);
     end = moert::nowSeconds();
     if (comm) {
       for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
@@ -291,6 +296,38 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
   return 0;
 }
 
+extern "C" int moert_step_reduce_scatter_start(moert_context *ctx, int handle, int n,
+                                               float *const *outs, const float *const *ins,
+                                               const int64_t *counts, const int64_t *shards,
+                                               int axes, int mean, double scale) {
+  Engine &engine = engineOf(ctx);
+  auto job = std::make_unique<Job>();
+  job->targets.assign(outs, outs + n);
+  job->outs.assign(outs, outs + n);
+  job->ins.assign(ins, ins + n);
+  job->counts.assign(counts, counts + n);
+  job->shards.assign(shards, shards + n);
+  job->mean = mean;
+  job->scale = scale;
+  job->group.resize(
+      static_cast<size_t>(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1)));
+  int p = moert_grid_group(ctx, axes, job->group.data());
+  job->group.resize(static_cast<size_t>(p));
+  if (p == 1 || !engine.background()) {
+    // Nothing to send, or no second channel: now, as a blocking one.
+    if (int rc = moert_step_reduce_scatter(ctx, n, outs, ins, counts, shards, axes, mean, scale))
+      return rc;
+    job->done = true;
+  }
+  if (!engine.submit(handle, std::move(job), 1)) {
+    if (ctx->comm)
+      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background reduce-scatter #" +
+                         std::to_string(handle) + " started again before its wait";
+    return 1;
+  }
+  return 0;
+}
+
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   auto *engine = static_cast<Engine *>(ctx->async_comm);
   Job *current = engine ? engine->newest(handle) : nullptr;
@@ -336,8 +373,10 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   if (job->end > job->start) {
     ctx->async_seconds += job->end - job->start;
     if (ctx->trace)
-      ctx->trace->add(moert::TraceLane::Background, "all_reduce (background)", job->start,
-                      job->end);
+      ctx->trace->add(moert::TraceLane::Background,
+                      job->shards.empty() ? "all_reduce (background)"
+                                          : "reduce_scatter (background)",
+                      job->start, job->end);
   }
   if (ctx->comm) {
     for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)

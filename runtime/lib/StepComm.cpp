@@ -204,12 +204,10 @@ extern "C" void moert_step_shard_slice(const moert_context *ctx, float *out, con
   std::fill(out + valid, out + shard, 0.0f);
 }
 
-extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
-                                         const float *const *ins, const int64_t *counts,
-                                         const int64_t *shards, int axes, int mean, double scale) {
-  CommTimer timer(ctx, "reduce_scatter");
-  std::vector<int32_t> group = groupOf(ctx, axes);
-  int64_t p = static_cast<int64_t>(group.size()), total = 0;
+int moert::reduceScatterBucket(moert_comm *comm, const int32_t *group, int groupSize, int n,
+                               float *const *outs, const float *const *ins, const int64_t *counts,
+                               const int64_t *shards, int mean, double scale) {
+  int64_t p = groupSize, total = 0;
   for (int i = 0; i < n; ++i)
     total += shards[i];
   // Member j's chunk: each tensor's elements [j S_i, (j + 1) S_i), zeros
@@ -226,8 +224,10 @@ extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const
       chunk += shards[i];
     }
   }
-  if (moert_reduce_scatter_f32(ctx->comm, send, recv, total, group.data(), static_cast<int>(p)))
+  if (p > 1 && moert_reduce_scatter_f32(comm, send, recv, total, group, groupSize))
     return 1;
+  if (p == 1)
+    recv = send;
   double factor = scale / (mean ? static_cast<double>(p) : 1.0);
   for (int i = 0; i < n; ++i) {
     for (int64_t k = 0; k < shards[i]; ++k)
@@ -235,6 +235,15 @@ extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const
     recv += shards[i];
   }
   return 0;
+}
+
+extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
+                                         const float *const *ins, const int64_t *counts,
+                                         const int64_t *shards, int axes, int mean, double scale) {
+  CommTimer timer(ctx, "reduce_scatter");
+  std::vector<int32_t> group = groupOf(ctx, axes);
+  return moert::reduceScatterBucket(ctx->comm, group.data(), static_cast<int>(group.size()), n,
+                                    outs, ins, counts, shards, mean, scale);
 }
 
 extern "C" int moert_step_gather_params(moert_context *ctx, int n, float *const *params,

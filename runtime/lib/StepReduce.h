@@ -73,6 +73,14 @@ int bucketGroup(const moert_context *ctx, int &axes, int mean, double &scale,
 int reduceBucket(moert_comm *comm, const int32_t *group, int groupSize, int n, float *const *outs,
                  const float *const *ins, const int64_t *counts, int mean, double scale);
 
+/// ZeRO's flat reduce-scatter of n tensors as one collective: outs[t]
+/// (shards[t] floats) = scale x (sum, or mean, over the group of this
+/// member's elements of ins[t], zeros past counts[t]); `index` is the
+/// member's slice.
+int reduceScatterBucket(moert_comm *comm, const int32_t *group, int groupSize, int n,
+                        float *const *outs, const float *const *ins, const int64_t *counts,
+                        const int64_t *shards, int mean, double scale);
+
 } // namespace moert
 
 #endif // MOERT_LIB_STEPREDUCE_H

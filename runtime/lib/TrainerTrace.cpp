@@ -41,6 +41,9 @@ void Trainer::configureEmulation() {
   if (tp > 1 && o.rebalanceEvery > 0)
     die("--rebalance-every with tensor parallelism (moec --tp) is not supported yet: the "
         "migration moves whole expert rows");
+  if (zero && o.staleness > 0)
+    die("--staleness with a ZeRO binary (moec --zero) is not supported: the reduce-scatters "
+        "are not delayed");
   if (zero && o.localSteps > 0)
     die("--local-steps with a ZeRO binary (moec --zero) is not supported: the inner steps "
         "would update shards that no all-gather puts back together");

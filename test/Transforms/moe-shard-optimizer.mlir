@@ -39,14 +39,26 @@
 // Lowered: the moments shrink to the shards (200 floats of state per rank
 // become 80: 2 x 4 bytes each) and so does the gradient arena; stage 2 also
 // lowers the activation peak.
-// RUN: moe-opt --moe-train-pipeline="zero=0" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN0
-// RUN: moe-opt --moe-train-pipeline="zero=1" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN1
-// RUN: moe-opt --moe-train-pipeline="zero=2" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN2
+// (Blocking collectives here, overlap=false; moe-schedule's background
+// reduce-scatters below.)
+// RUN: moe-opt --moe-train-pipeline="zero=0 overlap=false" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN0
+// RUN: moe-opt --moe-train-pipeline="zero=1 overlap=false" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN1
+// RUN: moe-opt --moe-train-pipeline="zero=2 overlap=false" %t.dp2ep2.mlir | FileCheck %s --check-prefix=PLAN2
 // PLAN0: activation_bytes = 1988 : i64, gradient_bytes = 896 : i64, {{.*}}optimizer_state_bytes = 1600 : i64
 // PLAN1: activation_bytes = 1988 : i64, gradient_bytes = 528 : i64, {{.*}}optimizer_state_bytes = 640 : i64
 // PLAN2: activation_bytes = 1860 : i64, gradient_bytes = 528 : i64, {{.*}}optimizer_state_bytes = 640 : i64
 // PLAN2: moe.launch @adamw_update_{{[0-9]+}}({{.*}}) {buffers = array<i64>, shard_axes = ["dp", "ep"], updates = @emb} : (tensor<8xf32>,
 // PLAN2: moe.gather_param @gate over [dp]
+
+// With moe-schedule (the default) the reduce-scatters start in the
+// background as their gradients exist, one bucket per group in flight,
+// each waited for before the next starts or its first reader.
+// RUN: moe-opt --moe-train-pipeline="zero=2" %t.dp2ep2.mlir | FileCheck %s --check-prefix=SCHED
+// SCHED: %[[S:.*]] = moe.reduce_scatter async sum %{{.*}} over [dp] {moe.bucket = 0 : i64, {{.*}} : tensor<2x4x5xf32> -> tensor<20xf32>
+// SCHED: moe.wait %[[S]],
+// SCHED: moe.reduce_scatter async mean %{{.*}} over [dp, ep] {moe.bucket = 1 : i64,
+// SCHED: moe.wait
+// SCHED: moe.launch @global_norm
 
 // dp = 1: the expert shards have no replica to shard over; the dense
 // parameters shard over ep.

@@ -239,6 +239,12 @@ void moert_step_shard_slice(const moert_context *ctx, float *out, const float *i
 int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
                               const float *const *ins, const int64_t *counts,
                               const int64_t *shards, int axes, int mean, double scale);
+/* moert_step_reduce_scatter started in the background under `handle`
+ * (moe-schedule's async reduce-scatter bucket); moert_step_wait completes
+ * it. */
+int moert_step_reduce_scatter_start(moert_context *ctx, int handle, int n, float *const *outs,
+                                    const float *const *ins, const int64_t *counts,
+                                    const int64_t *shards, int axes, int mean, double scale);
 /* Every member's owned elements of each of `n` parameters (params[i],
  * allocated P * shards[i] floats) to every member, so each holds the whole
  * parameters; one collective for all of them. */

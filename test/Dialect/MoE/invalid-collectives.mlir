@@ -176,6 +176,29 @@ func.func @f(%g: tensor<6x5xf32>) {
 
 // -----
 
+// reduce_scatter async: flat and uncompressed
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{'moe.reduce_scatter' op async reduce_scatter must be flat and uncompressed}}
+  %0 = moe.reduce_scatter async sum %g over [dp] dim 0 : tensor<8x16xf32> -> tensor<4x16xf32>
+  %1 = moe.wait %0 : tensor<4x16xf32>
+  return %1 : tensor<4x16xf32>
+}
+}
+
+// -----
+
+// reduce_scatter async: its one user is a wait
+module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<64xf32> {
+  // expected-error @+1 {{'moe.reduce_scatter' op async result must have exactly one user, a moe.wait in the same block}}
+  %0 = moe.reduce_scatter async sum %g over [dp] : tensor<8x16xf32> -> tensor<64xf32>
+  return %0 : tensor<64xf32>
+}
+}
+
+// -----
+
 // gather_param: a parameter
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
 func.func @f() {
@@ -474,7 +497,7 @@ func.func @f() {
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<16xf32>) -> tensor<16xf32> {
   %0 = moe.all_reduce sum %g over [dp] : tensor<16xf32>
-  // expected-error @+1 {{'moe.wait' op operand #0 is not the result of an async moe.all_reduce in the same block}}
+  // expected-error @+1 {{'moe.wait' op operand #0 is not the result of an async moe.all_reduce or moe.reduce_scatter in the same block}}
   %1 = moe.wait %0 : tensor<16xf32>
   return %1 : tensor<16xf32>
 }

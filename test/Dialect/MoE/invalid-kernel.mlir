@@ -67,7 +67,7 @@ func.func @f(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 // moe.bucket is a non-negative integer on a moe.all_reduce.
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'moe.bucket' must be a non-negative integer on a moe.all_reduce}}
+  // expected-error @+1 {{'moe.bucket' must be a non-negative integer on a moe.all_reduce or moe.reduce_scatter}}
   %0 = moe.all_reduce sum %g over [dp] {moe.bucket = -1 : i64} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -162,6 +162,10 @@ func.func @zero(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf32>, 
   %norm = moe.global_norm %s {sharded = array<i1: true>, shard_axes = ["dp", "ep"]} : tensor<32xf32>
   // CHECK: moe.adamw_update @w, %[[S]], {{.*}}shard_axes = ["dp", "ep"]{{.*}} : tensor<32xf32>
   moe.adamw_update @w, %s, %lr, %norm, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64, grad_clip = 1.0 : f64, shard_axes = ["dp", "ep"]} : tensor<32xf32>
+  // CHECK: %[[A:.*]] = moe.reduce_scatter async mean %{{.*}} over [dp] : tensor<8x16xf32> -> tensor<64xf32>
+  // CHECK-NEXT: moe.wait %[[A]] : tensor<64xf32>
+  %as = moe.reduce_scatter async mean %dw over [dp] : tensor<8x16xf32> -> tensor<64xf32>
+  %aw = moe.wait %as : tensor<64xf32>
   // CHECK: moe.shard_slice %{{.*}} over [dp] : tensor<8x16xf32> -> tensor<64xf32>
   %sl = moe.shard_slice %dw over [dp] : tensor<8x16xf32> -> tensor<64xf32>
   // CHECK: moe.gather_param @w over [dp, ep]

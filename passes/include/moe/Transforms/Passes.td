@@ -381,6 +381,11 @@ def SchedulePass : Pass<"moe-schedule", "::mlir::ModuleOp"> {
     adjacent stays blocking. In a lowered module the buffer plan is redone:
     inputs stay reserved until the wait. The mathematics is unchanged: the
     runtime's background reduction gives the blocking one's bits.
+
+    ZeRO's flat `moe.reduce_scatter`s (`moe-shard-optimizer`) are bucketed
+    the same way (never with all-reduces), with one bucket per group in
+    flight: each is waited for before the next one starts (or its first
+    reader), so the full gradients they read are freed early.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
@@ -403,9 +408,10 @@ def ShardOptimizerPass : Pass<"moe-shard-optimizer", "::mlir::ModuleOp"> {
     squares over the whole grid. Stage 1 leaves the reductions where they
     were, after the backward; stage 2 moves each to just after its
     gradient's producer, so only the shards stay alive until the optimiser
-    (the buffer plan's gradient arena holds shards). Stage 0 does nothing.
-    Gradient codecs, async reductions and expert replicas are refused with
-    an error. Stage -1 takes the planner's `zero_stage`.
+    (the buffer plan's gradient arena holds shards; `moe-schedule` may
+    then start them in the background). Stage 0 does nothing. A compressed
+    reduction stays and `moe.shard_slice` takes the shard; expert replicas
+    are refused with an error. Stage -1 takes the planner's `zero_stage`.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [

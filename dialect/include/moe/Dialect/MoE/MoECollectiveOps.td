@@ -83,15 +83,18 @@ def MoE_ReduceScatterOp : MoE_CollectiveOp<"reduce_scatter"> {
       divided by `P`;
     - flat: the result is `tensor<S>` with `S = ceil(n / P)`;
     - `scale` is finite and > 0;
-    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
+    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses;
+    - `async` (started in the background by `moe-schedule`, completed by a
+      `moe.wait`): flat, no codec, its result's one user a `moe.wait` in
+      its block.
   }];
   let arguments = (ins MoE_Reduction:$reduction, MoE_FloatTensor:$input,
                        StrArrayAttr:$axes, OptionalAttr<I64Attr>:$dim,
                        OptionalAttr<MoE_CodecAttr>:$codec,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale, UnitAttr:$async);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
-    $reduction $input `over` custom<GridAxes>($axes) (`dim` $dim^)?
+    (`async` $async^)? $reduction $input `over` custom<GridAxes>($axes) (`dim` $dim^)?
     (`codec` $codec^)? attr-dict `:` type($input) `->` type($result)
   }];
 }
@@ -301,10 +304,10 @@ def MoE_ReplicaSumOp : MoE_CollectiveOp<"replica_sum", [
 
 def MoE_WaitOp : MoE_Op<"wait", [
     DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
-  let summary = "completes asynchronous all-reduces";
+  let summary = "completes asynchronous all-reduces and reduce-scatters";
   let description = [{
-    Waits until the `async` `moe.all_reduce` producing each operand has
-    finished and returns its result: each result is the matching operand
+    Waits until the `async` `moe.all_reduce` or `moe.reduce_scatter`
+    producing each operand has finished and returns its result: each result is the matching operand
     (same type, same buffer). Ops after the wait read the reduced values
     through its results; `moe-schedule` places it just before the first of
     them.
@@ -314,8 +317,8 @@ def MoE_WaitOp : MoE_Op<"wait", [
     ```
 
     Constraints: at least one operand; each operand is the result of an
-    `async` `moe.all_reduce` in the same block; result types equal operand
-    types.
+    `async` `moe.all_reduce` or `moe.reduce_scatter` in the same block;
+    result types equal operand types.
   }];
   let arguments = (ins Variadic<MoE_FloatTensor>:$inputs);
   let results = (outs Variadic<MoE_FloatTensor>:$results);
