@@ -731,6 +731,57 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
     }
 }
 
+// ZeRO's reduce-scatter in the background (moe-schedule's async bucket):
+// the same bits and bytes as the blocking one, with a foreground
+// collective between start and wait.
+TEST(StepCommTest, BackgroundReduceScatterEqualsTheBlockingOne) {
+  const std::vector<int64_t> counts = {7, 300};
+  for (const Grid &g : {Grid{2, 1, 1}, Grid{2, 2, 1}}) {
+    const int axes = MOERT_AXIS_DP | MOERT_AXIS_EP, p = g.dp * g.ep;
+    const std::vector<int64_t> shards = {(7 + p - 1) / p, (300 + p - 1) / p};
+    std::vector<std::vector<std::vector<float>>> in(g.size()), bg(g.size()), blocking(g.size());
+    std::vector<int64_t> bgBytes(g.size()), blockingBytes(g.size());
+    for (int r = 0; r < g.size(); ++r)
+      for (size_t t = 0; t < counts.size(); ++t) {
+        in[r].push_back(randomData(counts[t], 60 + static_cast<int>(t), r));
+        bg[r].emplace_back(shards[t], -1.0f);
+        blocking[r].emplace_back(shards[t], -2.0f);
+      }
+    ASSERT_EQ(onGrid(g,
+                     [&](moert_context &ctx) {
+                       int r = ctx.rank;
+                       float *outs[] = {bg[r][0].data(), bg[r][1].data()};
+                       const float *ins[] = {in[r][0].data(), in[r][1].data()};
+                       int64_t before = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER);
+                       if (int rc = moert_step_reduce_scatter_start(
+                               &ctx, 3, 2, outs, ins, counts.data(), shards.data(), axes, 1, 1.0))
+                         return rc;
+                       std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
+                       const int64_t shape[] = {g.ep, 4};
+                       if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0,
+                                                          MOERT_AXIS_EP, nullptr))
+                         return rc;
+                       if (int rc = moert_step_wait(&ctx, 3))
+                         return rc;
+                       bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER) - before;
+                       before = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER);
+                       float *bouts[] = {blocking[r][0].data(), blocking[r][1].data()};
+                       if (int rc = moert_step_reduce_scatter(&ctx, 2, bouts, ins, counts.data(),
+                                                              shards.data(), axes, 1, 1.0))
+                         return rc;
+                       blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER) - before;
+                       return 0;
+                     }),
+              0)
+        << g.name();
+    for (int r = 0; r < g.size(); ++r) {
+      EXPECT_EQ(bg[r], blocking[r]) << g.name() << " rank " << r;
+      EXPECT_EQ(bgBytes[r], blockingBytes[r]) << g.name() << " rank " << r;
+      EXPECT_GT(bgBytes[r], 0) << g.name();
+    }
+  }
+}
+
 // Delayed gradients (moert_context.staleness = 1): the wait of step t
 // gives the sum of step t - 1's inputs corrected by how the rank's own
 // input changed, sum(t-1) + p (x(t) - x(t-1)) for a sum over p ranks (the
