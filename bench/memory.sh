@@ -44,8 +44,14 @@ for c in "${configs[@]}"; do
   read -r dp ep tp zero <<< "$degrees"
   # shellcheck disable=SC2086
   "$build/bin/moec" "$out/mem-moe16.json" $flags -o "$out/mem-$label" >/dev/null
-  "$build/bin/moec" "$out/mem-moe16.json" --cluster examples/clusters/local-cpu.json \
-    --dp "$dp" --ep "$ep" --tp "$tp" --emit=plan -o "$out/mem-$label-plan.json" >/dev/null 2>&1 || true
+  # The planner's figure is a column of the table, not a precondition: when
+  # it finds no plan with these degrees the column says "-" and why goes to
+  # stderr.
+  rm -f "$out/mem-$label-plan.json"
+  if ! "$build/bin/moec" "$out/mem-moe16.json" --cluster examples/clusters/local-cpu.json \
+    --dp "$dp" --ep "$ep" --tp "$tp" --emit=plan -o "$out/mem-$label-plan.json" >/dev/null; then
+    echo "note: no planner figure for $label (moe-plan-sharding above)" >&2
+  fi
   "$py" - "$out/mem-$label-plan.json" "$label" "$zero" >> "$out/memory-plan.jsonl" <<'PY'
 import json, sys
 # The planner lists a ZeRO-1 variant only where it makes a grid fit: none

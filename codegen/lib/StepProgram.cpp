@@ -89,6 +89,11 @@ private:
   LogicalResult bucket(ArrayRef<AllReduceOp> reduces);
   LogicalResult balanceBias(BalanceBiasOp op);
   LogicalResult replicaSum(ReplicaSumOp op);
+  /// The runtime call a bucket of `first`'s kind starts with: `blocking`,
+  /// or for an async one (moe-schedule) `start` with its bucket id, counted
+  /// in the program's background buckets.
+  FailureOr<std::string> bucketCall(Operation *first, bool async, StringRef blocking,
+                                    StringRef start);
   LogicalResult reduceScatter(ArrayRef<Operation *> run);
   LogicalResult gatherParams(ArrayRef<Operation *> run);
   int64_t zeroFloats(Operation *op);
@@ -364,18 +369,12 @@ LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
   int64_t p = groupSize(first.getAxes());
   if (training)
     allReduceBytes += moert_ring_all_reduce_bytes(total, p);
-  std::string call = "moert_step_all_reduce_bucket(ctx, ";
-  if (first.getAsync()) {
-    // Started here, completed by the moe.wait of its results.
-    auto id = first->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
-    if (!id)
-      return first.emitOpError("async all_reduce has no moe.bucket (run moe-schedule)");
-    call = "moert_step_all_reduce_start(ctx, " + std::to_string(id.getInt()) + ", ";
-    if (training)
-      ++asyncBuckets;
-  }
+  FailureOr<std::string> call = bucketCall(first, first.getAsync(), "moert_step_all_reduce_bucket",
+                                           "moert_step_all_reduce_start");
+  if (failed(call))
+    return failure();
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
-     << "};\n    const int64_t counts[] = {" << counts << "};\n    if (int rc = " << call
+     << "};\n    const int64_t counts[] = {" << counts << "};\n    if (int rc = " << *call
      << reduces.size() << ", outs, ins, counts, " << axesMask(first.getAxes()) << ", "
      << (first.getReduction() == Reduction::mean ? 1 : 0) << ", "
      << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
@@ -484,9 +483,19 @@ LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
   return success();
 }
 
-/// Replicas' gradient rows summed over the ep group, per the runtime's
-/// placement (moert_step_replica_sum); its bytes depend on the placement in
-/// force, so the trainer accounts them (moert_replica_sum_bytes).
+FailureOr<std::string> Emitter::bucketCall(Operation *first, bool async, StringRef blocking,
+                                           StringRef start) {
+  if (!async)
+    return (blocking + "(ctx, ").str();
+  // Started here, completed by the moe.wait of its results.
+  auto id = first->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+  if (!id)
+    return first->emitOpError("is async but has no moe.bucket (run moe-schedule)");
+  if (training)
+    ++asyncBuckets;
+  return (start + "(ctx, " + Twine(id.getInt()) + ", ").str();
+}
+
 /// Elements a ZeRO collective moves (its input, or its parameter).
 int64_t Emitter::zeroFloats(Operation *op) {
   if (auto scatter = dyn_cast<ReduceScatterOp>(op))
@@ -500,16 +509,10 @@ int64_t Emitter::zeroFloats(Operation *op) {
 LogicalResult Emitter::reduceScatter(ArrayRef<Operation *> run) {
   auto first = cast<ReduceScatterOp>(run.front());
   std::string outs, ins, counts, shards;
-  std::string call = "moert_step_reduce_scatter(ctx, ";
-  if (first.getAsync()) {
-    // Started here, completed by the moe.wait of its results.
-    auto id = first->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
-    if (!id)
-      return first.emitOpError("async reduce_scatter has no moe.bucket (run moe-schedule)");
-    call = "moert_step_reduce_scatter_start(ctx, " + std::to_string(id.getInt()) + ", ";
-    if (training)
-      ++asyncBuckets;
-  }
+  FailureOr<std::string> call = bucketCall(first, first.getAsync(), "moert_step_reduce_scatter",
+                                           "moert_step_reduce_scatter_start");
+  if (failed(call))
+    return failure();
   int64_t p = groupSize(first.getAxes());
   for (Operation *op : run) {
     auto scatter = cast<ReduceScatterOp>(op);
@@ -534,7 +537,7 @@ LogicalResult Emitter::reduceScatter(ArrayRef<Operation *> run) {
   }
   os << "  {\n    float *const outs[] = {" << outs << "};\n    const float *const ins[] = {" << ins
      << "};\n    const int64_t counts[] = {" << counts << "};\n    const int64_t shards[] = {"
-     << shards << "};\n    if (int rc = " << call << run.size() << ", outs, ins, counts, shards, "
+     << shards << "};\n    if (int rc = " << *call << run.size() << ", outs, ins, counts, shards, "
      << axesMask(first.getAxes()) << ", " << (first.getReduction() == Reduction::mean ? 1 : 0)
      << ", " << llvm::format("%.17g", first.getScale().convertToDouble()) << ")) return rc;\n  }\n";
   return success();
@@ -562,6 +565,9 @@ LogicalResult Emitter::gatherParams(ArrayRef<Operation *> run) {
   return success();
 }
 
+/// Replicas' gradient rows summed over the ep group, per the runtime's
+/// placement (moert_step_replica_sum); its bytes depend on the placement in
+/// force, so the trainer accounts them (moert_replica_sum_bytes).
 LogicalResult Emitter::replicaSum(ReplicaSumOp op) {
   auto plan = op->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
   if (!plan)

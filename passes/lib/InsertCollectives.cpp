@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ShardCopies.h"
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/Passes.h"
 
@@ -38,7 +39,7 @@ struct Sync {
   ArrayAttr replicaAxes; ///< [dp, ep] without degree-1 axes (empty: one replica)
   ArrayAttr dpAxes, epAxes;
   double shardScale; ///< 1 / (dp * ep)
-  int64_t ep = 1, tp = 1;
+  GridAttr grid;
 };
 
 /// Tensor parallelism after moe-autodiff: moe.tp_enter is the identity
@@ -144,22 +145,33 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     for (ReplicaSumOp sum : llvm::to_vector(fn.getOps<ReplicaSumOp>()))
       sum->moveBefore(norm);
   if (norm) {
+    // The shard group: [ep], and tp with tensor parallelism.
+    SmallVector<StringRef> axes;
+    if (s.grid.getEp() > 1)
+      axes.push_back("ep");
+    if (s.grid.getTp() > 1)
+      axes.push_back("tp");
+    ArrayAttr normAxes = b.getStrArrayAttr(axes);
     SmallVector<int64_t> layers, copies;
     for (OpOperand &operand : norm->getOpOperands()) {
       Value grad = operand.get();
       bool sharded = false, tpSlice = false;
       int64_t layer = -1;
+      StringRef param;
       for (AdamWUpdateOp update : updates)
         if (update.getGrad() == synced.lookup(grad)) {
-          sharded = isSharded(update.getParam());
-          tpSlice = isTpSlice(update.getParam());
-          layer = replicaLayer(update.getParam());
+          param = update.getParam();
+          sharded = isSharded(param);
+          tpSlice = isTpSlice(param);
+          layer = replicaLayer(param);
         }
       // With tp, the shard group is [ep, tp]: a slice tp splits but ep does
       // not is on every ep rank of its replica, an expert block tp does not
       // split on every tp rank.
       shardedOperands.push_back(sharded || tpSlice);
-      copies.push_back(sharded ? (tpSlice ? 1 : s.tp) : (tpSlice ? s.ep : 1));
+      copies.push_back(sharded || tpSlice
+                           ? shardCopies(module.lookupSymbol<ParamOp>(param), s.grid, normAxes)
+                           : 1);
       layers.push_back(layer);
       if (Value done = synced.lookup(grad))
         operand.set(done);
@@ -168,13 +180,8 @@ LogicalResult run(ModuleOp module, func::FuncOp fn, const Sync &s) {
     }
     if (llvm::is_contained(shardedOperands, true)) {
       norm.setShardedAttr(b.getDenseBoolArrayAttr(shardedOperands));
-      SmallVector<StringRef> axes;
-      if (s.ep > 1)
-        axes.push_back("ep");
-      if (s.tp > 1)
-        axes.push_back("tp");
-      norm.setShardAxesAttr(b.getStrArrayAttr(axes));
-      if (s.tp > 1 && llvm::any_of(copies, [](int64_t n) { return n > 1; }))
+      norm.setShardAxesAttr(normAxes);
+      if (s.grid.getTp() > 1 && llvm::any_of(copies, [](int64_t n) { return n > 1; }))
         norm.setShardCopiesAttr(b.getDenseI64ArrayAttr(copies));
       if (llvm::any_of(layers, [](int64_t l) { return l >= 0; }))
         norm.setShardLayersAttr(b.getDenseI64ArrayAttr(layers));
@@ -216,12 +223,8 @@ struct InsertCollectivesPass : public moe::impl::InsertCollectivesPassBase<Inser
       replica.push_back("dp");
     if (grid.getEp() > 1)
       replica.push_back("ep");
-    Sync s{b.getStrArrayAttr(replica),
-           b.getStrArrayAttr({"dp"}),
-           b.getStrArrayAttr({"ep"}),
-           1.0 / static_cast<double>(grid.getDp() * grid.getEp()),
-           grid.getEp(),
-           grid.getTp()};
+    Sync s{b.getStrArrayAttr(replica), b.getStrArrayAttr({"dp"}), b.getStrArrayAttr({"ep"}),
+           1.0 / static_cast<double>(grid.getDp() * grid.getEp()), grid};
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal() || fn.getNumResults() == 0)
         continue;

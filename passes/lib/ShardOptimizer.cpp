@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ShardCopies.h"
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/Passes.h"
 
@@ -35,21 +36,8 @@ namespace {
 LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
   auto module = fn->getParentOfType<ModuleOp>();
   auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
-  // How many ranks of the whole grid hold the same values as this rank's
-  // piece of `param`'s gradient: the axes neither ZeRO (`zeroAxes`), nor
-  // the expert split (ep), nor tensor parallelism (tp) divides it over.
   auto copiesOf = [&](StringRef name, ArrayAttr zeroAxes) {
-    auto param = module.lookupSymbol<ParamOp>(name);
-    int64_t copies = 1;
-    for (Attribute axis : everyAxis) {
-      StringRef a = cast<StringAttr>(axis).getValue();
-      bool divided = (zeroAxes && llvm::is_contained(zeroAxes, axis)) ||
-                     (a == "ep" && param && param->hasAttr(MoEDialect::kShardAttrName)) ||
-                     (a == "tp" && param && param->hasAttr(MoEDialect::kTpDimAttrName));
-      if (!divided)
-        copies *= grid.getGroupSize({axis});
-    }
-    return copies;
+    return shardCopies(module.lookupSymbol<ParamOp>(name), grid, everyAxis, zeroAxes);
   };
   DenseMap<Value, int64_t> copies; // the norm's operands
   SmallVector<AdamWUpdateOp> updates(fn.getOps<AdamWUpdateOp>());
@@ -88,13 +76,13 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
                << "ZeRO: the reduced gradient of '" << update.getParam() << "' is read by "
                << user->getName() << ", which needs the whole tensor";
     Value &done = shards[grad];
+    auto type = cast<RankedTensorType>(grad.getType());
+    auto shardType =
+        RankedTensorType::get({(type.getNumElements() + group - 1) / group}, type.getElementType());
     if (!done && reduce.getCodecAttr()) {
       // A codec reduces the whole tensor (its error feedback and warm-up
       // stay as they are): the shard is a slice of the result.
       b.setInsertionPointAfter(reduce);
-      auto type = cast<RankedTensorType>(grad.getType());
-      auto shardType = RankedTensorType::get({(type.getNumElements() + group - 1) / group},
-                                             type.getElementType());
       done = ShardSliceOp::create(b, reduce.getLoc(), shardType, grad, reduce.getAxesAttr())
                  .getResult();
     }
@@ -106,9 +94,6 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
         b.setInsertionPointToStart(input.getParentBlock());
       else
         b.setInsertionPoint(reduce);
-      auto type = cast<RankedTensorType>(grad.getType());
-      auto shardType = RankedTensorType::get({(type.getNumElements() + group - 1) / group},
-                                             type.getElementType());
       done = ReduceScatterOp::create(b, reduce.getLoc(), shardType, reduce.getReductionAttr(),
                                      input, reduce.getAxesAttr(), IntegerAttr(), CodecAttr(),
                                      reduce.getScaleAttr())
@@ -120,14 +105,14 @@ LogicalResult shard(func::FuncOp fn, ArrayAttr everyAxis, int64_t stage) {
     gathers.push_back({update.getParamAttr(), reduce.getAxesAttr()});
   }
   if (norm) {
-    // Every operand is now a piece no other rank holds: its squares are
-    // summed over the whole grid.
+    // Every operand is now a piece of a ZeRO shard, an expert block or a
+    // tp slice: its squares are summed over the whole grid, a piece that
+    // several ranks hold (tp's replicated weights) counting 1/copies.
     for (OpOperand &operand : norm->getOpOperands())
       if (Value s = shards.lookup(operand.get()))
         operand.set(s);
     norm.setShardedAttr(b.getDenseBoolArrayAttr(SmallVector<bool>(norm.getGrads().size(), true)));
     norm.setShardAxesAttr(everyAxis);
-    // With tp, a replicated weight's shard is on every tp rank.
     SmallVector<int64_t> counts;
     for (Value grad : norm.getGrads())
       counts.push_back(copies.lookup(grad) ? copies.lookup(grad) : 1);

@@ -190,10 +190,13 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
   return moert::reduceBucket(ctx->comm, group.data(), p, 1, &out, &in, &count, mean, scale);
 }
 
+/// The calling rank's index among the members of `group`.
+static int64_t memberIndex(const moert_context *ctx, const std::vector<int32_t> &group) {
+  return std::find(group.begin(), group.end(), ctx->rank) - group.begin();
+}
+
 extern "C" int64_t moert_step_shard_offset(const moert_context *ctx, int axes, int64_t shard) {
-  std::vector<int32_t> group = groupOf(ctx, axes);
-  int64_t index = std::find(group.begin(), group.end(), ctx->rank) - group.begin();
-  return index * shard;
+  return memberIndex(ctx, groupOf(ctx, axes)) * shard;
 }
 
 extern "C" void moert_step_shard_slice(const moert_context *ctx, float *out, const float *in,
@@ -251,7 +254,7 @@ extern "C" int moert_step_gather_params(moert_context *ctx, int n, float *const 
   CommTimer timer(ctx, "all_gather (parameters)");
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size()), total = 0;
-  int64_t index = std::find(group.begin(), group.end(), ctx->rank) - group.begin();
+  int64_t index = memberIndex(ctx, group);
   for (int i = 0; i < n; ++i)
     total += shards[i];
   float *send = moert::staging<float>(moert::Slot::Send, static_cast<size_t>(total)),

@@ -447,15 +447,9 @@ Trainer::StepBytes Trainer::accountCommunication(const ByteCounters &before, lon
   for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
     b.codecSent += codecBy[k] = ctx.codec_sent[k] - before.codecSent[k];
   b.codecPlain = ctx.codec_uncompressed - before.codecPlain;
-  b.sent[0] =
-      comm ? moert_comm_bytes(comm, MOERT_ALL_REDUCE) - before.sent[0] - codecBy[MOERT_ALL_REDUCE]
-           : 0;
-  b.sent[1] =
-      comm ? moert_comm_bytes(comm, MOERT_ALL_TO_ALL) - before.sent[1] - codecBy[MOERT_ALL_TO_ALL]
-           : 0;
-  // ZeRO's reduce-scatters and parameter all-gathers (never compressed;
-  // the codecs' own all-gathers are counted with them).
-  for (int k : {MOERT_ALL_GATHER, MOERT_REDUCE_SCATTER})
+  // All-reduces, all-to-alls, and ZeRO's all-gathers and reduce-scatters
+  // (enum moert_collective order), each without what codecs sent.
+  for (int k = 0; k < 4; ++k)
     b.sent[k] = comm ? moert_comm_bytes(comm, k) - before.sent[k] - codecBy[k] : 0;
   std::copy(b.sent, b.sent + 4, lastSent);
   // Compressed all-reduces: bytes sent, what uncompressed ones would have
