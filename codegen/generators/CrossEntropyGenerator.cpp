@@ -27,6 +27,8 @@ class CrossEntropy : public Generator<CrossEntropy> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
+  /// Weighs the mean (a data replica's share of the batch, moe.cross_entropy).
+  GeneratorParam<double> scale{"scale", 1.0};
 
   Input<Buffer<float, 2>> logits{"logits"};
   Input<Buffer<int32_t, 1>> targets{"targets"};
@@ -40,7 +42,12 @@ public:
     target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
                         "target out of range:", targets(t));
     RDom r(0, tokens);
-    loss() = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r)) / (float)(int)tokens;
+    Expr total = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r));
+    // A weighted mean folds its weight into one factor, scale / tokens: a
+    // replica's (its share x replicas / batch) / its tokens is the same for
+    // every replica, so each scales its tokens as the batch mean does.
+    loss() = scale == 1.0 ? total / (float)(int)tokens
+                          : total * (float)((double)scale / (double)(int)tokens);
   }
 
   void schedule() {
@@ -55,6 +62,7 @@ class CrossEntropyGrad : public Generator<CrossEntropyGrad> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
+  GeneratorParam<double> scale{"scale", 1.0};
 
   Input<Buffer<float, 2>> logits{"logits"};
   Input<Buffer<int32_t, 1>> targets{"targets"};
@@ -69,7 +77,9 @@ public:
     target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
                         "target out of range:", targets(t));
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
-    dlogits(v, t) = (exp(logits(v, t) - lse(t)) - onehot) * dloss() / (float)(int)tokens;
+    Expr diff = exp(logits(v, t) - lse(t)) - onehot;
+    dlogits(v, t) = scale == 1.0 ? diff * dloss() / (float)(int)tokens
+                                 : diff * (dloss() * (float)((double)scale / (double)(int)tokens));
   }
 
   void schedule() {

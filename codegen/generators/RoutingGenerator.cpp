@@ -12,6 +12,8 @@
 
 #include "Shapes.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 using namespace Halide;
@@ -34,7 +36,63 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
   GeneratorParam<float> routed_scaling{"routed_scaling", 1.0f};                                    \
   GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                                      \
   GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                                          \
-  GeneratorParam<int> groups{"groups", 1};
+  GeneratorParam<int> groups{"groups", 1};                                                         \
+  /* Unequal groups: tokens per group, comma-separated ("" = equal). */                            \
+  GeneratorParam<std::string> group_sizes{"group_sizes", ""};
+
+/// The routing groups of `tokens` tokens: `count` equal consecutive groups,
+/// or the unequal sizes of a "s0,s1,..." list (tokens each).
+struct Groups {
+  std::vector<int> start, size;
+  bool unequal = false;
+
+  Groups(int tokens, int count, const std::string &sizes) {
+    if (sizes.empty()) {
+      for (int g = 0; g < count; ++g)
+        start.push_back(g * (tokens / count)), size.push_back(tokens / count);
+      return;
+    }
+    unequal = true;
+    int at = 0;
+    for (size_t pos = 0; pos <= sizes.size();) {
+      size_t comma = std::min(sizes.find(',', pos), sizes.size());
+      int n = std::stoi(sizes.substr(pos, comma - pos));
+      start.push_back(at), size.push_back(n);
+      at += n;
+      pos = comma + 1;
+    }
+    if (at != tokens || static_cast<int>(size.size()) != count) {
+      std::fprintf(stderr, "group_sizes %s do not make %d groups of %d tokens\n", sizes.c_str(),
+                   count, tokens);
+      std::exit(1);
+    }
+  }
+  /// The group of token `t`.
+  Expr of(Expr t) const {
+    if (!unequal)
+      return t / size[0];
+    Expr g = 0;
+    for (size_t i = 1; i < start.size(); ++i)
+      g += select(t >= start[i], 1, 0);
+    return g;
+  }
+  /// Whether token `t` starts a group.
+  Expr starts(Expr t) const {
+    if (!unequal)
+      return t % size[0] == 0;
+    Expr any = t == 0;
+    for (size_t i = 1; i < start.size(); ++i)
+      any = any || t == start[i];
+    return any;
+  }
+  /// Tokens of group `g` (an Expr over the groups).
+  Expr sizeOf(Expr g) const {
+    Expr n = size[0];
+    for (size_t i = 1; i < size.size(); ++i)
+      n = select(g == static_cast<int>(i), size[i], n);
+    return n;
+  }
+};
 
 /// What the forward and the backward both recompute (route()). A
 /// default-constructed Routing is a placeholder, a generator's member until
@@ -46,7 +104,7 @@ struct Routing {
 };
 
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int k, Scoring scoring,
-              bool hasBias, int groups) {
+              bool hasBias, const Groups &groups) {
   Routing r{Func("logits"),       Func("logit_acc"),
             Func("lse"),          Func("score"),
             Func("balance"),      Func("score_sum"),
@@ -90,10 +148,9 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int
   for (int c = 1; c < k; ++c)
     which = select(j == c, r.chosen[c](t), which);
   chosenAt(j, t) = which;
-  int perGroup = tokens / groups;
   r.groupCounts(e, g) = 0;
-  r.groupCounts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1), rt.y / perGroup) += 1;
-  RDom rg(0, groups);
+  r.groupCounts(clamp(chosenAt(rt.x, rt.y), 0, experts - 1), groups.of(rt.y)) += 1;
+  RDom rg(0, static_cast<int>(groups.size.size()));
   r.counts(e) = sum(r.groupCounts(e, rg));
   r.chosen.push_back(chosenAt); // the last entry: all choices as (j, t)
   return r;
@@ -135,8 +192,9 @@ public:
 
   void generate() {
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
-    int Tg = T / G; // tokens per routing group
-    r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
+    int Tg = T / G; // tokens per routing group (equal groups)
+    Groups groupsOf(T, G, group_sizes);
+    r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf);
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
@@ -148,18 +206,32 @@ public:
     // flat index i = t * k + j routed to e.
     RDom ri(0, T * k);
     before(e, i) = 0;
-    before(e, ri + 1) = select((ri + 1) % (Tg * k) == 0, 0,
+    Expr next = ri + 1; // a flat index: restart at each group's first token
+    before(e, ri + 1) = select(next % k == 0 && groupsOf.starts(next / k), 0,
                                before(e, ri) + select(chosenAt(ri % k, ri / k) == e, 1, 0));
     Expr ex = clamp(chosenAt(j, t), 0, E - 1);
     Expr c = before(ex, t * k + j);
-    slots(j, t) = select(c < C, ex * (G * C) + (t / Tg) * C + c, -1);
-    // Losses: the balancing loss is the mean over groups.
+    slots(j, t) = select(c < C, ex * (G * C) + groupsOf.of(t) * C + c, -1);
+    // Losses: the balancing loss is the mean over groups (weighted by their
+    // token shares when unequal).
     Var g;
     RDom re(0, E), rt(0, T), rgt(0, Tg), reg(0, E, 0, G);
-    meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
-    Expr balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
-                           meanBalance(reg.x, reg.y)) /
-                       (float)G;
+    Expr balanceLoss;
+    if (groupsOf.unequal) {
+      balanceSum(e, g) = 0.0f;
+      balanceSum(e, groupsOf.of(rt)) += r.balance(e, rt);
+      Expr tg = cast<float>(groupsOf.sizeOf(reg.y));
+      // f_e P_e of each group, times its share tg / T.
+      balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (tg * (float)k) *
+                        (balanceSum(reg.x, reg.y) / tg) * (tg / (float)T));
+      meanBalance(e, g) = balanceSum(e, g); // unused
+    } else {
+      balanceSum(e, g) = 0.0f; // unused
+      meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
+      balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
+                        meanBalance(reg.x, reg.y)) /
+                    (float)G;
+    }
     parts(i) = select(i == 0, (float)E * balanceLoss, sum(r.lse(rt) * r.lse(rt)) / (float)T);
     loss_parts(i) = parts(i);
     aux() = (float)aux_loss_coef * parts(0) + (float)z_loss_coef * parts(1);
@@ -177,12 +249,14 @@ public:
     scheduleRouting(r, num_experts, natural_vector_size<float>());
     before.compute_root();
     meanBalance.compute_root();
+    balanceSum.compute_root();
     parts.compute_root().bound(parts.args()[0], 0, 2);
   }
 
 private:
   Routing r;
-  Func before{"before"}, meanBalance{"mean_balance"}, parts{"loss_parts_value"};
+  Func before{"before"}, meanBalance{"mean_balance"}, balanceSum{"balance_sum"},
+      parts{"loss_parts_value"};
 };
 
 class RouterGrad : public Generator<RouterGrad> {
@@ -199,7 +273,8 @@ public:
 
   void generate() {
     int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
-    r = route(x, w, bias, T, width, E, k, scoring, has_bias, G);
+    Groups groupsOf(T, G, group_sizes);
+    r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf);
     Var e, t, d;
     float scaling = routed_scaling;
     // Through the selected gates.
@@ -217,9 +292,16 @@ public:
     // routing group.
     Func gp("gp");
     Var g;
-    gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
-                (float)(Tg * k) / (float)Tg / (float)G;
-    gp(e, t) = gpg(e, t / Tg);
+    if (groupsOf.unequal) {
+      // Group g's loss weighs tg / T: its d/dP_e is f_e / tg * tg / T.
+      Expr tg = cast<float>(groupsOf.sizeOf(g));
+      gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
+                  (tg * (float)k) / (float)T;
+    } else {
+      gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
+                  (float)(Tg * k) / (float)Tg / (float)G;
+    }
+    gp(e, t) = gpg(e, groupsOf.of(t));
     RDom re(0, E);
     if (scoring == Scoring::Softmax) {
       ds(e, t) = gatePart + gp(e, t);

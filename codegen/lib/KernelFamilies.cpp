@@ -81,7 +81,10 @@ int64_t embeddingGradScratch(const GeneratorParams &v) {
 }
 Params crossEntropyParams(const KernelSpec &s, Gemm) {
   int64_t v = s.in(0).back();
-  return {param("tokens", KernelSpec::numel(s.in(0)) / v), param("vocab", v)};
+  Params p = {param("tokens", KernelSpec::numel(s.in(0)) / v), param("vocab", v)};
+  if (double scale = s.number("scale", 1.0); scale != 1.0) // a replica's share weighs its mean
+    p.push_back(param("scale", scale));
+  return p;
 }
 
 int64_t crossEntropyScratch(const GeneratorParams &v) {
@@ -277,6 +280,12 @@ Params routingParams(const KernelSpec &s, Gemm) {
               param("groups", static_cast<int64_t>(s.number("groups", 1)))};
   if (isGate)
     p.push_back(param("capacity", static_cast<int64_t>(s.number("capacity", 1))));
+  if (auto sizes = s.config.getAs<DenseI64ArrayAttr>("group_sizes")) { // unequal groups
+    std::string list;
+    for (int64_t n : sizes.asArrayRef())
+      list += (list.empty() ? "" : ",") + std::to_string(n);
+    p.push_back("group_sizes=" + list);
+  }
   return p;
 }
 Args fusedGateArgs(const KernelSpec &, unsigned n, unsigned r) {

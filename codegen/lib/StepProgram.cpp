@@ -76,8 +76,8 @@ int axesMask(ArrayAttr axes) {
 
 class Emitter {
 public:
-  Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &os)
-      : module(module), calls(calls), os(os) {}
+  Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &os, const StepProgramNames &names)
+      : module(module), calls(calls), os(os), names(names) {}
 
   LogicalResult run();
 
@@ -110,6 +110,7 @@ private:
   ModuleOp module;
   const KernelCalls &calls;
   raw_ostream &os;
+  const StepProgramNames &names;
   llvm::DenseMap<Value, std::string> storage;
   llvm::StringMap<unsigned> paramIndex;
   llvm::DenseMap<Attribute, unsigned> rowTables;
@@ -740,7 +741,28 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     os << ", \"" << name << "\"";
   }
   os << "};\n";
-  os << "extern \"C\" const moert_program moec_program = {\n"
+  // Unequal token shares: each data replica's batch and program.
+  auto shares = module->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kTokenSharesAttrName);
+  bool replicaTables = shares && !names.replicaPrograms.empty();
+  if (replicaTables) {
+    if (names.replicaPrograms.size() != shares.size())
+      return module.emitError("moec: ") << names.replicaPrograms.size() << " replica programs for "
+                                        << shares.size() << " shares";
+    os << "static const int64_t kReplicaBatches[] = {";
+    llvm::interleaveComma(shares.asArrayRef(), os);
+    os << "};\n";
+    std::vector<std::string> declared;
+    for (const std::string &symbol : names.replicaPrograms)
+      if (!llvm::is_contained(declared, symbol)) {
+        declared.push_back(symbol);
+        os << "extern \"C\" const moert_program " << symbol << ";\n";
+      }
+    os << "static const moert_program *const kReplicaPrograms[] = {";
+    llvm::interleaveComma(names.replicaPrograms, os,
+                          [&](const std::string &symbol) { os << "&" << symbol; });
+    os << "};\n";
+  }
+  os << "extern \"C\" const moert_program " << names.symbol << " = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
      << "    .params = kParams,\n"
@@ -769,6 +791,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .layer_replicas = kLayerReplicas + 1,\n"
      << "    .layer_names = kLayerNames + 1,\n"
      << "    .async_buckets = " << asyncBuckets << ",\n"
+     << "    .replica_batches = " << (replicaTables ? "kReplicaBatches" : "nullptr") << ",\n"
+     << "    .replica_programs = " << (replicaTables ? "kReplicaPrograms" : "nullptr") << ",\n"
      << "};\n";
   return success();
 }
@@ -931,6 +955,6 @@ int64_t KernelCalls::scratchBytes() const {
 }
 
 LogicalResult moec::codegen::emitStepProgram(ModuleOp module, const KernelCalls &calls,
-                                             raw_ostream &os) {
-  return Emitter(module, calls, os).run();
+                                             raw_ostream &os, const StepProgramNames &names) {
+  return Emitter(module, calls, os, names).run();
 }

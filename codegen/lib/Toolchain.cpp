@@ -156,18 +156,14 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                         "moe-halide-gen failed to emit the Halide runtime", "the Halide runtime");
 }
 
-Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir, const KernelCalls &calls,
-                                 StringRef output, bool mpi, const ToolchainOptions &options) {
+Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef dir,
+                                 const KernelCalls &calls, StringRef output, bool mpi,
+                                 const ToolchainOptions &options) {
   std::string cxx = MOEC_CXX;
-  std::vector<std::string> args = {cxx,
-                                   "-O2",
-                                   "-std=c++20",
-                                   stepProgram.str(),
-                                   "-I" + dir.str(),
-                                   "-I" MOEC_RUNTIME_INCLUDE,
-                                   "-I" MOEC_HALIDE_INCLUDE,
-                                   "-o",
-                                   output.str()};
+  std::vector<std::string> args = {cxx, "-O2", "-std=c++20"};
+  args.insert(args.end(), stepPrograms.begin(), stepPrograms.end());
+  args.insert(args.end(), {"-I" + dir.str(), "-I" MOEC_RUNTIME_INCLUDE, "-I" MOEC_HALIDE_INCLUDE,
+                           "-o", output.str()});
   for (const auto &[name, call] : calls.all())
     if (!call.generator.empty())
       args.push_back((dir + "/" + name + ".a").str());
@@ -196,6 +192,7 @@ Error moec::codegen::linkTrainer(StringRef stepProgram, StringRef dir, const Ker
   if (!cxxPath)
     return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
   if (options.verbose)
-    errs() << "moec: compiling " << stepProgram << "\n";
-  return run(*cxxPath, args, "compiling the step program failed (" + stepProgram + ")");
+    errs() << "moec: compiling " << llvm::join(stepPrograms, " ") << "\n";
+  return run(*cxxPath, args,
+             "compiling the step program failed (" + llvm::join(stepPrograms, " ") + ")");
 }

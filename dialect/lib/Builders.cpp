@@ -34,7 +34,8 @@ void LinearOp::build(OpBuilder &builder, OperationState &state, Value x, Value w
 }
 
 void CrossEntropyOp::build(OpBuilder &builder, OperationState &state, Value logits, Value targets) {
-  build(builder, state, RankedTensorType::get({}, builder.getF32Type()), logits, targets);
+  build(builder, state, RankedTensorType::get({}, builder.getF32Type()), logits, targets,
+        builder.getF64FloatAttr(1.0));
 }
 
 void RouterOp::build(OpBuilder &builder, OperationState &state, Scoring scoring, Value x,

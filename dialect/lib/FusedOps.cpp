@@ -16,7 +16,7 @@ LogicalResult FusedGateOp::verify() {
     return failure();
   if (int64_t capacity = getCapacityAttr().getInt(); capacity < 1)
     return emitOpError() << "capacity must be >= 1, got " << capacity;
-  if (failed(checkRoutingGroups(*this, getGroups(), getX())))
+  if (failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())))
     return failure();
   return failure(failed(checkShape(*this, "slots", getSlots(), choices)) ||
                  failed(checkShape(*this, "counts", getCounts(), {experts})));
@@ -74,10 +74,10 @@ LogicalResult FusedGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
       resultGrads[4]
           ? resultGrads[4]
           : FillOp::create(b, getLoc(), getAuxLoss().getType(), b.getF64FloatAttr(0.0)).getResult();
-  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
-                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
-                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
-                                   getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr());
+  auto grad = RouterGradOp::create(
+      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(), getX(), getWeight(),
+      dgates, daux, getBias(), getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+      getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr(), getGroupSizesAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value());

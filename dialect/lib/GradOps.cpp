@@ -77,7 +77,7 @@ LogicalResult RouterGradOp::verify() {
     return emitOpError("x must have rank >= 1");
   SmallVector<int64_t> choices(x.drop_back());
   choices.push_back(getTopK());
-  return failure(failed(checkRoutingGroups(*this, getGroups(), getX())) ||
+  return failure(failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())) ||
                  failed(checkShape(*this, "dgates", getDgates(), choices)) ||
                  failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
                  failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));

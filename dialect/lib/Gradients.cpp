@@ -94,7 +94,8 @@ LogicalResult RouterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
                                    getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
                                    getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
-                                   getZLossCoefAttr(), getRoutedScalingAttr());
+                                   getZLossCoefAttr(), getRoutedScalingAttr(), /*groups=*/nullptr,
+                                   /*group_sizes=*/nullptr);
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value()); // the selection bias has no gradient
@@ -118,8 +119,8 @@ LogicalResult CombineOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
 
 LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                             SmallVectorImpl<Value> &operandGrads) {
-  Value dlogits =
-      CrossEntropyGradOp::create(b, getLoc(), getLogits(), getTargets(), resultGrads[0]);
+  Value dlogits = CrossEntropyGradOp::create(b, getLoc(), getLogits(), getTargets(), resultGrads[0],
+                                             getScale().convertToDouble());
   operandGrads.assign({dlogits, Value()});
   return success();
 }

@@ -147,6 +147,24 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                              << local << " rows";
     return success();
   }
+  if (name == kTokenSharesAttrName) {
+    auto shares = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !shares || shares.empty() ||
+        llvm::any_of(shares.asArrayRef(), [](int64_t n) { return n < 1; }))
+      return op->emitError() << "'" << name
+                             << "' must be a non-empty array<i64> of positive sequence "
+                                "counts on a builtin.module";
+    return success();
+  }
+  if (name == kReplicaAttrName) {
+    auto replica = dyn_cast<IntegerAttr>(attr.getValue());
+    auto shares = op->getAttrOfType<DenseI64ArrayAttr>(kTokenSharesAttrName);
+    if (!isa<ModuleOp>(op) || !replica || !shares || replica.getValue().isNegative() ||
+        replica.getInt() >= static_cast<int64_t>(shares.size()))
+      return op->emitError() << "'" << name
+                             << "' must be an index into the module's 'moe.token_shares'";
+    return success();
+  }
   if (name == kBucketAttrName) {
     auto bucket = dyn_cast<IntegerAttr>(attr.getValue());
     if (!isa<AllReduceOp, ReduceScatterOp>(op) || !bucket || bucket.getValue().isNegative())

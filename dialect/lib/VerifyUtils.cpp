@@ -104,11 +104,31 @@ LogicalResult checks::verifyGroup(Operation *op, ArrayAttr axes, int64_t &groupS
   return success();
 }
 
-LogicalResult checks::checkRoutingGroups(Operation *op, int64_t groups, Value x) {
+LogicalResult checks::checkRoutingGroups(Operation *op, int64_t groups,
+                                         DenseI64ArrayAttr groupSizes, Value x) {
   if (groups < 1)
     return op->emitOpError() << "groups must be >= 1, got " << groups;
   ArrayRef<int64_t> shape = tensorType(x).getShape();
   int64_t lead = shape.size() > 1 ? shape.front() : 1;
+  if (groupSizes) {
+    // Unequal groups of whole sequences, in tokens.
+    int64_t tokens = tensorType(x).getNumElements() / std::max<int64_t>(shape.back(), 1);
+    int64_t sequence = tokens / std::max<int64_t>(lead, 1), sum = 0;
+    if (static_cast<int64_t>(groupSizes.size()) != groups)
+      return op->emitOpError() << "group_sizes has " << groupSizes.size()
+                               << " entries for groups = " << groups;
+    for (int64_t size : groupSizes.asArrayRef()) {
+      if (size < 1 || size % sequence != 0)
+        return op->emitOpError() << "group_sizes entry " << size
+                                 << " is not a positive number of whole sequences of " << sequence
+                                 << " tokens";
+      sum += size;
+    }
+    if (sum != tokens)
+      return op->emitOpError() << "group_sizes sum to " << sum << " tokens, not the " << tokens
+                               << " tokens of x";
+    return success();
+  }
   if (groups > 1 && lead % groups != 0)
     return op->emitOpError() << "groups (" << groups << ") must divide the batch dimension ("
                              << lead << "): a group is whole sequences";

@@ -49,7 +49,8 @@ LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias, in
 
 /// Checks routing `groups`: >= 1 and dividing x's leading (batch) dimension
 /// (groups are whole sequences).
-LogicalResult checkRoutingGroups(Operation *op, int64_t groups, Value x);
+LogicalResult checkRoutingGroups(Operation *op, int64_t groups, DenseI64ArrayAttr groupSizes,
+                                 Value x);
 
 /// Checks a collective's axes against the module grid and returns the group
 /// size through `groupSize`.

@@ -40,18 +40,28 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
     if (!why.empty())
       return why;
   }
-  if (grid.getDevices())
-    return "it gives the device kinds of a mixed cluster unequal shares of tokens and "
-           "experts; the runtime executes equal shares only";
+  // Unequal shares (moe.token_shares) are whole sequences already.
+  bool shares = module->hasAttr(MoEDialect::kTokenSharesAttrName);
   for (auto fn : module.getOps<func::FuncOp>()) {
+    if (shares)
+      break;
     auto tokens = fn.getNumArguments() ? dyn_cast<RankedTensorType>(fn.getArgument(0).getType())
                                        : RankedTensorType();
-    if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] % replicas)
+    if (tokens && tokens.getRank() == 2 && tokens.getShape()[0] < replicas)
+      return "the batch of " + std::to_string(tokens.getShape()[0]) +
+             " sequences cannot give each of its " + std::to_string(replicas) +
+             " data replicas (dp x ep) one";
+    if (tokens && tokens.getRank() == 2 && !grid.getDevices() && tokens.getShape()[0] % replicas)
       return "the batch of " + std::to_string(tokens.getShape()[0]) +
              " sequences does not split over its " + std::to_string(replicas) +
              " data replicas (dp x ep)";
     break;
   }
+  if (grid.getDevices())
+    return "it gives the device kinds of a mixed cluster unequal shares of tokens, which "
+           "run as whole sequences per replica only (moe-plan-sharding token-shares=true "
+           "writes them as moe.token_shares)";
+
   std::string why;
   module.walk([&](ExpertFFNOp ffn) {
     int64_t experts = cast<RankedTensorType>(ffn.getX().getType()).getShape()[0];

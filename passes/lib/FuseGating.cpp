@@ -60,7 +60,7 @@ LogicalResult fuse(RouterOp router) {
       router.getTopKAttr(), b.getI64IntegerAttr(capacity.value_or(tokens)),
       router.getRenormalizeAttr(), router.getCapacityFactorAttr(), router.getAuxLossCoefAttr(),
       router.getZLossCoefAttr(), router.getRoutedScalingAttr(), b.getI64IntegerAttr(1),
-      router.getBiasUpdateRateAttr());
+      router.getBiasUpdateRateAttr(), /*group_sizes=*/nullptr);
   for (DispatchOp d : dispatches) {
     b.setInsertionPoint(d);
     d.replaceAllUsesWith(

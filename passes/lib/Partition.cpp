@@ -31,8 +31,9 @@ RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
   return RankedTensorType::get(shape, tensor.getElementType());
 }
 
-/// Splits the batch of `fn` over `replicas`.
-LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
+/// Splits the batch of `fn` over `replicas`: each keeps `local` sequences
+/// (the batch / replicas for equal shares).
+LogicalResult splitBatch(func::FuncOp fn, int64_t replicas, int64_t local) {
   Block &body = fn.getBody().front();
   DenseSet<Value> batched;
   int64_t batch = -1;
@@ -45,11 +46,13 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
       return fn.emitError() << "moe-partition: the " << kind.getValue()
                             << " input needs a batch dimension";
     batch = type.getShape()[0];
-    if (batch % replicas != 0)
+    if (local < 0 && batch % replicas != 0)
       return fn.emitError() << "moe-partition: the batch (" << batch
                             << " sequences) does not split over " << replicas
                             << " data replicas (dp * ep)";
-    arg.setType(withDim(type, 0, batch / replicas));
+    if (local < 0)
+      local = batch / replicas;
+    arg.setType(withDim(type, 0, local));
     batched.insert(arg);
   }
   if (batch < 0)
@@ -63,6 +66,7 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
                                   << "split over " << replicas
                                   << " replicas (run moe-routing-groups first)";
       gate.setGroupsAttr(OpBuilder(gate).getI64IntegerAttr(gate.getGroups() / replicas));
+      gate.removeGroupSizesAttr(); // a replica routes its share as one group
     }
     if (auto permute = dyn_cast<PermuteOp>(op)) {
       auto type = cast<RankedTensorType>(permute.getType());
@@ -77,7 +81,7 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas) {
       auto type = dyn_cast<RankedTensorType>(result.getType());
       if (!type || type.getRank() < 2 || type.getShape()[0] != batch)
         continue;
-      result.setType(withDim(type, 0, batch / replicas));
+      result.setType(withDim(type, 0, local));
       batched.insert(result);
     }
   }
@@ -317,6 +321,23 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
   return success();
 }
 
+/// Weighs replica `fn`'s losses by its share of the batch, `weight` (its
+/// sequences x replicas / the batch's): the mean over replicas of the
+/// weighted losses, and so of their gradients, is the batch's token mean.
+void weighLosses(func::FuncOp fn, double weight) {
+  OpBuilder b(fn.getContext());
+  fn.walk([&](Operation *op) {
+    if (auto ce = dyn_cast<CrossEntropyOp>(op))
+      ce.setScaleAttr(b.getF64FloatAttr(ce.getScale().convertToDouble() * weight));
+    if (auto gate = dyn_cast<FusedGateOp>(op)) {
+      gate.setAuxLossCoefAttr(
+          b.getF32FloatAttr(static_cast<float>(gate.getAuxLossCoef().convertToDouble() * weight)));
+      gate.setZLossCoefAttr(
+          b.getF32FloatAttr(static_cast<float>(gate.getZLossCoef().convertToDouble() * weight)));
+    }
+  });
+}
+
 struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
   using PartitionPassBase::PartitionPassBase;
 
@@ -331,6 +352,29 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
     if (!grid || grid.getNumRanks() == 1)
       return;
     int64_t replicas = grid.getDp() * grid.getEp();
+    // Unequal shares: this module becomes replica `replica`'s step.
+    int64_t local = -1, batch = 0;
+    auto shares = module->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kTokenSharesAttrName);
+    if (shares) {
+      if (static_cast<int64_t>(shares.size()) != replicas) {
+        mlir::emitError(module.getLoc())
+            << "moe-partition: moe.token_shares has " << shares.size() << " entries for the "
+            << replicas << " data replicas (dp * ep) of the grid";
+        return signalPassFailure();
+      }
+      if (replica < 0 || replica >= replicas) {
+        mlir::emitError(module.getLoc())
+            << "moe-partition: with unequal moe.token_shares give the data replica to build, "
+               "replica=0.."
+            << replicas - 1 << " (got " << static_cast<int64_t>(replica) << ")";
+        return signalPassFailure();
+      }
+      for (int64_t n : shares.asArrayRef())
+        batch += n;
+      local = shares[replica];
+      module->setAttr(MoEDialect::kReplicaAttrName,
+                      OpBuilder(module.getContext()).getI64IntegerAttr(replica));
+    }
     llvm::MapVector<ParamOp, int64_t> sharded; // expert weights -> rows per rank
     llvm::MapVector<ParamOp, int64_t> tpDims;  // tensor-parallel weights -> split dimension
     for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
@@ -343,7 +387,9 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
           op.emitOpError("moe-partition runs before moe-autodiff");
           return signalPassFailure();
         }
-      if (failed(splitBatch(fn, replicas)) ||
+      if (shares)
+        weighLosses(fn, static_cast<double>(local * replicas) / static_cast<double>(batch));
+      if (failed(splitBatch(fn, replicas, local)) ||
           (grid.getEp() > 1 &&
            failed(shardExperts(module, fn, grid.getEp(), redundantExperts, sharded))) ||
           (grid.getTp() > 1 && failed(splitTensorParallel(module, fn, grid.getTp(), tpDims))))

@@ -21,6 +21,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     plan.tpDegree = options.tp;
     plan.pinExperts = options.pinExperts;
     plan.equalShares = options.equalShares;
+    plan.tokenShares = options.tokenShares;
     plan.redundantExperts = options.redundantExperts;
     // What moe-schedule will overlap: uncompressed gradients of a lowered step.
     plan.overlap = options.overlap && options.lower && options.compressGrad == "none";
@@ -42,6 +43,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     pm.addPass(createRoutingGroupsPass(groups));
     PartitionPassOptions partition;
     partition.redundantExperts = options.redundantExperts;
+    partition.replica = options.replica;
     pm.addPass(createPartitionPass(partition));
   }
   AutodiffPassOptions autodiff;

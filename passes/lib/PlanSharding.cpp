@@ -87,6 +87,39 @@ struct Grid {
   }
 };
 
+/// Sequences of the step's batch (its tokens input), 0 when unknown.
+int64_t batchSequences(ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn.getNumArguments())
+      if (auto tokens = dyn_cast<RankedTensorType>(fn.getArgument(0).getType());
+          tokens && tokens.getRank() == 2)
+        return tokens.getShape()[0];
+  return 0;
+}
+
+/// `shares` (fractions) as whole sequences of `batch`, at least one each
+/// (largest remainder); empty when the batch has fewer sequences than
+/// shares.
+SmallVector<int64_t> wholeShares(const std::vector<double> &shares, int64_t batch) {
+  int64_t n = static_cast<int64_t>(shares.size());
+  if (batch < n || n == 0)
+    return {};
+  SmallVector<int64_t> whole(n, 1);
+  int64_t left = batch - n;
+  std::vector<std::pair<double, int64_t>> remainders;
+  for (int64_t i = 0; i < n; ++i) {
+    double want = std::max(0.0, shares[i] * static_cast<double>(batch) - 1);
+    int64_t take = std::min(left, static_cast<int64_t>(want));
+    whole[i] += take;
+    left -= take;
+    remainders.push_back({want - static_cast<double>(take), i});
+  }
+  llvm::stable_sort(remainders, [](auto &x, auto &y) { return x.first > y.first; });
+  for (int64_t i = 0; left > 0; i = (i + 1) % n, --left)
+    ++whole[remainders[i].second];
+  return whole;
+}
+
 class Planner {
 public:
   Planner(const Cluster &cluster, const StepSummary &step, bool equalShares, int64_t redundant,
@@ -665,8 +698,17 @@ void PlanShardingPass::runOnOperation() {
 
   // The plan into the IR.
   Builder b(module.getContext());
-  // The device kinds mark a grid whose replicas take unequal token shares.
+  // The device kinds mark a grid whose replicas take unequal token shares;
+  // with token-shares, the shares in whole sequences do (moe.token_shares).
   bool mixed = cluster->kinds.size() > 1 && !equalShares;
+  module->removeAttr(MoEDialect::kTokenSharesAttrName);
+  if (mixed && tokenShares) {
+    SmallVector<int64_t> sequences = wholeShares(
+        planner.coordinateShares(Grid{best.dp, best.ep, best.tp}), batchSequences(module));
+    if (!sequences.empty() && !llvm::all_equal(sequences))
+      module->setAttr(MoEDialect::kTokenSharesAttrName, b.getDenseI64ArrayAttr(sequences));
+    mixed = sequences.empty();
+  }
   ArrayAttr devices;
   if (mixed) {
     SmallVector<Attribute> names;

@@ -46,6 +46,22 @@ int64_t moert::trainer::stateBytes(const moert_param_info &p) {
   return 4 * (param + (p.adamw ? 2 * zeroShard(p) : 0));
 }
 
+/// The program data replica `replica` runs: its own with unequal token
+/// shares, else the binary's.
+const moert_program &moert::trainer::programOf(int replica) {
+  if (moec_program.replica_programs && replica >= 0)
+    return *moec_program.replica_programs[replica];
+  return moec_program;
+}
+
+/// Sequences of the global batch before replica `replica`'s (`replicas`: all).
+int64_t moert::trainer::batchBefore(int replica) {
+  int64_t before = 0;
+  for (int r = 0; r < replica; ++r)
+    before += moec_program.replica_batches ? moec_program.replica_batches[r] : moec_program.batch;
+  return before;
+}
+
 namespace {
 
 /// The reference interpreter's initialisation, element for element: the
@@ -109,11 +125,12 @@ void drawProgress(long long done, long long total, float loss, double tps, doubl
 //===----------------------------------------------------------------------===//
 
 Trainer::Trainer(const Shared &sh, moert_comm *comm)
-    : sh(sh), o(sh.o), prog(moec_program), data(sh.data), comm(comm),
-      rank(comm ? moert_comm_rank(comm) : 0), ranks(comm ? moert_comm_size(comm) : 1),
-      tp(std::max(prog.grid_tp, 1)), ep(std::max(prog.grid_ep, 1)), replica(rank / tp),
-      replicas(ranks / tp), epIndex(replica % ep), lead(rank == 0),
-      globalBatch(prog.batch * replicas),
+    : sh(sh), o(sh.o),
+      prog(programOf(comm ? moert_comm_rank(comm) / std::max(moec_program.grid_tp, 1) : 0)),
+      data(sh.data), comm(comm), rank(comm ? moert_comm_rank(comm) : 0),
+      ranks(comm ? moert_comm_size(comm) : 1), tp(std::max(prog.grid_tp, 1)),
+      ep(std::max(prog.grid_ep, 1)), replica(rank / tp), replicas(ranks / tp),
+      epIndex(replica % ep), lead(rank == 0), globalBatch(batchBefore(replicas)),
       sampler(data, 0, sh.split, globalBatch, prog.seq_len, sh.seed),
       valSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 1) {
   initialiseParameters();
@@ -520,7 +537,8 @@ nlohmann::json Trainer::gradientGroupNorms(long long s) {
 /// Token-slots routed past an expert's capacity in step `s`; with several
 /// ranks, the load metrics cover the whole batch: every replica's counts
 /// (summed into expertCounts) and drops, and the router losses (averaged:
-/// each rank's are the means over its equal share of the routing groups).
+/// each rank's are the means over its share of the routing groups, weighted
+/// by that share).
 long long Trainer::gatherLoad(long long s) {
   long long dropped = 0;
   for (int32_t n : droppedSlots)
@@ -528,7 +546,9 @@ long long Trainer::gatherLoad(long long s) {
   if (ranks > 1) {
     std::vector<float> load(expertCounts.begin(), expertCounts.end());
     for (float l : routerLosses)
-      load.push_back(l / static_cast<float>(prog.grid_dp * prog.grid_ep));
+      load.push_back(moec_program.replica_batches
+                         ? l * static_cast<float>(static_cast<double>(prog.batch) / globalBatch)
+                         : l / static_cast<float>(prog.grid_dp * prog.grid_ep));
     load.push_back(static_cast<float>(dropped));
     if (moert_step_all_reduce(&ctx, load.data(), load.data(), static_cast<int64_t>(load.size()),
                               MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
@@ -609,9 +629,18 @@ void Trainer::writeRunLine() {
                   {"ranks", ranks},
                   {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}},
                   {"global_batch", globalBatch},
+                  {"token_shares", tokenShares()},
                   {"seq_len", prog.seq_len},
                   {"moe_layers", layers},
                   {"experts", experts}}}});
+}
+
+/// Sequences of the global batch per data replica.
+nlohmann::json Trainer::tokenShares() const {
+  nlohmann::json shares = nlohmann::json::array();
+  for (int r = 0; r < replicas; ++r)
+    shares.push_back(batchBefore(r + 1) - batchBefore(r));
+  return shares;
 }
 
 /// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE
@@ -713,9 +742,8 @@ void Trainer::commError(const std::string &what) const {
 }
 
 std::vector<int32_t> Trainer::mine(const std::vector<int32_t> &global) const {
-  int64_t rows = prog.batch * prog.seq_len;
-  return std::vector<int32_t>(global.begin() + replica * rows,
-                              global.begin() + (replica + 1) * rows);
+  int64_t rows = prog.batch * prog.seq_len, first = batchBefore(replica) * prog.seq_len;
+  return std::vector<int32_t>(global.begin() + first, global.begin() + first + rows);
 }
 
 const int32_t *Trainer::aligned(const std::vector<int32_t> &v, moert::AlignedInts &out) {

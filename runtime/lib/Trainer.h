@@ -71,6 +71,10 @@ int64_t numel(const moert_param_info &p);
 int64_t zeroShard(const moert_param_info &p);
 /// The parameter's and its moments' bytes on one rank.
 int64_t stateBytes(const moert_param_info &p);
+/// The program data replica `replica` runs (moert_program.replica_programs).
+const moert_program &programOf(int replica);
+/// Sequences of the global batch before data replica `replica`'s.
+int64_t batchBefore(int replica);
 
 class Trainer {
 public:
@@ -160,6 +164,7 @@ private:
                   long long dropped, std::chrono::steady_clock::time_point runStart);
   nlohmann::json expertTokens() const;
   nlohmann::json routerLoss(int part) const;
+  nlohmann::json tokenShares() const;
   void writeRunLine();
   // Emulation and tracing (TrainerTrace.cpp).
   void configureEmulation();

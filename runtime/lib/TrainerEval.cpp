@@ -17,10 +17,6 @@ using namespace moert::trainer;
 
 namespace {
 
-long long tokensPerStepFor(const moert_program &p) {
-  return static_cast<long long>(p.batch * p.seq_len);
-}
-
 /// The prompt as token ids: bytes of text, or comma-separated ids for
 /// token (.bin) data.
 std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data, int64_t vocab) {
@@ -86,7 +82,7 @@ double Trainer::evaluate(long long step) {
   if (bar)
     std::printf("\r\033[K");
   std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n", step, mean,
-              (long long)o.evalBatches, tokensPerStepFor(prog) * replicas);
+              (long long)o.evalBatches, (long long)(globalBatch * prog.seq_len));
   if (metrics)
     writeMetrics({{"step", step}, {"val_loss", mean}});
   return mean;

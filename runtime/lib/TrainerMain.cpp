@@ -154,11 +154,15 @@ int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
     moert_mpi_finalize(comm);
     return rc;
   }
+  std::string shares; // unequal token shares: sequences per data replica
+  for (int r = 0; prog.replica_batches && r < prog.grid_dp * prog.grid_ep; ++r)
+    shares += (r ? " + " : ", token shares ") + std::to_string(prog.replica_batches[r]);
   if (prog.grid_tp > 1)
-    std::printf("ranks: %d threads (dp %d x ep %d x tp %d)\n", ranks, prog.grid_dp, prog.grid_ep,
-                prog.grid_tp);
+    std::printf("ranks: %d threads (dp %d x ep %d x tp %d)%s\n", ranks, prog.grid_dp, prog.grid_ep,
+                prog.grid_tp, shares.c_str());
   else
-    std::printf("ranks: %d threads (dp %d x ep %d)\n", ranks, prog.grid_dp, prog.grid_ep);
+    std::printf("ranks: %d threads (dp %d x ep %d)%s\n", ranks, prog.grid_dp, prog.grid_ep,
+                shares.c_str());
   int rc = moert_run_threads(
       ranks, shared.o.timeout,
       [](moert_comm *comm, void *user) { return trainRank(*static_cast<Shared *>(user), comm); },

@@ -41,6 +41,15 @@ void Trainer::configureEmulation() {
   if (tp > 1 && o.rebalanceEvery > 0)
     die("--rebalance-every with tensor parallelism (moec --tp) is not supported yet: the "
         "migration moves whole expert rows");
+  // Unequal token shares weigh each replica's gradient by its share: the
+  // replica-local and delayed forms take a rank's own gradient for the
+  // replicas' mean.
+  if (moec_program.replica_batches && o.localSteps > 0)
+    die("--local-steps with unequal token shares (moec --token-shares or a mixed cluster) is "
+        "not supported yet: the outer step would average the replicas' deltas equally");
+  if (moec_program.replica_batches && o.staleness > 0)
+    die("--staleness with unequal token shares (moec --token-shares or a mixed cluster) is not "
+        "supported yet: the correction takes a rank's own weighted gradient for the mean");
   if (zero && o.staleness > 0)
     die("--staleness with a ZeRO binary (moec --zero) is not supported: the reduce-scatters "
         "are not delayed");

@@ -99,3 +99,21 @@
 // RUN: sed 's/moe.expert_ffn swiglu %buf, %u, %d gate %gt :/moe.expert_ffn swiglu %buf, %u, %d gate %gt {placement = #moe.placement<[[0, 1], [1, 2, 3]]>} :/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition | FileCheck %s --check-prefix=REPLICA
 // REPLICA: moe.param @up : tensor<3x4x5xf32> {{.*}}moe.shard_rows = array<i64: 0, 1, -1, 1, 2, 3>}
 // REPLICA: moe.place_slots {{.*}}order = array<i64: 0, 1, -1, 1, 2, 3>}
+
+// Unequal token shares (3 and 1 sequences on ep = 2): replica 1's step takes
+// its one sequence, routes it as one group at the common capacity (5, from
+// the largest share), sends the same [4, 5, 4] buffer as replica 0's, and
+// weighs its losses by 1 x 2 / 4 (the mean over the replicas is then the
+// batch's mean).
+// RUN: sed 's/module attributes {/module attributes {moe.token_shares = array<i64: 3, 1>, /' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition=replica=1 | FileCheck %s --check-prefix=SHARE1
+// SHARE1: module attributes {{{.*}}moe.replica = 1 : i64, moe.token_shares = array<i64: 3, 1>}
+// SHARE1: func.func @step(%arg0: tensor<1x3xi32> {moe.input = "tokens"}
+// SHARE1: moe.fused_gate softmax {{.*}} top_k 2 capacity 5 {aux_loss_coef = 5.000000e-03 : f32, capacity_factor = 1.000000e+00 : f32, renormalize = true} : (tensor<1x3x4xf32>
+// SHARE1: moe.all_to_all {{.*}} : (tensor<4x5x4xf32>, tensor<4xi32>) -> (tensor<2x10x4xf32>, tensor<4xi32>)
+// SHARE1: moe.cross_entropy {{.*}} {scale = 5.000000e-01 : f64} : tensor<1x3x8xf32>, tensor<1x3xi32> -> tensor<f32>
+// RUN: sed 's/module attributes {/module attributes {moe.token_shares = array<i64: 3, 1>, /' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition=replica=0 | FileCheck %s --check-prefix=SHARE0
+// SHARE0: func.func @step(%arg0: tensor<3x3xi32> {moe.input = "tokens"}
+// SHARE0: moe.all_to_all {{.*}} : (tensor<4x5x4xf32>, tensor<4xi32>) -> (tensor<2x10x4xf32>, tensor<4xi32>)
+// SHARE0: moe.cross_entropy {{.*}} {scale = 1.500000e+00 : f64}
+// RUN: sed 's/module attributes {/module attributes {moe.token_shares = array<i64: 3, 1>, /' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=NOREPLICA
+// NOREPLICA: error: moe-partition: with unequal moe.token_shares give the data replica to build, replica=0..1 (got -1)

@@ -8,6 +8,8 @@
 // kernel: router_grad_softmax_k router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
 // kernel: router_grad_sigmoid_k router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=sigmoid has_bias=true routed_scaling=2.5 aux_loss_coef=0.1
 // kernel: fused_gate_wide_k fused_gate tokens=130 width=20 num_experts=12 top_k=2 capacity=30 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
+// kernel: fused_gate_groups_k fused_gate tokens=10 width=8 num_experts=4 top_k=2 capacity=3 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 groups=2 group_sizes=6,4
+// kernel: router_grad_groups_k router_grad tokens=10 width=8 num_experts=4 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 groups=2 group_sizes=6,4
 // kernel: router_grad_wide_k router_grad tokens=130 width=20 num_experts=12 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
 
 #include "KernelTestUtil.h"
@@ -117,6 +119,16 @@ TEST(HalideKernelTest, RoutingVectorisedWithTails) {
   // and a tail).
   checkRouting(fused_gate_wide_k, router_grad_wide_k, "softmax", false, 30, "renormalize = true, ",
                0.1f, 0.01f, 130, 20, 12);
+}
+
+TEST(HalideKernelTest, UnequalRoutingGroups) {
+  ScratchWithin scratch({"fused_gate_groups_k", "router_grad_groups_k"});
+  // Groups of 6 and 4 tokens at a common capacity of 3 (a mixed cluster's
+  // unequal token shares): drops restart per group, the balancing loss
+  // weighs each group by its share.
+  checkRouting(fused_gate_groups_k, router_grad_groups_k, "softmax", false, 3,
+               "renormalize = true, groups = 2 : i64, group_sizes = array<i64: 6, 4>, ", 0.1f,
+               0.01f, 10, 8, 4);
 }
 
 } // namespace

@@ -318,6 +318,20 @@ bool Runner::run(func::FuncOp fn, const std::vector<Tensor> &args, std::vector<T
   return true;
 }
 
+/// The first token of each routing group, and the token count at the end:
+/// `groups` equal groups, or the unequal `sizes` (tokens each).
+static std::vector<int64_t> groupStarts(int64_t groups, DenseI64ArrayAttr sizes, int64_t t) {
+  std::vector<int64_t> starts = {0};
+  for (int64_t g = 0; g < groups; ++g)
+    starts.push_back(starts.back() + (sizes ? sizes[g] : t / groups));
+  return starts;
+}
+
+/// The group of token `i`.
+static int64_t groupOf(const std::vector<int64_t> &starts, int64_t i) {
+  return std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
+}
+
 /// Scores, top-k, gates and the balancing + z losses of a router or fused
 /// gate: sets its gates, experts and aux-loss results.
 template <typename OpT> void Runner::routeTokens(OpT o) {
@@ -326,18 +340,20 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   int64_t d = w.shape[0], e = w.shape[1], k = o.getTopK(), t = rows(x);
   Tensor gates = Tensor::zeros(shapeOf(o.getGates()));
   Tensor experts = Tensor::ids(shapeOf(o.getExperts()), std::vector<int32_t>(t * k));
-  // Routing groups: the balancing loss is the mean of the groups' losses.
+  // Routing groups: the balancing loss is the mean of the groups' losses
+  // (weighted by their token shares: equal for equal groups).
   int64_t groups = 1;
+  DenseI64ArrayAttr sizes;
   if constexpr (std::is_same_v<OpT, FusedGateOp>)
-    groups = o.getGroups();
-  int64_t tg = t / groups;
+    groups = o.getGroups(), sizes = o.getGroupSizesAttr();
+  std::vector<int64_t> starts = groupStarts(groups, sizes, t);
   Vec frac(groups * e, 0.0), meanP(groups * e, 0.0);
   double z = 0;
   for (int64_t i = 0; i < t; ++i) {
     Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(),
                       o.getRoutedScaling().convertToFloat());
     Vec p = balanceProbs(r, o.getScoring());
-    int64_t g = i / tg;
+    int64_t g = groupOf(starts, i), tg = starts[g + 1] - starts[g];
     for (int64_t j = 0; j < k; ++j) {
       gates.data[i * k + j] = r.gates[j];
       experts.ints[i * k + j] = static_cast<int32_t>(r.sel[j]);
@@ -350,7 +366,7 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   }
   double aux = 0;
   for (int64_t c = 0; c < groups * e; ++c)
-    aux += frac[c] * meanP[c] / groups;
+    aux += frac[c] * meanP[c] * (starts[c / e + 1] - starts[c / e]) / t;
   Tensor loss = Tensor::zeros({});
   loss.data[0] =
       o.getAuxLossCoef().convertToFloat() * e * aux + o.getZLossCoef().convertToFloat() * z;
@@ -612,13 +628,15 @@ bool Runner::step(Operation *op) {
         double coef = o.getAuxLossCoef().convertToFloat();
         double zcoef = o.getZLossCoef().convertToFloat();
         std::vector<Routing> routes;
-        int64_t groups = o.getGroups(), tg = t / groups;
+        int64_t groups = o.getGroups();
+        std::vector<int64_t> starts = groupStarts(groups, o.getGroupSizesAttr(), t);
         Vec frac(groups * e, 0.0);
         for (int64_t i = 0; i < t; ++i) {
           routes.push_back(
               route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(), scaling));
+          int64_t g = groupOf(starts, i), tg = starts[g + 1] - starts[g];
           for (int64_t j : routes.back().sel)
-            frac[i / tg * e + j] += 1.0 / (tg * k);
+            frac[g * e + j] += 1.0 / (tg * k);
         }
         Tensor dx = Tensor::zeros(x.shape), dw = Tensor::zeros(w.shape);
         Vec dlogits(t * e, 0.0);
@@ -639,7 +657,7 @@ bool Runner::step(Operation *op) {
           // Through the balancing loss (f_e constant).
           Vec gp(e);
           for (int64_t c = 0; c < e; ++c)
-            gp[c] = daux * coef * e * frac[i / tg * e + c] / tg / groups;
+            gp[c] = daux * coef * e * frac[groupOf(starts, i) * e + c] / t;
           if (o.getScoring() == Scoring::softmax) {
             for (int64_t c = 0; c < e; ++c)
               ds[c] += gp[c];
@@ -751,13 +769,13 @@ bool Runner::step(Operation *op) {
           loss += (logSumExp(row) - row[target]) / t;
         }
         Tensor res = Tensor::zeros({});
-        res.data[0] = loss;
+        res.data[0] = loss * o.getScale().convertToDouble();
         out(o.getResult(), res);
         return true;
       })
       .Case([&](CrossEntropyGradOp o) {
         Tensor &logits = in(o.getLogits()), &targets = in(o.getTargets());
-        double dloss = in(o.getDloss()).data[0];
+        double dloss = in(o.getDloss()).data[0] * o.getScale().convertToDouble();
         int64_t v = logits.shape.back(), t = rows(logits);
         Tensor dl = Tensor::zeros(logits.shape);
         for (int64_t i = 0; i < t; ++i) {
@@ -777,20 +795,21 @@ bool Runner::step(Operation *op) {
         // Each group assigns its own `cap` slots per expert; group g's
         // slots of expert e start at e * (G * cap) + g * cap.
         int64_t cap = o.getCapacity(), groups = o.getGroups();
-        int64_t per = t * k / groups;
+        std::vector<int64_t> starts = groupStarts(groups, o.getGroupSizesAttr(), t);
         Tensor slots = Tensor::ids(shapeOf(o.getSlots()), std::vector<int32_t>(t * k));
         Tensor counts = Tensor::ids({e}, std::vector<int32_t>(e, 0));
         for (int64_t g = 0; g < groups; ++g) {
+          int64_t first = starts[g] * k, per = (starts[g + 1] - starts[g]) * k;
           Tensor part =
-              Tensor::ids({per}, std::vector<int32_t>(experts.ints.begin() + g * per,
-                                                      experts.ints.begin() + (g + 1) * per));
+              Tensor::ids({per}, std::vector<int32_t>(experts.ints.begin() + first,
+                                                      experts.ints.begin() + first + per));
           std::vector<int64_t> assigned = assignSlots(part, e, cap, error);
           if (assigned.empty() && per > 0)
             return fail(op, error);
           for (int64_t i = 0; i < per; ++i) {
             int32_t ex = part.ints[i];
             counts.ints[ex] += 1;
-            slots.ints[g * per + i] =
+            slots.ints[first + i] =
                 assigned[i] < 0 ? -1
                                 : static_cast<int32_t>(ex * groups * cap + g * cap + assigned[i]);
           }

@@ -181,6 +181,12 @@ static cl::opt<unsigned>
                   cl::desc("Route tokens in G groups of whole sequences (default: --ranks); "
                            "a one-rank binary with G groups trains exactly as G ranks"),
                   cl::init(0), cl::cat(category));
+static cl::opt<std::string> tokenShares(
+    "token-shares",
+    cl::desc("Sequences of the batch per data replica, B0,B1,... (unequal shares for devices of "
+             "unequal speed: each replica runs its own step program); with one rank, routing "
+             "groups of these sizes, which trains exactly as the replicas do"),
+    cl::cat(category));
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -366,12 +372,12 @@ int checkFlags() {
 /// plan's JSON report goes to `reportJson` and its table to `reportTable`.
 void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
                      StringRef reportTable) {
-  // A step program runs on the runtime, which gives every data replica the
-  // same tokens: on a mixed cluster
-  // its plans are chosen among tp = 1 unless --tp says otherwise (runPipeline
-  // frees tp on a cluster of one kind), with equal token shares (faster
-  // devices still hold more experts), and a plan it cannot execute is an
-  // error (a warning for --emit=plan|mlir, whose step stays on one rank).
+  // A step program on a mixed cluster runs the plan's unequal token shares
+  // in whole sequences (moe.token_shares: one step program per share) and
+  // its uneven expert placement; its plans are chosen among tp = 1 unless
+  // --tp says otherwise (runPipeline frees tp on a cluster of one kind),
+  // and a plan it cannot execute is an error (a warning for
+  // --emit=plan|mlir, whose step stays on one rank).
   bool program = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
   options.evalStep = true;
   options.ranks = ranks;
@@ -385,7 +391,8 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.reportJson = reportJson.str();
   options.reportTable = reportTable.str();
   options.strictPlan = program;
-  options.equalShares = program;
+  options.equalShares = false;
+  options.tokenShares = true;
   options.routingGroups = routingGroups;
   options.redundantExperts = redundantExperts;
   options.compressGrad = compressGrad;
@@ -399,12 +406,23 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.zero = zeroStage;
 }
 
+/// A step program of the binary: its lowered module, kernels and C++.
+struct Program {
+  mlir::ModuleOp module;
+  moec::codegen::KernelCalls calls;
+  std::string text;
+  std::string file;
+  mlir::OwningOpRef<mlir::ModuleOp> owned; // another share's
+};
+
 /// Runs the training pipeline; with a cluster, reads the plan's report into
 /// `sharding` and prints its table under -v.
-mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding) {
+mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding,
+                                int64_t replica = -1) {
   Stage stage("pipeline");
+  bool quiet = replica > 0; // another share's program: reported already
   SmallString<128> jsonPath, tablePath;
-  if (!clusterFile.empty())
+  if (!clusterFile.empty() && !quiet)
     for (auto *path : {&jsonPath, &tablePath}) {
       int fd;
       if (sys::fs::createTemporaryFile("moec-plan", "txt", fd, *path))
@@ -414,9 +432,10 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
   mlir::PassManager pm(module.getContext());
   mlir::moe::TrainPipelineOptions options;
   pipelineOptions(options, jsonPath, tablePath);
+  options.replica = replica;
   // On a cluster of one device kind a step program runs the planner's
-  // tensor parallelism too; a mixed cluster's binary keeps tp = 1, where
-  // the faster devices' extra experts are what equal token shares leave.
+  // tensor parallelism too; a mixed cluster's binary keeps tp = 1 (its
+  // unequal token shares and uneven experts balance the devices).
   if (!tensorParallel && options.tp == 1)
     if (auto cluster =
             module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kClusterAttrName))
@@ -425,6 +444,8 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
         options.tp = 0;
   mlir::moe::buildTrainPipeline(pm, options);
   mlir::LogicalResult ran = pm.run(module);
+  if (quiet)
+    return ran;
   if (!clusterFile.empty()) {
     auto json = MemoryBuffer::getFile(jsonPath);
     auto table = MemoryBuffer::getFile(tablePath);
@@ -456,28 +477,127 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding)
 }
 
 /// The step program, or nothing after a diagnostic.
-std::optional<std::string> emitProgram(mlir::ModuleOp module,
-                                       const moec::codegen::KernelCalls &calls) {
+std::optional<std::string>
+emitProgram(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
+            const moec::codegen::StepProgramNames &names = moec::codegen::StepProgramNames()) {
   std::string text;
   raw_string_ostream os(text);
-  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os)))
+  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os, names)))
     return std::nullopt;
   return text;
 }
 
+/// --token-shares on the module: moe.token_shares, or, when the shares are
+/// equal, that many equal routing groups.
+int setTokenShares(mlir::ModuleOp module) {
+  if (tokenShares.empty())
+    return 0;
+  SmallVector<StringRef> parts;
+  StringRef(tokenShares).split(parts, ',');
+  SmallVector<int64_t> shares;
+  for (StringRef part : parts) {
+    int64_t n;
+    if (part.trim().getAsInteger(10, n) || n < 1)
+      return fail("--token-shares takes positive sequence counts B0,B1,..., got '" + part + "'");
+    shares.push_back(n);
+  }
+  int64_t replicas = 1;
+  if (ranks > 1) {
+    unsigned tp = std::max(1u, unsigned(tensorParallel));
+    replicas = ranks / tp;
+  }
+  if (!clusterFile.empty())
+    return fail("--token-shares sets the shares of --ranks N (a --cluster plan sets its own)");
+  if (ranks > 1 && static_cast<int64_t>(shares.size()) != replicas)
+    return fail("--token-shares has " + Twine(shares.size()) + " entries for the " +
+                Twine(replicas) + " data replicas of --ranks " + Twine(unsigned(ranks)));
+  if (routingGroups && routingGroups != shares.size())
+    return fail("--routing-groups and --token-shares disagree on the groups");
+  if (llvm::all_equal(shares)) {
+    routingGroups = shares.size();
+    return 0;
+  }
+  module->setAttr(mlir::moe::MoEDialect::kTokenSharesAttrName,
+                  mlir::Builder(module.getContext()).getDenseI64ArrayAttr(shares));
+  return 0;
+}
+
+/// Renames the kernels of `module` with `prefix` (another share's program
+/// links beside the first's).
+void prefixKernels(mlir::ModuleOp module, StringRef prefix) {
+  for (auto kernel : llvm::to_vector(module.getOps<mlir::moe::KernelOp>())) {
+    auto name = mlir::StringAttr::get(module.getContext(), prefix + kernel.getSymName());
+    if (mlir::failed(mlir::SymbolTable::replaceAllSymbolUses(kernel, name, module)))
+      continue;
+    kernel.setSymName(name);
+  }
+}
+
+/// The programs of the binary: `module`'s (data replica 0's), and with
+/// unequal token shares one more per other share, partitioned from
+/// `source` for its first replica.
+int shareProgram(mlir::ModuleOp module, mlir::ModuleOp source,
+                 const moec::codegen::KernelCalls &calls, std::vector<Program> &programs) {
+  auto shares =
+      module->getAttrOfType<mlir::DenseI64ArrayAttr>(mlir::moe::MoEDialect::kTokenSharesAttrName);
+  auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
+  moec::codegen::StepProgramNames names;
+  if (shares && grid && grid.getDp() * grid.getEp() > 1) {
+    // Replica r runs the program of the first replica with its share.
+    for (int64_t r = 0; r < static_cast<int64_t>(shares.size()); ++r) {
+      size_t first = std::find(shares.asArrayRef().begin(), shares.asArrayRef().end(), shares[r]) -
+                     shares.asArrayRef().begin();
+      names.replicaPrograms.push_back(first == 0 ? names.symbol
+                                                 : "moec_program_r" + std::to_string(first));
+    }
+  }
+  std::optional<std::string> text = emitProgram(module, calls, names);
+  if (!text)
+    return 1;
+  programs.push_back({module, calls, *text, "step.cpp", {}});
+  for (size_t r = 1; r < names.replicaPrograms.size(); ++r) {
+    std::string symbol = "moec_program_r" + std::to_string(r);
+    if (names.replicaPrograms[r] != symbol)
+      continue;
+    Program p;
+    p.owned = source.clone();
+    nlohmann::json unused;
+    if (mlir::failed(runPipeline(*p.owned, unused, static_cast<int64_t>(r))))
+      return 1;
+    prefixKernels(*p.owned, "r" + std::to_string(r) + "_");
+    mlir::FailureOr<moec::codegen::KernelCalls> own =
+        moec::codegen::KernelCalls::collect(*p.owned, gemm);
+    if (mlir::failed(own))
+      return 1;
+    moec::codegen::StepProgramNames variant;
+    variant.symbol = symbol;
+    std::optional<std::string> variantText = emitProgram(*p.owned, *own, variant);
+    if (!variantText)
+      return 1;
+    p.module = *p.owned;
+    p.calls = std::move(*own);
+    p.text = std::move(*variantText);
+    p.file = "step_r" + std::to_string(r) + ".cpp";
+    programs.push_back(std::move(p));
+  }
+  return 0;
+}
+
 /// Generates the kernels and, for an executable, links the trainer.
-int build(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
-          const nlohmann::json &manifest, const char *argv0) {
+int build(const std::vector<Program> &programs, const nlohmann::json &manifest, const char *argv0) {
+  mlir::ModuleOp module = programs.front().module;
+  moec::codegen::KernelCalls calls;
+  for (const Program &p : programs)
+    calls.append(p.calls);
   std::optional<Stage> kernelStage(std::in_place, "kernels");
   // Into <o>/kernels for --emit=kernels, next to the executable
   // (<o>.build/kernels) otherwise.
   SmallString<256> buildDir(outputPath);
   if (emit == Emit::Exe)
     buildDir += ".build";
-  SmallString<256> dir(buildDir), manifestPath(buildDir), cpp(buildDir);
+  SmallString<256> dir(buildDir), manifestPath(buildDir);
   sys::path::append(dir, "kernels");
   sys::path::append(manifestPath, "kernels.json");
-  sys::path::append(cpp, "step.cpp");
   if (std::error_code ec = sys::fs::create_directories(dir))
     return fail(Twine("cannot create ") + dir + ": " + ec.message());
   moec::codegen::ToolchainOptions toolchain;
@@ -495,15 +615,18 @@ int build(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
   kernelStage.reset();
 
   Stage link("link");
-  std::optional<std::string> program = emitProgram(module, calls);
-  if (!program)
-    return 1;
-  if (int rc = writeOutput(cpp, [&](raw_ostream &os) { os << *program; }))
-    return rc;
+  std::vector<std::string> cpps;
+  for (const Program &p : programs) {
+    SmallString<256> cpp(buildDir);
+    sys::path::append(cpp, p.file);
+    if (int rc = writeOutput(cpp, [&](raw_ostream &os) { os << p.text; }))
+      return rc;
+    cpps.push_back(std::string(cpp));
+  }
   // A partitioned binary also runs under mpirun, one rank per process.
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
   bool mpi = grid && grid.getNumRanks() > 1;
-  if (Error e = moec::codegen::linkTrainer(cpp, dir, calls, outputPath, mpi, toolchain))
+  if (Error e = moec::codegen::linkTrainer(cpps, dir, calls, outputPath, mpi, toolchain))
     return fail(toString(std::move(e)));
   if (verbose)
     errs() << "moec: wrote " << outputPath << "\n";
@@ -537,8 +660,12 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module = readModel(context);
   if (!module)
     return 1;
+  if (int rc = setTokenShares(*module))
+    return rc;
+  // Other token shares' programs start from the same input.
+  mlir::OwningOpRef<mlir::ModuleOp> source = module->clone();
   nlohmann::json sharding;
-  if (mlir::failed(runPipeline(*module, sharding)))
+  if (mlir::failed(runPipeline(*module, sharding, /*replica=*/0)))
     return 1;
   if (emit == Emit::Mlir)
     return writeOutput(outputPath, [&](raw_ostream &os) { module->print(os); });
@@ -553,9 +680,14 @@ int main(int argc, char **argv) {
       manifest["sharding"] = sharding;
     return writeOutput(outputPath, [&](raw_ostream &os) { os << manifest.dump(2) << "\n"; });
   }
+  std::vector<Program> programs;
+  if (int rc = shareProgram(*module, *source, *calls, programs))
+    return rc;
   if (emit == Emit::Cpp) {
-    std::optional<std::string> program = emitProgram(*module, *calls);
-    return program ? writeOutput(outputPath, [&](raw_ostream &os) { os << *program; }) : 1;
+    if (programs.size() > 1)
+      errs() << "moec: note: replicas of other token shares run other step programs, not "
+                "written by --emit=cpp (the executable's build folder has them)\n";
+    return writeOutput(outputPath, [&](raw_ostream &os) { os << programs.front().text; });
   }
-  return build(*module, *calls, manifest, argv[0]);
+  return build(programs, manifest, argv[0]);
 }

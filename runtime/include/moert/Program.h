@@ -137,7 +137,7 @@ typedef struct {
  * initialisers), so that a field added at the end keeps old programs
  * compiling; `abi_version` is MOERT_ABI_VERSION of the header the program
  * was compiled against, and the trainer refuses any other. */
-typedef struct {
+typedef struct moert_program {
   int abi_version;
   int num_params;
   const moert_param_info *params;
@@ -190,6 +190,13 @@ typedef struct {
    * async buckets; 0 when compiled with moec --schedule=blocking or for one
    * rank). */
   int async_buckets;
+  /* Unequal token shares (a mixed cluster's data replicas, moe.token_shares):
+   * per data replica (d * ep + e), its sequences of the global batch and the
+   * program it runs (one per distinct share, compiled into one binary; this
+   * program is replica 0's). Null: every replica runs this program on
+   * `batch` sequences. */
+  const int64_t *replica_batches;
+  const struct moert_program *const *replica_programs;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
@@ -237,8 +244,8 @@ void moert_step_shard_slice(const moert_context *ctx, float *out, const float *i
  * this rank's elements of ins[i], zeros past counts[i]); one collective for
  * all of them. */
 int moert_step_reduce_scatter(moert_context *ctx, int n, float *const *outs,
-                              const float *const *ins, const int64_t *counts,
-                              const int64_t *shards, int axes, int mean, double scale);
+                              const float *const *ins, const int64_t *counts, const int64_t *shards,
+                              int axes, int mean, double scale);
 /* moert_step_reduce_scatter started in the background under `handle`
  * (moe-schedule's async reduce-scatter bucket); moert_step_wait completes
  * it. */
@@ -248,8 +255,8 @@ int moert_step_reduce_scatter_start(moert_context *ctx, int handle, int n, float
 /* Every member's owned elements of each of `n` parameters (params[i],
  * allocated P * shards[i] floats) to every member, so each holds the whole
  * parameters; one collective for all of them. */
-int moert_step_gather_params(moert_context *ctx, int n, float *const *params,
-                             const int64_t *shards, int axes);
+int moert_step_gather_params(moert_context *ctx, int n, float *const *params, const int64_t *shards,
+                             int axes);
 /* `n` all-reduces of the same group, reduction and scale as one bucket: the
  * inputs are packed, reduced by one collective (one rendezvous, one
  * latency), and unpacked into the outputs, as DDP buckets gradients. */
@@ -324,10 +331,9 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
  * gradient without one): a row of an expert at n positions counts 1/n, an
  * empty position nothing. */
 int moert_step_global_norm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
-                           const unsigned char *sharded, const int64_t *copies,
-                           const int *param_of, int count, int axes,
-                           const int32_t *const *tables, const int32_t *positions,
-                           const int64_t *rows, float *norm);
+                           const unsigned char *sharded, const int64_t *copies, const int *param_of,
+                           int count, int axes, const int32_t *const *tables,
+                           const int32_t *positions, const int64_t *rows, float *norm);
 /* moe.replica_sum: `in` holds `rows` rows of `row_size` floats, this rank's
  * positions [e rows, (e+1) rows) of `table` (`positions` entries, e this
  * rank's index in the group of `axes`); each row of an expert at several

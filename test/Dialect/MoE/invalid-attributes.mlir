@@ -333,3 +333,17 @@ module attributes {moe.plan = "dp=2"} {
 func.func @f() attributes {moe.plan = {dp = 2 : i64}} {
   return
 }
+
+// -----
+
+// token_shares: positive sequence counts on a module
+// expected-error @+1 {{'moe.token_shares' must be a non-empty array<i64> of positive sequence counts on a builtin.module}}
+module attributes {moe.token_shares = array<i64: 3, 0>} {
+}
+
+// -----
+
+// replica: an index into the token shares
+// expected-error @+1 {{'moe.replica' must be an index into the module's 'moe.token_shares'}}
+module attributes {moe.token_shares = array<i64: 3, 1>, moe.replica = 2 : i64} {
+}

@@ -209,3 +209,21 @@ func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
   %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, layer = -1 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return
 }
+
+// -----
+
+// fused_gate: one group size per group
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op group_sizes has 1 entries for groups = 2}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {groups = 2 : i64, group_sizes = array<i64: 8>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
+// fused_gate: unequal groups are whole sequences
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.fused_gate' op group_sizes entry 6 is not a positive number of whole sequences of 4 tokens}}
+  %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {groups = 2 : i64, group_sizes = array<i64: 6, 2>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  return
+}

@@ -266,3 +266,13 @@ func.func @f(%l: tensor<2x4x32xf32>, %t: tensor<2x4xi32>, %dloss: tensor<1xf32>)
   %0 = moe.cross_entropy_grad %l, %t, %dloss : tensor<2x4x32xf32>, tensor<2x4xi32>, tensor<1xf32>
   return
 }
+
+// -----
+
+// router_grad: unequal groups cover the tokens
+func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %dg: tensor<2x4x2xf32>, %daux: tensor<f32>) {
+  // expected-error @+1 {{'moe.router_grad' op group_sizes sum to 12 tokens, not the 8 tokens of x}}
+  %dx, %dw = moe.router_grad softmax %x, %w, %dg, %daux top_k 2 {groups = 2 : i64, group_sizes = array<i64: 8, 4>}
+      : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<2x4x2xf32>, tensor<f32>) -> (tensor<2x4x8xf32>, tensor<8x4xf32>)
+  return
+}

@@ -131,6 +131,8 @@ func.func @dispatch_combine_grad(%y: tensor<4x5x8xf32>, %g: tensor<2x4x2xf32>, %
 func.func @cross_entropy_grad(%logits: tensor<2x4x32xbf16>, %t: tensor<2x4xi32>, %dloss: tensor<f32>) -> tensor<2x4x32xbf16> {
   // CHECK: moe.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4x32xbf16>, tensor<2x4xi32>, tensor<f32>
   %0 = moe.cross_entropy_grad %logits, %t, %dloss : tensor<2x4x32xbf16>, tensor<2x4xi32>, tensor<f32>
+  // CHECK: moe.cross_entropy_grad %{{.*}}, %{{.*}}, %{{.*}} {scale = 5.000000e-01 : f64} : tensor<2x4x32xbf16>
+  %1 = moe.cross_entropy_grad %logits, %t, %dloss {scale = 0.5 : f64} : tensor<2x4x32xbf16>, tensor<2x4xi32>, tensor<f32>
   return %0 : tensor<2x4x32xbf16>
 }
 
@@ -200,6 +202,10 @@ func.func @fused_gating(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4
   // CHECK: moe.fused_gate softmax %{{.*}}, %{{.*}} top_k 2 capacity 4 {aux_loss_coef = 0.00999999977 : f32, capacity_factor = 1.000000e+00 : f32, renormalize = true}
   // CHECK-SAME: : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
   %g, %e, %s, %c, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 4 {renormalize = true, capacity_factor = 1.0 : f32, aux_loss_coef = 0.01 : f32}
+      : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
+  // Unequal groups (a mixed cluster's token shares), in tokens.
+  // CHECK: moe.fused_gate softmax %{{.*}}, %{{.*}} top_k 2 capacity 4 {group_sizes = array<i64: 4, 4>, groups = 2 : i64}
+  %g2, %e2, %s2, %c2, %aux2 = moe.fused_gate softmax %x, %w top_k 2 capacity 4 {groups = 2 : i64, group_sizes = array<i64: 4, 4>}
       : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
   // CHECK: moe.fused_gate sigmoid %{{.*}}, %{{.*}} bias %{{.*}} top_k 1 capacity 2 {bias_update_rate = 5.000000e-04 : f64, groups = 2 : i64}
   // CHECK-SAME: : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x1xf32>, tensor<2x4x1xi32>, tensor<2x4x1xi32>, tensor<4xi32>, tensor<f32>)

@@ -105,6 +105,9 @@ func.func @expert_ffn_swiglu(%buf: tensor<4x5x8xbf16>, %up: tensor<4x8x16xbf16>,
 func.func @cross_entropy(%logits: tensor<2x4x32xbf16>, %t: tensor<2x4xi32>) -> tensor<f32> {
   // CHECK: moe.cross_entropy %{{.*}}, %{{.*}} : tensor<2x4x32xbf16>, tensor<2x4xi32> -> tensor<f32>
   %0 = moe.cross_entropy %logits, %t : tensor<2x4x32xbf16>, tensor<2x4xi32> -> tensor<f32>
+  // A data replica's weighted mean (unequal token shares).
+  // CHECK: moe.cross_entropy %{{.*}}, %{{.*}} {scale = 1.500000e+00 : f64} : tensor<2x4x32xbf16>
+  %1 = moe.cross_entropy %logits, %t {scale = 1.5 : f64} : tensor<2x4x32xbf16>, tensor<2x4xi32> -> tensor<f32>
   return %0 : tensor<f32>
 }
 

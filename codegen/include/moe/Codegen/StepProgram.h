@@ -30,6 +30,10 @@ public:
   static mlir::FailureOr<KernelCalls> collect(mlir::ModuleOp module, Gemm gemm);
 
   const KernelCall &at(llvm::StringRef kernel) const;
+  /// Adds another program's kernels (their names are distinct).
+  void append(const KernelCalls &other) {
+    calls.insert(calls.end(), other.calls.begin(), other.calls.end());
+  }
   const std::vector<std::pair<std::string, KernelCall>> &all() const { return calls; }
   /// Kernels run one at a time: the scratch peak is the largest kernel's.
   int64_t scratchBytes() const;
@@ -38,9 +42,20 @@ private:
   std::vector<std::pair<std::string, KernelCall>> calls;
 };
 
+/// How a step program is named and which others it lists.
+struct StepProgramNames {
+  /// The moert_program's symbol.
+  std::string symbol = "moec_program";
+  /// With unequal token shares (moe.token_shares): per data replica, the
+  /// symbol of the program it runs (defined in another step program of the
+  /// same binary, or this one's). Empty: none.
+  std::vector<std::string> replicaPrograms;
+};
+
 /// Writes the C++ step program of a lowered module.
 mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
-                                    llvm::raw_ostream &os);
+                                    llvm::raw_ostream &os,
+                                    const StepProgramNames &names = StepProgramNames());
 
 } // namespace moec::codegen
 

@@ -48,11 +48,12 @@ std::string defaultKernelCache();
 llvm::Error generateKernels(const KernelCalls &calls, llvm::StringRef dir,
                             const ToolchainOptions &options);
 
-/// Compiles `stepProgram` (C++) and links it with the kernels in `dir`, the
-/// Halide runtime and moert into `output`; `mpi` also links the MPI
-/// communicator (a partitioned binary runs under mpirun).
-llvm::Error linkTrainer(llvm::StringRef stepProgram, llvm::StringRef dir, const KernelCalls &calls,
-                        llvm::StringRef output, bool mpi, const ToolchainOptions &options);
+/// Compiles the step programs (C++; one per distinct token share) and links it with the kernels in
+/// `dir`, the Halide runtime and moert into `output`; `mpi` also links the MPI communicator (a
+/// partitioned binary runs under mpirun).
+llvm::Error linkTrainer(llvm::ArrayRef<std::string> stepPrograms, llvm::StringRef dir,
+                        const KernelCalls &calls, llvm::StringRef output, bool mpi,
+                        const ToolchainOptions &options);
 
 } // namespace moec::codegen
 

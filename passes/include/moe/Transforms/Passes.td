@@ -89,8 +89,12 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
            "with ep > 1 each rank holds ceil(R / ep) more expert rows (memory) and every "
            "step reduces the replicas' gradients over the ep group (time, all R replicated)">,
     Option<"equalShares", "equal-shares", "bool", "false",
-           "Give every data-parallel coordinate the same token share (what the runtime "
-           "executes); on mixed clusters faster devices still hold more experts">,
+           "Give every data-parallel coordinate the same token share; on mixed clusters "
+           "faster devices still hold more experts">,
+    Option<"tokenShares", "token-shares", "bool", "false",
+           "On a mixed cluster, write the chosen plan's token shares as whole sequences of "
+           "the batch (moe.token_shares, at least one per replica), which moe-partition and "
+           "the runtime execute, instead of marking the grid with device kinds">,
     Option<"overlap", "overlap", "bool", "true",
            "Gradient all-reduces overlap the rest of the backward (moe-schedule): the "
            "step time counts only what the backward cannot hide">,
@@ -151,6 +155,12 @@ def RoutingGroupsPass : Pass<"moe-routing-groups", "::mlir::ModuleOp"> {
     routes exactly as one rank with the same `G`, which is what makes
     "N ranks equal one rank" testable. Runs after `moe-fuse-gating`, before
     `moe-autodiff`.
+
+    With a module attribute `moe.token_shares = array<i64: b0, b1, ...>`
+    (sequences per data replica: a mixed cluster's unequal shares, or the
+    one-rank oracle of such a run) the gates route in those unequal groups
+    (`group_sizes`, in tokens) with a common capacity sized from the largest
+    group, so every replica's dispatch buffer has the same shape.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
@@ -192,9 +202,20 @@ def PartitionPass : Pass<"moe-partition", "::mlir::ModuleOp"> {
       `down` row-parallel; weights get `moe.tp_dim`; column-parallel inputs
       pass `moe.tp_enter`, row-parallel outputs `moe.tp_exit` (over `[tp]`).
 
+    - with unequal `moe.token_shares` (sequences per data replica), the
+      step is that of data replica `replica`: its batch is its share, its
+      gate routes it as one group at the common capacity, and its
+      cross-entropy and router losses are weighted by `share * N / batch`,
+      so that the mean over replicas (the loss all-reduce and every
+      gradient average) is the batch's token mean. Each replica of another
+      share runs its own step program (moec compiles one per share); the
+      module gets `moe.replica`.
+
     Gradient synchronisation is `moe-insert-collectives`, after autodiff.
   }];
   let options = [
+    Option<"replica", "replica", "int64_t", "-1",
+           "With unequal moe.token_shares: the data replica whose step to build">,
     Option<"redundantExperts", "redundant-experts", "int64_t", "0",
            "Spare positions per MoE layer for replicas of hot experts (rounded up "
            "so that every ep rank has as many)">,

@@ -42,6 +42,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> reportTable{*this, "report-table",
                                   llvm::cl::desc("With plan: write the plan table here"),
                                   llvm::cl::init("")};
+  Option<bool> tokenShares{
+      *this, "token-shares",
+      llvm::cl::desc("With plan: write a mixed cluster's token shares as moe.token_shares "
+                     "(whole sequences), which the partitioned step executes"),
+      llvm::cl::init(false)};
   Option<bool> equalShares{
       *this, "equal-shares",
       llvm::cl::desc("With plan: every data replica the same token share (what the runtime "
@@ -57,6 +62,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                 llvm::cl::init("adamw")};
   Option<bool> fuseGating{*this, "fuse-gating", llvm::cl::desc("Run moe-fuse-gating"),
                           llvm::cl::init(true)};
+  Option<int64_t> replica{*this, "replica",
+                          llvm::cl::desc("With unequal moe.token_shares: the data replica whose "
+                                         "step moe-partition builds"),
+                          llvm::cl::init(-1)};
   Option<int64_t> routingGroups{*this, "routing-groups",
                                 llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
                                                "module's moe.grid, 1 without one)"),

@@ -83,6 +83,12 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kNoGradAttrName = "moe.no_grad";
     /// On a step function result: the parameter it is the gradient of.
     static constexpr ::llvm::StringLiteral kGradOfAttrName = "moe.grad_of";
+    /// On the module: sequences of the batch per data replica (unequal
+    /// shares; before moe-partition, the routing groups of one rank).
+    static constexpr ::llvm::StringLiteral kTokenSharesAttrName = "moe.token_shares";
+    /// On the module: the data replica whose step it is (moe-partition,
+    /// with unequal moe.token_shares).
+    static constexpr ::llvm::StringLiteral kReplicaAttrName = "moe.replica";
     /// On a moe.all_reduce: its gradient bucket (moe-bucket-gradients).
     static constexpr ::llvm::StringLiteral kBucketAttrName = "moe.bucket";
   private:

@@ -33,6 +33,12 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
     group, and the balancing loss is the mean of the groups' losses. A step
     partitioned over `dp * ep` ranks routes exactly as one rank with
     `G = dp * ep`.
+
+    With `group_sizes` (tokens per group, `G` entries summing to the
+    tokens, each whole sequences) the groups are unequal: the data replicas
+    of a mixed cluster that take unequal shares of the batch. `capacity` is
+    then common to every group (sized from the largest), and the balancing
+    loss is the groups' losses weighted by their token shares.
     ```mlir
     %g, %e, %slots, %counts, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 10
         {renormalize = true, aux_loss_coef = 1.0e-02 : f32}
@@ -58,7 +64,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
-                       OptionalAttr<F64Attr>:$bias_update_rate);
+                       OptionalAttr<F64Attr>:$bias_update_rate,
+                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                       MoE_LossTensor:$aux_loss);

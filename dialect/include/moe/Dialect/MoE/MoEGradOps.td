@@ -161,8 +161,9 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
     scores (renormalisation and scaling included) and `daux` through the
     load-balancing loss (the token fractions `f_e` are constants) and the
     z-loss. No gradient flows through the expert indices or to the
-    selection bias. `groups` is that of the forward `fused_gate` (the
-    balancing loss is the mean over groups of their losses).
+    selection bias. `groups` and `group_sizes` are those of the forward
+    `fused_gate` (the balancing loss is the mean over groups of their
+    losses, weighted by their token shares when the sizes are unequal).
     ```mlir
     %dx, %dw = moe.router_grad softmax %x, %w, %dgates, %daux top_k 2 {renormalize = true}
         : (tensor<2x16x64xf32>, tensor<64x8xf32>, tensor<2x16x2xf32>, tensor<f32>)
@@ -179,7 +180,8 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
-                       DefaultValuedAttr<I64Attr, "1">:$groups);
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes);
   let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dweight);
   let assemblyFormat = [{
     $scoring $x `,` $weight `,` $dgates `,` $daux (`bias` $bias^)? `top_k` $top_k
@@ -222,20 +224,23 @@ def MoE_CombineGradOp : MoE_GradOp<"combine_grad"> {
 
 def MoE_CrossEntropyGradOp : MoE_GradOp<"cross_entropy_grad", [
     AllTypesMatch<["logits", "dlogits"]>]> {
-  let summary = "gradient of moe.cross_entropy: (softmax - onehot) * dloss / T";
+  let summary = "gradient of moe.cross_entropy: (softmax - onehot) * dloss * scale / T";
   let description = [{
+    `scale` is that of the forward `moe.cross_entropy`.
     ```mlir
     %dl = moe.cross_entropy_grad %logits, %targets, %dloss : tensor<2x16x256xf32>, tensor<2x16xi32>, tensor<f32>
     ```
     Constraints: the result has the logits' type.
   }];
   let arguments = (ins MoE_FloatTensor:$logits, MoE_IndexTensor:$targets,
-                       MoE_LossTensor:$dloss);
+                       MoE_LossTensor:$dloss,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs MoE_FloatTensor:$dlogits);
   let assemblyFormat = "$logits `,` $targets `,` $dloss attr-dict `:` type($logits) `,` type($targets) `,` type($dloss)";
   let builders = [OpBuilder<(ins "::mlir::Value":$logits, "::mlir::Value":$targets,
-                                 "::mlir::Value":$dloss), [{
-    build($_builder, $_state, logits.getType(), logits, targets, dloss);
+                                 "::mlir::Value":$dloss, CArg<"double", "1.0">:$scale), [{
+    build($_builder, $_state, logits.getType(), logits, targets, dloss,
+          $_builder.getF64FloatAttr(scale));
   }]>];
 }
 

@@ -191,8 +191,10 @@ def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "mean token cross-entropy of logits against targets";
   let description = [{
-    `result = mean over tokens t of (logsumexp(logits[t, :]) - logits[t, targets[t]])`,
-    computed in f32 whatever the logits' type.
+    `result = scale x mean over tokens t of (logsumexp(logits[t, :]) - logits[t, targets[t]])`,
+    computed in f32 whatever the logits' type. `scale` (default 1) weighs a
+    data replica's mean by its share of the batch when replicas take
+    unequal shares (moe-partition): their average is then the batch's mean.
 
     ```mlir
     %loss = moe.cross_entropy %logits, %targets
@@ -203,7 +205,8 @@ def MoE_CrossEntropyOp : MoE_Op<"cross_entropy", [Pure,
     - `logits` is `[..., V]` with rank >= 2 and `targets` is `[...]`, the
       same leading dimensions.
   }];
-  let arguments = (ins MoE_FloatTensor:$logits, MoE_IndexTensor:$targets);
+  let arguments = (ins MoE_FloatTensor:$logits, MoE_IndexTensor:$targets,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs MoE_LossTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
