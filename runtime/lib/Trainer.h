@@ -165,6 +165,7 @@ private:
   nlohmann::json expertTokens() const;
   nlohmann::json routerLoss(int part) const;
   nlohmann::json tokenShares() const;
+  std::vector<double> epSpeeds() const;
   void writeRunLine();
   // Emulation and tracing (TrainerTrace.cpp).
   void configureEmulation();

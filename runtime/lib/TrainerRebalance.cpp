@@ -7,13 +7,15 @@
 // placement of the layer's P positions (P/ep per rank; EPLB-style): the
 // spare positions (P - E, from moec --redundant-experts or uneven counts)
 // go one by one to the expert with the most tokens per replica, then the
-// replicas, heaviest first, each onto the least loaded rank with room that
-// does not hold that expert yet (where it was on ties); a rule decides
-// whether moving pays:
+// replicas, heaviest first, each onto the rank with room that does not hold
+// that expert yet and would finish it first (the least loaded, its load
+// over its device's speed: --emulate-cluster's, else every rank's 1; where
+// it was on ties); a rule decides whether moving pays:
 //
-//   gain = N x step seconds x f x (1 - new max rank load / old max rank load)
-//          (the max rank loads averaged over the last N steps one by one;
-//          an expert's replicas share its tokens equally)
+//   gain = N x step seconds x f x (1 - new max rank time / old max rank time)
+//          (a rank's time is its load over its speed; the max averaged
+//          over the last N steps one by one; an expert's replicas share its
+//          tokens equally)
 //   cost = (bytes to move + N x the replicas' added gradient-sum bytes)
 //          x seconds per byte (the last migration's, measured; one step's
 //          time over the bytes to move before the first)
@@ -45,14 +47,18 @@ namespace {
 
 /// Each ep rank's token-slots under `order` (rank r holds positions
 /// [r P/ep, (r+1) P/ep)); an expert's replicas share its tokens equally.
+/// With `speeds`, each rank's time: its token-slots over its speed.
 std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
-                              int ep) {
+                              int ep, const std::vector<double> *speeds = nullptr) {
   std::vector<double> ranks(ep, 0.0);
   std::vector<int32_t> replicas = moert::replicaCounts(order.data(), order.size(), load.size());
   size_t local = order.size() / ep;
   for (size_t p = 0; p < order.size(); ++p)
     if (order[p] >= 0)
       ranks[p / local] += load[order[p]] / replicas[order[p]];
+  if (speeds)
+    for (int r = 0; r < ep; ++r)
+      ranks[r] /= (*speeds)[r];
   return ranks;
 }
 
@@ -65,11 +71,13 @@ double balancednessOf(const std::vector<double> &ranks) {
 /// The new placement (EPLB-style) of `order.size()` positions, P/ep per
 /// rank: the spare positions (P - E) go one by one to the expert with the
 /// most tokens per replica (at most one replica per rank); then replicas,
-/// heaviest first, each onto the least loaded rank with room that does not
-/// hold that expert yet (a rank that held it before on ties, so as few as
-/// possible move); each rank's experts keep their old relative order.
+/// heaviest first, each onto the rank with room that does not hold that
+/// expert yet and would finish it first, (load + share) / speed (a rank that
+/// held it before on ties, so as few as possible move); each rank's experts
+/// keep their old relative order.
 std::vector<int32_t> proposeOrder(const std::vector<double> &load,
-                                  const std::vector<int32_t> &order, int ep, bool replicate) {
+                                  const std::vector<int32_t> &order, int ep, bool replicate,
+                                  const std::vector<double> &speeds) {
   size_t experts = load.size(), positions = order.size(), local = positions / ep;
   std::vector<int> replicas(experts, 1);
   for (size_t spare = replicate ? positions - experts : 0; spare > 0; --spare) {
@@ -102,8 +110,9 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
     for (int r = 0; r < ep; ++r) {
       if (held[r].size() == local || holds[r][e])
         continue;
-      if (best < 0 || ranks[r] < ranks[best] ||
-          (ranks[r] == ranks[best] && had(r, e) && !had(best, e)))
+      double finish = (ranks[r] + share) / speeds[r],
+             bestFinish = best < 0 ? 0 : (ranks[best] + share) / speeds[best];
+      if (best < 0 || finish < bestFinish || (finish == bestFinish && had(r, e) && !had(best, e)))
         best = r;
     }
     if (best < 0)
@@ -215,8 +224,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
-    std::vector<int32_t> next =
-        proposeOrder(load, expertOrder[l], ep, prog.layer_replicas && prog.layer_replicas[l]);
+    std::vector<int32_t> next = proposeOrder(
+        load, expertOrder[l], ep, prog.layer_replicas && prog.layer_replicas[l], epSpeeds());
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
     // by step (routing noise and drift).
@@ -225,8 +234,11 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
       std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep);
       std::vector<double> newRanks = rankLoads(stepLoad, next, ep);
-      oldMax += *std::max_element(oldRanks.begin(), oldRanks.end());
-      newMax += *std::max_element(newRanks.begin(), newRanks.end());
+      std::vector<double> speeds = epSpeeds();
+      std::vector<double> oldTimes = rankLoads(stepLoad, expertOrder[l], ep, &speeds);
+      std::vector<double> newTimes = rankLoads(stepLoad, next, ep, &speeds);
+      oldMax += *std::max_element(oldTimes.begin(), oldTimes.end());
+      newMax += *std::max_element(newTimes.begin(), newTimes.end());
       oldBalance += balancednessOf(oldRanks) / recentLoads.size();
       newBalance += balancednessOf(newRanks) / recentLoads.size();
     }
@@ -309,6 +321,22 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
   orderPtrs[l] = expertOrder[l].data();
   for (size_t k = 0; k < tensors.size(); ++k)
     keepRows(full[k].data(), *tensors[k].second, tensors[k].first);
+}
+
+/// The device speed of each ep rank of this rank's dp group (its slowest tp
+/// rank's): --emulate-cluster's, or 1 each.
+std::vector<double> Trainer::epSpeeds() const {
+  std::vector<double> speeds(ep, 1.0);
+  if (o.rankSpeeds.empty())
+    return speeds;
+  int d = replica / ep;
+  for (int e = 0; e < ep; ++e)
+    for (int t = 0; t < tp; ++t) {
+      int r = (d * ep + e) * tp + t;
+      double speed = o.rankSpeeds.size() == 1 ? o.rankSpeeds[0] : o.rankSpeeds[r];
+      speeds[e] = std::min(speeds[e], speed);
+    }
+  return speeds;
 }
 
 /// Each MoE layer's balancedness in the last step: the mean over the max of
