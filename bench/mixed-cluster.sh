@@ -13,7 +13,9 @@
 # difference against the one-rank oracle of each (one rank routing in the
 # same groups: the plans do not change what each computes). Part of `make
 # bench`.
-#   bench/mixed-cluster.sh [BUILD_DIR]    env: STEPS (60)
+# Two regimes: the first STEPS steps from initialisation (routing still
+# skewed) and STEPS steps after WARM (200) steps of training (balanced).
+#   bench/mixed-cluster.sh [BUILD_DIR]    env: STEPS (60), WARM (200), ROUNDS (3)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-60}
@@ -51,31 +53,51 @@ for run in planned uniform; do
     --threads 1 --metrics "$out/mx-$run-oracle.jsonl" >/dev/null
 done
 rounds=${ROUNDS:-3}
+warm=${WARM:-200}
+# The balanced regime: WARM steps (200) of the uniform binary without
+# emulation (the auxiliary loss evens the routing out), then both binaries
+# resume from that checkpoint.
+rm -rf "$out/mx-warm"
+OPENBLAS_NUM_THREADS=1 "$out/mx-uniform" --data "$corpus" --steps "$warm" --no-progress \
+  --ranks 2 --threads 1 --checkpoint "$out/mx-warm" >/dev/null
 for round in $(seq "$rounds"); do
   for run in planned uniform; do
-    rm -f "$out/mx-$run-$round.jsonl"
+    rm -f "$out/mx-$run-$round.jsonl" "$out/mx-$run-warm-$round.jsonl"
     OPENBLAS_NUM_THREADS=1 "$out/mx-$run" --data "$corpus" --steps "$steps" --no-progress \
       --ranks 2 --threads 1 \
       --emulate-cluster 1,0.5 --metrics "$out/mx-$run-$round.jsonl" >/dev/null
+    rm -rf "$out/mx-warm-$run"
+    cp -r "$out/mx-warm" "$out/mx-warm-$run"
+    OPENBLAS_NUM_THREADS=1 "$out/mx-$run" --data "$corpus" --steps $((warm + steps)) \
+      --no-progress --ranks 2 --threads 1 --emulate-cluster 1,0.5 \
+      --checkpoint "$out/mx-warm-$run" --resume --metrics "$out/mx-$run-warm-$round.jsonl" >/dev/null
   done
 done
-"$py" - "$out" "$rounds" <<'PY'
+"$py" - "$out" "$rounds" "$warm" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def rows(path):
     return [json.loads(l) for l in open(path) if '"loss"' in l]
 def diff(a, b):
     return max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
-ratios = []
-for r in range(1, rounds + 1):
-    planned, uniform = (rows("%s/mx-%s-%d.jsonl" % (out, run, r)) for run in ("planned", "uniform"))
-    med = [statistics.median(x["step_seconds"] for x in run[10:]) for run in (planned, uniform)]
-    ratios.append(med[0] / med[1])
-    print("round %d: planned %.2f ms/step, uniform %.2f ms/step: %.2fx; max relative loss "
-          "difference against the one-rank oracle %.2g (planned), %.2g (uniform)"
-          % (r, 1e3 * med[0], 1e3 * med[1], med[0] / med[1],
-             diff(planned, rows(out + "/mx-planned-oracle.jsonl")),
-             diff(uniform, rows(out + "/mx-uniform-oracle.jsonl"))))
-print("planned / uniform step time, median of %d alternating rounds: %.2fx"
-      % (rounds, statistics.median(ratios)))
+for regime, suffix in (("first steps", ""), ("after %d steps" % int(sys.argv[3]), "-warm")):
+    ratios = []
+    for r in range(1, rounds + 1):
+        planned, uniform = (rows("%s/mx-%s%s-%d.jsonl" % (out, run, suffix, r))
+                            for run in ("planned", "uniform"))
+        med = [statistics.median(x["step_seconds"] for x in run[10:]) for run in (planned, uniform)]
+        bal = [statistics.mean(statistics.mean(x["balancedness"]) for x in run[10:])
+               for run in (planned, uniform)]
+        ratios.append(med[0] / med[1])
+        line = ("%s, round %d: planned %.2f ms/step, uniform %.2f ms/step: %.2fx "
+                "(balancedness %.2f, %.2f)" % (regime, r, 1e3 * med[0], 1e3 * med[1],
+                                               med[0] / med[1], bal[0], bal[1]))
+        if not suffix:
+            line += ("; max relative loss difference against the one-rank oracle over steps "
+                     "1-40 %.2g (planned), %.2g (uniform)"
+                     % (diff(planned[:40], rows(out + "/mx-planned-oracle.jsonl")),
+                        diff(uniform[:40], rows(out + "/mx-uniform-oracle.jsonl"))))
+        print(line)
+    print("%s: planned / uniform step time, median of %d alternating rounds: %.2fx"
+          % (regime, rounds, statistics.median(ratios)))
 PY
