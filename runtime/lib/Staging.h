@@ -17,7 +17,7 @@
 
 namespace moert {
 
-enum class Slot { Bucket, Send, Receive, Sum, Count };
+enum class Slot { Bucket, Send, Receive, Sum, Replica, Count };
 
 /// At least `n` elements of this thread's buffer `slot`.
 template <typename T> T *staging(Slot slot, size_t n) {

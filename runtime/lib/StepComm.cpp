@@ -515,17 +515,20 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
   if (replicated == 0)
     return 0;
   int member = static_cast<int>(std::find(group.begin(), group.end(), ctx->rank) - group.begin());
-  std::vector<float> sums(static_cast<size_t>(replicated * rowSize), 0.0f);
+  // The sums in this thread's staging buffer: a fresh one each call would
+  // fault its pages in every step (a replicated expert's rows are large).
+  size_t total = static_cast<size_t>(replicated * rowSize);
+  float *sums = moert::staging<float>(moert::Slot::Replica, total);
+  std::fill(sums, sums + total, 0.0f);
   for (int64_t j = 0; j < rows; ++j)
     if (int32_t e = table[member * rows + j]; e >= 0 && slot[e] >= 0)
       for (int64_t k = 0; k < rowSize; ++k)
         sums[slot[e] * rowSize + k] += out[j * rowSize + k];
-  if (int rc = moert_step_all_reduce(ctx, sums.data(), sums.data(),
-                                     static_cast<int64_t>(sums.size()), axes, 0, 1.0))
+  if (int rc = moert_step_all_reduce(ctx, sums, sums, static_cast<int64_t>(total), axes, 0, 1.0))
     return rc;
   for (int64_t j = 0; j < rows; ++j)
     if (int32_t e = table[member * rows + j]; e >= 0 && slot[e] >= 0)
-      std::memcpy(out + j * rowSize, sums.data() + slot[e] * rowSize,
+      std::memcpy(out + j * rowSize, sums + slot[e] * rowSize,
                   static_cast<size_t>(rowSize) * sizeof(float));
   return 0;
 }
