@@ -63,3 +63,56 @@ for name, rows in zip(names[1:], runs[1:]):
     print("%s: %d migrations; max relative loss difference to fixed %.2g" % (
         name, sum("migration" in r for r in rows), max(abs(a[s] - b[s]) / abs(a[s]) for s in a)))
 PY
+
+# The same on 2 ranks with expert-heavy layers (width 128, 8 experts of
+# width 1024, no auxiliary loss, OpenBLAS GEMMs so experts compute routed
+# rows only, one kernel and one OpenBLAS thread per rank: each rank its own
+# core, so the most loaded rank sets the step time): fixed placement, moves
+# only, and moves with 2 spare positions (one replica per rank), ROUNDS (3)
+# alternating rounds of STEPS steps; medians of the steps after the first
+# migration window.
+echo "== online rebalancing: 8 expert-heavy experts, no auxiliary loss, 2 thread ranks, $steps steps"
+"$py" - examples/models/tiny.json "$out/rb2.json" "$steps" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "rb2"
+m["d_model"], m["ffn_dim"] = 128, 256
+m["moe"].update({"num_experts": 8, "expert_ffn_dim": 1024, "num_shared_experts": 0,
+                 "aux_loss_coef": 0.0})
+m["optimizer"]["total_steps"] = max(int(sys.argv[3]), m["optimizer"]["warmup_steps"])
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+"$build/bin/moec" "$out/rb2.json" --ranks 2 --ep 2 --gemm=blas -o "$out/rb2-fixed" >/dev/null
+"$build/bin/moec" "$out/rb2.json" --ranks 2 --ep 2 --gemm=blas --redundant-experts 2 \
+  -o "$out/rb2-spare" >/dev/null
+rounds=${ROUNDS:-3}
+for round in $(seq "$rounds"); do
+  for run in fixed moving replicas; do
+    bin=rb2-fixed flags=()
+    [ "$run" = fixed ] || flags=(--rebalance-every "$every")
+    [ "$run" = replicas ] && bin=rb2-spare
+    rm -f "$out/rb2-$run-$round.jsonl"
+    OPENBLAS_NUM_THREADS=1 "$out/$bin" --data "$corpus" --steps "$steps" --no-progress \
+      --ranks 2 --threads 1 "${flags[@]}" --metrics "$out/rb2-$run-$round.jsonl" >/dev/null
+  done
+done
+"$py" - "$out" "$rounds" "$every" <<'PY'
+import json, statistics, sys
+out, rounds, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+names = ("fixed", "moving", "replicas")
+result = {n: ([], [], []) for n in names}
+for r in range(1, rounds + 1):
+    for n in names:
+        rows = [json.loads(l) for l in open("%s/rb2-%s-%d.jsonl" % (out, n, r))]
+        steps = [x for x in rows if "loss" in x and x["step"] > every]
+        result[n][0].append(statistics.mean(statistics.mean(x["balancedness"]) for x in steps))
+        result[n][1].append(statistics.median(x["step_seconds"] for x in steps))
+        result[n][2].append(sum("migration" in x for x in rows))
+base = result["fixed"][1]
+for n in names:
+    bal, sec, moves = result[n]
+    print("%-9s balancedness %.3f  median step %.1f ms (rounds %s)  %.2fx fixed  migrations %s" % (
+        n, statistics.median(bal), 1e3 * statistics.median(sec),
+        ", ".join("%.1f" % (1e3 * s) for s in sec),
+        statistics.median(s / b for s, b in zip(sec, base)), moves))
+PY
