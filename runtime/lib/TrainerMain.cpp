@@ -70,10 +70,15 @@ long long memInfo(const char *field) {
 /// process holds against --max-memory (default: the machine's memory).
 /// More than is available now but less than the machine holds is a warning.
 void checkMemory(const Options &o, int ranksHere, const moert::TokenStream &data) {
-  const moert_program &prog = moec_program;
-  long long perRank = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes;
-  for (int i = 0; i < prog.num_params; ++i)
-    perRank += stateBytes(prog.params[i]);
+  // The largest of the ranks' programs (unequal token shares: one each).
+  long long perRank = 0;
+  for (int r = 0; r < std::max(moec_program.grid_dp * moec_program.grid_ep, 1); ++r) {
+    const moert_program &prog = programOf(r);
+    long long bytes = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes;
+    for (int i = 0; i < prog.num_params; ++i)
+      bytes += stateBytes(prog.params[i]);
+    perRank = std::max(perRank, bytes);
+  }
   long long need = perRank * ranksHere + static_cast<long long>(data.bytes());
   long long total = memInfo("MemTotal"), available = memInfo("MemAvailable");
   long long limit = o.maxMemoryGB > 0 ? static_cast<long long>(o.maxMemoryGB * 1e9) : total;
