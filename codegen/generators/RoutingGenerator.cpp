@@ -224,9 +224,7 @@ public:
       // f_e P_e of each group, times its share tg / T.
       balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (tg * (float)k) *
                         (balanceSum(reg.x, reg.y) / tg) * (tg / (float)T));
-      meanBalance(e, g) = balanceSum(e, g); // unused
     } else {
-      balanceSum(e, g) = 0.0f; // unused
       meanBalance(e, g) = sum(r.balance(e, g * Tg + rgt)) / (float)Tg;
       balanceLoss = sum(cast<float>(r.groupCounts(reg.x, reg.y)) / (float)(Tg * k) *
                         meanBalance(reg.x, reg.y)) /
@@ -248,8 +246,8 @@ public:
     loss_parts.dim(0).set_bounds(0, 2);
     scheduleRouting(r, num_experts, natural_vector_size<float>());
     before.compute_root();
-    meanBalance.compute_root();
-    balanceSum.compute_root();
+    // The balancing term's per-group sums: one form or the other.
+    (balanceSum.defined() ? balanceSum : meanBalance).compute_root();
     parts.compute_root().bound(parts.args()[0], 0, 2);
   }
 

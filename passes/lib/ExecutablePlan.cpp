@@ -41,9 +41,8 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
       return why;
   }
   // Unequal shares (moe.token_shares) are whole sequences already.
-  bool shares = module->hasAttr(MoEDialect::kTokenSharesAttrName);
   for (auto fn : module.getOps<func::FuncOp>()) {
-    if (shares)
+    if (module->hasAttr(MoEDialect::kTokenSharesAttrName))
       break;
     auto tokens = fn.getNumArguments() ? dyn_cast<RankedTensorType>(fn.getArgument(0).getType())
                                        : RankedTensorType();

@@ -166,6 +166,7 @@ private:
   nlohmann::json routerLoss(int part) const;
   nlohmann::json tokenShares() const;
   std::vector<double> epSpeeds() const;
+  double deviceSpeed(int r) const;
   void writeRunLine();
   // Emulation and tracing (TrainerTrace.cpp).
   void configureEmulation();

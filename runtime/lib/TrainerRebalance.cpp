@@ -47,19 +47,23 @@ namespace {
 
 /// Each ep rank's token-slots under `order` (rank r holds positions
 /// [r P/ep, (r+1) P/ep)); an expert's replicas share its tokens equally.
-/// With `speeds`, each rank's time: its token-slots over its speed.
 std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
-                              int ep, const std::vector<double> *speeds = nullptr) {
+                              int ep) {
   std::vector<double> ranks(ep, 0.0);
   std::vector<int32_t> replicas = moert::replicaCounts(order.data(), order.size(), load.size());
   size_t local = order.size() / ep;
   for (size_t p = 0; p < order.size(); ++p)
     if (order[p] >= 0)
       ranks[p / local] += load[order[p]] / replicas[order[p]];
-  if (speeds)
-    for (int r = 0; r < ep; ++r)
-      ranks[r] /= (*speeds)[r];
   return ranks;
+}
+
+/// The slowest rank's time: its token-slots over its device's speed.
+double maxTime(const std::vector<double> &ranks, const std::vector<double> &speeds) {
+  double max = 0;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    max = std::max(max, ranks[r] / speeds[r]);
+  return max;
 }
 
 double balancednessOf(const std::vector<double> &ranks) {
@@ -220,12 +224,13 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                  after = nlohmann::json::array();
   int expertsMoved = 0;
   size_t offset = 0;
+  std::vector<double> speeds = epSpeeds();
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
-    std::vector<int32_t> next = proposeOrder(
-        load, expertOrder[l], ep, prog.layer_replicas && prog.layer_replicas[l], epSpeeds());
+    std::vector<int32_t> next = proposeOrder(load, expertOrder[l], ep,
+                                             prog.layer_replicas && prog.layer_replicas[l], speeds);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
     // by step (routing noise and drift).
@@ -234,11 +239,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
       std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep);
       std::vector<double> newRanks = rankLoads(stepLoad, next, ep);
-      std::vector<double> speeds = epSpeeds();
-      std::vector<double> oldTimes = rankLoads(stepLoad, expertOrder[l], ep, &speeds);
-      std::vector<double> newTimes = rankLoads(stepLoad, next, ep, &speeds);
-      oldMax += *std::max_element(oldTimes.begin(), oldTimes.end());
-      newMax += *std::max_element(newTimes.begin(), newTimes.end());
+      oldMax += maxTime(oldRanks, speeds);
+      newMax += maxTime(newRanks, speeds);
       oldBalance += balancednessOf(oldRanks) / recentLoads.size();
       newBalance += balancednessOf(newRanks) / recentLoads.size();
     }
@@ -324,18 +326,13 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
 }
 
 /// The device speed of each ep rank of this rank's dp group (its slowest tp
-/// rank's): --emulate-cluster's, or 1 each.
+/// rank's).
 std::vector<double> Trainer::epSpeeds() const {
   std::vector<double> speeds(ep, 1.0);
-  if (o.rankSpeeds.empty())
-    return speeds;
   int d = replica / ep;
   for (int e = 0; e < ep; ++e)
-    for (int t = 0; t < tp; ++t) {
-      int r = (d * ep + e) * tp + t;
-      double speed = o.rankSpeeds.size() == 1 ? o.rankSpeeds[0] : o.rankSpeeds[r];
-      speeds[e] = std::min(speeds[e], speed);
-    }
+    for (int t = 0; t < tp; ++t)
+      speeds[e] = std::min(speeds[e], deviceSpeed((d * ep + e) * tp + t));
   return speeds;
 }
 

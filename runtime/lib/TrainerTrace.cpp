@@ -18,13 +18,20 @@
 
 using namespace moert::trainer;
 
+/// Rank `r`'s relative device speed: --emulate-cluster's (one for all, or
+/// one per rank), 1 without it.
+double Trainer::deviceSpeed(int r) const {
+  if (o.rankSpeeds.empty())
+    return 1.0;
+  return o.rankSpeeds.size() == 1 ? o.rankSpeeds[0] : o.rankSpeeds[r];
+}
+
 void Trainer::configureEmulation() {
   if (!o.rankSpeeds.empty()) {
     if (o.rankSpeeds.size() != 1 && o.rankSpeeds.size() != static_cast<size_t>(ranks))
       die("--emulate-cluster gives " + std::to_string(o.rankSpeeds.size()) + " speeds for " +
           std::to_string(ranks) + " ranks (give one per rank, or one for all)");
-    double speed = o.rankSpeeds.size() == 1 ? o.rankSpeeds[0] : o.rankSpeeds[rank];
-    ctx.compute_slowdown = 1.0 / speed - 1.0;
+    ctx.compute_slowdown = 1.0 / deviceSpeed(rank) - 1.0;
   }
   if (comm && o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(comm, o.linkBytesPerSecond, o.linkLatency);

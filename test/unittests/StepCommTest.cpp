@@ -130,6 +130,14 @@ std::vector<float> integerData(int64_t n, int rank) {
   return v;
 }
 
+/// A blocking all-to-all over ep (4 floats per member) between a
+/// background collective's start and its wait.
+int foregroundAllToAll(moert_context &ctx, const Grid &g) {
+  std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(ctx.rank)), y(x.size());
+  const int64_t shape[] = {g.ep, 4};
+  return moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0, MOERT_AXIS_EP, nullptr);
+}
+
 /// The member-order f32 sum the communicator defines ("results in member
 /// order, the same bits everywhere"): ((0 + x_0) + x_1) + ...
 std::vector<float> memberSum(const std::vector<std::vector<float>> &byRank,
@@ -692,10 +700,7 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
                    if (int rc = moert_step_all_reduce_start(
                            &ctx, 1, 1, outs + 2, ins + 2, sizes.data() + 2, MOERT_AXIS_EP, 0, 0.25))
                      return rc;
-                   std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
-                   const int64_t shape[] = {g.ep, 4};
-                   if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0,
-                                                      MOERT_AXIS_EP, nullptr))
+                   if (int rc = foregroundAllToAll(ctx, g))
                      return rc;
                    if (int rc = moert_step_wait(&ctx, 1))
                      return rc;
@@ -756,10 +761,7 @@ TEST(StepCommTest, BackgroundReduceScatterEqualsTheBlockingOne) {
                        if (int rc = moert_step_reduce_scatter_start(
                                &ctx, 3, 2, outs, ins, counts.data(), shards.data(), axes, 1, 1.0))
                          return rc;
-                       std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(r)), y(x.size());
-                       const int64_t shape[] = {g.ep, 4};
-                       if (int rc = moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0,
-                                                          MOERT_AXIS_EP, nullptr))
+                       if (int rc = foregroundAllToAll(ctx, g))
                          return rc;
                        if (int rc = moert_step_wait(&ctx, 3))
                          return rc;

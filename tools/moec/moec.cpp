@@ -542,21 +542,20 @@ int shareProgram(mlir::ModuleOp module, mlir::ModuleOp source,
       module->getAttrOfType<mlir::DenseI64ArrayAttr>(mlir::moe::MoEDialect::kTokenSharesAttrName);
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
   moec::codegen::StepProgramNames names;
-  if (shares && grid && grid.getDp() * grid.getEp() > 1) {
-    // Replica r runs the program of the first replica with its share.
-    for (int64_t r = 0; r < static_cast<int64_t>(shares.size()); ++r) {
-      size_t first = std::find(shares.asArrayRef().begin(), shares.asArrayRef().end(), shares[r]) -
-                     shares.asArrayRef().begin();
-      names.replicaPrograms.push_back(first == 0 ? names.symbol
-                                                 : "moec_program_r" + std::to_string(first));
-    }
-  }
+  // Replica r's program symbol when it is the first of its share.
+  auto symbolOf = [&](size_t r) {
+    return r == 0 ? names.symbol : "moec_program_r" + std::to_string(r);
+  };
+  if (shares && grid && grid.getDp() * grid.getEp() > 1)
+    for (int64_t share : shares.asArrayRef()) // the first replica with that share
+      names.replicaPrograms.push_back(
+          symbolOf(llvm::find(shares.asArrayRef(), share) - shares.asArrayRef().begin()));
   std::optional<std::string> text = emitProgram(module, calls, names);
   if (!text)
     return 1;
   programs.push_back({module, calls, *text, "step.cpp", {}});
   for (size_t r = 1; r < names.replicaPrograms.size(); ++r) {
-    std::string symbol = "moec_program_r" + std::to_string(r);
+    std::string symbol = symbolOf(r);
     if (names.replicaPrograms[r] != symbol)
       continue;
     Program p;
