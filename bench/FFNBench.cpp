@@ -25,6 +25,7 @@
 
 #include "HalideBuffer.h"
 #include "HalideRuntime.h"
+#include "moert/BlasCore.h"
 #include "moert/ScratchPool.h"
 #include "bench_ffn_medium.h"
 #include "bench_ffn_medium_blas.h"
@@ -102,6 +103,8 @@ void sgemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b
 } // namespace
 
 int main(int argc, char **argv) {
+  // OpenBLAS's best kernels for this CPU, as in a training binary.
+  moert::selectBlasCore(argv);
   int threads = argc > 1 ? std::atoi(argv[1]) : (int)std::thread::hardware_concurrency();
   int reps = argc > 2 ? std::atoi(argv[2]) : 15;
   if (threads < 1 || reps < 1) {

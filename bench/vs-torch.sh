@@ -4,8 +4,10 @@
 # - PyTorch 1.13 (Debian) on OpenBLAS's OpenMP build (libopenblas0-openmp,
 #   through LD_LIBRARY_PATH), torch.set_num_threads(THREADS), sort-based
 #   dispatch computing only the kept token rows (bench/torch_moe.py);
-# - both processes with OPENBLAS_CORETYPE unset (OpenBLAS's kernel for this
-#   CPU, not a forced older one) and glibc keeping freed memory
+# - both processes on OpenBLAS's best kernels for this CPU: OPENBLAS_CORETYPE
+#   unset (not a forced older one), or set to the core a training binary
+#   selects where the OpenBLAS release does not recognise the CPU
+#   (bench/blas_core.py), and glibc keeping freed memory
 #   (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ large: no page faults on each
 #   step's temporaries);
 # - the same model, batch and corpus (the King James Bible's bytes).
@@ -32,7 +34,14 @@ corpus="$build/kjv.txt"
 [ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
 omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
 [ -e "$omp/libblas.so.3" ] || { echo "vs-torch.sh: $omp missing (install libopenblas0-openmp: tools/scripts/install-deps.sh --bench)" >&2; exit 1; }
-tuned=(env -u OPENBLAS_CORETYPE MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000)
+core=$(env -u OPENBLAS_CORETYPE "$py" bench/blas_core.py)
+if [ -n "$core" ]; then
+  echo "OpenBLAS does not recognise this CPU: both sides run its $core kernels"
+  tuned=(env OPENBLAS_CORETYPE="$core")
+else
+  tuned=(env -u OPENBLAS_CORETYPE)
+fi
+tuned+=(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000)
 results="$out/vs-torch.jsonl"
 : > "$results"
 echo "== whole training step vs a well-configured PyTorch, $threads threads, $rounds rounds of $steps steps"

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moert/BlasCore.h"
 #include "Trainer.h"
 #include "TrainerOptions.h"
 
@@ -181,6 +182,7 @@ int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  moert::selectBlasCore(argv);
   long long startResident = residentBytes();
   if (moec_program.abi_version != MOERT_ABI_VERSION) {
     std::fprintf(stderr,

@@ -1,0 +1,83 @@
+//===- BlasCore.cpp - OpenBLAS kernels for CPUs it does not recognise -----===//
+//
+// OpenBLAS picks its kernels once, in a constructor that runs before main,
+// from the CPU's family and model. A release older than the CPU (Debian's
+// 0.3.21 on Intel's Emerald Rapids, model 207) falls back to its generic
+// Prescott kernels: SSE3, a quarter of the AVX-512 kernels' speed on the
+// same core (34 against 130 GFLOP/s single-threaded, measured on that CPU).
+// The kernels are chosen from OPENBLAS_CORETYPE only at load time, so when
+// the chosen core is weaker than the instruction sets this CPU reports and
+// the user did not choose one, the binary executes itself again with
+// OPENBLAS_CORETYPE naming the best core the CPU supports. A user's
+// OPENBLAS_CORETYPE is always kept.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/BlasCore.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+
+extern "C" char *openblas_get_corename(void);
+
+namespace {
+
+/// OpenBLAS's x86 core names by instruction-set level (0: below AVX).
+int levelOf(const char *core) {
+  static const struct {
+    const char *name;
+    int level;
+  } cores[] = {{"prescott", 0},    {"core2", 0},         {"penryn", 0},     {"dunnington", 0},
+               {"nehalem", 0},     {"atom", 0},          {"barcelona", 0},  {"bobcat", 0},
+               {"sandybridge", 1}, {"bulldozer", 1},     {"piledriver", 1}, {"steamroller", 1},
+               {"excavator", 1},   {"haswell", 2},       {"zen", 2},        {"skylakex", 3},
+               {"cooperlake", 4},  {"sapphirerapids", 4}};
+  for (const auto &c : cores)
+    if (strcasecmp(core, c.name) == 0)
+      return c.level;
+  return -1; // not an x86 core OpenBLAS names here: leave it
+}
+
+/// The best OpenBLAS core this CPU executes, and its level.
+const char *bestCore(int &level) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return level = 4, "Cooperlake";
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return level = 3, "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return level = 2, "Haswell";
+  if (__builtin_cpu_supports("avx"))
+    return level = 1, "Sandybridge";
+  return level = 0, nullptr;
+}
+
+} // namespace
+
+void moert::selectBlasCore(char **argv) {
+#if defined(__x86_64__)
+  if (std::getenv("OPENBLAS_CORETYPE"))
+    return;
+  const char *core = openblas_get_corename();
+  int have = core ? levelOf(core) : -1;
+  int level = 0;
+  const char *best = bestCore(level);
+  if (have < 0 || !best || level <= have)
+    return;
+  if (setenv("OPENBLAS_CORETYPE", best, 1) != 0)
+    return;
+  execv("/proc/self/exe", argv);
+  // No re-execution (no /proc): train with the kernels OpenBLAS chose.
+  std::fprintf(stderr,
+               "note: OpenBLAS chose its %s kernels on a CPU that runs %s's; set "
+               "OPENBLAS_CORETYPE=%s for faster GEMMs\n",
+               core, best, best);
+  unsetenv("OPENBLAS_CORETYPE");
+#else
+  (void)argv;
+#endif
+}
