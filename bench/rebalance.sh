@@ -64,20 +64,21 @@ for name, rows in zip(names[1:], runs[1:]):
         name, sum("migration" in r for r in rows), max(abs(a[s] - b[s]) / abs(a[s]) for s in a)))
 PY
 
-# The same on 2 ranks with expert-heavy layers (width 128, 8 experts of
-# width 1024, no auxiliary loss, OpenBLAS GEMMs so experts compute routed
+# The same on 2 ranks with expert-heavy layers (width 128, 16 experts of
+# width 512: 8 of width 1024 were too coarse for whole-expert moves to
+# reach 0.9; no auxiliary loss, OpenBLAS GEMMs so experts compute routed
 # rows only, one kernel and one OpenBLAS thread per rank: each rank its own
 # core, so the most loaded rank sets the step time): fixed placement, moves
 # only, and moves with 2 spare positions (one replica per rank), ROUNDS (3)
 # alternating rounds of STEPS steps; medians of the steps after the first
 # migration window.
-echo "== online rebalancing: 8 expert-heavy experts, no auxiliary loss, 2 thread ranks, $steps steps"
+echo "== online rebalancing: 16 expert-heavy experts, no auxiliary loss, 2 thread ranks, $steps steps""
 "$py" - examples/models/tiny.json "$out/rb2.json" "$steps" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 m["name"] = "rb2"
 m["d_model"], m["ffn_dim"] = 128, 256
-m["moe"].update({"num_experts": 8, "expert_ffn_dim": 1024, "num_shared_experts": 0,
+m["moe"].update({"num_experts": 16, "expert_ffn_dim": 512, "num_shared_experts": 0,
                  "aux_loss_coef": 0.0})
 m["optimizer"]["total_steps"] = max(int(sys.argv[3]), m["optimizer"]["warmup_steps"])
 json.dump(m, open(sys.argv[2], "w"), indent=1)

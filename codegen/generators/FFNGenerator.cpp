@@ -149,8 +149,11 @@ public:
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
     GemmRows r{routed, segments, (int)groups * (int)segments};
-    // Saved pre-activations are outputs: their empty rows zero.
-    auto pre = save ? GemmRows::SlotsAreRows : GemmRows::RoutedRowsOnly;
+    // Saved pre-activations are outputs. With routed rows the backward reads
+    // their routed rows only, so the others are left unwritten (zeroing them
+    // cost as much as a small expert's GEMMs, whatever its load); without,
+    // their empty rows are zero.
+    auto pre = save && segments == 0 ? GemmRows::SlotsAreRows : GemmRows::RoutedRowsOnly;
     hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, pre);
     if (gated)
       hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, pre);
