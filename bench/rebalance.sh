@@ -72,7 +72,7 @@ PY
 # only, and moves with 2 spare positions (one replica per rank), ROUNDS (3)
 # alternating rounds of STEPS steps; medians of the steps after the first
 # migration window.
-echo "== online rebalancing: 16 expert-heavy experts, no auxiliary loss, 2 thread ranks, $steps steps""
+echo "== online rebalancing: 16 expert-heavy experts, no auxiliary loss, 2 thread ranks, $steps steps"
 "$py" - examples/models/tiny.json "$out/rb2.json" "$steps" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
