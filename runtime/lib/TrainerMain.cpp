@@ -13,10 +13,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moert/BlasCore.h"
 #include "Trainer.h"
 #include "TrainerOptions.h"
 
+#include "HalideRuntime.h"
+#include "moert/BlasCore.h"
 #include "moert/Comm.h"
 #include "moert/Data.h"
 #include "moert/MpiComm.h"
@@ -120,6 +121,14 @@ size_t loadCorpus(const Options &o, uint64_t seed, moert::TokenStream &data) {
   return split;
 }
 
+/// A parallel loop run in order on the calling thread.
+int serialParFor(void *context, halide_task_t task, int min, int size, uint8_t *closure) {
+  for (int i = min; i < min + size; ++i)
+    if (int rc = task(context, i, closure))
+      return rc;
+  return 0;
+}
+
 /// A launcher's process count (mpirun, srun, other PMI launchers), or 0.
 int launcherProcesses() {
   for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
@@ -206,6 +215,14 @@ int main(int argc, char **argv) {
   // Progress reaches a log file line by line, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o = parseOptions(argc, argv);
+  // --threads 1: every parallel loop of the kernels (and of the OpenBLAS
+  // stages) runs on the thread that calls it. Ranks as threads then each
+  // compute on their own thread, as separate devices do: Halide's pool is
+  // shared by the process, and a rank's thread waiting for its own loop
+  // would run another rank's tasks, so neither rank's compute time would be
+  // its own work (nor would --emulate-cluster slow the right work).
+  if (o.threads == 1)
+    halide_set_custom_do_par_for(serialParFor);
   const moert_program &prog = moec_program;
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : prog.seed;
 

@@ -102,6 +102,9 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               DIR/step-N.safetensors\n"
               "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
               "               machine's memory)\n"
+              "  --threads N  the kernels' threads, shared by the process's ranks\n"
+              "               (default: every core); 1: each rank computes on its own\n"
+              "               thread, as separate devices do\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
               "               (the compiled grid; under mpirun, one rank per process)\n"
               "  --rebalance-every N  every N steps, move experts between the ep ranks\n"
@@ -250,7 +253,7 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else if (a == "--threads") {
       // The kernels' thread pool reads HL_NUM_THREADS when it starts.
       const char *v = value();
-      parseInt(a, v, 1);
+      o.threads = static_cast<int>(std::min(parseInt(a, v, 1), 1LL << 20));
       setenv("HL_NUM_THREADS", v, 1);
     } else if (a == "--help" || a == "-h")
       printUsage(argv[0]);
