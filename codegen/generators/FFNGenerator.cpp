@@ -16,9 +16,10 @@
 // `rows`) says which rows hold tokens; the others are zero in x and dy. The
 // OpenBLAS form computes the routed rows only, its GEMMs and the activation
 // stages between them (update definitions over the routed rows, the other
-// rows of those intermediates never written or read); the other rows of y,
-// dx and the saved pre-activations are zero, as the full product gives. The
-// Halide schedule computes every row.
+// rows of those intermediates never written or read); the other rows of y
+// and dx are zero, as the full product gives, and those of the saved
+// pre-activations are left unwritten (the backward reads routed rows only).
+// The Halide schedule computes every row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -149,11 +150,10 @@ public:
   void generateBlas() {
     bool gated = activation == Act::SwiGLU;
     GemmRows r{routed, segments, (int)groups * (int)segments};
-    // Saved pre-activations are outputs. With routed rows the backward reads
-    // their routed rows only, so the others are left unwritten (zeroing them
-    // cost as much as a small expert's GEMMs, whatever its load); without,
-    // their empty rows are zero.
-    auto pre = save && segments == 0 ? GemmRows::SlotsAreRows : GemmRows::RoutedRowsOnly;
+    // With routed rows the backward reads the saved pre-activations' routed
+    // rows only, so their other rows are left unwritten (zeroing them cost a
+    // fixed time per expert, whatever its load). Without, the mode is moot.
+    auto pre = GemmRows::RoutedRowsOnly;
     hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, pre);
     if (gated)
       hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, pre);

@@ -178,8 +178,8 @@ struct GemmOperand {
 /// (moe.expert_ffn's `rows`: `segments` segments per group, `count` =
 /// groups x segments entries), and which of the product's dimensions runs
 /// over the buffer's slots: out's rows (`SlotsAreRows`: the other rows are
-/// zeroed; `RoutedRowsOnly`: left unwritten, for an intermediate only
-/// routed rows of which are read) or the contraction (`SlotsAreK`: only
+/// zeroed; `RoutedRowsOnly`: left unwritten, for an intermediate or a saved
+/// output only routed rows of which are read) or the contraction (`SlotsAreK`: only
 /// routed rows are summed). `segments` 0: every row counts.
 struct GemmRows {
   enum Mode { SlotsAreRows = 0, SlotsAreK = 1, RoutedRowsOnly = 2 };

@@ -26,8 +26,10 @@ bool isKernelOp(Operation *op) {
               ShardSliceOp>(op);
 }
 
-/// The gradient op of an FFN forward `op` in the same block: same input and
-/// weights. Null when the step does not differentiate it.
+/// The gradient op of an FFN forward `op` in the same block: same input,
+/// weights and (expert FFNs) routed rows, since a routed forward leaves the
+/// unrouted rows of its saved pre-activations unwritten. Null when the step
+/// does not differentiate it.
 Operation *gradientOf(Operation *op) {
   Value x = op->getOperand(0);
   for (Operation *user : x.getUsers()) {
@@ -41,7 +43,7 @@ Operation *gradientOf(Operation *op) {
     } else if (auto g = dyn_cast<ExpertFFNGradOp>(user); g && isa<ExpertFFNOp>(op)) {
       auto f = cast<ExpertFFNOp>(op);
       matches = g.getX() == x && g.getWUp() == f.getWUp() && g.getWDown() == f.getWDown() &&
-                g.getWGate() == f.getWGate();
+                g.getWGate() == f.getWGate() && g.getRows() == f.getRows();
     }
     if (matches)
       return user;

@@ -9,7 +9,7 @@
 // the chosen core is weaker than the instruction sets this CPU reports and
 // the user did not choose one, the binary executes itself again with
 // OPENBLAS_CORETYPE naming the best core the CPU supports. A user's
-// OPENBLAS_CORETYPE is always kept.
+// OPENBLAS_CORETYPE is always kept (set it to keep OpenBLAS's own choice).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <unistd.h>
 
 extern "C" char *openblas_get_corename(void);
@@ -60,7 +61,8 @@ const char *bestCore(int &level) {
 
 void moert::selectBlasCore(char **argv) {
 #if defined(__x86_64__)
-  if (std::getenv("OPENBLAS_CORETYPE"))
+  // A user's choice stands (an empty one is no choice: OpenBLAS ignores it).
+  if (const char *chosen = std::getenv("OPENBLAS_CORETYPE"); chosen && *chosen)
     return;
   const char *core = openblas_get_corename();
   int have = core ? levelOf(core) : -1;
@@ -68,10 +70,15 @@ void moert::selectBlasCore(char **argv) {
   const char *best = bestCore(level);
   if (have < 0 || !best || level <= have)
     return;
-  if (setenv("OPENBLAS_CORETYPE", best, 1) != 0)
-    return;
-  execv("/proc/self/exe", argv);
-  // No re-execution (no /proc): train with the kernels OpenBLAS chose.
+  // Started through the dynamic loader (ld.so ./binary ...), the executable
+  // is the loader, which would not take this binary's arguments.
+  char exe[4096];
+  ssize_t length = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  bool loader = length > 0 && (exe[length] = '\0', std::strstr(exe, "/ld-linux") != nullptr);
+  if (!loader && setenv("OPENBLAS_CORETYPE", best, 1) == 0)
+    execv("/proc/self/exe", argv);
+  // No re-execution (no /proc, or the loader): train with the kernels
+  // OpenBLAS chose.
   std::fprintf(stderr,
                "note: OpenBLAS chose its %s kernels on a CPU that runs %s's; set "
                "OPENBLAS_CORETYPE=%s for faster GEMMs\n",

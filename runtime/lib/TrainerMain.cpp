@@ -220,7 +220,9 @@ int main(int argc, char **argv) {
   // compute on their own thread, as separate devices do: Halide's pool is
   // shared by the process, and a rank's thread waiting for its own loop
   // would run another rank's tasks, so neither rank's compute time would be
-  // its own work (nor would --emulate-cluster slow the right work).
+  // its own work (nor would --emulate-cluster slow the right work). The
+  // generators use no async stages, so halide_do_parallel_tasks (left to
+  // Halide) never runs.
   if (o.threads == 1)
     halide_set_custom_do_par_for(serialParFor);
   const moert_program &prog = moec_program;

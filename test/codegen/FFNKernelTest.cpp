@@ -84,7 +84,11 @@ void checkFFN(Fwd fwd, Bwd bwd, int groups, int rows, int d, int f, const std::s
        by = b3(y, d, rows, groups), bdx = b3(dx, d, rows, groups), bdup = b3(dup, f, d, groups),
        bddown = b3(ddown, d, f, groups),
        bdgate = gated ? b3(dgate, f, d, groups) : b3(dgate, 1, 1, 1);
-  Floats preUp(saved ? groups * rows * f : 1), preGate(saved && gated ? groups * rows * f : 1);
+  // Saved pre-activations a routed forward writes: NaN in the rows it may
+  // leave unwritten, which the backward must not read.
+  float unwritten = segments && fwd ? NAN : 0.0f;
+  Floats preUp(saved ? groups * rows * f : 1, unwritten),
+      preGate(saved && gated ? groups * rows * f : 1, unwritten);
   auto bpu = saved ? b3(preUp, f, rows, groups) : b3(preUp, 1, 1, 1),
        bpg = saved && gated ? b3(preGate, f, rows, groups) : b3(preGate, 1, 1, 1);
   if (fwd) {
