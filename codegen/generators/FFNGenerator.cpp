@@ -153,10 +153,9 @@ public:
     // With routed rows the backward reads the saved pre-activations' routed
     // rows only, so their other rows are left unwritten (zeroing them cost a
     // fixed time per expert, whatever its load). Without, the mode is moot.
-    auto pre = GemmRows::RoutedRowsOnly;
-    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, pre);
+    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, GemmRows::RoutedRowsOnly);
     if (gated)
-      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, pre);
+      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, GemmRows::RoutedRowsOnly);
     if (save) {
       preUp = hu;
       if (gated)

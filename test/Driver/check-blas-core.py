@@ -32,7 +32,7 @@ def cores(env_core):
     return re.findall(r"^Core: (\S+)", run.stdout, re.M)
 
 
-saved = os.environ.pop("OPENBLAS_CORETYPE", None)
+os.environ.pop("OPENBLAS_CORETYPE", None)  # the rule for a user who chose none
 want = selected_core()
 got = cores(None)
 if want:
