@@ -36,6 +36,19 @@ if config.moec_mpi:
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
         + config.mpiexec + " --oversubscribe"))
 
+# An OpenCL platform runs the binaries of moec --target opencl
+# (test/Driver/target-opencl.test); tools/scripts/install-deps.sh installs
+# PoCL, which runs OpenCL on the CPU, so a machine without one is an error.
+import subprocess
+clinfo = shutil.which("clinfo")
+platforms = ""
+if clinfo:
+    platforms = subprocess.run([clinfo, "-l"], capture_output=True, text=True).stdout
+if "Platform" not in platforms:
+    lit_config.fatal("no OpenCL platform (clinfo -l lists none); the --target opencl tests "
+                     "run on one (tools/scripts/install-deps.sh installs PoCL and clinfo)")
+config.available_features.add("opencl")
+
 # Headless Chromium renders moe-report's pages (test/Tools/moe-report.test);
 # tools/scripts/install-deps.sh installs it, so a missing one is an error.
 chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -427,6 +427,8 @@ public:
     constrainDense(k, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(v, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(o, {p.heads * p.headDim, p.seq, p.batch});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     scheduleCausalRowStage(prob, p, vec);
     scheduleCausalSum(out, p, vec);
@@ -484,6 +486,8 @@ public:
     constrainDense(dq, {p.heads * p.headDim, p.seq, p.batch});
     constrainDense(dk, {p.kvHeads * p.headDim, p.seq, p.batch});
     constrainDense(dv, {p.kvHeads * p.headDim, p.seq, p.batch});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     scheduleCausalRowStage(prob, p, vec);
     // ds row by row: dp and its dot with the probabilities per query row.

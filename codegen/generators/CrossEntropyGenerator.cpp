@@ -9,6 +9,7 @@
 #include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::checkedIndex;
 using moec_codegen::constrainDense;
 
 namespace {
@@ -39,8 +40,7 @@ public:
   void generate() {
     Var t;
     lse = logSumExp(logits, vocab, "lse");
-    target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
-                        "target out of range:", targets(t));
+    target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     RDom r(0, tokens);
     Expr total = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r));
     // A weighted mean folds its weight into one factor, scale / tokens: a
@@ -53,6 +53,8 @@ public:
   void schedule() {
     constrainDense(logits, {vocab, tokens});
     targets.dim(0).set_bounds(0, tokens);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     lse.compute_root();
     target.compute_root();
   }
@@ -74,8 +76,7 @@ public:
 
   void generate() {
     lse = logSumExp(logits, vocab, "lse");
-    target(t) = require(targets(t) >= 0 && targets(t) < vocab, targets(t),
-                        "target out of range:", targets(t));
+    target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
     Expr diff = exp(logits(v, t) - lse(t)) - onehot;
     dlogits(v, t) = scale == 1.0 ? diff * dloss() / (float)(int)tokens
@@ -86,6 +87,8 @@ public:
     constrainDense(logits, {vocab, tokens});
     targets.dim(0).set_bounds(0, tokens);
     constrainDense(dlogits, {vocab, tokens});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     target.compute_root();
     lse.compute_at(dlogits, t);

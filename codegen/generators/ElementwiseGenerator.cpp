@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Halide.h"
+#include "Shapes.h"
 
 using namespace Halide;
 
@@ -29,6 +29,8 @@ public:
   void schedule() {
     for (OutputImageParam p : {OutputImageParam(a), OutputImageParam(b), OutputImageParam(z)})
       p.dim(0).set_bounds(0, size);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (size >= 4 * vec)
       z.vectorize(i, vec, TailStrategy::GuardWithIf);
@@ -73,6 +75,8 @@ public:
       p.dim(0).set_bounds(0, size);
     // The other tuple buffers share the first one's bounds.
     Func(updated).output_buffers()[0].dim(0).set_bounds(0, size);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (size >= 4 * vec)
       updated.vectorize(i, vec, TailStrategy::GuardWithIf);

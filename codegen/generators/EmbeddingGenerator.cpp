@@ -10,6 +10,7 @@
 #include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::checkedIndex;
 using moec_codegen::constrainDense;
 
 namespace {
@@ -28,7 +29,7 @@ public:
   Func id{"id"};
 
   void generate() {
-    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t), "token id out of range:", ids(t));
+    id(t) = checkedIndex(get_target(), ids(t), 0, vocab, "token id out of range:");
     y(d, t) = table(d, clamp(id(t), 0, vocab - 1));
   }
 
@@ -36,6 +37,8 @@ public:
     ids.dim(0).set_bounds(0, tokens);
     constrainDense(table, {width, vocab});
     constrainDense(y, {width, tokens});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     id.compute_root();
     y.parallel(t);
@@ -59,7 +62,7 @@ public:
 
   void generate() {
     Var t;
-    id(t) = require(ids(t) >= 0 && ids(t) < vocab, ids(t), "token id out of range:", ids(t));
+    id(t) = checkedIndex(get_target(), ids(t), 0, vocab, "token id out of range:");
     RDom r(0, tokens);
     acc(d, v) = 0.0f;
     acc(d, clamp(id(r), 0, vocab - 1)) += dy(d, r);
@@ -70,6 +73,8 @@ public:
     ids.dim(0).set_bounds(0, tokens);
     constrainDense(dy, {width, tokens});
     constrainDense(dtable, {width, vocab});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     id.compute_root();
     acc.compute_root();

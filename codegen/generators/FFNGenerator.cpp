@@ -191,6 +191,8 @@ public:
     constrainOptional(preUp, save, {hidden, rows, groups});
     constrainOptional(preGate, save && gated, {hidden, rows, groups});
     constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (blas) {
       if (!save)
@@ -369,6 +371,8 @@ public:
     constrainOptional(preUp, saved, {hidden, rows, groups});
     constrainOptional(preGate, saved && gated, {hidden, rows, groups});
     constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     if (blas) {
       dhAcc.compute_root();
       if (!saved)

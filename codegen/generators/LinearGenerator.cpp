@@ -66,6 +66,8 @@ public:
     constrainDense(y, {out, rows});
     b.dim(0).set_bounds(0, bias ? (int)out : 1);
     constrainOptional(r, residual, {out, rows});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (blas) {
       prod.compute_root();
@@ -127,6 +129,8 @@ public:
     constrainDense(dy, {out, rows});
     constrainDense(dx, {in, rows});
     constrainDense(dw, {out, in});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     if (blas)
       return;
     const int vec = natural_vector_size<float>();
@@ -159,6 +163,8 @@ public:
   void schedule() {
     constrainDense(dy, {out, rows});
     constrainDense(db, {out});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     // The sum runs vectorised in an internal (aligned) buffer; the output,
     // one row, is copied out element by element, which assumes nothing
     // about the caller's alignment.

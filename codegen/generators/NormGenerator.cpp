@@ -37,6 +37,8 @@ public:
     constrainDense(x, {width, rows});
     g.dim(0).set_bounds(0, width);
     constrainDense(y, {width, rows});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     y.parallel(r);
     inv.compute_at(y, r);
@@ -75,6 +77,8 @@ public:
     constrainDense(dx, {width, rows});
     g.dim(0).set_bounds(0, width);
     dg.dim(0).set_bounds(0, width);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     inv.compute_root().parallel(r);
     ax.compute_at(dx, r);

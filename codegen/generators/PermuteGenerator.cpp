@@ -25,11 +25,10 @@ namespace {
   GeneratorParam<int> width{"width", 1};
 
 /// slots(j, t) checked to lie in [-1, total).
-Func checkedSlots(Func slots, int total) {
+Func checkedSlots(const Target &target, Func slots, int total) {
   Var j, t;
   Func s("checked_slots");
-  s(j, t) = require(slots(j, t) >= -1 && slots(j, t) < total, slots(j, t),
-                    "slot out of range:", slots(j, t));
+  s(j, t) = moec_codegen::checkedIndex(target, slots(j, t), -1, total, "slot out of range:");
   return s;
 }
 
@@ -55,7 +54,7 @@ public:
 
   void generate() {
     Var d, s;
-    checked = checkedSlots(slots, slots_total);
+    checked = checkedSlots(get_target(), slots, slots_total);
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
     scatter(d, s) = 0.0f;
@@ -67,6 +66,8 @@ public:
     constrainDense(x, {width, tokens});
     constrainDense(slots, {k, tokens});
     constrainDense(buf, {width, slots_total});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     checked.compute_root();
     scheduleScatter(scatter, buf, width, natural_vector_size<float>());
   }
@@ -86,7 +87,7 @@ public:
 
   void generate() {
     Var d, t;
-    checked = checkedSlots(slots, slots_total);
+    checked = checkedSlots(get_target(), slots, slots_total);
     RDom j(0, k);
     Expr s = checked(j, t);
     Expr w = weighted ? weights(j, t) : Expr(1.0f);
@@ -98,6 +99,8 @@ public:
     constrainDense(slots, {k, tokens});
     constrainOptional(weights, weighted, {k, tokens});
     constrainDense(out, {width, tokens});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     checked.compute_root();
     Var d = out.args()[0], t = out.args()[1];
     out.parallel(t);
@@ -122,7 +125,7 @@ public:
 
   void generate() {
     Var d, s, j, t;
-    checked = checkedSlots(slots, slots_total);
+    checked = checkedSlots(get_target(), slots, slots_total);
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
     scatter(d, s) = 0.0f;
@@ -141,6 +144,8 @@ public:
     constrainDense(dout, {width, tokens});
     constrainDense(dbuf, {width, slots_total});
     constrainDense(dweights, {k, tokens});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     checked.compute_root();
     scheduleScatter(scatter, dbuf, width, natural_vector_size<float>());
   }

@@ -244,6 +244,8 @@ public:
       constrainDense(p, {top_k, tokens});
     counts.dim(0).set_bounds(0, num_experts);
     loss_parts.dim(0).set_bounds(0, 2);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     scheduleRouting(r, num_experts, natural_vector_size<float>());
     before.compute_root();
     // The balancing term's per-group sums: one form or the other.
@@ -335,6 +337,8 @@ public:
     constrainDense(dgates, {top_k, tokens});
     constrainDense(dx, {width, tokens});
     constrainDense(dw, {num_experts, width});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     scheduleRouting(r, num_experts, vec);
     // The gradients' stages at root (the balancing term's dot product for

@@ -9,6 +9,7 @@
 #ifndef MOEC_CODEGEN_SHAPES_H
 #define MOEC_CODEGEN_SHAPES_H
 
+#include "GpuSchedule.h"
 #include "Halide.h"
 
 #include <initializer_list>
@@ -34,6 +35,23 @@ inline void constrainOptional(Halide::OutputImageParam b, bool present,
     b.dim(dim++).set_bounds(0, e).set_stride(stride);
     stride *= e;
   }
+}
+
+/// True when the kernel is generated for a GPU target (OpenCL, CUDA): a
+/// generator's schedule() declares the shapes, then schedules with
+/// scheduleForGpu (GpuSchedule.h) instead of its CPU schedule.
+inline bool onGpu(const Halide::Target &target) { return target.has_gpu_feature(); }
+
+/// An index read from a buffer, checked to lie in [lo, hi) (the kernel fails
+/// with `what` and the value otherwise). A GPU kernel cannot report an
+/// error from device code: there the index is taken as is, and its
+/// consumers clamp it (the trainer checks token ids against the vocabulary
+/// when it loads the data; slots come from the routing kernel).
+inline Halide::Expr checkedIndex(const Halide::Target &target, Halide::Expr index, int lo, int hi,
+                                 const char *what) {
+  if (onGpu(target))
+    return index;
+  return Halide::require(index >= lo && index < hi, index, what, index);
 }
 
 } // namespace moec_codegen

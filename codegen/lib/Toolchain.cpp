@@ -131,6 +131,11 @@ Error generateCached(const ToolchainOptions &options, std::vector<std::string> a
 Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      const ToolchainOptions &options) {
   const std::string &gen = options.generator;
+  // GPU targets: Halide's device back end (the generators schedule for it,
+  // codegen/generators/GpuSchedule.h).
+  std::string halideTarget = "host";
+  if (options.target != Target::Host)
+    halideTarget += options.target == Target::OpenCL ? "-opencl" : "-cuda";
   for (const auto &[name, call] : calls.all()) {
     if (call.generator.empty())
       continue;
@@ -141,7 +146,7 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      name,
                                      "-e",
                                      "static_library,c_header",
-                                     "target=host-no_runtime"};
+                                     "target=" + halideTarget + "-no_runtime"};
     args.insert(args.end(), call.params.begin(), call.params.end());
     if (Error e =
             generateCached(options, args, {name + ".a", name + ".h"}, dir,
@@ -150,10 +155,10 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
       return e;
   }
   // The Halide runtime, once per binary.
-  return generateCached(options,
-                        {gen, "-r", "halide_runtime", "-e", "static_library", "target=host"},
-                        {"halide_runtime.a"}, dir,
-                        "moe-halide-gen failed to emit the Halide runtime", "the Halide runtime");
+  return generateCached(
+      options, {gen, "-r", "halide_runtime", "-e", "static_library", "target=" + halideTarget},
+      {"halide_runtime.a"}, dir, "moe-halide-gen failed to emit the Halide runtime",
+      "the Halide runtime");
 }
 
 Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef dir,

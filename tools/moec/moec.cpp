@@ -87,6 +87,14 @@ static cl::opt<moec::codegen::Gemm>
                     clEnumValN(moec::codegen::Gemm::Halide, "halide", "Halide schedules only"),
                     clEnumValN(moec::codegen::Gemm::Blas, "blas", "OpenBLAS sgemm extern stages")),
          cl::init(moec::codegen::Gemm::Auto), cl::cat(category));
+static cl::opt<moec::codegen::Target> target(
+    "target", cl::desc("Where the kernels run"),
+    cl::values(clEnumValN(moec::codegen::Target::Host, "host", "the host CPU (default)"),
+               clEnumValN(moec::codegen::Target::OpenCL, "opencl",
+                          "an OpenCL device (Halide's OpenCL back end; implies --gemm=halide)"),
+               clEnumValN(moec::codegen::Target::Cuda, "cuda",
+                          "an NVIDIA GPU (Halide's CUDA back end; implies --gemm=halide)")),
+    cl::init(moec::codegen::Target::Host), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
 static cl::opt<bool> noKernelCache(
     "no-kernel-cache",
@@ -330,6 +338,14 @@ int checkFlags() {
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)
     return fail("--ranks must be >= 1");
+  if (target != moec::codegen::Target::Host) {
+    // The OpenBLAS extern stages run on the host; a device step computes
+    // every contraction in its kernels.
+    if (gemm == moec::codegen::Gemm::Blas)
+      return fail("--gemm=blas calls OpenBLAS on the host: with --target=" +
+                  moec::codegen::targetName(target) + " give --gemm=halide or auto");
+    gemm = moec::codegen::Gemm::Halide;
+  }
   if (ranks > 1 && !clusterFile.empty())
     return fail("--ranks partitions the step for N ranks of this machine; with "
                 "--cluster the plan chooses the ranks (force degrees with "
@@ -482,7 +498,7 @@ emitProgram(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
             const moec::codegen::StepProgramNames &names = moec::codegen::StepProgramNames()) {
   std::string text;
   raw_string_ostream os(text);
-  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os, names)))
+  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os, names, target)))
     return std::nullopt;
   return text;
 }
@@ -603,6 +619,7 @@ int build(const std::vector<Program> &programs, const nlohmann::json &manifest, 
   toolchain.generator = generatorPath(argv0);
   toolchain.verbose = verbose;
   toolchain.cacheDir = noKernelCache ? "" : moec::codegen::defaultKernelCache();
+  toolchain.target = target;
   if (!sys::fs::can_execute(toolchain.generator))
     return fail("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = moec::codegen::generateKernels(calls, dir, toolchain))
@@ -674,6 +691,7 @@ int main(int argc, char **argv) {
   if (mlir::failed(calls))
     return 1;
   nlohmann::json manifest = moec::codegen::kernelManifest(*module, *calls);
+  manifest["target"] = moec::codegen::targetName(target).str();
   if (emit == Emit::Plan) {
     if (!sharding.is_null() && !sharding.is_discarded())
       manifest["sharding"] = sharding;

@@ -52,10 +52,13 @@ struct StepProgramNames {
   std::vector<std::string> replicaPrograms;
 };
 
-/// Writes the C++ step program of a lowered module.
+/// Writes the C++ step program of a lowered module, calling kernels
+/// generated for `target` (a device target's calls stage their buffers
+/// through the device).
 mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
                                     llvm::raw_ostream &os,
-                                    const StepProgramNames &names = StepProgramNames());
+                                    const StepProgramNames &names = StepProgramNames(),
+                                    Target target = Target::Host);
 
 } // namespace moec::codegen
 

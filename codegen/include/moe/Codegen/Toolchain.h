@@ -34,6 +34,9 @@ struct ToolchainOptions {
   /// Where generated kernels are kept between compiles, keyed by everything
   /// that determines them (empty: no cache).
   std::string cacheDir;
+  /// Where the kernels run (the Halide target of every kernel and of the
+  /// runtime).
+  Target target = Target::Host;
 };
 
 /// The kernel cache moec uses by default: $MOEC_KERNEL_CACHE ("none": no
