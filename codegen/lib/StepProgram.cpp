@@ -320,8 +320,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
     // back (the arenas stay on the host).
     os << "    halide_buffer_t *const bufs[] = {";
     arguments();
-    os << "};\n    if (int rc = markInputs(" << kernel.getSymName()
-       << "_metadata(), bufs)) return rc;\n    int rc = fromDevice(" << kernel.getSymName() << "(";
+    os << "};\n    if (int rc = deviceReady()) return rc;\n    moert_device_inputs("
+       << kernel.getSymName() << "_metadata(), bufs);\n    int rc = moert_device_outputs("
+       << kernel.getSymName() << "(";
     arguments();
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
   }
@@ -651,71 +652,13 @@ struct InstallHandler {
 } // namespace
 )cpp";
   if (target != Target::Host) {
+    // Device kernels: moert/Device.h stages each call's buffers.
     bool cl = target == Target::OpenCL;
     os << "#include \"" << (cl ? "HalideRuntimeOpenCL.h" : "HalideRuntimeCuda.h")
-       << "\"\nnamespace {\nconst char *const kTarget = \"" << targetName(target)
-       << "\";\nconst halide_device_interface_t *deviceInterface() { return "
-       << (cl ? "halide_opencl_device_interface" : "halide_cuda_device_interface") << "(); }\n";
-    os << R"cpp(// Device kernels (moec --target): each call copies its input buffers to
-// the device and its outputs back to the arenas, which stay in host memory;
-// device allocations are reused from call to call. A device error is a
-// kernel error (reported, the step fails).
-struct ReuseDeviceAllocations {
-  ReuseDeviceAllocations() { halide_reuse_device_allocations(nullptr, true); }
-} reuseDeviceAllocations;
-// The first kernel call checks that the device answers, and says so in one
-// line when it does not (the device API's own errors are many).
-char deviceError[512];
-void keepDeviceError(void *, const char *message) {
-  std::snprintf(deviceError, sizeof deviceError, "%s", message);
-  if (char *end = std::strchr(deviceError, '\n'))
-    *end = 0;
-}
-int deviceReady() {
-  static const int rc = [] {
-    float host[1] = {0};
-    halide_dimension_t d = {0, 1, 1, 0};
-    halide_buffer_t probe = {};
-    probe.host = (uint8_t *)host;
-    probe.type = f32;
-    probe.dimensions = 1;
-    probe.dim = &d;
-    halide_set_error_handler(keepDeviceError);
-    int r = halide_device_malloc(nullptr, &probe, deviceInterface());
-    if (r == 0)
-      halide_device_free(nullptr, &probe);
-    halide_set_error_handler(reportKernelError);
-    if (r)
-      std::fprintf(stderr, "kernel error: no %s device answers (this binary was compiled with "
-                   "moec --target %s; --target host runs on the CPU): %s\n",
-                   kTarget, kTarget, deviceError);
-    return r;
-  }();
-  return rc;
-}
-int markInputs(const halide_filter_metadata_t *md, halide_buffer_t *const *bufs) {
-  if (int rc = deviceReady())
-    return rc;
-  for (int i = 0; i < md->num_arguments; ++i)
-    if (md->arguments[i].kind == halide_argument_kind_input_buffer)
-      bufs[i]->flags |= halide_buffer_flag_host_dirty;
-  return 0;
-}
-int fromDevice(int rc, halide_buffer_t *const *bufs, int n) {
-  for (int i = 0; i < n; ++i) {
-    halide_buffer_t *b = bufs[i];
-    if (!b->device)
-      continue;
-    if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty))
-      rc = halide_copy_to_host(nullptr, b);
-    int freed = halide_device_free(nullptr, b);
-    if (rc == 0)
-      rc = freed;
-  }
-  return rc;
-}
-} // namespace
-)cpp";
+       << "\"\n#include \"moert/Device.h\"\nnamespace {\nint deviceReady() {\n  return "
+          "moert_device_ready("
+       << (cl ? "halide_opencl_device_interface" : "halide_cuda_device_interface") << "(), \""
+       << targetName(target) << "\");\n}\n} // namespace\n";
   }
   os << R"cpp(namespace {
 View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
