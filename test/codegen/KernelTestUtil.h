@@ -41,6 +41,14 @@ using ::moec::reference::Tensor;
 
 namespace kerneltest {
 
+/// MoEKernelTestsOpenCL: the kernels run on an OpenCL device, whose kernels
+/// do not check indices (docs/Targets.md).
+#ifdef MOEC_KERNEL_TEST_DEVICE
+inline constexpr bool kDevice = true;
+#else
+inline constexpr bool kDevice = false;
+#endif
+
 /// Kernel errors are recorded here instead of aborting the process (the
 /// runtime installs the same kind of handler).
 inline std::string lastError;

@@ -53,8 +53,13 @@ TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
   // A slot beyond the buffer is an error.
   slots[3] = 12;
   lastError.clear();
-  EXPECT_NE(permute_k(bx, bs, bbuf), 0);
-  EXPECT_NE(lastError.find("slot out of range: 12"), std::string::npos) << lastError;
+  if (kDevice) {
+    // A device kernel clamps the index instead (the trainer checks ids).
+    EXPECT_EQ(permute_k(bx, bs, bbuf), 0) << lastError;
+  } else {
+    EXPECT_NE(permute_k(bx, bs, bbuf), 0);
+    EXPECT_NE(lastError.find("slot out of range: 12"), std::string::npos) << lastError;
+  }
 }
 
 } // namespace

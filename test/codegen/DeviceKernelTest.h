@@ -1,0 +1,22 @@
+//===- DeviceKernelTest.h - the kernel tests on an OpenCL device -*- C++ -*-===//
+//
+// MoEKernelTestsOpenCL runs the kernel tests with every kernel (but the
+// OpenBLAS variants) generated for Halide's OpenCL target and called through
+// a wrapper (DeviceWrapper.cmake) that stages its buffers as the step
+// program of `moec --target opencl` does.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_TEST_DEVICEKERNELTEST_H
+#define MOEC_TEST_DEVICEKERNELTEST_H
+
+#include "HalideRuntimeOpenCL.h"
+#include "moert/Device.h"
+
+namespace kerneltest {
+
+inline int deviceReady() { return moert_device_ready(halide_opencl_device_interface(), "opencl"); }
+
+} // namespace kerneltest
+
+#endif // MOEC_TEST_DEVICEKERNELTEST_H
