@@ -17,6 +17,13 @@ void keepError(void *, const char *message) {
     *end = 0;
 }
 
+int64_t bytesOf(const halide_buffer_t *b) {
+  int64_t n = (b->type.bits + 7) / 8 * b->type.lanes;
+  for (int d = 0; d < b->dimensions; ++d)
+    n *= b->dim[d].extent;
+  return n;
+}
+
 } // namespace
 
 extern "C" int moert_device_ready(const halide_device_interface_t *device, const char *target) {
@@ -46,9 +53,13 @@ extern "C" int moert_device_ready(const halide_device_interface_t *device, const
 
 extern "C" void moert_device_inputs(const halide_filter_metadata_t *md,
                                     halide_buffer_t *const *bufs) {
+  int64_t bytes = 0;
   for (int i = 0; i < md->num_arguments; ++i)
-    if (md->arguments[i].kind == halide_argument_kind_input_buffer)
+    if (md->arguments[i].kind == halide_argument_kind_input_buffer) {
       bufs[i]->flags |= halide_buffer_flag_host_dirty;
+      bytes += bytesOf(bufs[i]);
+    }
+  moert_device_count(bytes, 0);
 }
 
 extern "C" int moert_device_outputs(int rc, halide_buffer_t *const *bufs, int n) {
@@ -56,8 +67,10 @@ extern "C" int moert_device_outputs(int rc, halide_buffer_t *const *bufs, int n)
     halide_buffer_t *b = bufs[i];
     if (!b->device)
       continue;
-    if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty))
+    if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty)) {
       rc = halide_copy_to_host(nullptr, b);
+      moert_device_count(0, bytesOf(b));
+    }
     int freed = halide_device_free(nullptr, b);
     if (rc == 0)
       rc = freed;

@@ -11,6 +11,7 @@
 
 #include "Trainer.h"
 
+#include "moert/DeviceCopies.h"
 #include "moert/ScratchPool.h"
 
 #include <algorithm>
@@ -403,8 +404,11 @@ Trainer::StepResult Trainer::runStep(long long s) {
   ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
   // Delayed gradients after the synchronous start.
   ctx.staleness = s >= o.syncSteps ? o.staleness : 0;
+  int64_t copied[2];
+  moert_device_copied(copied); // from the step's start (evaluations run between)
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
+  moert_device_copied(copied);
   if (ctx.step_mark > 0) {
     moert_step_end_compute(&ctx); // the compute after the last collective
     ctx.step_mark = 0;
@@ -439,8 +443,17 @@ Trainer::StepResult Trainer::runStep(long long s) {
   if (badNorm)
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
   long long tokensPerStep = globalBatch * prog.seq_len;
-  return {loss, ctx.grad_norm, ctx.lr,      nullptr,           tokensPerStep / seconds,
-          now,  seconds,       commSeconds, ctx.async_seconds, ctx.async_wait_seconds};
+  return {loss,
+          ctx.grad_norm,
+          ctx.lr,
+          nullptr,
+          tokensPerStep / seconds,
+          now,
+          seconds,
+          commSeconds,
+          ctx.async_seconds,
+          ctx.async_wait_seconds,
+          {copied[0], copied[1]}};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -608,7 +621,9 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
          {"expert_tokens", expertTokens()},
          {"aux_loss", routerLoss(0)},
          {"z_loss", routerLoss(1)},
-         {"balancedness", balancedness()}});
+         {"balancedness", balancedness()},
+         {"device_copy_bytes",
+          {{"to_device", r.deviceCopies[0]}, {"to_host", r.deviceCopies[1]}}}});
 }
 
 /// What the per-layer arrays of the step lines refer to, and the run's

@@ -115,6 +115,7 @@ private:
     double commSeconds;           ///< of which in its collectives (this rank)
     double backgroundSeconds;     ///< background all-reduces' run (hidden or waited for)
     double backgroundWaitSeconds; ///< of commSeconds, the waits for them
+    int64_t deviceCopies[2];      ///< device kernels' staging: to the device, to the host
   };
 
   // Set-up (Trainer.cpp).

@@ -13,6 +13,7 @@
 #define MOERT_DEVICE_H
 
 #include "HalideRuntime.h"
+#include "moert/DeviceCopies.h"
 
 #ifdef __cplusplus
 extern "C" {
