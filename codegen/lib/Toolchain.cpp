@@ -135,7 +135,9 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
   // codegen/generators/GpuSchedule.h).
   std::string halideTarget = "host";
   if (options.target != Target::Host)
-    halideTarget += options.target == Target::OpenCL ? "-opencl" : "-cuda";
+    halideTarget += options.target == Target::OpenCL
+                        ? "-opencl"
+                        : "-cuda-cuda_capability_" + std::to_string(options.cudaCapability);
   for (const auto &[name, call] : calls.all()) {
     if (call.generator.empty())
       continue;

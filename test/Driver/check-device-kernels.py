@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""check-device-kernels.py DIR TARGET: every generated kernel of moec's
---emit=kernels output DIR (kernels.json, kernels/) is a static library
-carrying device code for TARGET (cuda: PTX, opencl: OpenCL C source), and
+"""check-device-kernels.py DIR TARGET [MARKER]: every generated kernel of
+moec's --emit=kernels output DIR (kernels.json, kernels/) is a static library
+carrying device code for TARGET (cuda: PTX, opencl: OpenCL C source; MARKER,
+when given, is text that code must contain, such as `.target sm_80`), and
 the manifest names the target. Prints a one-line summary; exits 1 naming the
 first kernel that fails."""
 import json
@@ -13,6 +14,8 @@ manifest = json.load(open(os.path.join(directory, "kernels.json")))
 if manifest.get("target") != target:
     sys.exit("kernels.json names target %r, not %r" % (manifest.get("target"), target))
 marker = {"cuda": b".target sm_", "opencl": b"__kernel"}[target]
+if len(sys.argv) > 3:
+    marker = sys.argv[3].encode()
 count = 0
 for name, kernel in manifest["kernels"].items():
     if "generator" not in kernel:

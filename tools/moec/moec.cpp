@@ -95,6 +95,11 @@ static cl::opt<moec::codegen::Target> target(
                clEnumValN(moec::codegen::Target::Cuda, "cuda",
                           "an NVIDIA GPU (Halide's CUDA back end; implies --gemm=halide)")),
     cl::init(moec::codegen::Target::Host), cl::cat(category));
+static cl::opt<unsigned> cudaCapability(
+    "cuda-capability",
+    cl::desc("With --target=cuda: the compute capability the kernels' PTX targets, one of 30, "
+             "32, 35, 50, 61, 70, 75, 80, 86 (default 80: Ampere, Hopper and later GPUs run it)"),
+    cl::init(80), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
 static cl::opt<bool> noKernelCache(
     "no-kernel-cache",
@@ -345,6 +350,13 @@ int checkFlags() {
       return fail("--gemm=blas calls OpenBLAS on the host: with --target=" +
                   moec::codegen::targetName(target) + " give --gemm=halide or auto");
     gemm = moec::codegen::Gemm::Halide;
+  }
+  if (cudaCapability.getNumOccurrences()) {
+    if (target != moec::codegen::Target::Cuda)
+      return fail("--cuda-capability applies to --target=cuda");
+    if (!llvm::is_contained(ArrayRef<unsigned>{30, 32, 35, 50, 61, 70, 75, 80, 86}, cudaCapability))
+      return fail("--cuda-capability " + Twine(cudaCapability) +
+                  ": Halide targets 30, 32, 35, 50, 61, 70, 75, 80 or 86");
   }
   if (ranks > 1 && !clusterFile.empty())
     return fail("--ranks partitions the step for N ranks of this machine; with "
@@ -620,6 +632,7 @@ int build(const std::vector<Program> &programs, const nlohmann::json &manifest, 
   toolchain.verbose = verbose;
   toolchain.cacheDir = noKernelCache ? "" : moec::codegen::defaultKernelCache();
   toolchain.target = target;
+  toolchain.cudaCapability = static_cast<int>(cudaCapability);
   if (!sys::fs::can_execute(toolchain.generator))
     return fail("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = moec::codegen::generateKernels(calls, dir, toolchain))

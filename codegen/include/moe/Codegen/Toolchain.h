@@ -37,6 +37,9 @@ struct ToolchainOptions {
   /// Where the kernels run (the Halide target of every kernel and of the
   /// runtime).
   Target target = Target::Host;
+  /// With Target::Cuda: the compute capability the PTX targets (Halide's
+  /// cuda_capability_N: 30, 32, 35, 50, 61, 70, 75, 80 or 86).
+  int cudaCapability = 80;
 };
 
 /// The kernel cache moec uses by default: $MOEC_KERNEL_CACHE ("none": no
