@@ -43,7 +43,11 @@ import subprocess
 clinfo = shutil.which("clinfo")
 platforms = ""
 if clinfo:
-    platforms = subprocess.run([clinfo, "-l"], capture_output=True, text=True).stdout
+    try:
+        platforms = subprocess.run([clinfo, "-l"], capture_output=True, text=True,
+                                   timeout=120).stdout
+    except subprocess.TimeoutExpired:
+        lit_config.fatal("clinfo -l did not answer in 120 s")
 if "Platform" not in platforms:
     lit_config.fatal("no OpenCL platform (clinfo -l lists none); the --target opencl tests "
                      "run on one (tools/scripts/install-deps.sh installs PoCL and clinfo)")

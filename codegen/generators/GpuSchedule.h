@@ -7,10 +7,9 @@
 //   scatters, scans; the anonymous sum()s included), are computed at root
 //   on the device; other intermediates are inlined into their consumers;
 // - each stage's pure dimensions map to the device grid: the innermost two
-//   tiled 16 x 16 (one: 64 threads) over blocks and threads, the others
-//   fused into a third block dimension; reduction domains loop inside each
-//   thread, so every sum keeps the order the CPU schedule uses (no atomics:
-//   results are deterministic);
+//   tiled 16 x 16 over threads (one: 64 threads), every block index fused
+//   into one block dimension; reduction domains loop inside each thread,
+//   each sum in one fixed order (no atomics: results are deterministic);
 // - an update without a pure dimension (a scan, a total) runs on one
 //   device thread.
 // Every split guards its tail, so any shape is valid. Contractions are
@@ -33,7 +32,10 @@ namespace moec_codegen {
 
 namespace gpu_detail {
 
-/// Maps `dims` (innermost first) of one stage onto blocks and threads.
+/// Maps `dims` (innermost first) of one stage onto blocks and threads: the
+/// innermost one or two tiled over threads, every block index fused into
+/// one block dimension (CUDA allows 2^31 - 1 blocks along x, 65535 along y
+/// and z).
 template <typename S> void mapToGrid(S stage, const std::vector<Halide::Var> &dims) {
   using namespace Halide;
   const TailStrategy guard = TailStrategy::GuardWithIf;
@@ -41,23 +43,32 @@ template <typename S> void mapToGrid(S stage, const std::vector<Halide::Var> &di
     stage.gpu_single_thread();
     return;
   }
-  const std::string n = dims[0].name();
-  if (dims.size() == 1) {
-    stage.gpu_tile(dims[0], Var(n + "_b"), Var(n + "_t"), 64, guard);
-    return;
+  const int tiled = dims.size() == 1 ? 1 : 2, width = tiled == 1 ? 64 : 16;
+  std::vector<Var> threads;
+  std::vector<VarOrRVar> order;
+  Var blocks;
+  for (int i = 0; i < tiled; ++i) {
+    Var b(dims[i].name() + "_b"), t(dims[i].name() + "_t");
+    stage.split(dims[i], b, t, width, guard);
+    threads.push_back(t);
+    if (i == 0) {
+      blocks = b;
+    } else {
+      Var fused(blocks.name() + "_" + b.name());
+      stage.reorder(threads[0], threads[1], blocks, b);
+      stage.fuse(blocks, b, fused);
+      blocks = fused;
+    }
   }
-  const std::string m = dims[1].name();
-  stage.gpu_tile(dims[0], dims[1], Var(n + "_b"), Var(m + "_b"), Var(n + "_t"), Var(m + "_t"), 16,
-                 16, guard);
-  if (dims.size() == 2)
-    return;
-  Var outer = dims[2];
-  for (size_t i = 3; i < dims.size(); ++i) {
-    Var fused(outer.name() + "_" + dims[i].name());
-    stage.fuse(outer, dims[i], fused);
-    outer = fused;
+  for (size_t i = tiled; i < dims.size(); ++i) {
+    Var fused(blocks.name() + "_" + dims[i].name());
+    stage.fuse(blocks, dims[i], fused);
+    blocks = fused;
   }
-  stage.gpu_blocks(outer);
+  if (tiled == 1)
+    stage.gpu_blocks(blocks).gpu_threads(threads[0]);
+  else
+    stage.gpu_blocks(blocks).gpu_threads(threads[0], threads[1]);
 }
 
 } // namespace gpu_detail

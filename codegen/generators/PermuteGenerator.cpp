@@ -5,7 +5,8 @@
 // `permute`:        buf[s, :] = x[t, :] for slots[t, j] = s >= 0; 0 elsewhere
 // `unpermute`:      out[t, :] = sum_j w[t, j] buf[slots[t, j], :] (w = 1 if unweighted)
 // `unpermute_grad`: dbuf[s, :] = w[t, j] dout[t, :]; dw[t, j] = <buf[s, :], dout[t, :]>
-// A slot outside [-1, E * C) makes the kernel fail with an error.
+// A slot outside [-1, E * C) makes a host kernel fail with an error (a GPU
+// kernel clamps it: Shapes.h's checkedIndex).
 //
 //===----------------------------------------------------------------------===//
 

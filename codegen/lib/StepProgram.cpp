@@ -267,8 +267,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
     std::string name = "v" + std::to_string(viewCounter++);
     names.push_back(name);
     if (arg.source == KernelArg::Dummy) {
-      os << "    View " << name << " = view(" << (arg.dummyInt ? "dummy_i32, i32" : "dummy, f32")
-         << ", {";
+      // The call's own element: a kernel may write an absent optional
+      // output, and ranks run as threads.
+      os << "    " << (arg.dummyInt ? "int32_t " : "float ") << name << "_dummy[1] = {};\n    View "
+         << name << " = view(" << name << "_dummy, " << (arg.dummyInt ? "i32" : "f32") << ", {";
       for (unsigned i = 0; i < arg.dummyRank; ++i)
         os << (i ? ", " : "") << "1";
       os << "}); // " << role << "\n";
@@ -632,8 +634,6 @@ struct View {
 };
 const halide_type_t f32 = {halide_type_float, 32, 1};
 const halide_type_t i32 = {halide_type_int, 32, 1};
-float dummy[1];
-int32_t dummy_i32[1];
 // Kernel errors (bad ids, shapes) are reported, never aborts: the step
 // returns the error code and the trainer stops with a message.
 void reportKernelError(void *, const char *message) {

@@ -20,7 +20,9 @@ if run.returncode != 0:
 def losses(path):
     return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l and '"step"' in l]
 a, b = losses(metrics), losses(host)
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-if len(a) != len(b) or worst > 1e-3:
+if not a or len(a) != len(b):
+    sys.exit("GPU run logged %d steps, the host %d" % (len(a), len(b)))
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+if worst > 1e-3:
     sys.exit("GPU losses differ from the host's: %s vs %s" % (a, b))
 print("GPU: losses match the host's")

@@ -26,4 +26,6 @@ for name, kernel in manifest["kernels"].items():
     if marker not in open(path, "rb").read():
         sys.exit("%s (%s): no %s device code in %s" % (name, kernel["generator"], target, path))
     count += 1
+if count == 0:
+    sys.exit("%s lists no generated kernel" % directory)
 print("%d kernels with %s device code" % (count, target))

@@ -3,7 +3,9 @@
 // MoEKernelTestsOpenCL runs the kernel tests with every kernel (but the
 // OpenBLAS variants) generated for Halide's OpenCL target and called through
 // a wrapper (DeviceWrapper.cmake) that stages its buffers as the step
-// program of `moec --target opencl` does.
+// program of `moec --target opencl` does. Device intermediates come from the
+// device API, not moert's scratch pool, so ScratchWithin checks only what
+// stays on the host there.
 //
 //===----------------------------------------------------------------------===//
 

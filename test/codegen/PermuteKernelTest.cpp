@@ -54,7 +54,8 @@ TEST(HalideKernelTest, PermuteUnpermuteAndGradient) {
   slots[3] = 12;
   lastError.clear();
   if (kDevice) {
-    // A device kernel clamps the index instead (the trainer checks ids).
+    // A device kernel clamps the slot instead (slots come from the routing
+    // kernel).
     EXPECT_EQ(permute_k(bx, bs, bbuf), 0) << lastError;
   } else {
     EXPECT_NE(permute_k(bx, bs, bbuf), 0);

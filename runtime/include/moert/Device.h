@@ -3,9 +3,10 @@
  * A step program compiled with `moec --target opencl|cuda` runs every kernel
  * on a device while the arenas (parameters, optimiser state, activations)
  * stay in host memory: each call's inputs are copied to the device and the
- * outputs it wrote back (docs/Targets.md). Device allocations go to Halide's
- * allocation cache, so a steady-state step allocates nothing. Plain C, as
- * the step program calls it.
+ * outputs it wrote back (docs/Targets.md). Released allocations go to
+ * Halide's reuse cache where the device API has one (CUDA: the 32 most
+ * recently used); elsewhere (OpenCL) each call allocates its device
+ * buffers. Plain C, as the step program calls it.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -22,7 +23,7 @@ extern "C" {
 /* Whether `device` answers: 0, or non-zero after one line on stderr naming
  * `target` (the moec --target) and the device API's last error. Checked
  * once per process (later calls return the first answer); also turns on
- * Halide's device allocation cache. */
+ * Halide's device allocation reuse. */
 int moert_device_ready(const halide_device_interface_t *device, const char *target);
 
 /* Before a kernel call: marks the call's input buffers (from the kernel's
