@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import subprocess
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -39,7 +40,6 @@ if config.moec_mpi:
 # An OpenCL platform runs the binaries of moec --target opencl
 # (test/Driver/target-opencl.test); tools/scripts/install-deps.sh installs
 # PoCL, which runs OpenCL on the CPU, so a machine without one is an error.
-import subprocess
 clinfo = shutil.which("clinfo")
 platforms = ""
 if clinfo:

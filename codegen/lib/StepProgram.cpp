@@ -322,8 +322,11 @@ LogicalResult Emitter::launch(LaunchOp op) {
     // back (the arenas stay on the host).
     os << "    halide_buffer_t *const bufs[] = {";
     arguments();
-    os << "};\n    if (int rc = deviceReady()) return rc;\n    moert_device_inputs("
-       << kernel.getSymName() << "_metadata(), bufs);\n    int rc = moert_device_outputs("
+    os << "};\n    if (int rc = moert_device_inputs("
+       << (target == Target::OpenCL ? "halide_opencl_device_interface"
+                                    : "halide_cuda_device_interface")
+       << "(), \"" << targetName(target) << "\", " << kernel.getSymName()
+       << "_metadata(), bufs)) return rc;\n    int rc = moert_device_outputs("
        << kernel.getSymName() << "(";
     arguments();
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
@@ -651,15 +654,10 @@ struct InstallHandler {
 } installHandler;
 } // namespace
 )cpp";
-  if (target != Target::Host) {
-    // Device kernels: moert/Device.h stages each call's buffers.
-    bool cl = target == Target::OpenCL;
-    os << "#include \"" << (cl ? "HalideRuntimeOpenCL.h" : "HalideRuntimeCuda.h")
-       << "\"\n#include \"moert/Device.h\"\nnamespace {\nint deviceReady() {\n  return "
-          "moert_device_ready("
-       << (cl ? "halide_opencl_device_interface" : "halide_cuda_device_interface") << "(), \""
-       << targetName(target) << "\");\n}\n} // namespace\n";
-  }
+  if (target != Target::Host) // Device kernels: moert/Device.h stages each call's buffers.
+    os << "#include \""
+       << (target == Target::OpenCL ? "HalideRuntimeOpenCL.h" : "HalideRuntimeCuda.h")
+       << "\"\n#include \"moert/Device.h\"\n";
   os << R"cpp(namespace {
 View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   View v = {};

@@ -24,9 +24,8 @@ int64_t bytesOf(const halide_buffer_t *b) {
   return n;
 }
 
-} // namespace
-
-extern "C" int moert_device_ready(const halide_device_interface_t *device, const char *target) {
+/// Whether `device` answers: 0, or non-zero after one line on stderr.
+int deviceReady(const halide_device_interface_t *device, const char *target) {
   static const int rc = [&] {
     halide_reuse_device_allocations(nullptr, true);
     float host[1] = {0};
@@ -51,8 +50,13 @@ extern "C" int moert_device_ready(const halide_device_interface_t *device, const
   return rc;
 }
 
-extern "C" void moert_device_inputs(const halide_filter_metadata_t *md,
-                                    halide_buffer_t *const *bufs) {
+} // namespace
+
+extern "C" int moert_device_inputs(const halide_device_interface_t *device, const char *target,
+                                   const halide_filter_metadata_t *md,
+                                   halide_buffer_t *const *bufs) {
+  if (int rc = deviceReady(device, target))
+    return rc;
   int64_t bytes = 0;
   for (int i = 0; i < md->num_arguments; ++i)
     if (md->arguments[i].kind == halide_argument_kind_input_buffer) {
@@ -60,6 +64,7 @@ extern "C" void moert_device_inputs(const halide_filter_metadata_t *md,
       bytes += bytesOf(bufs[i]);
     }
   moert_device_count(bytes, 0);
+  return 0;
 }
 
 extern "C" int moert_device_outputs(int rc, halide_buffer_t *const *bufs, int n) {

@@ -1,8 +1,11 @@
 # cmake -DNAME=kernel -DDIR=dir -P DeviceWrapper.cmake
 # Writes DIR/NAME.h: NAME(...) with the arguments of NAME_device (a kernel
-# generated for a device target, declared in DIR/NAME_device.h) that stages
-# its buffers through the device (moert/Device.h), and NAME_metadata; the
-# kernel tests call it as they call the host kernel NAME.
+# generated for OpenCL, declared in DIR/NAME_device.h) that stages its
+# buffers through the device (moert/Device.h) as the step program of
+# `moec --target opencl` does, and NAME_metadata. MoEKernelTestsOpenCL
+# (test/codegen/CMakeLists.txt) calls it as MoEKernelTests calls the host
+# kernel NAME. Device intermediates come from the device API, not moert's
+# scratch pool, so ScratchWithin checks only what stays on the host there.
 file(READ ${DIR}/${NAME}_device.h header)
 string(REGEX MATCH "int ${NAME}_device\\(([^)]*)\\);" decl "${header}")
 if(NOT decl)
@@ -24,12 +27,13 @@ file(WRITE ${DIR}/${NAME}.h.tmp
 #ifndef ${NAME}_DEVICE_WRAPPER_H
 #define ${NAME}_DEVICE_WRAPPER_H
 #include \"${NAME}_device.h\"
-#include \"DeviceKernelTest.h\"
+#include \"HalideRuntimeOpenCL.h\"
+#include \"moert/Device.h\"
 inline int ${NAME}(${params}) {
   halide_buffer_t *const bufs[] = {${names}};
-  if (int rc = kerneltest::deviceReady())
+  if (int rc = moert_device_inputs(halide_opencl_device_interface(), \"opencl\",
+                                   ${NAME}_device_metadata(), bufs))
     return rc;
-  moert_device_inputs(${NAME}_device_metadata(), bufs);
   return moert_device_outputs(${NAME}_device(${names}), bufs, ${count});
 }
 inline const halide_filter_metadata_t *${NAME}_metadata() { return ${NAME}_device_metadata(); }

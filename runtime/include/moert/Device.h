@@ -20,16 +20,15 @@
 extern "C" {
 #endif
 
-/* Whether `device` answers: 0, or non-zero after one line on stderr naming
- * `target` (the moec --target) and the device API's last error. Checked
- * once per process (later calls return the first answer); also turns on
- * Halide's device allocation reuse. */
-int moert_device_ready(const halide_device_interface_t *device, const char *target);
-
-/* Before a kernel call: marks the call's input buffers (from the kernel's
- * Halide metadata; `bufs` in its argument order) as changed on the host, so
- * the kernel copies them to the device. */
-void moert_device_inputs(const halide_filter_metadata_t *md, halide_buffer_t *const *bufs);
+/* Before a kernel call on `device` (the target's interface; `target` the
+ * moec --target, for the message): checks once per process that the device
+ * answers (0, or non-zero after one line on stderr with the device API's
+ * last error; later calls return the first answer) and turns on Halide's
+ * device allocation reuse; then marks the call's input buffers (from the
+ * kernel's Halide metadata; `bufs` in its argument order) as changed on the
+ * host, so the kernel copies them to the device. */
+int moert_device_inputs(const halide_device_interface_t *device, const char *target,
+                        const halide_filter_metadata_t *md, halide_buffer_t *const *bufs);
 
 /* After a kernel call that returned `rc`: copies each of the `n` buffers the
  * device wrote back to the host and releases its device allocation.
