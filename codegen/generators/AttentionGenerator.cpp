@@ -23,6 +23,9 @@
 
 using namespace Halide;
 using moec_codegen::constrainDense;
+using moec_codegen::MoEGenerator;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
@@ -399,26 +402,28 @@ void scheduleAttentionInputs(Func table, const std::vector<Func> &operands,
   GeneratorParam<float> theta{"theta", 10000.0f};                                                  \
   AttentionParams params() const { return {batch, seq, heads, kv_heads, head_dim, rope, theta}; }
 
-class Attention : public Generator<Attention> {
+class Attention : public MoEGenerator<Attention> {
 public:
   MOE_ATTENTION_PARAMS
-  Input<Buffer<float, 3>> q{"q"};
-  Input<Buffer<float, 3>> k{"k"};
-  Input<Buffer<float, 3>> v{"v"};
-  Output<Buffer<float, 3>> o{"o"};
+  Input<Buffer<void, 3>> q{"q"};
+  Input<Buffer<void, 3>> k{"k"};
+  Input<Buffer<void, 3>> v{"v"};
+  Output<Buffer<void, 3>> o{"o"};
+
+  void configure() { storage(q, k, v, o); }
 
   void generate() {
     AttentionParams p = params();
     table = ropeTable(p);
-    qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
-    kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
-    Func V = split(v, p.headDim, "V");
+    qr = rotate(split(widened(q), p.headDim, "Q"), table, p, 1.0f, "qr");
+    kr = rotate(split(widened(k), p.headDim, "K"), table, p, 1.0f, "kr");
+    Func V = split(widened(v), p.headDim, "V");
     const int vec = natural_vector_size<float>();
     krT = keysMajor(kr, "kr_t");
     prob = probabilities(qr, krT, p, vec);
     Var i, b, x;
     out = causalRows(prob.out, V, p, vec, "out");
-    o(x, i, b) = out.r(x % p.headDim, x / p.headDim, i, b);
+    o(x, i, b) = narrowed(o, out.r(x % p.headDim, x / p.headDim, i, b));
   }
 
   void schedule() {
@@ -443,23 +448,25 @@ private:
   CausalSum out;
 };
 
-class AttentionGrad : public Generator<AttentionGrad> {
+class AttentionGrad : public MoEGenerator<AttentionGrad> {
 public:
   MOE_ATTENTION_PARAMS
-  Input<Buffer<float, 3>> q{"q"};
-  Input<Buffer<float, 3>> k{"k"};
-  Input<Buffer<float, 3>> v{"v"};
-  Input<Buffer<float, 3>> dout{"dout"};
-  Output<Buffer<float, 3>> dq{"dq"};
-  Output<Buffer<float, 3>> dk{"dk"};
-  Output<Buffer<float, 3>> dv{"dv"};
+  Input<Buffer<void, 3>> q{"q"};
+  Input<Buffer<void, 3>> k{"k"};
+  Input<Buffer<void, 3>> v{"v"};
+  Input<Buffer<void, 3>> dout{"dout"};
+  Output<Buffer<void, 3>> dq{"dq"};
+  Output<Buffer<void, 3>> dk{"dk"};
+  Output<Buffer<void, 3>> dv{"dv"};
+
+  void configure() { storage(q, k, v, dout, dq, dk, dv); }
 
   void generate() {
     AttentionParams p = params();
     table = ropeTable(p);
-    qr = rotate(split(q, p.headDim, "Q"), table, p, 1.0f, "qr");
-    kr = rotate(split(k, p.headDim, "K"), table, p, 1.0f, "kr");
-    Func V = split(v, p.headDim, "V"), DO = split(dout, p.headDim, "DO");
+    qr = rotate(split(widened(q), p.headDim, "Q"), table, p, 1.0f, "qr");
+    kr = rotate(split(widened(k), p.headDim, "K"), table, p, 1.0f, "kr");
+    Func V = split(widened(v), p.headDim, "V"), DO = split(widened(dout), p.headDim, "DO");
     const int vec = natural_vector_size<float>();
     krT = keysMajor(kr, "kr_t");
     VT = keysMajor(V, "v_t");
@@ -472,9 +479,9 @@ public:
     dV = causalCols(prob.out, DO, p, vec, "dV");
     Func dqUnrot = rotate(dqr.r, table, p, -1.0f, "dq_unrot");
     Func dkUnrot = rotate(dkr.r, table, p, -1.0f, "dk_unrot");
-    dq(x, i, b) = dqUnrot(x % p.headDim, x / p.headDim, i, b);
-    dk(x, j, b) = dkUnrot(x % p.headDim, x / p.headDim, j, b);
-    dv(x, j, b) = dV.r(x % p.headDim, x / p.headDim, j, b);
+    dq(x, i, b) = narrowed(dq, dqUnrot(x % p.headDim, x / p.headDim, i, b));
+    dk(x, j, b) = narrowed(dk, dkUnrot(x % p.headDim, x / p.headDim, j, b));
+    dv(x, j, b) = narrowed(dv, dV.r(x % p.headDim, x / p.headDim, j, b));
   }
 
   void schedule() {

@@ -11,6 +11,8 @@
 using namespace Halide;
 using moec_codegen::checkedIndex;
 using moec_codegen::constrainDense;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
@@ -24,25 +26,28 @@ Func logSumExp(Func logits, int vocab, const char *name) {
   return lse;
 }
 
-class CrossEntropy : public Generator<CrossEntropy> {
+class CrossEntropy : public moec_codegen::MoEGenerator<CrossEntropy> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
   /// Weighs the mean (a data replica's share of the batch, moe.cross_entropy).
   GeneratorParam<double> scale{"scale", 1.0};
 
-  Input<Buffer<float, 2>> logits{"logits"};
+  Input<Buffer<void, 2>> logits{"logits"};
   Input<Buffer<int32_t, 1>> targets{"targets"};
   Output<Buffer<float, 0>> loss{"loss"};
 
   Func lse, target{"target"};
 
+  void configure() { storage(logits); }
+
   void generate() {
     Var t;
-    lse = logSumExp(logits, vocab, "lse");
+    Func logitsF = widened(logits);
+    lse = logSumExp(logitsF, vocab, "lse");
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     RDom r(0, tokens);
-    Expr total = sum(lse(r) - logits(clamp(target(r), 0, vocab - 1), r));
+    Expr total = sum(lse(r) - logitsF(clamp(target(r), 0, vocab - 1), r));
     // A weighted mean folds its weight into one factor, scale / tokens: a
     // replica's (its share x replicas / batch) / its tokens is the same for
     // every replica, so each scales its tokens as the batch mean does.
@@ -60,27 +65,31 @@ public:
   }
 };
 
-class CrossEntropyGrad : public Generator<CrossEntropyGrad> {
+class CrossEntropyGrad : public moec_codegen::MoEGenerator<CrossEntropyGrad> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
   GeneratorParam<double> scale{"scale", 1.0};
 
-  Input<Buffer<float, 2>> logits{"logits"};
+  Input<Buffer<void, 2>> logits{"logits"};
   Input<Buffer<int32_t, 1>> targets{"targets"};
   Input<Buffer<float, 0>> dloss{"dloss"};
-  Output<Buffer<float, 2>> dlogits{"dlogits"};
+  Output<Buffer<void, 2>> dlogits{"dlogits"};
 
   Var v{"v"}, t{"t"};
   Func lse, target{"target"};
 
+  void configure() { storage(logits, dlogits); }
+
   void generate() {
-    lse = logSumExp(logits, vocab, "lse");
+    Func logitsF = widened(logits);
+    lse = logSumExp(logitsF, vocab, "lse");
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
-    Expr diff = exp(logits(v, t) - lse(t)) - onehot;
-    dlogits(v, t) = scale == 1.0 ? diff * dloss() / (float)(int)tokens
-                                 : diff * (dloss() * (float)((double)scale / (double)(int)tokens));
+    Expr diff = exp(logitsF(v, t) - lse(t)) - onehot;
+    dlogits(v, t) = narrowed(
+        dlogits, scale == 1.0 ? diff * dloss() / (float)(int)tokens
+                              : diff * (dloss() * (float)((double)scale / (double)(int)tokens)));
   }
 
   void schedule() {

@@ -13,18 +13,22 @@
 #include "Shapes.h"
 
 using namespace Halide;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
-class Add : public Generator<Add> {
+class Add : public moec_codegen::MoEGenerator<Add> {
 public:
   GeneratorParam<int> size{"size", 1};
-  Input<Buffer<float, 1>> a{"a"};
-  Input<Buffer<float, 1>> b{"b"};
-  Output<Buffer<float, 1>> z{"z"};
+  Input<Buffer<void, 1>> a{"a"};
+  Input<Buffer<void, 1>> b{"b"};
+  Output<Buffer<void, 1>> z{"z"};
   Var i{"i"};
 
-  void generate() { z(i) = a(i) + b(i); }
+  void configure() { storage(a, b, z); }
+
+  void generate() { z(i) = narrowed(z, widened(a)(i) + widened(b)(i)); }
 
   void schedule() {
     for (OutputImageParam p : {OutputImageParam(a), OutputImageParam(b), OutputImageParam(z)})
@@ -34,6 +38,32 @@ public:
     const int vec = natural_vector_size<float>();
     if (size >= 4 * vec)
       z.vectorize(i, vec, TailStrategy::GuardWithIf);
+  }
+};
+
+/// moe.cast: one element type to another (mixed precision's weight copies
+/// and their gradients), rounding to nearest even.
+class Cast : public moec_codegen::MoEGenerator<Cast> {
+public:
+  GeneratorParam<int> size{"size", 1};
+  Input<Buffer<void, 1>> a{"a"};
+  Output<Buffer<void, 1>> z{"z"};
+  Var i{"i"};
+
+  void configure() { storage(a, z); }
+
+  void generate() { z(i) = narrowed(z, widened(a)(i)); }
+
+  void schedule() {
+    a.dim(0).set_bounds(0, size);
+    z.dim(0).set_bounds(0, size);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    const int vec = natural_vector_size<float>();
+    if (size >= 4 * vec)
+      z.vectorize(i, vec, TailStrategy::GuardWithIf);
+    if (size >= 1 << 16)
+      z.parallel(i, 1 << 14, TailStrategy::GuardWithIf);
   }
 };
 
@@ -86,4 +116,5 @@ public:
 } // namespace
 
 HALIDE_REGISTER_GENERATOR(Add, add)
+HALIDE_REGISTER_GENERATOR(Cast, cast)
 HALIDE_REGISTER_GENERATOR(AdamWUpdate, adamw_update)

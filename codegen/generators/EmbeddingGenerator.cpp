@@ -12,25 +12,29 @@
 using namespace Halide;
 using moec_codegen::checkedIndex;
 using moec_codegen::constrainDense;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
-class Embedding : public Generator<Embedding> {
+class Embedding : public moec_codegen::MoEGenerator<Embedding> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
   GeneratorParam<int> width{"width", 1};
 
   Input<Buffer<int32_t, 1>> ids{"ids"};
-  Input<Buffer<float, 2>> table{"table"};
-  Output<Buffer<float, 2>> y{"y"};
+  Input<Buffer<void, 2>> table{"table"};
+  Output<Buffer<void, 2>> y{"y"};
 
   Var d{"d"}, t{"t"};
   Func id{"id"};
 
+  void configure() { storage(table, y); }
+
   void generate() {
     id(t) = checkedIndex(get_target(), ids(t), 0, vocab, "token id out of range:");
-    y(d, t) = table(d, clamp(id(t), 0, vocab - 1));
+    y(d, t) = narrowed(y, widened(table)(d, clamp(id(t), 0, vocab - 1)));
   }
 
   void schedule() {
@@ -47,26 +51,28 @@ public:
   }
 };
 
-class EmbeddingGrad : public Generator<EmbeddingGrad> {
+class EmbeddingGrad : public moec_codegen::MoEGenerator<EmbeddingGrad> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
   GeneratorParam<int> vocab{"vocab", 1};
   GeneratorParam<int> width{"width", 1};
 
   Input<Buffer<int32_t, 1>> ids{"ids"};
-  Input<Buffer<float, 2>> dy{"dy"};
-  Output<Buffer<float, 2>> dtable{"dtable"};
+  Input<Buffer<void, 2>> dy{"dy"};
+  Output<Buffer<void, 2>> dtable{"dtable"};
 
   Var d{"d"}, v{"v"};
   Func acc{"acc"}, id{"id"};
+
+  void configure() { storage(dy, dtable); }
 
   void generate() {
     Var t;
     id(t) = checkedIndex(get_target(), ids(t), 0, vocab, "token id out of range:");
     RDom r(0, tokens);
     acc(d, v) = 0.0f;
-    acc(d, clamp(id(r), 0, vocab - 1)) += dy(d, r);
-    dtable(d, v) = acc(d, v);
+    acc(d, clamp(id(r), 0, vocab - 1)) += widened(dy)(d, r);
+    dtable(d, v) = narrowed(dtable, acc(d, v));
   }
 
   void schedule() {

@@ -112,7 +112,7 @@ void scheduleOnRows(Func fn, Var f, Var e, RDom r, int extentF, int vec) {
     update.vectorize(f, vec, TailStrategy::GuardWithIf);
 }
 
-class FFN : public Generator<FFN> {
+class FFN : public MoEGenerator<FFN> {
 public:
   GeneratorParam<int> groups{"groups", 1};
   GeneratorParam<int> rows{"rows", 1};
@@ -126,39 +126,44 @@ public:
   GeneratorParam<bool> blas{"blas", false};
   GeneratorParam<int> segments{"segments", 0};
 
-  Input<Buffer<float, 3>> x{"x"};             // (d, c, e)
-  Input<Buffer<float, 3>> up{"up"};           // (f, d, e)
-  Input<Buffer<float, 3>> down{"down"};       // (d, f, e)
-  Input<Buffer<float, 3>> gate{"gate"};       // (f, d, e)
+  Input<Buffer<void, 3>> x{"x"};              // (d, c, e)
+  Input<Buffer<void, 3>> up{"up"};            // (f, d, e)
+  Input<Buffer<void, 3>> down{"down"};        // (d, f, e)
+  Input<Buffer<void, 3>> gate{"gate"};        // (f, d, e)
   Input<Buffer<int32_t, 1>> routed{"routed"}; // (segment, e), or a 1-element dummy
-  Output<Buffer<float, 3>> y{"y"};
-  Output<Buffer<float, 3>> preUp{"pre_up"};     // (f, c, e)
-  Output<Buffer<float, 3>> preGate{"pre_gate"}; // (f, c, e)
+  Output<Buffer<void, 3>> y{"y"};
+  Output<Buffer<void, 3>> preUp{"pre_up"};     // (f, c, e)
+  Output<Buffer<void, 3>> preGate{"pre_gate"}; // (f, c, e)
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
   Func hu{"hu"}, hg{"hg"}, h{"h"}, yAcc{"y_acc"};
+
+  void configure() { storage(x, up, down, gate, y, preUp, preGate); }
 
   void generate() {
     if (blas)
       return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden);
-    defineContraction(hu, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
+    Func xf = widened(x);
+    defineContraction(hu, {f, c, e}, rd, xf(rd, c, e) * widened(up)(f, rd, e));
     if (gated)
-      defineContraction(hg, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
+      defineContraction(hg, {f, c, e}, rd, xf(rd, c, e) * widened(gate)(f, rd, e));
     if (save) {
-      preUp(f, c, e) = hu(f, c, e);
-      preGate(f, c, e) = gated ? hg(f, c, e) : Expr(0.0f);
-      Expr u = preUp(f, c, e);
-      h(f, c, e) = gated ? activate(activation, preGate(f, c, e)) * u : activate(activation, u);
+      // h from the saved (rounded) pre-activations, as the backward sees them.
+      preUp(f, c, e) = narrowed(preUp, hu(f, c, e));
+      preGate(f, c, e) = narrowed(preGate, gated ? hg(f, c, e) : Expr(0.0f));
+      Expr u = cast<float>(preUp(f, c, e));
+      h(f, c, e) =
+          gated ? activate(activation, cast<float>(preGate(f, c, e))) * u : activate(activation, u);
     } else {
-      preUp(f, c, e) = 0.0f;
-      preGate(f, c, e) = 0.0f;
+      preUp(f, c, e) = narrowed(preUp, 0.0f);
+      preGate(f, c, e) = narrowed(preGate, 0.0f);
       h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
                          : activate(activation, hu(f, c, e));
     }
-    defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * down(d, rf, e));
-    y(d, c, e) = yAcc(d, c, e);
+    defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * widened(down)(d, rf, e));
+    y(d, c, e) = narrowed(y, yAcc(d, c, e));
   }
 
   void generateBlas() {
@@ -167,18 +172,21 @@ public:
     // With routed rows the backward reads the saved pre-activations' routed
     // rows only, so their other rows are left unwritten (zeroing them cost a
     // fixed time per expert, whatever its load). Without, the mode is moot.
-    hu = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, GemmRows::RoutedRowsOnly);
+    ExternFuncArgument xs = gemmInput(x);
+    hu =
+        externGemm("hu_gemm", {f, c, e}, {xs}, {gemmInput(up)}, width, r, GemmRows::RoutedRowsOnly);
     if (gated)
-      hg = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, GemmRows::RoutedRowsOnly);
+      hg = externGemm("hg_gemm", {f, c, e}, {xs}, {gemmInput(gate)}, width, r,
+                      GemmRows::RoutedRowsOnly);
     if (save) {
-      preUp = hu;
+      fromExtern(preUp, hu);
       if (gated)
-        preGate = hg;
+        fromExtern(preGate, hg);
       else
-        preGate(f, c, e) = 0.0f;
+        preGate(f, c, e) = narrowed(preGate, 0.0f);
     } else {
-      preUp(f, c, e) = 0.0f;
-      preGate(f, c, e) = 0.0f;
+      preUp(f, c, e) = narrowed(preUp, 0.0f);
+      preGate(f, c, e) = narrowed(preGate, 0.0f);
     }
     auto act = [&](Expr row) {
       return gated ? activate(activation, hg(f, row, e)) * hu(f, row, e)
@@ -191,7 +199,7 @@ public:
     } else {
       h(f, c, e) = act(c);
     }
-    y = externGemm("y_gemm", {d, c, e}, {h}, {down}, hidden, r);
+    fromExtern(y, externGemm("y_gemm", {d, c, e}, {h}, {gemmInput(down)}, hidden, r));
   }
   RDom rowsDomain;
 
@@ -209,6 +217,7 @@ public:
       return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (blas) {
+      scheduleStaged(vec);
       if (!save)
         for (Func fn : gated ? std::vector<Func>{hu, hg} : std::vector<Func>{hu})
           fn.compute_root();
@@ -236,7 +245,7 @@ public:
   }
 };
 
-class FFNGrad : public Generator<FFNGrad> {
+class FFNGrad : public MoEGenerator<FFNGrad> {
 public:
   GeneratorParam<int> groups{"groups", 1};
   GeneratorParam<int> rows{"rows", 1};
@@ -244,23 +253,23 @@ public:
   GeneratorParam<int> hidden{"hidden", 1};
   GeneratorParam<Act> activation{"activation", Act::SwiGLU, kActivations};
 
-  Input<Buffer<float, 3>> x{"x"};
-  Input<Buffer<float, 3>> up{"up"};
-  Input<Buffer<float, 3>> down{"down"};
-  Input<Buffer<float, 3>> gate{"gate"};
-  Input<Buffer<float, 3>> dy{"dy"};
+  Input<Buffer<void, 3>> x{"x"};
+  Input<Buffer<void, 3>> up{"up"};
+  Input<Buffer<void, 3>> down{"down"};
+  Input<Buffer<void, 3>> gate{"gate"};
+  Input<Buffer<void, 3>> dy{"dy"};
   // saved: the forward's pre-activations (x Wu, x Wg) instead of recomputing
   // them; 1x1x1 dummies otherwise.
   GeneratorParam<bool> saved{"saved", false};
   GeneratorParam<bool> blas{"blas", false};
   GeneratorParam<int> segments{"segments", 0};
-  Input<Buffer<float, 3>> preUp{"pre_up"};
-  Input<Buffer<float, 3>> preGate{"pre_gate"};
+  Input<Buffer<void, 3>> preUp{"pre_up"};
+  Input<Buffer<void, 3>> preGate{"pre_gate"};
   Input<Buffer<int32_t, 1>> routed{"routed"};
-  Output<Buffer<float, 3>> dx{"dx"};
-  Output<Buffer<float, 3>> dup{"dup"};
-  Output<Buffer<float, 3>> ddown{"ddown"};
-  Output<Buffer<float, 3>> dgate{"dgate"};
+  Output<Buffer<void, 3>> dx{"dx"};
+  Output<Buffer<void, 3>> dup{"dup"};
+  Output<Buffer<void, 3>> ddown{"ddown"};
+  Output<Buffer<void, 3>> dgate{"dgate"};
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
   // Accumulators of the recomputed pre-activations and of dh; `act` holds,
@@ -271,11 +280,16 @@ public:
   Func upT{"up_t"}, gateT{"gate_t"}, downT{"down_t"}, xT{"x_t"}, hT{"h_t"};
   Func dxAcc{"dx_acc"}, dupAcc{"dup_acc"}, dgateAcc{"dgate_acc"}, ddownAcc{"ddown_acc"};
 
+  void configure() { storage(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate); }
+
   void generate() {
     if (blas)
       return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden), rc(0, rows);
+    Func x = widened(this->x), up = widened(this->up), down = widened(this->down),
+         gate = widened(this->gate), dy = widened(this->dy), preUp = widened(this->preUp),
+         preGate = widened(this->preGate);
     if (!saved)
       defineContraction(huAcc, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
     // dh = dy down^T; down^T is contiguous in f.
@@ -298,7 +312,7 @@ public:
     hT(c, f, e) = h(f, c);
     // ddown(d, f) = sum_c h(f, c) dy(d, c)
     defineContraction(ddownAcc, {d, f, e}, rc, hT(rc, f, e) * dy(d, rc, e));
-    ddown(d, f, e) = ddownAcc(d, f, e);
+    ddown(d, f, e) = narrowed(ddown, ddownAcc(d, f, e));
     upT(d, f, e) = up(f, d, e);
     // dx = dhu up^T (+ dhg gate^T)
     defineContraction(dxAcc, {d, c, e}, rf, dhu(rf, c) * upT(d, rf, e));
@@ -309,13 +323,13 @@ public:
       gateT(d, f, e) = gate(f, d, e);
       dxAcc(d, c, e) += dhg(rf2, c) * gateT(d, rf2, e);
       defineContraction(dgateAcc, {f, d, e}, rc, xT(rc, d, e) * dhg(f, rc));
-      dgate(f, d, e) = dgateAcc(f, d, e);
+      dgate(f, d, e) = narrowed(dgate, dgateAcc(f, d, e));
     } else {
-      dgate(f, d, e) = 0.0f;
+      dgate(f, d, e) = narrowed(dgate, 0.0f);
     }
-    dx(d, c, e) = dxAcc(d, c, e);
+    dx(d, c, e) = narrowed(dx, dxAcc(d, c, e));
     defineContraction(dupAcc, {f, d, e}, rc, xT(rc, d, e) * dhu(f, rc));
-    dup(f, d, e) = dupAcc(f, d, e);
+    dup(f, d, e) = narrowed(dup, dupAcc(f, d, e));
   }
 
   // The activation's values and gradients of the BLAS path, one Func each
@@ -328,14 +342,17 @@ public:
     GemmRows r{routed, segments, (int)groups * (int)segments};
     const auto overK = GemmRows::SlotsAreK, inner = GemmRows::RoutedRowsOnly;
     // dh = dy down^T
-    dhAcc = externGemm("dh_gemm", {f, c, e}, {dy}, {down, true}, width, r, inner);
+    ExternFuncArgument xs = gemmInput(x), dys = gemmInput(dy), ups = gemmInput(up);
+    ExternFuncArgument gates = gated ? gemmInput(gate) : ExternFuncArgument(gate);
+    dhAcc = externGemm("dh_gemm", {f, c, e}, {dys}, {gemmInput(down), true}, width, r, inner);
     if (!saved) {
-      huAcc = externGemm("hu_gemm", {f, c, e}, {x}, {up}, width, r, inner);
+      huAcc = externGemm("hu_gemm", {f, c, e}, {xs}, {ups}, width, r, inner);
       if (gated)
-        hgAcc = externGemm("hg_gemm", {f, c, e}, {x}, {gate}, width, r, inner);
+        hgAcc = externGemm("hg_gemm", {f, c, e}, {xs}, {gates}, width, r, inner);
     }
-    auto hu = [&](Expr row) { return saved ? preUp(f, row, e) : huAcc(f, row, e); };
-    auto hg = [&](Expr row) { return saved ? preGate(f, row, e) : hgAcc(f, row, e); };
+    Func preUpF = widened(preUp), preGateF = widened(preGate);
+    auto hu = [&](Expr row) { return saved ? preUpF(f, row, e) : huAcc(f, row, e); };
+    auto hg = [&](Expr row) { return saved ? preGateF(f, row, e) : hgAcc(f, row, e); };
     auto dh = [&](Expr row) { return dhAcc(f, row, e); };
     std::function<Expr(Expr)> hOf, dhuOf, dhgOf;
     if (gated) {
@@ -358,16 +375,16 @@ public:
       for (auto &[fn, value] : acts)
         fn(f, c, e) = value(c);
     }
-    ddown = externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dy}, rows, r, overK);
+    fromExtern(ddown, externGemm("ddown_gemm", {d, f, e}, {hB, true}, {dys}, rows, r, overK));
     if (gated) {
-      dx = externGemm2("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, {dhgB}, {gate, true},
-                       hidden, r);
-      dgate = externGemm("dgate_gemm", {f, d, e}, {x, true}, {dhgB}, rows, r, overK);
+      fromExtern(dx, externGemm2("dx_gemm", {d, c, e}, {dhuB}, {ups, true}, hidden, {dhgB},
+                                 {gates, true}, hidden, r));
+      fromExtern(dgate, externGemm("dgate_gemm", {f, d, e}, {xs, true}, {dhgB}, rows, r, overK));
     } else {
-      dx = externGemm("dx_gemm", {d, c, e}, {dhuB}, {up, true}, hidden, r);
-      dgate(f, d, e) = 0.0f;
+      fromExtern(dx, externGemm("dx_gemm", {d, c, e}, {dhuB}, {ups, true}, hidden, r));
+      dgate(f, d, e) = narrowed(dgate, 0.0f);
     }
-    dup = externGemm("dup_gemm", {f, d, e}, {x, true}, {dhuB}, rows, r, overK);
+    fromExtern(dup, externGemm("dup_gemm", {f, d, e}, {xs, true}, {dhuB}, rows, r, overK));
   }
 
   void schedule() {
@@ -388,6 +405,7 @@ public:
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
     if (blas) {
+      scheduleStaged(vec);
       dhAcc.compute_root();
       if (!saved)
         for (Func fn : gated ? std::vector<Func>{huAcc, hgAcc} : std::vector<Func>{huAcc})

@@ -22,7 +22,7 @@ using namespace moec_codegen;
 
 namespace {
 
-class Linear : public Generator<Linear> {
+class Linear : public MoEGenerator<Linear> {
 public:
   GeneratorParam<int> rows{"rows", 1}; // M: tokens
   GeneratorParam<int> in{"in", 1};     // K
@@ -31,33 +31,38 @@ public:
   GeneratorParam<bool> residual{"residual", false};
   GeneratorParam<bool> blas{"blas", false};
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 2>> w{"w"};
-  Input<Buffer<float, 1>> b{"b"};
-  Input<Buffer<float, 2>> r{"r"};
-  Output<Buffer<float, 2>> y{"y"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> w{"w"};
+  Input<Buffer<void, 1>> b{"b"};
+  Input<Buffer<void, 2>> r{"r"};
+  Output<Buffer<void, 2>> y{"y"};
 
   Var n{"n"}, m{"m"};
   Func prod{"prod"};
 
+  void configure() { storage(x, w, b, r, y); }
+
+  /// The product is the output itself: an f32 extern GEMM with no epilogue.
+  bool direct() const { return blas && !bias && !residual && isF32(y); }
+
   void generate() {
     if (blas) {
-      prod = externGemm("prod_gemm", {n, m}, {x}, {w}, in);
+      prod = externGemm("prod_gemm", {n, m}, {gemmInput(x)}, {gemmInput(w)}, in);
     } else {
       RDom k(0, in);
       prod(n, m) = 0.0f;
-      prod(n, m) += x(k, m) * w(n, k);
+      prod(n, m) += widened(x)(k, m) * widened(w)(n, k);
     }
-    if (blas && !bias && !residual) {
+    if (direct()) {
       y = prod;
       return;
     }
     Expr value = prod(n, m);
     if (bias)
-      value += b(n);
+      value += widened(b)(n);
     if (residual)
-      value += r(n, m);
-    y(n, m) = value;
+      value += widened(r)(n, m);
+    y(n, m) = narrowed(y, value);
   }
 
   void schedule() {
@@ -70,8 +75,9 @@ public:
       return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     if (blas) {
+      scheduleStaged(vec);
       prod.compute_root();
-      if (bias || residual)
+      if (!direct())
         scheduleElementwise(y, n, m, out, vec, nullptr);
       return;
     }
@@ -89,38 +95,50 @@ public:
   }
 };
 
-class LinearGrad : public Generator<LinearGrad> {
+class LinearGrad : public MoEGenerator<LinearGrad> {
 public:
   GeneratorParam<int> rows{"rows", 1};
   GeneratorParam<int> in{"in", 1};
   GeneratorParam<int> out{"out", 1};
   GeneratorParam<bool> blas{"blas", false};
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 2>> w{"w"};
-  Input<Buffer<float, 2>> dy{"dy"};
-  Output<Buffer<float, 2>> dx{"dx"};
-  Output<Buffer<float, 2>> dw{"dw"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> w{"w"};
+  Input<Buffer<void, 2>> dy{"dy"};
+  Output<Buffer<void, 2>> dx{"dx"};
+  Output<Buffer<void, 2>> dw{"dw"};
 
   Var i{"i"}, j{"j"};
   // Transposed operands keep each contraction's broadcast side contiguous.
   Func wT{"w_t"}, xT{"x_t"}, dxSum{"dx_sum"}, dwSum{"dw_sum"};
 
+  void configure() { storage(x, w, dy, dx, dw); }
+
   void generate() {
     if (blas) {
-      dx = externGemm("dx_gemm", {i, j}, {dy}, {w, true}, out);  // dy w^T
-      dw = externGemm("dw_gemm", {i, j}, {x, true}, {dy}, rows); // x^T dy
+      ExternFuncArgument xs = gemmInput(x), ws = gemmInput(w), dys = gemmInput(dy);
+      dxSum = externGemm("dx_gemm", {i, j}, {dys}, {ws, true}, out);  // dy w^T
+      dwSum = externGemm("dw_gemm", {i, j}, {xs, true}, {dys}, rows); // x^T dy
+      if (isF32(dx))
+        dx = dxSum;
+      else
+        dx(i, j) = narrowed(dx, dxSum(i, j));
+      if (isF32(dw))
+        dw = dwSum;
+      else
+        dw(i, j) = narrowed(dw, dwSum(i, j));
       return;
     }
     RDom n(0, out), m(0, rows);
-    wT(i, j) = w(j, i); // wT(k, n)
-    xT(i, j) = x(j, i); // xT(m, k)
+    Func dyf = widened(dy);
+    wT(i, j) = widened(w)(j, i); // wT(k, n)
+    xT(i, j) = widened(x)(j, i); // xT(m, k)
     // dx(k = i, m = j) = sum_n dy(n, m) w(k, n)
-    defineContraction(dxSum, {i, j}, n, dy(n, j) * wT(i, n));
-    dx(i, j) = dxSum(i, j);
+    defineContraction(dxSum, {i, j}, n, dyf(n, j) * wT(i, n));
+    dx(i, j) = narrowed(dx, dxSum(i, j));
     // dw(n = i, k = j) = sum_m x(k, m) dy(n, m)
-    defineContraction(dwSum, {i, j}, m, xT(m, j) * dy(i, m));
-    dw(i, j) = dwSum(i, j);
+    defineContraction(dwSum, {i, j}, m, xT(m, j) * dyf(i, m));
+    dw(i, j) = narrowed(dw, dwSum(i, j));
   }
 
   void schedule() {
@@ -131,9 +149,15 @@ public:
     constrainDense(dw, {out, in});
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    if (blas)
-      return;
     const int vec = natural_vector_size<float>();
+    if (blas) {
+      scheduleStaged(vec);
+      if (!isF32(dx))
+        dxSum.compute_root();
+      if (!isF32(dw))
+        dwSum.compute_root();
+      return;
+    }
     scheduleTranspose(wT, i, j, in, out, vec, nullptr);
     scheduleTranspose(xT, i, j, rows, in, vec, nullptr);
     scheduleMatmul(dx, {dxSum}, i, j, in, rows, out, vec, nullptr, false);
@@ -142,22 +166,24 @@ public:
 };
 
 /// `bias_grad`: db[n] = sum_m dy[m, n], rows accumulated in order.
-class BiasGrad : public Generator<BiasGrad> {
+class BiasGrad : public MoEGenerator<BiasGrad> {
 public:
   GeneratorParam<int> rows{"rows", 1};
   GeneratorParam<int> out{"out", 1};
 
-  Input<Buffer<float, 2>> dy{"dy"};
-  Output<Buffer<float, 1>> db{"db"};
+  Input<Buffer<void, 2>> dy{"dy"};
+  Output<Buffer<void, 1>> db{"db"};
 
   Var n{"n"};
   Func acc{"acc"};
 
+  void configure() { storage(dy, db); }
+
   void generate() {
     RDom m(0, rows);
     acc(n) = 0.0f;
-    acc(n) += dy(n, m);
-    db(n) = acc(n);
+    acc(n) += widened(dy)(n, m);
+    db(n) = narrowed(db, acc(n));
   }
 
   void schedule() {

@@ -11,26 +11,31 @@
 
 using namespace Halide;
 using moec_codegen::constrainDense;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
-class RMSNorm : public Generator<RMSNorm> {
+class RMSNorm : public moec_codegen::MoEGenerator<RMSNorm> {
 public:
   GeneratorParam<int> rows{"rows", 1};
   GeneratorParam<int> width{"width", 1};
   GeneratorParam<float> epsilon{"epsilon", 1e-5f};
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 1>> g{"g"};
-  Output<Buffer<float, 2>> y{"y"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 1>> g{"g"};
+  Output<Buffer<void, 2>> y{"y"};
 
   Var d{"d"}, r{"r"};
   Func inv{"inv"};
 
+  void configure() { storage(x, g, y); }
+
   void generate() {
     RDom c(0, width);
-    inv(r) = 1.0f / sqrt(sum(x(c, r) * x(c, r)) / (float)(int)width + epsilon);
-    y(d, r) = x(d, r) * inv(r) * g(d);
+    Func xf = widened(x), gf = widened(g);
+    inv(r) = 1.0f / sqrt(sum(xf(c, r) * xf(c, r)) / (float)(int)width + epsilon);
+    y(d, r) = narrowed(y, xf(d, r) * inv(r) * gf(d));
   }
 
   void schedule() {
@@ -47,28 +52,32 @@ public:
   }
 };
 
-class RMSNormGrad : public Generator<RMSNormGrad> {
+class RMSNormGrad : public moec_codegen::MoEGenerator<RMSNormGrad> {
 public:
   GeneratorParam<int> rows{"rows", 1};
   GeneratorParam<int> width{"width", 1};
   GeneratorParam<float> epsilon{"epsilon", 1e-5f};
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 1>> g{"g"};
-  Input<Buffer<float, 2>> dy{"dy"};
-  Output<Buffer<float, 2>> dx{"dx"};
-  Output<Buffer<float, 1>> dg{"dg"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 1>> g{"g"};
+  Input<Buffer<void, 2>> dy{"dy"};
+  Output<Buffer<void, 2>> dx{"dx"};
+  Output<Buffer<void, 1>> dg{"dg"};
 
   Var d{"d"}, r{"r"};
   Func inv{"inv"}, ax{"ax"};
 
+  void configure() { storage(x, g, dy, dx, dg); }
+
   void generate() {
     RDom c(0, width), rr(0, rows);
     float n = (float)(int)width;
-    inv(r) = 1.0f / sqrt(sum(x(c, r) * x(c, r)) / n + epsilon);
-    ax(r) = sum(dy(c, r) * g(c) * x(c, r));
-    dx(d, r) = inv(r) * dy(d, r) * g(d) - x(d, r) * inv(r) * inv(r) * inv(r) * ax(r) / n;
-    dg(d) = sum(dy(d, rr) * x(d, rr) * inv(rr));
+    Func xf = widened(x), gf = widened(g), dyf = widened(dy);
+    inv(r) = 1.0f / sqrt(sum(xf(c, r) * xf(c, r)) / n + epsilon);
+    ax(r) = sum(dyf(c, r) * gf(c) * xf(c, r));
+    dx(d, r) =
+        narrowed(dx, inv(r) * dyf(d, r) * gf(d) - xf(d, r) * inv(r) * inv(r) * inv(r) * ax(r) / n);
+    dg(d) = narrowed(dg, sum(dyf(d, rr) * xf(d, rr) * inv(rr)));
   }
 
   void schedule() {

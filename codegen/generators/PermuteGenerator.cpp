@@ -15,6 +15,9 @@
 using namespace Halide;
 using moec_codegen::constrainDense;
 using moec_codegen::constrainOptional;
+using moec_codegen::MoEGenerator;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
@@ -46,12 +49,14 @@ void scheduleScatter(Func scatter, Func out, int width, int vec) {
   }
 }
 
-class Permute : public Generator<Permute> {
+class Permute : public MoEGenerator<Permute> {
 public:
   MOE_PERMUTE_PARAMS
-  Input<Buffer<float, 2>> x{"x"};           // (d, t)
+  Input<Buffer<void, 2>> x{"x"};            // (d, t)
   Input<Buffer<int32_t, 2>> slots{"slots"}; // (j, t)
-  Output<Buffer<float, 2>> buf{"buf"};      // (d, s)
+  Output<Buffer<void, 2>> buf{"buf"};       // (d, s)
+
+  void configure() { storage(x, buf); }
 
   void generate() {
     Var d, s;
@@ -59,8 +64,8 @@ public:
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
     scatter(d, s) = 0.0f;
-    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) = x(d, r.y);
-    buf(d, s) = scatter(d, s);
+    scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) = widened(x)(d, r.y);
+    buf(d, s) = narrowed(buf, scatter(d, s));
   }
 
   void schedule() {
@@ -77,22 +82,25 @@ private:
   Func checked, scatter{"scatter"};
 };
 
-class Unpermute : public Generator<Unpermute> {
+class Unpermute : public MoEGenerator<Unpermute> {
 public:
   MOE_PERMUTE_PARAMS
   GeneratorParam<bool> weighted{"weighted", true};
-  Input<Buffer<float, 2>> buf{"buf"};         // (d, s)
-  Input<Buffer<int32_t, 2>> slots{"slots"};   // (j, t)
-  Input<Buffer<float, 2>> weights{"weights"}; // (j, t)
-  Output<Buffer<float, 2>> out{"out"};        // (d, t)
+  Input<Buffer<void, 2>> buf{"buf"};         // (d, s)
+  Input<Buffer<int32_t, 2>> slots{"slots"};  // (j, t)
+  Input<Buffer<void, 2>> weights{"weights"}; // (j, t)
+  Output<Buffer<void, 2>> out{"out"};        // (d, t)
+
+  void configure() { storage(buf, weights, out); }
 
   void generate() {
     Var d, t;
     checked = checkedSlots(get_target(), slots, slots_total);
     RDom j(0, k);
     Expr s = checked(j, t);
-    Expr w = weighted ? weights(j, t) : Expr(1.0f);
-    out(d, t) = sum(select(s >= 0, w * buf(d, clamp(s, 0, slots_total - 1)), 0.0f));
+    Expr w = weighted ? widened(weights)(j, t) : Expr(1.0f);
+    out(d, t) =
+        narrowed(out, sum(select(s >= 0, w * widened(buf)(d, clamp(s, 0, slots_total - 1)), 0.0f)));
   }
 
   void schedule() {
@@ -114,28 +122,32 @@ private:
   Func checked;
 };
 
-class UnpermuteGrad : public Generator<UnpermuteGrad> {
+class UnpermuteGrad : public MoEGenerator<UnpermuteGrad> {
 public:
   MOE_PERMUTE_PARAMS
-  Input<Buffer<float, 2>> buf{"buf"};
+  Input<Buffer<void, 2>> buf{"buf"};
   Input<Buffer<int32_t, 2>> slots{"slots"};
-  Input<Buffer<float, 2>> weights{"weights"};
-  Input<Buffer<float, 2>> dout{"dout"};          // (d, t)
-  Output<Buffer<float, 2>> dbuf{"dbuf"};         // (d, s)
-  Output<Buffer<float, 2>> dweights{"dweights"}; // (j, t)
+  Input<Buffer<void, 2>> weights{"weights"};
+  Input<Buffer<void, 2>> dout{"dout"};          // (d, t)
+  Output<Buffer<void, 2>> dbuf{"dbuf"};         // (d, s)
+  Output<Buffer<void, 2>> dweights{"dweights"}; // (j, t)
+
+  void configure() { storage(buf, weights, dout, dbuf, dweights); }
 
   void generate() {
     Var d, s, j, t;
+    Func weights = widened(this->weights), dout = widened(this->dout), buf = widened(this->buf);
     checked = checkedSlots(get_target(), slots, slots_total);
     RDom r(0, k, 0, tokens);
     r.where(checked(r.x, r.y) >= 0);
     scatter(d, s) = 0.0f;
     scatter(d, clamp(checked(r.x, r.y), 0, slots_total - 1)) += weights(r.x, r.y) * dout(d, r.y);
-    dbuf(d, s) = scatter(d, s);
+    dbuf(d, s) = narrowed(dbuf, scatter(d, s));
     RDom c(0, width);
     Expr slot = checked(j, t);
     dweights(j, t) =
-        select(slot >= 0, sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f);
+        narrowed(dweights, select(slot >= 0,
+                                  sum(buf(c, clamp(slot, 0, slots_total - 1)) * dout(c, t)), 0.0f));
   }
 
   void schedule() {

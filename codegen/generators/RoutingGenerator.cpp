@@ -18,6 +18,9 @@
 
 using namespace Halide;
 using moec_codegen::constrainDense;
+using moec_codegen::MoEGenerator;
+using moec_codegen::narrowed;
+using moec_codegen::widened;
 
 namespace {
 
@@ -173,15 +176,15 @@ void scheduleRouting(const Routing &r, int experts, int vec) {
   }
 }
 
-class FusedGate : public Generator<FusedGate> {
+class FusedGate : public MoEGenerator<FusedGate> {
 public:
   MOE_ROUTING_PARAMS
   GeneratorParam<int> capacity{"capacity", 1};
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 2>> w{"w"};
-  Input<Buffer<float, 1>> bias{"bias"};
-  Output<Buffer<float, 2>> gates{"gates"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> w{"w"};
+  Input<Buffer<void, 1>> bias{"bias"};
+  Output<Buffer<void, 2>> gates{"gates"};
   Output<Buffer<int32_t, 2>> chosen{"experts"};
   Output<Buffer<int32_t, 2>> slots{"slots"};
   Output<Buffer<int32_t, 1>> counts{"counts"};
@@ -190,15 +193,18 @@ public:
   /// E x sum f_e P_e, 1 when balanced) and the z-loss, unweighted.
   Output<Buffer<float, 1>> loss_parts{"loss_parts"};
 
+  void configure() { storage(x, w, bias, gates); }
+
   void generate() {
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
     int Tg = T / G; // tokens per routing group (equal groups)
     Groups groupsOf(T, G, group_sizes);
-    r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf);
+    r = route(widened(x), widened(w), widened(bias), T, width, E, k, scoring, has_bias, groupsOf);
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
-    gates(j, t) = (float)routed_scaling * raw / (renormalize ? r.selectedSum(t) : Expr(1.0f));
+    gates(j, t) = narrowed(gates, (float)routed_scaling * raw /
+                                      (renormalize ? r.selectedSum(t) : Expr(1.0f)));
     chosen(j, t) = chosenAt(j, t);
     counts(e) = r.counts(e);
     // Prefix counts in token order, then choice order, restarting at each
@@ -259,19 +265,23 @@ private:
       parts{"loss_parts_value"};
 };
 
-class RouterGrad : public Generator<RouterGrad> {
+class RouterGrad : public MoEGenerator<RouterGrad> {
 public:
   MOE_ROUTING_PARAMS
 
-  Input<Buffer<float, 2>> x{"x"};
-  Input<Buffer<float, 2>> w{"w"};
-  Input<Buffer<float, 1>> bias{"bias"};
-  Input<Buffer<float, 2>> dgates{"dgates"};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> w{"w"};
+  Input<Buffer<void, 1>> bias{"bias"};
+  Input<Buffer<void, 2>> dgates{"dgates"};
   Input<Buffer<float, 0>> daux{"daux"};
-  Output<Buffer<float, 2>> dx{"dx"};
-  Output<Buffer<float, 2>> dw{"dw"};
+  Output<Buffer<void, 2>> dx{"dx"};
+  Output<Buffer<void, 2>> dw{"dw"};
+
+  void configure() { storage(x, w, bias, dgates, dx, dw); }
 
   void generate() {
+    Func x = widened(this->x), w = widened(this->w), bias = widened(this->bias),
+         dgates = widened(this->dgates);
     int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
     Groups groupsOf(T, G, group_sizes);
     r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf);
@@ -324,10 +334,10 @@ public:
     wT(d, e) = w(e, d);
     dxAcc(d, t) = 0.0f;
     dxAcc(d, t) += dl(re, t) * wT(d, re);
-    dx(d, t) = dxAcc(d, t);
+    dx(d, t) = narrowed(this->dx, dxAcc(d, t));
     dwT(d, e) = 0.0f;
     dwT(d, e) += x(d, rt) * dl(e, rt);
-    dw(e, d) = dwT(d, e);
+    dw(e, d) = narrowed(this->dw, dwT(d, e));
   }
 
   void schedule() {

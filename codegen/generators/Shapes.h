@@ -54,6 +54,103 @@ inline Halide::Expr checkedIndex(const Halide::Target &target, Halide::Expr inde
   return Halide::require(index >= lo && index < hi, index, what, index);
 }
 
+/// `input` read as f32 (a pure Func: inlined into its consumers).
+template <class B> Halide::Func widened(const B &input) {
+  Halide::Func f(input.name() + "_f32");
+  f(Halide::_) = Halide::cast<float>(input(Halide::_));
+  return f;
+}
+
+/// `value` rounded to `output`'s element type.
+template <class B> Halide::Expr narrowed(const B &output, Halide::Expr value) {
+  return Halide::cast(output.type(), value);
+}
+
+/// The base of every generator: its float arguments (activations, weights)
+/// take their element type from the GeneratorParams `bf16_args` and
+/// `f16_args` (comma-separated Halide argument names; the rest are f32),
+/// which the kernel registry derives from the kernel's signature. A
+/// generator declares those arguments `Buffer<void, N>`, sets their types
+/// in configure() with storage(), reads them through widened() (f32, so
+/// every sum accumulates in f32) and writes through narrowed() (one
+/// rounding, to nearest even).
+template <class T> class MoEGenerator : public Halide::Generator<T> {
+public:
+  Halide::GeneratorParam<std::string> bf16_args{"bf16_args", ""};
+  Halide::GeneratorParam<std::string> f16_args{"f16_args", ""};
+
+protected:
+  /// Sets each argument's element type: call from configure().
+  template <class... Buffers> void storage(Buffers &...buffers) {
+    (buffers.set_type(typeOf(buffers.name())), ...);
+  }
+
+  /// True when `buffer` is stored in f32.
+  template <class B> static bool isF32(const B &buffer) {
+    return buffer.type() == Halide::Float(32);
+  }
+
+  /// An extern GEMM's (OpenBLAS's) operand: the buffer itself when f32,
+  /// else an f32 copy computed at root by scheduleStaged().
+  template <class B> Halide::ExternFuncArgument gemmInput(const B &buffer) {
+    if (isF32(buffer))
+      return Halide::ExternFuncArgument(buffer);
+    Halide::Func copy = Halide::Func(buffer.name() + "_staged");
+    Halide::Var i, j, k;
+    std::vector<Halide::Var> args = {i, j, k};
+    args.resize(buffer.dims());
+    copy(args) = Halide::cast<float>(buffer(args));
+    staged.push_back(copy);
+    return copy;
+  }
+  /// Defines `output` as an extern GEMM's `product`: the product itself when
+  /// the output is f32, else the product (at root) rounded.
+  template <class O> void fromExtern(O &output, Halide::Func product) {
+    if (isF32(output)) {
+      output = product;
+      return;
+    }
+    output(Halide::_) = narrowed(output, product(Halide::_));
+    products.push_back(product);
+    rounded.push_back(Halide::Func(output));
+  }
+  /// Schedules gemmInput()'s copies and fromExtern()'s products (CPU).
+  void scheduleStaged(int vec) {
+    for (Halide::Func product : products)
+      product.compute_root();
+    for (std::vector<Halide::Func> *list : {&staged, &rounded})
+      for (Halide::Func f : *list) {
+        if (list == &staged)
+          f.compute_root();
+        f.vectorize(f.args()[0], vec, Halide::TailStrategy::GuardWithIf);
+        if (f.args().size() > 1)
+          f.parallel(f.args().back());
+      }
+  }
+  std::vector<Halide::Func> staged, products, rounded;
+
+private:
+  static bool listed(const std::string &list, const std::string &name) {
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos)
+        end = list.size();
+      if (list.compare(start, end - start, name) == 0)
+        return true;
+      start = end + 1;
+    }
+    return false;
+  }
+  Halide::Type typeOf(const std::string &name) const {
+    if (listed(bf16_args, name))
+      return Halide::BFloat(16);
+    if (listed(f16_args, name))
+      return Halide::Float(16);
+    return Halide::Float(32);
+  }
+};
+
 } // namespace moec_codegen
 
 #endif // MOEC_CODEGEN_SHAPES_H

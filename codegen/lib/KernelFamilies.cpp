@@ -426,6 +426,7 @@ const std::vector<KernelFamily> &rows() {
        permuteParams,
        nullptr},
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, nullptr, V::Vector},
+      {"cast", "cast", {"a", "z"}, addParams, nullptr, nullptr, V::Vector},
       {"adamw_update",
        "adamw_update",
        {"w", "m", "v", "g", "lr", "norm", "step", "updated.0", "updated.1", "updated.2"},

@@ -91,6 +91,49 @@ int64_t moec::codegen::scratchBound(StringRef generator, const std::vector<std::
   return 4 * elements + kBlockSlack * kMaxBlocks;
 }
 
+/// Appends `bf16_args=...` and `f16_args=...` (the generator's arguments
+/// stored in bf16 or f16, from the kernel's signature; every other float
+/// argument is f32) to `params`. Returns the elements of those arguments.
+static int64_t storageParams(const KernelSpec &spec, const KernelFamily &row,
+                             std::vector<std::string> &params) {
+  SmallVector<KernelArg> args;
+  unsigned n = spec.numInputs(), r = spec.numResults();
+  if (row.arguments) {
+    args = row.arguments(spec, n, r);
+  } else {
+    for (unsigned i = 0; i < n; ++i)
+      args.push_back(KernelArg{KernelArg::Operand, i, row.view});
+    for (unsigned i = 0; i < r; ++i)
+      args.push_back(KernelArg{KernelArg::Result, i, row.view});
+  }
+  std::string bf16, f16;
+  int64_t elements = 0;
+  for (auto [i, arg] : llvm::enumerate(args)) {
+    if (i >= row.signature.size() ||
+        (arg.source != KernelArg::Operand && arg.source != KernelArg::Result))
+      continue;
+    bool operand = arg.source == KernelArg::Operand;
+    if (arg.index >= (operand ? n : r))
+      continue;
+    auto type = cast<RankedTensorType>(operand ? spec.signature.getInput(arg.index)
+                                               : spec.signature.getResult(arg.index));
+    std::string *list = type.getElementType().isBF16()  ? &bf16
+                        : type.getElementType().isF16() ? &f16
+                                                        : nullptr;
+    if (!list)
+      continue;
+    if (!list->empty())
+      *list += ",";
+    *list += row.signature[i].str();
+    elements += type.getNumElements();
+  }
+  if (!bf16.empty())
+    params.push_back("bf16_args=" + bf16);
+  if (!f16.empty())
+    params.push_back("f16_args=" + f16);
+  return elements;
+}
+
 FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {
   const KernelFamily *row = lookupFamily(kernel.getFamily());
   if (!row)
@@ -103,7 +146,15 @@ FailureOr<KernelCall> moec::codegen::lookupKernel(KernelOp kernel, Gemm gemm) {
     call.runtimeRoutine = row->family.str(); // scalar work, done by the runtime
   } else {
     call.generator = row->generator.str();
-    call.params = row->params(KernelSpec(kernel), gemm);
+    KernelSpec spec(kernel);
+    call.params = row->params(spec, gemm);
+    int64_t staged = storageParams(spec, *row, call.params);
+    call.scratchBytes = scratchBound(call.generator, call.params);
+    // An extern GEMM reads and writes f32: the kernel stages f32 copies of
+    // its low-precision arguments (at most all of them).
+    if (GeneratorParams(call.params)("blas"))
+      call.scratchBytes += 4 * staged;
+    return call;
   }
   call.scratchBytes = scratchBound(call.generator, call.params);
   return call;

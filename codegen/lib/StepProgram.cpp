@@ -144,15 +144,24 @@ private:
   SmallVector<std::string> moeLayerNames;
 };
 
+/// The step program's halide_type_t constant of `element`.
+static StringRef halideType(Type element) {
+  return element.isInteger(32) ? "i32"
+         : element.isBF16()    ? "bf16"
+         : element.isF16()     ? "f16"
+                               : "f32";
+}
+
 void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
   for (auto [i, result] : llvm::enumerate(op->getResults())) {
     int64_t arena = plan[3 * i], offset = plan[3 * i + 1];
-    storage[result] =
-        "((" +
-        std::string(cast<RankedTensorType>(result.getType()).getElementType().isInteger(32)
-                        ? "int32_t"
-                        : "float") +
-        " *)(" + (arena ? "G" : "A") + " + " + std::to_string(offset) + "))";
+    Type element = cast<RankedTensorType>(result.getType()).getElementType();
+    storage[result] = "((" +
+                      std::string(element.isInteger(32) ? "int32_t"
+                                  : element.isF32()     ? "float"
+                                                        : "uint16_t") + // bf16, f16
+                      " *)(" +
+                      (arena ? "G" : "A") + " + " + std::to_string(offset) + "))";
   }
 }
 
@@ -305,14 +314,17 @@ LogicalResult Emitter::launch(LaunchOp op) {
       ptr = pointer(value);
     }
     auto type = cast<RankedTensorType>(value.getType());
-    os << "    View " << name << " = view(" << ptr << ", "
-       << (type.getElementType().isInteger(32) ? "i32" : "f32") << ", {";
+    os << "    View " << name << " = view(" << ptr << ", " << halideType(type.getElementType())
+       << ", {";
     llvm::interleaveComma(extents(type, arg.view), os);
     os << "}); // " << role << "\n";
   }
   auto arguments = [&] {
     llvm::interleaveComma(names, os, [&](const std::string &n) { os << "&" << n << ".b"; });
   };
+  // Loss scaling: an overflowed step (moert_step_global_norm) updates nothing.
+  if (family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName))
+    os << "    if (!ctx->skip_update) {\n";
   if (target == Target::Host) {
     os << "    int rc = " << kernel.getSymName() << "(";
     arguments();
@@ -331,6 +343,8 @@ LogicalResult Emitter::launch(LaunchOp op) {
     arguments();
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
   }
+  if (family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName))
+    os << "    }\n";
   if (training && family == "fused_gate") {
     // Routed token-slots per expert, for load metrics.
     int64_t experts = cast<RankedTensorType>(op.getResult(3).getType()).getNumElements();
@@ -338,7 +352,12 @@ LogicalResult Emitter::launch(LaunchOp op) {
     for (auto &layer : moeLayers)
       offset += layer.first;
     moeLayers.push_back({experts, kernel.getConfig().getAs<IntegerAttr>("capacity").getInt()});
-    auto router = op.getOperand(1).getDefiningOp<GetParamOp>();
+    // The router weight, or the parameter a mixed-precision step casts.
+    Value weight = op.getOperand(1);
+    if (auto copy = weight.getDefiningOp<LaunchOp>();
+        copy && module.lookupSymbol<KernelOp>(copy.getKernelAttr()).getFamily() == "cast")
+      weight = copy.getOperands()[0];
+    auto router = weight.getDefiningOp<GetParamOp>();
     StringRef name = router ? router.getName() : StringRef();
     name.consume_back(".router");
     moeLayerNames.push_back(name.empty() ? "moe" + std::to_string(moeLayers.size() - 1)
@@ -357,8 +376,13 @@ LogicalResult Emitter::launch(LaunchOp op) {
   if (!training && family == "cross_entropy") {
     // Sampling reads the next-token logits of the evaluation step.
     Value logits = op.getOperands()[0];
-    os << "    if (logits)\n      std::memcpy(logits, " << pointer(logits) << ", "
-       << numel(logits) * 4 << ");\n";
+    Type element = cast<RankedTensorType>(logits.getType()).getElementType();
+    if (element.isF32())
+      os << "    if (logits)\n      std::memcpy(logits, " << pointer(logits) << ", "
+         << numel(logits) * 4 << ");\n";
+    else
+      os << "    if (logits)\n      moert_widen(logits, " << pointer(logits) << ", "
+         << numel(logits) << ", " << (element.isBF16() ? 1 : 0) << ");\n";
   }
   os << "  }\n";
   return success();
@@ -410,6 +434,26 @@ LogicalResult Emitter::collective(Operation *op) {
     return op->emitOpError("has no planned buffer (run moe-lower-to-kernels)");
   setStorage(op, plan.asArrayRef());
   auto type = cast<RankedTensorType>(op->getOperand(0).getType());
+  bool half = type.getElementType().isBF16() || type.getElementType().isF16();
+  if (half && isa<AllReduceOp>(op))
+    return op->emitOpError() << "sums " << type.getElementType()
+                             << " data; the runtime's all-reduces sum f32 only (a "
+                                "mixed-precision model trains with data and expert parallelism, "
+                                "no tensor parallelism)";
+  if (half) {
+    // An all_to_all moves rows whole: 16-bit rows of even width travel as
+    // f32 rows of half the width, uncompressed.
+    if (cast<AllToAllOp>(op).getCodecAttr())
+      return op->emitOpError() << "compresses " << type.getElementType()
+                               << " data; the codecs compress f32 (no --compress-dispatch with a "
+                                  "mixed-precision model)";
+    if (type.getRank() < 2 || type.getShape().back() % 2 != 0)
+      return op->emitOpError() << "moves " << type.getElementType()
+                               << " rows of odd width; the runtime moves them in 32-bit words";
+    SmallVector<int64_t> shape(type.getShape());
+    shape.back() /= 2;
+    type = RankedTensorType::get(shape, Float32Type::get(op->getContext()));
+  }
   if (auto reduce = dyn_cast<AllReduceOp>(op)) {
     int64_t p = groupSize(reduce.getAxes()), n = type.getNumElements();
     int64_t ring = moert_ring_all_reduce_bytes(n, p);
@@ -469,18 +513,19 @@ LogicalResult Emitter::collective(Operation *op) {
                      (p - 1) * type.getShape()[0] * (exchange.getSplitDim() == 0 ? 1 : p) / p * 4;
     os << "  {\n    const int64_t shape[] = {";
     llvm::interleaveComma(type.getShape(), os);
-    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, " << pointer(exchange.getResult())
-       << ", " << pointer(exchange.getInput()) << ", shape, " << exchange.getSplitDim() << ", "
-       << exchange.getConcatDim() << ", " << axesMask(exchange.getAxes()) << ", " << pointer(counts)
-       << ", " << pointer(exchange.getRecvCounts()) << ", " << codecArg << ")) return rc;\n  }\n";
+    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, (float *)"
+       << pointer(exchange.getResult()) << ", (const float *)" << pointer(exchange.getInput())
+       << ", shape, " << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
+       << axesMask(exchange.getAxes()) << ", " << pointer(counts) << ", "
+       << pointer(exchange.getRecvCounts()) << ", " << codecArg << ")) return rc;\n  }\n";
     return success();
   }
   if (int64_t p = groupSize(exchange.getAxes()); training && p > 1)
     allToAllBytes += wire(type.getNumElements() / p) * (p - 1);
   os << "  {\n    const int64_t shape[] = {";
   llvm::interleaveComma(type.getShape(), os);
-  os << "};\n    if (int rc = moert_step_all_to_all(ctx, " << pointer(exchange.getResult()) << ", "
-     << pointer(exchange.getInput()) << ", shape, " << type.getRank() << ", "
+  os << "};\n    if (int rc = moert_step_all_to_all(ctx, (float *)" << pointer(exchange.getResult())
+     << ", (const float *)" << pointer(exchange.getInput()) << ", shape, " << type.getRank() << ", "
      << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
      << axesMask(exchange.getAxes()) << ", " << codecArg << ")) return rc;\n  }\n";
   return success();
@@ -636,6 +681,8 @@ struct View {
   halide_dimension_t d[4];
 };
 const halide_type_t f32 = {halide_type_float, 32, 1};
+const halide_type_t bf16 = {halide_type_bfloat, 16, 1};
+const halide_type_t f16 = {halide_type_float, 16, 1};
 const halide_type_t i32 = {halide_type_int, 32, 1};
 // Kernel errors (bad ids, shapes) are reported, never aborts: the step
 // returns the error code and the trainer stops with a message.
@@ -789,6 +836,9 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
                           [&](const std::string &symbol) { os << "&" << symbol; });
     os << "};\n";
   }
+  double lossScale = 0;
+  if (auto scale = module->getAttrOfType<FloatAttr>(MoEDialect::kLossScaleAttrName))
+    lossScale = scale.getValueAsDouble();
   os << "extern \"C\" const moert_program " << names.symbol << " = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
@@ -820,6 +870,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .async_buckets = " << asyncBuckets << ",\n"
      << "    .replica_batches = " << (replicaTables ? "kReplicaBatches" : "nullptr") << ",\n"
      << "    .replica_programs = " << (replicaTables ? "kReplicaPrograms" : "nullptr") << ",\n"
+     << "    .loss_scale = " << llvm::format("%.9g", lossScale) << ",\n"
      << "};\n";
   return success();
 }
@@ -920,9 +971,23 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     } else if (auto fill = dyn_cast<FillOp>(op)) {
       auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
       setStorage(fill, plan.asArrayRef());
-      os << "  moert_fill(" << pointer(fill.getResult()) << ", "
-         << cast<RankedTensorType>(fill.getType()).getNumElements() << ", "
-         << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble()) << ");\n";
+      auto type = cast<RankedTensorType>(fill.getType());
+      bool scaled = fill->hasAttr(MoEDialect::kLossSeedAttrName) &&
+                    module->hasAttr(MoEDialect::kLossScaleAttrName);
+      if (type.getElementType().isF32()) {
+        os << "  moert_fill(" << pointer(fill.getResult()) << ", " << type.getNumElements() << ", "
+           << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
+           << (scaled ? " * ctx->loss_scale" : "") << ");\n";
+      } else if (scaled) {
+        return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
+      } else { // bf16, f16: the value's bits
+        auto floatType = cast<FloatType>(type.getElementType());
+        APFloat value = fill.getValue();
+        bool lost = false;
+        value.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+        os << "  moert_fill_half(" << pointer(fill.getResult()) << ", " << type.getNumElements()
+           << ", " << value.bitcastToAPInt().getZExtValue() << ");\n";
+      }
     } else if (auto l = dyn_cast<LaunchOp>(op)) {
       if (failed(launch(l)))
         return failure();

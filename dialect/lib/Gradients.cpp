@@ -56,6 +56,12 @@ LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+LogicalResult CastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.assign({CastOp::create(b, getLoc(), getInput().getType(), resultGrads[0])});
+  return success();
+}
+
 /// ffn and expert_ffn share their rule.
 /// `extra`: the grad op's operands after the gate (the expert FFN's rows).
 template <typename GradOpT, typename OpT, typename... Extra>

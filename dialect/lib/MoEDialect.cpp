@@ -173,6 +173,18 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                                 "moe.reduce_scatter";
     return success();
   }
+  if (name == kLossScaleAttrName) {
+    auto scale = dyn_cast<FloatAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !scale || !(scale.getValueAsDouble() >= 1.0) ||
+        !(scale.getValueAsDouble() <= 1e30))
+      return op->emitError() << "'" << name << "' must be a float in [1, 1e30] on a builtin.module";
+    return success();
+  }
+  if (name == kLossSeedAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<FillOp>(op))
+      return op->emitError() << "'" << name << "' must be a unit attribute on a moe.fill";
+    return success();
+  }
   if (name == kNoGradAttrName) {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
       return op->emitError("'moe.no_grad' must be a unit attribute on a "

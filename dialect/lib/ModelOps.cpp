@@ -102,6 +102,15 @@ LogicalResult CrossEntropyOp::verify() {
   return checkShape(*this, "targets", getTargets(), leading(logits));
 }
 
+LogicalResult CastOp::verify() {
+  auto in = tensorType(getInput()), out = tensorType(getResult());
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "result must have the input's shape " << in << ", got " << out;
+  if (in.getElementType() == out.getElementType())
+    return emitOpError() << "converts " << in.getElementType() << " to itself";
+  return success();
+}
+
 LogicalResult FillOp::verify() {
   if (!std::isfinite(getValue().convertToDouble()))
     return emitOpError("value must be finite");

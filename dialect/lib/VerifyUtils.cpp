@@ -155,6 +155,18 @@ LogicalResult checks::verifyCodecUse(Operation *op, CodecAttr codec, Value input
   return success();
 }
 
+/// A selection bias has x's element type, or f32 (a low-precision model keeps
+/// it in f32: moe.balance_bias steps it by 1e-3, below bf16's resolution).
+static LogicalResult checkBiasType(Operation *op, Value x, Value bias) {
+  if (!bias)
+    return success();
+  Type type = tensorType(bias).getElementType(), element = tensorType(x).getElementType();
+  if (type == element || type.isF32())
+    return success();
+  return op->emitOpError() << "bias must have element type " << element
+                           << " (that of x) or f32, got " << type;
+}
+
 LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value bias, int64_t topK,
                                     Value gates, Value expertIds, int64_t &experts,
                                     SmallVectorImpl<int64_t> &choices) {
@@ -182,10 +194,11 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value 
                              << "], the number of experts";
   choices.assign(xs.begin(), xs.end() - 1);
   choices.push_back(topK);
-  return failure(failed(checkShape(op, "gates", gates, choices)) ||
-                 failed(checkShape(op, "experts", expertIds, choices)) ||
-                 failed(checkSameElementType(
-                     op, {{"x", x}, {"weight", weight}, {"bias", bias}, {"gates", gates}})));
+  return failure(
+      failed(checkShape(op, "gates", gates, choices)) ||
+      failed(checkShape(op, "experts", expertIds, choices)) ||
+      failed(checkSameElementType(op, {{"x", x}, {"weight", weight}, {"gates", gates}})) ||
+      failed(checkBiasType(op, x, bias)));
 }
 
 LogicalResult checks::checkExpertRows(Operation *op, Value rows, Value x) {

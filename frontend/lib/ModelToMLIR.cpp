@@ -47,12 +47,17 @@ private:
     return RankedTensorType::get(shape, elementType);
   }
 
-  /// Declares parameter `name` and reads it in the step.
-  Value param(const std::string &name, ArrayRef<int64_t> shape, InitKind init, Location where) {
-    auto type = tensor(shape);
+  /// Declares parameter `name` (f32: the master weights) and reads it in the
+  /// step, as a copy in the model's element type unless `keepF32`.
+  Value param(const std::string &name, ArrayRef<int64_t> shape, InitKind init, Location where,
+              bool keepF32 = false) {
+    auto type = RankedTensorType::get(shape, b.getF32Type());
     double scale = init == InitKind::normal ? spec.initStd : 0.0;
     ParamOp::create(top, where, name, type, InitAttr::get(&ctx, init, scale));
-    return GetParamOp::create(body, where, type, FlatSymbolRefAttr::get(&ctx, name));
+    Value value = GetParamOp::create(body, where, type, FlatSymbolRefAttr::get(&ctx, name));
+    if (keepF32 || elementType.isF32())
+      return value;
+    return CastOp::create(body, where, tensor(shape), value);
   }
   Value weight(const std::string &name, ArrayRef<int64_t> shape, Location where) {
     return param(name, shape, InitKind::normal, where);
@@ -122,8 +127,9 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     int64_t e = m.numExperts, f = m.expertFfnDim;
     Activation act = activationOf(m.activation);
     Value router = weight(prefix + "router", {d, e}, where);
-    Value bias =
-        m.routerBias ? param(prefix + "router_bias", {e}, InitKind::zeros, where) : Value();
+    Value bias = m.routerBias
+                     ? param(prefix + "router_bias", {e}, InitKind::zeros, where, /*keepF32=*/true)
+                     : Value();
     auto route =
         RouterOp::create(body, where, m.scoring == "sigmoid" ? Scoring::sigmoid : Scoring::softmax,
                          h, router, bias, m.topK);
@@ -174,6 +180,10 @@ OwningOpRef<ModuleOp> Emitter::run() {
                          b.getNamedAttr("min_lr", b.getF64FloatAttr(o.minLr)),
                      }));
   (*module)->setAttr("moe.seed", b.getI64IntegerAttr(static_cast<int64_t>(spec.seed)));
+  // f16's range (6e-5 .. 65504) loses small gradients: dynamic loss scaling,
+  // starting where PyTorch's GradScaler does.
+  if (elementType.isF16())
+    (*module)->setAttr(MoEDialect::kLossScaleAttrName, b.getF64FloatAttr(65536.0));
 
   auto ids = RankedTensorType::get({spec.batchSize, spec.seqLen}, b.getI32Type());
   auto fn = func::FuncOp::create(

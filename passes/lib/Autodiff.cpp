@@ -57,7 +57,9 @@ LogicalResult Differentiator::run() {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   builder.setInsertionPoint(ret);
   Value loss = ret.getOperand(0);
-  grads[loss] = FillOp::create(builder, ret.getLoc(), loss.getType(), builder.getF64FloatAttr(1.0));
+  auto seed = FillOp::create(builder, ret.getLoc(), loss.getType(), builder.getF64FloatAttr(1.0));
+  seed->setAttr(MoEDialect::kLossSeedAttrName, builder.getUnitAttr());
+  grads[loss] = seed;
 
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())

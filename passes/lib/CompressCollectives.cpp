@@ -219,6 +219,8 @@ struct CompressCollectivesPass
     // linears whose logits feed moe.cross_entropy.
     llvm::DenseSet<StringAttr> vocabulary;
     auto paramOf = [](Value v) -> StringAttr {
+      if (auto copy = v.getDefiningOp<CastOp>()) // a mixed-precision copy
+        v = copy.getInput();
       auto get = v.getDefiningOp<GetParamOp>();
       return get ? get.getNameAttr().getAttr() : StringAttr();
     };

@@ -143,14 +143,24 @@ FailureOr<Cluster> Cluster::fromAttr(DictionaryAttr attr,
 }
 
 std::string mlir::moe::cost::precisionOf(ModuleOp module) {
-  for (ParamOp p : module.getOps<ParamOp>()) {
-    Type t = p.getTensorType().getElementType();
+  // A mixed-precision step computes in the type of its weight copies
+  // (moe.cast of the f32 parameters); a hand-written module may hold its
+  // parameters in that type.
+  std::string precision = "f32";
+  auto of = [&](Type t) {
     if (t.isBF16())
-      return "bf16";
-    if (t.isF16())
-      return "f16";
-  }
-  return "f32";
+      precision = "bf16";
+    else if (t.isF16())
+      precision = "f16";
+  };
+  module.walk([&](CastOp c) {
+    of(cast<RankedTensorType>(c.getType()).getElementType());
+    return precision == "f32" ? WalkResult::advance() : WalkResult::interrupt();
+  });
+  for (ParamOp p : module.getOps<ParamOp>())
+    if (precision == "f32")
+      of(p.getTensorType().getElementType());
+  return precision;
 }
 
 OpCost mlir::moe::cost::costOf(Operation *op) {

@@ -90,11 +90,29 @@ LogicalResult splitBatch(func::FuncOp fn, int64_t replicas, int64_t local) {
   return success();
 }
 
+/// The moe.get_param a weight comes from, through the low-precision copy
+/// of a mixed-precision step (moe.cast); null when none.
+GetParamOp paramSource(Value w) {
+  if (auto copy = w.getDefiningOp<CastOp>())
+    w = copy.getInput();
+  return w.getDefiningOp<GetParamOp>();
+}
+
+/// Gives the result of `get` the type `local`, and the copies of it
+/// (moe.cast) the same shape.
+void retypeParamRead(GetParamOp get, RankedTensorType local) {
+  get.getResult().setType(local);
+  for (Operation *user : get.getResult().getUsers())
+    if (auto copy = dyn_cast<CastOp>(user))
+      copy.getResult().setType(RankedTensorType::get(
+          local.getShape(), cast<RankedTensorType>(copy.getType()).getElementType()));
+}
+
 /// The positions' rows of the placed weights of `ffn`, when another
 /// function's FFN placed them already (null otherwise).
 DenseI64ArrayAttr placedRows(ModuleOp module, ExpertFFNOp ffn) {
   for (Value w : ffn.getWeights())
-    if (auto get = w.getDefiningOp<GetParamOp>())
+    if (auto get = paramSource(w))
       if (auto param = module.lookupSymbol<ParamOp>(get.getNameAttr()))
         if (auto rows = param->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kShardRowsAttrName))
           return rows;
@@ -155,7 +173,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
     // The placement is now the shape of the shards: this op holds `local`.
     ffn->removeAttr("placement");
     for (Value w : ffn.getWeights()) {
-      auto get = w.getDefiningOp<GetParamOp>();
+      auto get = paramSource(w);
       if (!get)
         return ffn.emitOpError("expert weights must come from moe.get_param");
       auto param = module.lookupSymbol<ParamOp>(get.getNameAttr());
@@ -190,7 +208,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
       if (positions != experts && failed(retypeDispatchBuffer(ffn.getX(), positions, 0)))
         return failure();
       for (Value w : ffn.getWeights()) {
-        auto param = module.lookupSymbol<ParamOp>(w.getDefiningOp<GetParamOp>().getNameAttr());
+        auto param = module.lookupSymbol<ParamOp>(paramSource(w).getNameAttr());
         if (auto had = param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
             had && had.getInt() != layer)
           return ffn.emitOpError() << "'" << param.getSymName() << "' is placed by two MoE layers";
@@ -240,7 +258,7 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
   OpBuilder b(fn.getContext());
   ArrayAttr axes = b.getStrArrayAttr({"tp"});
   auto split = [&](Operation *user, Value w, int64_t dim) -> LogicalResult {
-    auto get = w.getDefiningOp<GetParamOp>();
+    auto get = paramSource(w);
     auto param = get ? module.lookupSymbol<ParamOp>(get.getNameAttr()) : ParamOp();
     if (!param)
       return user->emitOpError("tensor-parallel weights must come from moe.get_param");
@@ -403,7 +421,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       param->setAttr(MoEDialect::kShardAttrName, b.getStrArrayAttr({"ep"}));
       module.walk([&](GetParamOp get) {
         if (get.getName() == param.getSymName())
-          get.getResult().setType(local);
+          retypeParamRead(get, local);
       });
     }
     // Tensor-parallel weights: each tp rank's slice along their dimension.
@@ -414,7 +432,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
       param->setAttr(MoEDialect::kTpDimAttrName, b.getI64IntegerAttr(dim));
       module.walk([&](GetParamOp get) {
         if (get.getName() == param.getSymName())
-          get.getResult().setType(local);
+          retypeParamRead(get, local);
       });
     }
   }

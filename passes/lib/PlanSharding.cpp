@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BufferPlan.h"
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/CostModel.h"
 #include "moe/Transforms/Passes.h"
@@ -462,10 +463,13 @@ void PlanShardingPass::runOnOperation() {
       expertOps.push_back(e);
       auto x = cast<RankedTensorType>(e->getOperand(0).getType());
       step.layerExperts.push_back(x.getShape()[0]);
-      step.layerDispatchBytes.push_back(static_cast<double>(x.getNumElements()) * 4);
-      for (Value w : e.getWeights())
+      step.layerDispatchBytes.push_back(static_cast<double>(tensorBytes(x)));
+      for (Value w : e.getWeights()) {
+        if (auto copy = w.getDefiningOp<CastOp>()) // a mixed-precision copy
+          w = copy.getInput();
         if (auto get = w.getDefiningOp<GetParamOp>())
           expertParams.insert(get.getName());
+      }
     }
     if (auto att = dyn_cast<AttentionOp>(op)) {
       ++step.layers;

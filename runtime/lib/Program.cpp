@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr, int64_t warmup,
@@ -22,6 +23,34 @@ extern "C" float moert_lr_schedule(int32_t step, double lr, double minLr, int64_
 
 extern "C" void moert_fill(float *data, int64_t count, float value) {
   std::fill(data, data + count, value);
+}
+
+extern "C" void moert_fill_half(uint16_t *data, int64_t count, uint16_t bits) {
+  std::fill(data, data + count, bits);
+}
+
+extern "C" void moert_widen(float *out, const uint16_t *in, int64_t count, int bf16) {
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t h = in[i], bits;
+    if (bf16) {
+      bits = h << 16;
+    } else { // IEEE half: sign, 5-bit exponent, 10-bit mantissa
+      uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+      if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13); // inf, nan
+      } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+      } else if (man == 0) {
+        bits = sign;
+      } else { // subnormal: normalise
+        int shift = 0;
+        while (!(man & 0x400u))
+          man <<= 1, ++shift;
+        bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | ((man & 0x3ffu) << 13);
+      }
+    }
+    std::memcpy(&out[i], &bits, 4);
+  }
 }
 
 extern "C" int moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int64_t n,

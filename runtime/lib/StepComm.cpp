@@ -479,7 +479,28 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
       return rc;
     shards = double(part[0]) + double(part[1]);
   }
-  *norm = ctx->grad_norm = static_cast<float>(std::sqrt(replicated + shards));
+  double total = replicated + shards;
+  ctx->skip_update = 0;
+  if (ctx->loss_scale > 0 && ctx->loss_scale != 1) {
+    // Loss scaling: the gradients are loss_scale times the loss's; an
+    // overflow (not finite) skips the update, else they are unscaled here.
+    double inverse = 1.0 / ctx->loss_scale;
+    total *= inverse * inverse;
+    if (!std::isfinite(total)) {
+      ctx->skip_update = 1;
+    } else {
+      for (int i = 0; i < count; ++i) {
+        auto *g = const_cast<float *>(grads[i]);
+        for (int64_t j = 0; j < sizes[i]; ++j)
+          g[j] = static_cast<float>(g[j] * inverse);
+      }
+      if (ctx->grad_squares && param_of)
+        for (int i = 0; i < count; ++i)
+          if (param_of[i] >= 0)
+            ctx->grad_squares[param_of[i]] *= inverse * inverse;
+    }
+  }
+  *norm = ctx->grad_norm = static_cast<float>(std::sqrt(total));
   return 0;
 }
 

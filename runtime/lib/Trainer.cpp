@@ -281,7 +281,35 @@ void Trainer::bindContext(moert::CodecStates restored) {
   }
   if (!restored.empty())
     moert::codecStates(&ctx) = std::move(restored);
+  if (o.lossScale > 0 && prog.loss_scale == 0)
+    die("--loss-scale: this program does not scale its loss (only f16 models do)");
+  if (prog.loss_scale == 0)
+    lossScale = 0; // (a checkpoint of an f16 model resumed by another)
+  else if (o.lossScale > 0)
+    lossScale = static_cast<float>(o.lossScale);
+  else if (lossScale == 0) // (else the checkpoint's)
+    lossScale = static_cast<float>(prog.loss_scale);
+  ctx.loss_scale = lossScale;
   configureEmulation();
+}
+
+/// After step `s`: an overflow halves the scale (the step updated nothing),
+/// --loss-scale-window steps without one double it (PyTorch's GradScaler).
+void Trainer::updateLossScale(long long s, bool overflow) {
+  if (lossScale == 0)
+    return;
+  if (overflow) {
+    ++skippedSteps;
+    goodSteps = 0;
+    lossScale *= 0.5f;
+    if (lossScale < 1.0f)
+      die("step " + std::to_string(s) +
+          ": the gradients are not finite even at loss scale 1 (they overflow f16 unscaled)");
+  } else if (++goodSteps >= o.lossScaleWindow) {
+    goodSteps = 0;
+    lossScale = std::min(lossScale * 2.0f, 1e30f);
+  }
+  ctx.loss_scale = lossScale;
 }
 
 void Trainer::openMetrics() {
@@ -417,8 +445,11 @@ Trainer::StepResult Trainer::runStep(long long s) {
                  moert::nowSeconds());
   }
   bool local = ctx.replica_local, delayed = ctx.staleness > 0;
-  ctx.replica_local = ctx.staleness = 0;        // evaluations are neither
-  bool badNorm = !std::isfinite(ctx.grad_norm); // a replica's own in local steps
+  ctx.replica_local = ctx.staleness = 0; // evaluations are neither
+  bool overflow = ctx.skip_update != 0;  // loss scaling: skipped, not diverged
+  float scale = lossScale;
+  ctx.skip_update = 0;
+  bool badNorm = !std::isfinite(ctx.grad_norm) && !overflow; // a replica's own in local steps
   if (local && rc == 0)
     loss = replicaMean(loss, badNorm, s);
   if (delayed && rc == 0 && ranks > 1) {
@@ -442,6 +473,7 @@ Trainer::StepResult Trainer::runStep(long long s) {
     die("step " + std::to_string(s) + ": the loss is not finite");
   if (badNorm)
     die("step " + std::to_string(s) + ": the gradient norm is not finite");
+  updateLossScale(s, overflow);
   long long tokensPerStep = globalBatch * prog.seq_len;
   return {loss,
           ctx.grad_norm,
@@ -453,7 +485,9 @@ Trainer::StepResult Trainer::runStep(long long s) {
           commSeconds,
           ctx.async_seconds,
           ctx.async_wait_seconds,
-          {copied[0], copied[1]}};
+          {copied[0], copied[1]},
+          overflow,
+          scale};
 }
 
 Trainer::ByteCounters Trainer::byteCounters() const {
@@ -588,6 +622,13 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
       std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps, r.loss,
                   r.tokensPerSecond, dropped);
   }
+  if (r.skipped && skippedSteps <= 10) {
+    if (bar)
+      std::printf("\r\033[K");
+    std::printf("step %5lld: gradients overflow f16 at loss scale %g: update skipped, scale %g%s\n",
+                s + 1, r.lossScale, lossScale,
+                skippedSteps == 10 ? " (further skips: the metrics' loss_scale)" : "");
+  }
   // Bytes per collective; ZeRO's reduce-scatters and all-gathers only when
   // the program has them.
   int64_t analytical[4] = {prog.step_comm_bytes[MOERT_ALL_REDUCE] + replicaSumBytes(),
@@ -600,30 +641,35 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
       out["all_gather"] = bytes[2], out["reduce_scatter"] = bytes[3];
     return out;
   };
-  if (metrics)
-    writeMetrics(
-        {{"step", s + 1},
-         {"loss", r.loss},
-         {"lr", r.lr},
-         {"grad_norm", r.gradNorm},
-         {"grad_norm_groups", r.groupNorms},
-         {"tokens_per_s", r.tokensPerSecond},
-         {"step_seconds", r.seconds},
-         {"comm_seconds", r.commSeconds},
-         {"background_comm_seconds", r.backgroundSeconds},
-         {"background_wait_seconds", r.backgroundWaitSeconds},
-         {"dropped_tokens", dropped},
-         {"comm_bytes", commBytes(b.sent)},
-         {"comm_bytes_analytical", commBytes(analytical)},
-         {"comm_bytes_ragged_bound", prog.step_ragged_bound},
-         {"codec_bytes",
-          {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
-         {"expert_tokens", expertTokens()},
-         {"aux_loss", routerLoss(0)},
-         {"z_loss", routerLoss(1)},
-         {"balancedness", balancedness()},
-         {"device_copy_bytes",
-          {{"to_device", r.deviceCopies[0]}, {"to_host", r.deviceCopies[1]}}}});
+  if (metrics) {
+    nlohmann::json line = {
+        {"step", s + 1},
+        {"loss", r.loss},
+        {"lr", r.lr},
+        {"grad_norm", r.gradNorm},
+        {"grad_norm_groups", r.groupNorms},
+        {"tokens_per_s", r.tokensPerSecond},
+        {"step_seconds", r.seconds},
+        {"comm_seconds", r.commSeconds},
+        {"background_comm_seconds", r.backgroundSeconds},
+        {"background_wait_seconds", r.backgroundWaitSeconds},
+        {"dropped_tokens", dropped},
+        {"comm_bytes", commBytes(b.sent)},
+        {"comm_bytes_analytical", commBytes(analytical)},
+        {"comm_bytes_ragged_bound", prog.step_ragged_bound},
+        {"codec_bytes",
+         {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
+        {"expert_tokens", expertTokens()},
+        {"aux_loss", routerLoss(0)},
+        {"z_loss", routerLoss(1)},
+        {"balancedness", balancedness()},
+        {"device_copy_bytes", {{"to_device", r.deviceCopies[0]}, {"to_host", r.deviceCopies[1]}}}};
+    if (r.lossScale > 0) { // f16 models
+      line["loss_scale"] = r.lossScale;
+      line["skipped"] = r.skipped;
+    }
+    writeMetrics(line);
+  }
 }
 
 /// What the per-layer arrays of the step lines refer to, and the run's

@@ -116,6 +116,8 @@ private:
     double backgroundSeconds;     ///< background all-reduces' run (hidden or waited for)
     double backgroundWaitSeconds; ///< of commSeconds, the waits for them
     int64_t deviceCopies[2];      ///< device kernels' staging: to the device, to the host
+    bool skipped;                 ///< loss scaling: the gradients overflowed, no update
+    float lossScale;              ///< loss scaling: the step's scale (0: none)
   };
 
   // Set-up (Trainer.cpp).
@@ -241,6 +243,11 @@ private:
   /// Validation: the same windows of the held-out split at every evaluation.
   moert::BatchSampler valSampler;
   long long firstStep = 0;
+  /// Dynamic loss scaling (f16 models): the scale, the steps since it last
+  /// changed without an overflow, and the steps skipped in all.
+  float lossScale = 0;
+  long long goodSteps = 0, skippedSteps = 0;
+  void updateLossScale(long long s, bool overflow);
 
   std::vector<moert::AlignedFloats> params, moments; ///< moments: m, v per parameter
   std::vector<float *> paramPtrs, momentPtrs;

@@ -68,6 +68,18 @@ moert::CodecStates Trainer::resumeFromCheckpoint() {
         std::to_string(o.steps) +
         " would rewrite it over later weights (give --steps >= " + std::to_string(firstStep) + ")");
   restorePlacement(state);
+  if (auto it = state.find("loss_scale"); it != state.end()) {
+    const nlohmann::json &ls = *it;
+    bool ok = ls.is_object() && ls.contains("scale") && ls.contains("good_steps") &&
+              ls.at("scale").is_number() && ls.at("good_steps").is_number_integer() &&
+              ls.at("scale").get<double>() >= 1 && ls.at("scale").get<double>() <= 1e30 &&
+              ls.at("good_steps").get<long long>() >= 0;
+    if (!ok)
+      die(o.checkpoint +
+          ": state: loss_scale: expected {\"scale\": a number in [1, 1e30], \"good_steps\": >= 0}");
+    lossScale = ls.at("scale").get<float>();
+    goodSteps = ls.at("good_steps").get<long long>();
+  }
   restoreParameters(tensors);
   moert::CodecStates restored = restoreCodecStates(tensors);
   sampler.setPosition(resume.dataPosition);
@@ -231,6 +243,8 @@ void Trainer::saveCheckpoint(long long steps) {
       {"grid", {{"dp", prog.grid_dp}, {"ep", prog.grid_ep}, {"tp", prog.grid_tp}}}};
   if (!expertOrder.empty())
     state["placement"] = expertOrder;
+  if (lossScale > 0)
+    state["loss_scale"] = {{"scale", lossScale}, {"good_steps", goodSteps}};
   if (lead) {
     std::string error;
     if (!moert::saveCheckpoint(o.checkpoint, tensors, state, error,

@@ -86,7 +86,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
-              "          [--staleness 0|1]\n"
+              "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
@@ -127,7 +127,11 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               average their parameter deltas through an outer Nesterov\n"
               "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
               "               --sync-steps N trains the first N steps synchronously;\n"
-              "               --outer-codec compresses the outer all-reduce\n",
+              "               --outer-codec compresses the outer all-reduce\n"
+              "  --loss-scale S  f16 models: the initial dynamic loss scale (default\n"
+              "               65536); a step whose gradients overflow is skipped and\n"
+              "               halves it, --loss-scale-window N (default 2000) steps\n"
+              "               without one double it\n",
               program, program);
   std::exit(0);
 }
@@ -236,6 +240,12 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
             " numbers");
       o.linkBytesPerSecond = link[0] * 1e9;
       o.linkLatency = link.size() > 1 ? link[1] * 1e-6 : 0;
+    } else if (a == "--loss-scale") {
+      o.lossScale = parseReal(
+          value(), false, [](double v) { return v >= 1 && v <= 1e30; },
+          "--loss-scale expects a number in [1, 1e30]");
+    } else if (a == "--loss-scale-window") {
+      o.lossScaleWindow = parseInt(a, value(), 1);
     } else if (a == "--staleness") {
       std::string v = value();
       if (v != "0" && v != "1")

@@ -54,6 +54,11 @@ struct Options {
   double outerLr = 0.7, outerMomentum = 0.9;
   /// --outer-codec fp16|bf16|int8[:block]: the outer all-reduce's codec.
   std::optional<moert::CodecSpec> outerCodec;
+  /// --loss-scale S (0: the program's, 65536 for f16 models) and
+  /// --loss-scale-window N: dynamic loss scaling's initial scale, and the
+  /// overflow-free steps after which it doubles.
+  double lossScale = 0;
+  long long lossScaleWindow = 2000;
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

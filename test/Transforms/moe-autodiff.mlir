@@ -21,7 +21,7 @@ func.func @step(%tokens: tensor<2x4xi32> {moe.input = "tokens"},
   %loss = moe.cross_entropy %l, %targets : tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<f32>
   return %loss : tensor<f32>
 }
-// CHECK: %[[ONE:.*]] = moe.fill 1.000000e+00 : tensor<f32>
+// CHECK: %[[ONE:.*]] = moe.fill 1.000000e+00 {moe.loss_seed} : tensor<f32>
 // CHECK: %[[DL:.*]] = moe.cross_entropy_grad %{{.*}}, %{{.*}}, %[[ONE]]
 // CHECK: %[[DX:.*]], %[[DW:.*]] = moe.linear_grad %{{.*}}, %{{.*}}, %[[DL]]
 // CHECK: %[[DH:.*]], %[[DG2:.*]] = moe.rms_norm_grad %{{.*}}, %{{.*}}, %[[DX]]

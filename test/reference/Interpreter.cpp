@@ -518,6 +518,12 @@ bool Runner::step(Operation *op) {
         out(o.getDbias(), db);
         return true;
       })
+      .Case([&](CastOp o) {
+        // Exact: the reference computes in f64 whatever the element types
+        // (a low-precision step is compared with it at a tolerance).
+        out(o.getResult(), in(o.getInput()));
+        return true;
+      })
       .Case([&](AddOp o) {
         Tensor y = in(o.getLhs());
         Tensor &b = in(o.getRhs());

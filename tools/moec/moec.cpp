@@ -277,16 +277,16 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
              parseHFOverrides(hfOptimizer, "--optimizer", hf.optimizer, diags) &&
              (hfCapacity.empty() || parseHFCapacity(hfCapacity, hf.capacityFactor, diags)))
       spec = importHFConfig(doc, hf, diags);
-    // The back end generates f32 kernels only: a low-precision model would
-    // compile into a binary that fails inside its first kernel.
+    // Halide 14's OpenCL back end has no bf16 (f16 needs cl_khr_fp16), and
+    // its CUDA back end fails on bf16: low precision runs on the host.
     bool backEnd = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
-    if (spec && spec->dtype != "f32" && backEnd)
+    if (spec && spec->dtype != "f32" && backEnd && target != moec::codegen::Target::Host)
       diags.error(doc->file(), hfConfig ? SourcePos() : doc->valuePos("/dtype"),
-                  "/dtype: \"" + spec->dtype +
-                      "\" models are not executable yet: the back end generates f32 kernels "
-                      "only (mixed precision is future work); train with dtype f32, or use "
-                      "--emit=mlir/plan to inspect the " +
-                      spec->dtype + " model");
+                  "/dtype: \"" + spec->dtype + "\" models run on --target host only (Halide 14's " +
+                      moec::codegen::targetName(target).str() +
+                      " back end does not generate 16-bit float kernels); train with dtype f32 on "
+                      "--target " +
+                      moec::codegen::targetName(target).str());
   }
   std::optional<ClusterSpec> cluster;
   if (!clusterFile.empty())

@@ -131,6 +131,13 @@ typedef struct {
    * sum; the first delayed step waits for its own exact sum). 0: each waits
    * for its own reduction. */
   int staleness;
+  /* Dynamic loss scaling (f16 models: moert_program.loss_scale != 0): the
+   * training step seeds its backward with loss_scale, and
+   * moert_step_global_norm divides the gradients (and their norm) by it; when
+   * the norm is not finite (an overflow) it sets skip_update and the step's
+   * AdamW updates do not run. The trainer adjusts loss_scale between steps. */
+  float loss_scale;
+  int skip_update;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -197,6 +204,8 @@ typedef struct moert_program {
    * `batch` sequences. */
   const int64_t *replica_batches;
   const struct moert_program *const *replica_programs;
+  /* The initial dynamic loss scale (f16 models, moe.loss_scale); 0: none. */
+  double loss_scale;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
@@ -219,6 +228,10 @@ void moert_step_end_compute(moert_context *ctx);
 float moert_lr_schedule(int32_t step, double lr, double min_lr, int64_t warmup, int64_t total,
                         int schedule);
 void moert_fill(float *data, int64_t count, float value);
+/* Fills `count` 16-bit elements (bf16 or f16) with the bits `bits`. */
+void moert_fill_half(uint16_t *data, int64_t count, uint16_t bits);
+/* Widens `count` bf16 (`bf16` != 0) or f16 elements to f32. */
+void moert_widen(float *out, const uint16_t *in, int64_t count, int bf16);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
  * group of ranks that differ from ctx's only in the grid axes of

@@ -347,3 +347,19 @@ module attributes {moe.token_shares = array<i64: 3, 0>} {
 // expected-error @+1 {{'moe.replica' must be an index into the module's 'moe.token_shares'}}
 module attributes {moe.token_shares = array<i64: 3, 1>, moe.replica = 2 : i64} {
 }
+
+// -----
+
+// loss_scale: a float >= 1 on the module
+// expected-error @+1 {{'moe.loss_scale' must be a float in [1, 1e30] on a builtin.module}}
+module attributes {moe.loss_scale = 0.5 : f64} {
+}
+
+// -----
+
+// loss_seed: marks the backward's seed, a moe.fill
+func.func @f(%x: tensor<4xf32>, %y: tensor<4xf32>) {
+  // expected-error @+1 {{'moe.loss_seed' must be a unit attribute on a moe.fill}}
+  %0 = moe.add %x, %y {moe.loss_seed} : tensor<4xf32>
+  return
+}

@@ -414,3 +414,21 @@ func.func @f() {
   %0 = moe.fill 0.0 : tensor<4xi32>
   return
 }
+
+// -----
+
+// cast: one shape
+func.func @f(%w: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.cast' op result must have the input's shape 'tensor<8x16xf32>', got 'tensor<16x8xbf16>'}}
+  %0 = moe.cast %w : tensor<8x16xf32> -> tensor<16x8xbf16>
+  return
+}
+
+// -----
+
+// cast: to another element type
+func.func @f(%w: tensor<8x16xbf16>) {
+  // expected-error @+1 {{'moe.cast' op converts 'bf16' to itself}}
+  %0 = moe.cast %w : tensor<8x16xbf16> -> tensor<8x16xbf16>
+  return
+}

@@ -28,6 +28,15 @@ func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<16x4xf32>) {
 
 // -----
 
+// router: the bias has x's element type, or f32
+func.func @f(%x: tensor<2x4x8xbf16>, %w: tensor<8x4xbf16>, %b: tensor<4xf16>) {
+  // expected-error @+1 {{'moe.router' op bias must have element type 'bf16' (that of x) or f32, got 'f16'}}
+  %g, %e, %a = moe.router softmax %x, %w bias %b top_k 2 : (tensor<2x4x8xbf16>, tensor<8x4xbf16>, tensor<4xf16>) -> (tensor<2x4x2xbf16>, tensor<2x4x2xi32>, tensor<f32>)
+  return
+}
+
+// -----
+
 // router: bias is [E]
 func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<8xf32>) {
   // expected-error @+1 {{'moe.router' op bias must have shape 4, got 8}}

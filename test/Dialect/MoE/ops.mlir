@@ -59,6 +59,17 @@ func.func @linear_and_add(%x: tensor<2x4x8xf32>, %w: tensor<8x16xf32>, %b: tenso
   return %2 : tensor<2x4x16xf32>
 }
 
+// CHECK-LABEL: func.func @cast
+func.func @cast(%w: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // CHECK: moe.cast %{{.*}} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %0 = moe.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>
+  // CHECK: moe.cast %{{.*}} : tensor<8x16xbf16> -> tensor<8x16xf16>
+  %1 = moe.cast %0 : tensor<8x16xbf16> -> tensor<8x16xf16>
+  // CHECK: moe.cast %{{.*}} : tensor<8x16xf16> -> tensor<8x16xf32>
+  %2 = moe.cast %1 : tensor<8x16xf16> -> tensor<8x16xf32>
+  return %2 : tensor<8x16xf32>
+}
+
 // CHECK-LABEL: func.func @ffn
 func.func @ffn(%x: tensor<6x8xf32>, %up: tensor<8x32xf32>, %down: tensor<32x8xf32>, %gate: tensor<8x32xf32>) -> (tensor<6x8xf32>, tensor<6x8xf32>) {
   // CHECK: moe.ffn swiglu %{{.*}}, %{{.*}}, %{{.*}} gate %{{.*}} : (tensor<6x8xf32>, tensor<8x32xf32>, tensor<32x8xf32>, tensor<8x32xf32>) -> tensor<6x8xf32>

@@ -91,6 +91,12 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kReplicaAttrName = "moe.replica";
     /// On a moe.all_reduce: its gradient bucket (moe-bucket-gradients).
     static constexpr ::llvm::StringLiteral kBucketAttrName = "moe.bucket";
+    /// On the module: the initial dynamic loss scale (f16 models: the step
+    /// seeds its backward with the runtime's current scale, and skips the
+    /// update when the unscaled gradients overflow).
+    static constexpr ::llvm::StringLiteral kLossScaleAttrName = "moe.loss_scale";
+    /// On moe.fill: the backward's seed, the loss's gradient (moe-autodiff).
+    static constexpr ::llvm::StringLiteral kLossSeedAttrName = "moe.loss_seed";
   private:
     void registerAttributes();
   public:

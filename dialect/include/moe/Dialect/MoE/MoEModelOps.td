@@ -153,6 +153,29 @@ def MoE_AddOp : MoE_Op<"add", [Pure,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
+def MoE_CastOp : MoE_Op<"cast", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "element type conversion (mixed precision's weight copies)";
+  let description = [{
+    Converts every element to the result's element type, rounding to
+    nearest, ties to even. A model with `dtype: bf16` or `f16` keeps its
+    parameters in f32 (the master weights AdamW updates) and computes with
+    a low-precision copy of each, made by this op every step; its gradient
+    converts the copy's gradient back to f32.
+
+    ```mlir
+    %w16 = moe.cast %w : tensor<64x128xf32> -> tensor<64x128xbf16>
+    ```
+
+    Constraints: the operand and the result have one shape and different
+    element types.
+  }];
+  let arguments = (ins MoE_FloatTensor:$input);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def MoE_FFNOp : MoE_Op<"ffn", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
   let summary = "dense feed-forward block (dense layers, shared experts)";

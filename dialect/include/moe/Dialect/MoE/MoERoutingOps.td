@@ -41,7 +41,7 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
     - `x` is `[..., D]`; `weight` is `[D, E]`; `bias`, when present, is `[E]`;
     - `1 <= top_k <= E`;
     - `gates` and `experts` are `[..., top_k]` with `x`'s leading dimensions;
-      `gates` has `x`'s element type;
+      `gates` and `weight` have `x`'s element type, `bias` that or f32;
     - `capacity_factor > 0` when present; `aux_loss_coef >= 0`;
       `z_loss_coef >= 0`; `routed_scaling > 0`;
     - `bias_update_rate`, only with a `bias`, is finite and `>= 0`.
