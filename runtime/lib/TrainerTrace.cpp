@@ -57,6 +57,9 @@ void Trainer::configureEmulation() {
   if (moec_program.replica_batches && o.staleness > 0)
     die("--staleness with unequal token shares (moec --token-shares or a mixed cluster) is not "
         "supported yet: the correction takes a rank's own weighted gradient for the mean");
+  if (moec_program.loss_scale > 0 && o.staleness > 0)
+    die("--staleness with a loss-scaled (f16) binary is not supported: a delayed sum would mix "
+        "two steps' loss scales");
   if (zero && o.staleness > 0)
     die("--staleness with a ZeRO binary (moec --zero) is not supported: the reduce-scatters "
         "are not delayed");
