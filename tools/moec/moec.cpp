@@ -126,6 +126,11 @@ static cl::opt<std::string>
                cl::desc("With --hf: expert capacity factor, a number or 'dropless' (default: the "
                         "family's own routing: dropless, Switch Transformers' expert_capacity)"),
                cl::value_desc("F|dropless"), cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    hfDtype("dtype",
+            cl::desc("With --hf: the type the step computes in, f32 (default), or bf16 or f16 "
+                     "(mixed precision: f32 master weights, docs/MixedPrecision.md)"),
+            cl::value_desc("f32|bf16|f16"), cl::init("f32"), cl::cat(category));
 static cl::opt<unsigned> hfBatch("batch-size",
                                  cl::desc("With --hf: sequences per step (default 1)"), cl::init(1),
                                  cl::cat(category));
@@ -271,6 +276,7 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     HFImportOptions hf;
     hf.seqLen = hfSeqLen;
     hf.batchSize = hfBatch;
+    hf.dtype = hfDtype;
     if (!hfConfig)
       spec = readModelJson(doc, diags);
     else if (parseHFOverrides(hfOverride, "--override", hf.overrides, diags) &&
@@ -335,10 +341,13 @@ int checkFlags() {
     return fail("give a model description: moec model.json -o OUT --emit=...");
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
-  if (!hfConfig && (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() ||
-                    !hfOverride.empty() || !hfOptimizer.empty() || hfCapacity.getNumOccurrences()))
-    return fail("--seq-len, --batch-size, --override, --optimizer and --capacity-factor apply "
-                "to --hf configs (a MoEC model JSON states its fields itself)");
+  if (!hfConfig &&
+      (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() || !hfOverride.empty() ||
+       !hfOptimizer.empty() || hfCapacity.getNumOccurrences() || hfDtype.getNumOccurrences()))
+    return fail("--seq-len, --batch-size, --override, --optimizer, --capacity-factor and --dtype "
+                "apply to --hf configs (a MoEC model JSON states its fields itself)");
+  if (hfDtype != "f32" && hfDtype != "bf16" && hfDtype != "f16")
+    return fail("--dtype must be f32, bf16 or f16, got '" + hfDtype + "'");
   if (hfBatch < 1 || hfBatch > 1048576 || hfSeqLen > 1048576)
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)
