@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
@@ -170,6 +171,35 @@ TEST_F(RuntimeTest, PlaceSlotsMovesSlotsToThePlacementOrder) {
     EXPECT_EQ(out[i], in[i] < 0 ? -1 : pos[in[i] / block] * block + in[i] % block) << i;
   for (int p = 0; p < 4; ++p)
     EXPECT_EQ(placed[p], counts[order[p]]);
+}
+
+// moert_widen (an f16 or bf16 model's logits for sampling): every one of the
+// 65536 f16 bit patterns (normal, subnormal, zero, inf; NaN stays NaN) as
+// the compiler's _Float16 converts it, and bf16 as the top half of an f32.
+TEST_F(RuntimeTest, WidenIsExactForEveryHalfAndBFloat16) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i)
+    all[i] = static_cast<uint16_t>(i);
+  std::vector<float> f16(65536), bf16(65536);
+  moert_widen(f16.data(), all.data(), 65536, 0);
+  moert_widen(bf16.data(), all.data(), 65536, 1);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    _Float16 h;
+    std::memcpy(&h, &all[i], 2);
+    float want = static_cast<float>(h);
+    if (std::isnan(want))
+      EXPECT_TRUE(std::isnan(f16[i])) << std::hex << i;
+    else
+      EXPECT_EQ(f16[i], want) << std::hex << i;
+    uint32_t bits;
+    std::memcpy(&bits, &bf16[i], 4);
+    EXPECT_EQ(bits, i << 16) << std::hex << i;
+  }
+  uint16_t out[5] = {};
+  moert_fill_half(out, 4, 0x3f80); // bf16 1.0; the fifth stays
+  EXPECT_EQ(out[0], 0x3f80);
+  EXPECT_EQ(out[3], 0x3f80);
+  EXPECT_EQ(out[4], 0);
 }
 
 // Uneven and replicated: 3 experts of 4 slots on 6 positions [0, 1, -1 | 1,
