@@ -47,3 +47,5 @@ bench/load-balance.sh "$build"
 bench/rebalance.sh "$build"
 bench/mixed-cluster.sh "$build"
 bench/local-steps.sh "$build"
+echo
+bench/mixed-precision.sh "$build"

@@ -26,6 +26,20 @@ Func logSumExp(Func logits, int vocab, const char *name) {
   return lse;
 }
 
+/// 16-bit logits: each token's row widened to f32 once, vectorised, at
+/// `consumer`'s token loop `t` (on the stack, vocab floats), so the row's
+/// reductions do not convert element by element (a scalar f16 conversion
+/// is a call into Halide's runtime). f32 logits are read in place.
+/// 16-bit logits only: `vocab` floats per token row, up to 2^19.
+void stageRows(Func logitsF, Func consumer, Var t, int vocab) {
+  if (vocab > (1 << 19)) // more than 2 MB of a worker thread's stack
+    return;
+  Var c = logitsF.args()[0];
+  logitsF.compute_at(consumer, t).store_in(MemoryType::Stack);
+  if (vocab >= 16)
+    logitsF.vectorize(c, 16, TailStrategy::GuardWithIf);
+}
+
 class CrossEntropy : public moec_codegen::MoEGenerator<CrossEntropy> {
 public:
   GeneratorParam<int> tokens{"tokens", 1};
@@ -37,17 +51,18 @@ public:
   Input<Buffer<int32_t, 1>> targets{"targets"};
   Output<Buffer<float, 0>> loss{"loss"};
 
-  Func lse, target{"target"};
+  Func lse, target{"target"}, logitsF;
 
   void configure() { storage(logits); }
 
   void generate() {
     Var t;
-    Func logitsF = widened(logits);
+    logitsF = widened(logits);
     lse = logSumExp(logitsF, vocab, "lse");
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     RDom r(0, tokens);
-    Expr total = sum(lse(r) - logitsF(clamp(target(r), 0, vocab - 1), r));
+    // (The target logits: one element per token, read directly.)
+    Expr total = sum(lse(r) - widened(logits)(clamp(target(r), 0, vocab - 1), r));
     // A weighted mean folds its weight into one factor, scale / tokens: a
     // replica's (its share x replicas / batch) / its tokens is the same for
     // every replica, so each scales its tokens as the batch mean does.
@@ -62,6 +77,8 @@ public:
       return moec_codegen::scheduleForGpu(get_pipeline());
     lse.compute_root();
     target.compute_root();
+    if (!isF32(logits))
+      stageRows(logitsF, lse, lse.args()[0], vocab);
   }
 };
 
@@ -77,12 +94,12 @@ public:
   Output<Buffer<void, 2>> dlogits{"dlogits"};
 
   Var v{"v"}, t{"t"};
-  Func lse, target{"target"};
+  Func lse, target{"target"}, logitsF;
 
   void configure() { storage(logits, dlogits); }
 
   void generate() {
-    Func logitsF = widened(logits);
+    logitsF = widened(logits);
     lse = logSumExp(logitsF, vocab, "lse");
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
@@ -104,6 +121,8 @@ public:
     dlogits.parallel(t);
     if (vocab >= vec)
       dlogits.vectorize(v, vec, TailStrategy::GuardWithIf);
+    if (!isF32(logits))
+      stageRows(logitsF, dlogits, t, vocab);
   }
 };
 

@@ -147,6 +147,29 @@ TEST_F(GradientTest, RMSNormAndResidualAdd) {
         {ids({3}, 4, 3)});
 }
 
+// Mixed precision: the weights read through bf16 copies (moe.cast), whose
+// gradients the rule converts back to the f32 parameters' type (the
+// reference computes in f64 whatever the types).
+TEST_F(GradientTest, CastWeightCopies) {
+  check(R"mlir(
+    moe.param @x : tensor<3x5xf32> init <normal, scale = 1.0>
+    moe.param @g : tensor<5xf32> init <normal, scale = 1.0>
+    moe.param @w : tensor<5x4xf32> init <normal, scale = 0.5>
+    func.func @step(%t: tensor<3xi32>) -> tensor<f32> {
+      %x = moe.get_param @x : tensor<3x5xf32>
+      %xc = moe.cast %x : tensor<3x5xf32> -> tensor<3x5xbf16>
+      %g = moe.get_param @g : tensor<5xf32>
+      %gc = moe.cast %g : tensor<5xf32> -> tensor<5xbf16>
+      %h = moe.rms_norm %xc, %gc {epsilon = 1.0e-3 : f32} : tensor<3x5xbf16>, tensor<5xbf16>
+      %w = moe.get_param @w : tensor<5x4xf32>
+      %wc = moe.cast %w : tensor<5x4xf32> -> tensor<5x4xbf16>
+      %l = moe.linear %h, %wc : tensor<3x5xbf16>, tensor<5x4xbf16> -> tensor<3x4xbf16>
+      %c = moe.cross_entropy %l, %t : tensor<3x4xbf16>, tensor<3xi32> -> tensor<f32>
+      return %c : tensor<f32>
+    })mlir",
+        {ids({3}, 4, 3)});
+}
+
 /// Attention with `rope` ("" or the attribute) over 2 x 4 tokens, 4 query
 /// heads on 2 kv heads of width 4.
 std::string attentionStep(const std::string &rope) {
