@@ -62,7 +62,7 @@ public:
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     RDom r(0, tokens);
     // (The target logits: one element per token, read directly.)
-    Expr total = sum(lse(r) - widened(logits)(clamp(target(r), 0, vocab - 1), r));
+    Expr total = sum(lse(r) - cast<float>(logits(clamp(target(r), 0, vocab - 1), r)));
     // A weighted mean folds its weight into one factor, scale / tokens: a
     // replica's (its share x replicas / batch) / its tokens is the same for
     // every replica, so each scales its tokens as the batch mean does.

@@ -390,6 +390,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
 
 LogicalResult Emitter::bucket(ArrayRef<AllReduceOp> reduces) {
   AllReduceOp first = reduces.front();
+  for (AllReduceOp r : reduces)
+    if (!cast<RankedTensorType>(r.getInput().getType()).getElementType().isF32())
+      return collective(r); // its message: all-reduces sum f32 only
   if (reduces.size() == 1 && !first.getAsync())
     return collective(first);
   int64_t total = 0;
@@ -460,6 +463,15 @@ LogicalResult Emitter::collective(Operation *op) {
     if (CodecAttr codec = reduce.getCodecAttr()) {
       if (!training)
         return op->emitOpError("compressed all_reduce runs in the training step only");
+      // A codec's state (error-feedback residuals, PowerSGD's Q) would keep
+      // a loss-scaled gradient across changes of the scale, and an
+      // overflow's inf for good.
+      if (module->hasAttr(MoEDialect::kLossScaleAttrName) &&
+          (codec.getErrorFeedback() || codec.getKind() == CodecKind::powersgd))
+        return op->emitOpError()
+               << "compresses a loss-scaled (f16) gradient with a codec that keeps state (error "
+                  "feedback or PowerSGD); give an f16 model a stateless codec (int8, fp16, bf16 "
+                  "without error feedback), or train it in bf16";
       // Compressed after the warm-up steps. moe.all_reduce views a tensor
       // of rank >= 2 as [numel / last, last] for powersgd.
       int64_t cols = type.getShape().empty() ? 1 : type.getShape().back(), rows = n / cols;

@@ -481,14 +481,15 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
   }
   double total = replicated + shards;
   ctx->skip_update = 0;
-  if (ctx->loss_scale > 0 && ctx->loss_scale != 1) {
+  if (ctx->loss_scale > 0) {
     // Loss scaling: the gradients are loss_scale times the loss's; an
-    // overflow (not finite) skips the update, else they are unscaled here.
+    // overflow (not finite) skips the update, else they are unscaled here
+    // (at scale 1, nothing to divide).
     double inverse = 1.0 / ctx->loss_scale;
     total *= inverse * inverse;
     if (!std::isfinite(total)) {
       ctx->skip_update = 1;
-    } else {
+    } else if (ctx->loss_scale != 1) {
       for (int i = 0; i < count; ++i) {
         auto *g = const_cast<float *>(grads[i]);
         for (int64_t j = 0; j < sizes[i]; ++j)
