@@ -116,16 +116,17 @@ protected:
   }
   /// Schedules gemmInput()'s copies and fromExtern()'s products (CPU).
   void scheduleStaged(int vec) {
+    auto elementwise = [&](Halide::Func f) {
+      f.vectorize(f.args()[0], vec, Halide::TailStrategy::GuardWithIf);
+      if (f.args().size() > 1)
+        f.parallel(f.args().back());
+    };
+    for (Halide::Func copy : staged)
+      elementwise(copy.compute_root());
     for (Halide::Func product : products)
       product.compute_root();
-    for (std::vector<Halide::Func> *list : {&staged, &rounded})
-      for (Halide::Func f : *list) {
-        if (list == &staged)
-          f.compute_root();
-        f.vectorize(f.args()[0], vec, Halide::TailStrategy::GuardWithIf);
-        if (f.args().size() > 1)
-          f.parallel(f.args().back());
-      }
+    for (Halide::Func output : rounded) // outputs: at root already
+      elementwise(output);
   }
   std::vector<Halide::Func> staged, products, rounded;
 

@@ -91,21 +91,27 @@ int64_t moec::codegen::scratchBound(StringRef generator, const std::vector<std::
   return 4 * elements + kBlockSlack * kMaxBlocks;
 }
 
+/// `row`'s generator arguments filled from `n` operands and `r` results:
+/// the row's arguments function, else the operands then the results.
+static SmallVector<KernelArg> generatorArguments(const KernelSpec &spec, const KernelFamily &row,
+                                                 unsigned n, unsigned r) {
+  if (row.arguments)
+    return row.arguments(spec, n, r);
+  SmallVector<KernelArg> args;
+  for (unsigned i = 0; i < n; ++i)
+    args.push_back(KernelArg{KernelArg::Operand, i, row.view});
+  for (unsigned i = 0; i < r; ++i)
+    args.push_back(KernelArg{KernelArg::Result, i, row.view});
+  return args;
+}
+
 /// Appends `bf16_args=...` and `f16_args=...` (the generator's arguments
 /// stored in bf16 or f16, from the kernel's signature; every other float
 /// argument is f32) to `params`. Returns the elements of those arguments.
 static int64_t storageParams(const KernelSpec &spec, const KernelFamily &row,
                              std::vector<std::string> &params) {
-  SmallVector<KernelArg> args;
   unsigned n = spec.numInputs(), r = spec.numResults();
-  if (row.arguments) {
-    args = row.arguments(spec, n, r);
-  } else {
-    for (unsigned i = 0; i < n; ++i)
-      args.push_back(KernelArg{KernelArg::Operand, i, row.view});
-    for (unsigned i = 0; i < r; ++i)
-      args.push_back(KernelArg{KernelArg::Result, i, row.view});
-  }
+  SmallVector<KernelArg> args = generatorArguments(spec, row, n, r);
   std::string bf16, f16;
   int64_t elements = 0;
   for (auto [i, arg] : llvm::enumerate(args)) {
@@ -166,15 +172,7 @@ FailureOr<SmallVector<KernelArg>> moec::codegen::argumentsOf(LaunchOp launch, Ke
     return launch.emitOpError() << "launches '" << kernel.getFamily()
                                 << "', which has no generated kernel";
   unsigned n = launch.getOperands().size(), r = launch.getResults().size();
-  SmallVector<KernelArg> args;
-  if (row->arguments) {
-    args = row->arguments(KernelSpec(kernel), n, r);
-  } else {
-    for (unsigned i = 0; i < n; ++i)
-      args.push_back(KernelArg{KernelArg::Operand, i, row->view});
-    for (unsigned i = 0; i < r; ++i)
-      args.push_back(KernelArg{KernelArg::Result, i, row->view});
-  }
+  SmallVector<KernelArg> args = generatorArguments(KernelSpec(kernel), *row, n, r);
   if (args.size() != row->signature.size())
     return launch.emitOpError() << "fills " << args.size() << " arguments of generator '"
                                 << row->generator << "', which takes " << row->signature.size();

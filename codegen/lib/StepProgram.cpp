@@ -323,7 +323,8 @@ LogicalResult Emitter::launch(LaunchOp op) {
     llvm::interleaveComma(names, os, [&](const std::string &n) { os << "&" << n << ".b"; });
   };
   // Loss scaling: an overflowed step (moert_step_global_norm) updates nothing.
-  if (family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName))
+  bool skippable = family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName);
+  if (skippable)
     os << "    if (!ctx->skip_update) {\n";
   if (target == Target::Host) {
     os << "    int rc = " << kernel.getSymName() << "(";
@@ -343,7 +344,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
     arguments();
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
   }
-  if (family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName))
+  if (skippable)
     os << "    }\n";
   if (training && family == "fused_gate") {
     // Routed token-slots per expert, for load metrics.
