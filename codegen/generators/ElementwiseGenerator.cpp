@@ -100,11 +100,13 @@ public:
   }
 
   void schedule() {
+    // `size` elements at most: the step program updates a placed expert
+    // tensor one run of occupied positions at a time.
     for (OutputImageParam p :
          {OutputImageParam(w), OutputImageParam(m), OutputImageParam(v), OutputImageParam(g)})
-      p.dim(0).set_bounds(0, size);
+      p.dim(0).set_min(0).set_estimate(0, size);
     // The other tuple buffers share the first one's bounds.
-    Func(updated).output_buffers()[0].dim(0).set_bounds(0, size);
+    Func(updated).output_buffers()[0].dim(0).set_min(0).set_estimate(0, size);
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();

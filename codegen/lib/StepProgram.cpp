@@ -270,6 +270,25 @@ LogicalResult Emitter::launch(LaunchOp op) {
   FailureOr<SmallVector<KernelArg>> args = argumentsOf(op, kernel);
   if (failed(args))
     return failure();
+  // The AdamW update of a placed expert tensor runs over the positions that
+  // hold an expert in the placement in force, one launch per run of them:
+  // an empty position (a rank with fewer experts than the most any rank
+  // holds) is never read, and updating it cost such a rank as much as a
+  // full one.
+  int64_t placedRow = 0;
+  if (family == "adamw_update" && !op.getShardAxesAttr())
+    if (auto param = module.lookupSymbol<ParamOp>(*op.getUpdates()))
+      if (auto layer = param->getAttrOfType<IntegerAttr>(MoEDialect::kShardLayerAttrName);
+          layer && layerOrders.count(layer.getInt()) && param.getTensorType().getRank() > 0) {
+        int64_t rows = param.getTensorType().getShape()[0];
+        placedRow = param.getTensorType().getNumElements() / std::max<int64_t>(rows, 1);
+        os << "    int64_t runs[" << 2 * rows
+           << "];\n    const int placed = moert_step_placed_runs(ctx, "
+           << layerTable(layer.getInt()) << ", " << layerOrders.lookup(layer.getInt()).size()
+           << ", " << rows << ", runs);\n    for (int run = 0; run < placed; ++run) {\n"
+           << "    const int64_t at = runs[2 * run] * " << placedRow
+           << ", len = runs[2 * run + 1] * " << placedRow << ";\n";
+      }
   for (auto [position, arg] : llvm::enumerate(*args)) {
     // Each view names the generator argument it fills.
     StringRef role = call.row->signature[position];
@@ -314,6 +333,12 @@ LogicalResult Emitter::launch(LaunchOp op) {
       ptr = pointer(value);
     }
     auto type = cast<RankedTensorType>(value.getType());
+    if (placedRow && type.getRank() > 0) {
+      // A run of placed rows of the flat tensor.
+      os << "    View " << name << " = view((" << ptr << ") + at, "
+         << halideType(type.getElementType()) << ", {(int)len}); // " << role << "\n";
+      continue;
+    }
     os << "    View " << name << " = view(" << ptr << ", " << halideType(type.getElementType())
        << ", {";
     llvm::interleaveComma(extents(type, arg.view), os);
@@ -345,6 +370,8 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
   }
   if (skippable)
+    os << "    }\n";
+  if (placedRow)
     os << "    }\n";
   if (training && family == "fused_gate") {
     // Routed token-slots per expert, for load metrics.

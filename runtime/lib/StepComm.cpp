@@ -165,12 +165,24 @@ int moert::reduceBucket(moert_comm *comm, const int32_t *group, int groupSize, i
       segments[t] = {ins[t], outs[t], counts[t]};
     return moert::allReduceSegments(comm, segments.data(), n, factor, group, groupSize);
   }
+  // A group of one: one pass, the copy and the scale together.
   for (int t = 0; t < n; ++t) {
-    if (outs[t] != ins[t])
-      moert::copyBytes(outs[t], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
-    if (factor != 1.0)
+    if (factor == 1.0) {
+      if (outs[t] != ins[t])
+        moert::copyBytes(outs[t], ins[t], static_cast<size_t>(counts[t]) * sizeof(float));
+      continue;
+    }
+    float *out = outs[t];
+    const float *in = ins[t];
+    if (float f = static_cast<float>(factor); static_cast<double>(f) == factor) {
+      // The same bits in float: a product of two floats is exact in double,
+      // so rounding it once to float is the float product (and vectorises).
       for (int64_t i = 0; i < counts[t]; ++i)
-        outs[t][i] = static_cast<float>(outs[t][i] * factor);
+        out[i] = in[i] * f;
+    } else {
+      for (int64_t i = 0; i < counts[t]; ++i)
+        out[i] = static_cast<float>(in[i] * factor);
+    }
   }
   return 0;
 }
@@ -505,6 +517,27 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
   return 0;
 }
 
+extern "C" int moert_step_placed_runs(const moert_context *ctx, const int32_t *table,
+                                      int32_t positions, int64_t rows, int64_t *runs) {
+  int64_t first = epIndexOf(ctx) * rows;
+  auto placed = [&](int64_t j) { return first + j < positions && table[first + j] >= 0; };
+  int n = 0;
+  for (int64_t j = 0; j < rows;) {
+    if (!placed(j)) {
+      ++j;
+      continue;
+    }
+    int64_t k = j;
+    while (k < rows && placed(k))
+      ++k;
+    runs[2 * n] = j;
+    runs[2 * n + 1] = k - j;
+    ++n;
+    j = k;
+  }
+  return n;
+}
+
 extern "C" int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positions, int64_t rowSize,
                                            int group) {
   int64_t replicated = 0;
@@ -517,8 +550,6 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
                                       int64_t rowSize, const int32_t *table, int32_t positions,
                                       int axes) {
   CommTimer timer(ctx, "replica_sum");
-  if (out != in)
-    std::memcpy(out, in, static_cast<size_t>(rows * rowSize) * sizeof(float));
   std::vector<int32_t> group = groupOf(ctx, axes);
   if (static_cast<int64_t>(group.size()) * rows != positions) {
     std::fprintf(stderr,
@@ -527,6 +558,14 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
                  static_cast<long long>(rows), group.size(), positions);
     return 1;
   }
+  int member = static_cast<int>(std::find(group.begin(), group.end(), ctx->rank) - group.begin());
+  // Only the placed rows: nothing reads an empty position's gradient (the
+  // norm and AdamW skip it).
+  if (out != in)
+    for (int64_t j = 0; j < rows; ++j)
+      if (table[member * rows + j] >= 0)
+        std::memcpy(out + j * rowSize, in + j * rowSize,
+                    static_cast<size_t>(rowSize) * sizeof(float));
   // The replicated experts, each a row of the reduction buffer.
   std::vector<int32_t> replicas = replicaCounts(table, positions);
   std::vector<int64_t> slot(replicas.size(), -1);
@@ -536,7 +575,6 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
       slot[e] = replicated++;
   if (replicated == 0)
     return 0;
-  int member = static_cast<int>(std::find(group.begin(), group.end(), ctx->rank) - group.begin());
   // The sums in this thread's staging buffer: a fresh one each call would
   // fault its pages in every step (a replicated expert's rows are large).
   size_t total = static_cast<size_t>(replicated * rowSize);

@@ -488,6 +488,43 @@ TEST(StepCommTest, AllReduceOnOneRankIsALocalScale) {
   EXPECT_EQ(in, (std::vector<float>{1.0f, -2.0f, 3.5f}));
 }
 
+// The one-pass scale of a group of one: a factor exact in float takes the
+// float product, which is the double product rounded once (the same bits);
+// any other factor the double product.
+TEST(StepCommTest, OneRankScaleIsTheRoundedDoubleProduct) {
+  moert_context ctx = contextOf({1, 1, 1}, 0, nullptr);
+  std::vector<float> in(1000);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = std::ldexp(static_cast<float>(i) * 0.7310585f + 1e-3f, static_cast<int>(i % 200) - 140);
+  for (double factor : {0.5, 0.375, 0.1, 1.0 / 3.0, 3e-39}) {
+    std::vector<float> out(in.size());
+    ASSERT_EQ(moert_step_all_reduce(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()),
+                                    MOERT_AXIS_DP, 0, factor),
+              0);
+    for (size_t i = 0; i < in.size(); ++i)
+      ASSERT_EQ(out[i], static_cast<float>(static_cast<double>(in[i]) * factor))
+          << "factor " << factor << ", element " << i;
+  }
+}
+
+// The runs of placed rows on each ep rank: empty positions (-1) split them,
+// rows past the table are empty.
+TEST(StepCommTest, PlacedRunsSkipEmptyPositions) {
+  const int32_t table[] = {0, -1, 2, 3, /* rank 1 */ -1, -1, 1, 4, /* rank 2 */ 5, 6};
+  int64_t runs[8];
+  moert_context r0 = contextOf({1, 3, 1}, 0, nullptr);
+  ASSERT_EQ(moert_step_placed_runs(&r0, table, 10, 4, runs), 2);
+  EXPECT_EQ(std::vector<int64_t>(runs, runs + 4), (std::vector<int64_t>{0, 1, 2, 2}));
+  moert_context r1 = contextOf({1, 3, 1}, 1, nullptr);
+  ASSERT_EQ(moert_step_placed_runs(&r1, table, 10, 4, runs), 1);
+  EXPECT_EQ(std::vector<int64_t>(runs, runs + 2), (std::vector<int64_t>{2, 2}));
+  moert_context r2 = contextOf({1, 3, 1}, 2, nullptr);
+  ASSERT_EQ(moert_step_placed_runs(&r2, table, 10, 4, runs), 1);
+  EXPECT_EQ(std::vector<int64_t>(runs, runs + 2), (std::vector<int64_t>{0, 2}));
+  const int32_t empty[] = {-1, -1, -1, -1};
+  EXPECT_EQ(moert_step_placed_runs(&r0, empty, 4, 2, runs), 0);
+}
+
 //===----------------------------------------------------------------------===//
 // moert_step_all_reduce_bucket
 // Local steps (moert_context.replica_local): a reduction over dp stays in

@@ -355,6 +355,13 @@ int moert_step_global_norm(moert_context *ctx, const float *const *grads, const 
  * expert has two positions. */
 int moert_step_replica_sum(moert_context *ctx, float *out, const float *in, int64_t rows,
                            int64_t row_size, const int32_t *table, int32_t positions, int axes);
+/* This rank's runs of placed rows: its positions [e rows, (e+1) rows) of
+ * `table` (`positions` entries, e its ep index) that hold an expert, as
+ * (first row, row count) pairs in `runs` (2 x rows entries at most).
+ * Returns the number of runs. The AdamW update of a placed expert tensor
+ * runs over them only. */
+int moert_step_placed_runs(const moert_context *ctx, const int32_t *table, int32_t positions,
+                           int64_t rows, int64_t *runs);
 /* The bytes one member sends in that replica sum (ring all-reduce of the
  * replicated experts' rows; 0 without replicas), as the trainer accounts
  * it. */
