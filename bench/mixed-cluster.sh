@@ -60,16 +60,21 @@ warm=${WARM:-200}
 rm -rf "$out/mx-warm"
 OPENBLAS_NUM_THREADS=1 "$out/mx-uniform" --data "$corpus" --steps "$warm" --no-progress \
   --ranks 2 --threads 1 --checkpoint "$out/mx-warm" >/dev/null
+# Each plan also runs with online rebalancing (--rebalance-every 10, speed
+# aware): "planned+rebalance" and "uniform+rebalance".
 for round in $(seq "$rounds"); do
-  for run in planned uniform; do
+  for run in planned uniform planned+rebalance uniform+rebalance; do
+    binary=${run%+rebalance}
+    extra=()
+    [ "$binary" = "$run" ] || extra=(--rebalance-every 10)
     rm -f "$out/mx-$run-$round.jsonl" "$out/mx-$run-warm-$round.jsonl"
-    OPENBLAS_NUM_THREADS=1 "$out/mx-$run" --data "$corpus" --steps "$steps" --no-progress \
-      --ranks 2 --threads 1 \
+    OPENBLAS_NUM_THREADS=1 "$out/mx-$binary" --data "$corpus" --steps "$steps" --no-progress \
+      --ranks 2 --threads 1 "${extra[@]}" \
       --emulate-cluster 1,0.5 --metrics "$out/mx-$run-$round.jsonl" >/dev/null
     rm -rf "$out/mx-warm-$run"
     cp -r "$out/mx-warm" "$out/mx-warm-$run"
-    OPENBLAS_NUM_THREADS=1 "$out/mx-$run" --data "$corpus" --steps $((warm + steps)) \
-      --no-progress --ranks 2 --threads 1 --emulate-cluster 1,0.5 \
+    OPENBLAS_NUM_THREADS=1 "$out/mx-$binary" --data "$corpus" --steps $((warm + steps)) \
+      --no-progress --ranks 2 --threads 1 --emulate-cluster 1,0.5 "${extra[@]}" \
       --checkpoint "$out/mx-warm-$run" --resume --metrics "$out/mx-$run-warm-$round.jsonl" >/dev/null
   done
 done
@@ -80,24 +85,26 @@ def rows(path):
     return [json.loads(l) for l in open(path) if '"loss"' in l]
 def diff(a, b):
     return max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+runs = ("planned", "uniform", "planned+rebalance", "uniform+rebalance")
 for regime, suffix in (("first steps", ""), ("after %d steps" % int(sys.argv[3]), "-warm")):
-    ratios = []
+    ratios = {run: [] for run in runs}
     for r in range(1, rounds + 1):
-        planned, uniform = (rows("%s/mx-%s%s-%d.jsonl" % (out, run, suffix, r))
-                            for run in ("planned", "uniform"))
-        med = [statistics.median(x["step_seconds"] for x in run[10:]) for run in (planned, uniform)]
-        bal = [statistics.mean(statistics.mean(x["balancedness"]) for x in run[10:])
-               for run in (planned, uniform)]
-        ratios.append(med[0] / med[1])
-        line = ("%s, round %d: planned %.2f ms/step, uniform %.2f ms/step: %.2fx "
-                "(balancedness %.2f, %.2f)" % (regime, r, 1e3 * med[0], 1e3 * med[1],
-                                               med[0] / med[1], bal[0], bal[1]))
+        logs = [rows("%s/mx-%s%s-%d.jsonl" % (out, run, suffix, r)) for run in runs]
+        med = [statistics.median(x["step_seconds"] for x in log[10:]) for log in logs]
+        bal = [statistics.mean(statistics.mean(x["balancedness"]) for x in log[10:])
+               for log in logs]
+        for run, m in zip(runs, med):
+            ratios[run].append(m / med[1])
+        line = ("%s, round %d: " % (regime, r) +
+                ", ".join("%s %.2f ms/step (%.2fx, balancedness %.2f)"
+                          % (run, 1e3 * m, m / med[1], b) for run, m, b in zip(runs, med, bal)))
         if not suffix:
             line += ("; max relative loss difference against the one-rank oracle over steps "
                      "1-40 %.2g (planned), %.2g (uniform)"
-                     % (diff(planned[:40], rows(out + "/mx-planned-oracle.jsonl")),
-                        diff(uniform[:40], rows(out + "/mx-uniform-oracle.jsonl"))))
+                     % (diff(logs[0][:40], rows(out + "/mx-planned-oracle.jsonl")),
+                        diff(logs[1][:40], rows(out + "/mx-uniform-oracle.jsonl"))))
         print(line)
-    print("%s: planned / uniform step time, median of %d alternating rounds: %.2fx"
-          % (regime, rounds, statistics.median(ratios)))
+    print("%s: step time over the uniform plan's, median of %d alternating rounds: %s"
+          % (regime, rounds, ", ".join("%s %.2fx" % (run, statistics.median(ratios[run]))
+                                       for run in runs if run != "uniform")))
 PY

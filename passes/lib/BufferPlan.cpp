@@ -45,6 +45,11 @@ int64_t place(SmallVectorImpl<Buffer *> &buffers) {
   return peak;
 }
 
+/// A replica sum whose input nothing else reads sums in place: its result
+/// is the input's buffer (without replicated experts it would otherwise
+/// copy the whole shard every step).
+bool inPlace(ReplicaSumOp sum) { return sum.getInput().hasOneUse(); }
+
 } // namespace
 
 int64_t mlir::moe::tensorBytes(Type type) {
@@ -64,6 +69,10 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
   // such, possibly through the wait of their async all-reduce.
   auto gradient = [&](Value v) {
     gradients.insert(v);
+    if (auto sum = v.getDefiningOp<ReplicaSumOp>(); sum && inPlace(sum)) {
+      v = sum.getInput();
+      gradients.insert(v);
+    }
     if (auto wait = v.getDefiningOp<WaitOp>())
       gradients.insert(wait.getInputs()[cast<OpResult>(v).getResultNumber()]);
   };
@@ -105,11 +114,15 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
       if (it != index.end())
         buffers[it->second].last = std::max(buffers[it->second].last, until);
     }
+    auto sum = dyn_cast<ReplicaSumOp>(op);
     if (auto wait = dyn_cast<WaitOp>(op)) {
       // The results are the operands' buffers.
       for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults()))
         if (auto it = index.find(input); it != index.end())
           index[result] = it->second;
+    } else if (auto it = sum && inPlace(sum) ? index.find(sum.getInput()) : index.end();
+               it != index.end()) {
+      index[sum.getResult()] = it->second;
     } else if (!isa<GetParamOp>(op)) {
       for (Value result : op.getResults())
         add(result, position);

@@ -10,7 +10,13 @@
 // replicas, heaviest first, each onto the rank with room that does not hold
 // that expert yet and would finish it first (the least loaded, its load
 // over its device's speed: --emulate-cluster's, else every rank's 1; where
-// it was on ties); a rule decides whether moving pays:
+// it was on ties). Local search then improves that proposal, and the
+// placement in force, by swapping positions between ranks while the
+// slowest rank's predicted time drops; the better of the two is proposed
+// (the one in force on ties: fewer moves). Greedy placement alone can be
+// worse than no move: with a fixed number of positions per rank the last
+// experts go where there is room, on a mixed cluster the slow rank. A rule
+// decides whether moving pays:
 //
 //   gain = N x step seconds x f x (1 - new max rank time / old max rank time)
 //          (a rank's time is its load over its speed; the max averaged
@@ -66,10 +72,14 @@ double maxTime(const std::vector<double> &ranks, const std::vector<double> &spee
   return max;
 }
 
-double balancednessOf(const std::vector<double> &ranks) {
-  double max = *std::max_element(ranks.begin(), ranks.end());
-  double mean = std::accumulate(ranks.begin(), ranks.end(), 0.0) / ranks.size();
-  return max > 0 ? mean / max : 1.0;
+/// The time the ranks would take with the load shared in proportion to their
+/// speeds over the slowest rank's time: with equal speeds, the mean load
+/// over the max.
+double balancednessOf(const std::vector<double> &ranks, const std::vector<double> &speeds) {
+  double max = maxTime(ranks, speeds);
+  double ideal = std::accumulate(ranks.begin(), ranks.end(), 0.0) /
+                 std::accumulate(speeds.begin(), speeds.end(), 0.0);
+  return max > 0 ? ideal / max : 1.0;
 }
 
 /// The new placement (EPLB-style) of `order.size()` positions, P/ep per
@@ -136,6 +146,90 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
     next.insert(next.end(), local - mine.size(), -1);
   }
   return next;
+}
+
+/// The slowest rank's time under `order` on loads `load`, and the sum of
+/// the squares of the ranks' times (which breaks ties between placements
+/// with the same slowest rank).
+std::pair<double, double> timesOf(const std::vector<double> &load,
+                                  const std::vector<int32_t> &order, int ep,
+                                  const std::vector<double> &speeds) {
+  std::vector<double> ranks = rankLoads(load, order, ep);
+  double max = 0, squares = 0;
+  for (int r = 0; r < ep; ++r) {
+    double t = ranks[r] / speeds[r];
+    max = std::max(max, t);
+    squares += t * t;
+  }
+  return {max, squares};
+}
+
+/// Local search from `order`: swaps of two positions on different ranks
+/// (an expert and an empty position: a move), each lowering the slowest
+/// rank's time (or, at the same slowest time, the sum of the squares), until
+/// none does. Replica counts do not change; a rank never holds an expert
+/// twice. The greedy placement alone can be worse than the placement it
+/// replaces: with a fixed number of positions per rank, the last experts
+/// must go where there is room, and with unequal speeds that may be the
+/// slow rank.
+std::vector<int32_t> improveBySwaps(const std::vector<double> &load, std::vector<int32_t> order,
+                                    int ep, const std::vector<double> &speeds) {
+  size_t positions = order.size(), local = positions / ep;
+  std::vector<int32_t> replicas = moert::replicaCounts(order.data(), positions, load.size());
+  auto unit = [&](int32_t e) { return e < 0 ? 0.0 : load[e] / replicas[e]; };
+  std::vector<double> ranks = rankLoads(load, order, ep);
+  auto holds = [&](size_t r, int32_t e) {
+    for (size_t p = r * local; p < (r + 1) * local; ++p)
+      if (order[p] == e)
+        return true;
+    return false;
+  };
+  auto score = [&](const std::vector<double> &loads) {
+    double max = 0, squares = 0;
+    for (int r = 0; r < ep; ++r) {
+      double t = loads[r] / speeds[r];
+      max = std::max(max, t);
+      squares += t * t;
+    }
+    return std::make_pair(max, squares);
+  };
+  for (size_t iteration = 0; iteration < 4 * positions; ++iteration) {
+    auto current = score(ranks);
+    size_t worst = 0;
+    for (int r = 1; r < ep; ++r)
+      if (ranks[r] / speeds[r] > ranks[worst] / speeds[worst])
+        worst = r;
+    auto best = current;
+    size_t bestP = positions, bestQ = positions;
+    for (size_t p = worst * local; p < (worst + 1) * local; ++p)
+      for (size_t q = 0; q < positions; ++q) {
+        size_t other = q / local;
+        int32_t e = order[p], f = order[q];
+        if (other == worst || e == f || (e < 0 && f < 0) || (f >= 0 && holds(worst, f)) ||
+            (e >= 0 && holds(other, e)))
+          continue;
+        double moved = unit(f) - unit(e);
+        ranks[worst] += moved;
+        ranks[other] -= moved;
+        auto candidate = score(ranks);
+        ranks[worst] -= moved;
+        ranks[other] += moved;
+        // Relative margins: sums of doubles must not cycle on rounding.
+        if (candidate.first < best.first * (1 - 1e-12) ||
+            (candidate.first <= best.first && candidate.second < best.second * (1 - 1e-12))) {
+          best = candidate;
+          bestP = p;
+          bestQ = q;
+        }
+      }
+    if (bestP == positions)
+      break;
+    double moved = unit(order[bestQ]) - unit(order[bestP]);
+    ranks[worst] += moved;
+    ranks[bestQ / local] -= moved;
+    std::swap(order[bestP], order[bestQ]);
+  }
+  return order;
 }
 
 /// Expert copies of `next` that their rank did not hold under `order`.
@@ -229,8 +323,16 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
-    std::vector<int32_t> next = proposeOrder(load, expertOrder[l], ep,
-                                             prog.layer_replicas && prog.layer_replicas[l], speeds);
+    // The greedy placement improved by swaps, or the one in force improved
+    // by swaps (fewer moves) when it predicts as well.
+    std::vector<int32_t> next =
+        improveBySwaps(load,
+                       proposeOrder(load, expertOrder[l], ep,
+                                    prog.layer_replicas && prog.layer_replicas[l], speeds),
+                       ep, speeds);
+    std::vector<int32_t> kept = improveBySwaps(load, expertOrder[l], ep, speeds);
+    if (timesOf(load, kept, ep, speeds) <= timesOf(load, next, ep, speeds))
+      next = std::move(kept);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
     // by step (routing noise and drift).
@@ -241,8 +343,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       std::vector<double> newRanks = rankLoads(stepLoad, next, ep);
       oldMax += maxTime(oldRanks, speeds);
       newMax += maxTime(newRanks, speeds);
-      oldBalance += balancednessOf(oldRanks) / recentLoads.size();
-      newBalance += balancednessOf(newRanks) / recentLoads.size();
+      oldBalance += balancednessOf(oldRanks, speeds) / recentLoads.size();
+      newBalance += balancednessOf(newRanks, speeds) / recentLoads.size();
     }
     // Rows that change rank, times parameter and moments.
     int changing = changingRank(expertOrder[l], next, ep);
@@ -340,13 +442,14 @@ std::vector<double> Trainer::epSpeeds() const {
 /// the ep ranks' token-slots under the placement in force (1: even).
 nlohmann::json Trainer::balancedness() const {
   nlohmann::json layers = nlohmann::json::array();
+  std::vector<double> speeds = epSpeeds();
   size_t offset = 0;
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(expertCounts.begin() + offset,
                              expertCounts.begin() + offset + experts);
     offset += experts;
-    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep)));
+    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep), speeds));
   }
   return layers;
 }
