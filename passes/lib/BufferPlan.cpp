@@ -50,6 +50,27 @@ int64_t place(SmallVectorImpl<Buffer *> &buffers) {
 /// copy the whole shard every step).
 bool inPlace(ReplicaSumOp sum) { return sum.getInput().hasOneUse(); }
 
+/// So does an all-reduce over a group of one member (the grid's degrees of
+/// its axes are 1: a scale, without a codec), whose input nothing else
+/// reads: the scale then reads and writes one buffer instead of copying.
+bool inPlace(AllReduceOp reduce) {
+  auto module = reduce->getParentOfType<ModuleOp>();
+  auto grid = module ? module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName) : GridAttr();
+  return !reduce.getCodecAttr() && reduce.getInput().hasOneUse() &&
+         (!grid || grid.getGroupSize(reduce.getAxes().getValue()) == 1);
+}
+
+/// The value whose buffer `v` shares, or null.
+Value aliasOf(Value v) {
+  if (auto sum = v.getDefiningOp<ReplicaSumOp>(); sum && inPlace(sum))
+    return sum.getInput();
+  if (auto reduce = v.getDefiningOp<AllReduceOp>(); reduce && inPlace(reduce))
+    return reduce.getInput();
+  if (auto wait = v.getDefiningOp<WaitOp>())
+    return wait.getInputs()[cast<OpResult>(v).getResultNumber()];
+  return Value();
+}
+
 } // namespace
 
 int64_t mlir::moe::tensorBytes(Type type) {
@@ -68,13 +89,8 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
   // Parameter gradients: consumed by optimiser launches or returned as
   // such, possibly through the wait of their async all-reduce.
   auto gradient = [&](Value v) {
-    gradients.insert(v);
-    if (auto sum = v.getDefiningOp<ReplicaSumOp>(); sum && inPlace(sum)) {
-      v = sum.getInput();
+    for (; v; v = aliasOf(v))
       gradients.insert(v);
-    }
-    if (auto wait = v.getDefiningOp<WaitOp>())
-      gradients.insert(wait.getInputs()[cast<OpResult>(v).getResultNumber()]);
   };
   for (Operation &op : body) {
     if (auto launch = dyn_cast<LaunchOp>(op); launch && launch.getUpdates())
@@ -114,15 +130,14 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
       if (it != index.end())
         buffers[it->second].last = std::max(buffers[it->second].last, until);
     }
-    auto sum = dyn_cast<ReplicaSumOp>(op);
+    Value alias = op.getNumResults() == 1 && !isa<WaitOp>(op) ? aliasOf(op.getResult(0)) : Value();
     if (auto wait = dyn_cast<WaitOp>(op)) {
       // The results are the operands' buffers.
       for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults()))
         if (auto it = index.find(input); it != index.end())
           index[result] = it->second;
-    } else if (auto it = sum && inPlace(sum) ? index.find(sum.getInput()) : index.end();
-               it != index.end()) {
-      index[sum.getResult()] = it->second;
+    } else if (auto it = alias ? index.find(alias) : index.end(); it != index.end()) {
+      index[op.getResult(0)] = it->second;
     } else if (!isa<GetParamOp>(op)) {
       for (Value result : op.getResults())
         add(result, position);

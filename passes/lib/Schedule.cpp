@@ -81,37 +81,47 @@ public:
     for (Operation &op : body)
       position[&op] = pos++;
     SmallVector<Operation *> candidates;
-    int64_t total = 0;
-    for (Operation &op : body)
-      if (isCandidate(&op)) {
-        candidates.push_back(&op);
-        total += numel(&op);
-      }
-    if (candidates.empty())
-      return 0;
-    int64_t cap = bucketFloats > 0
-                      ? bucketFloats
-                      : std::clamp<int64_t>(total / 8, int64_t(1) << 14, int64_t(1) << 22);
-    // In the order the gradients are computed.
-    llvm::stable_sort(candidates, [&](Operation *a, Operation *b) {
-      return position[inputOf(a).getDefiningOp()] < position[inputOf(b).getDefiningOp()];
-    });
-    std::map<std::tuple<std::string, std::string, int, double>, Bucket> open;
-    SmallVector<Bucket> closed;
-    for (Operation *r : candidates) {
+    using Key = std::tuple<std::string, std::string, int, double>;
+    auto keyOf = [](Operation *r) {
       std::string axes;
       for (Attribute a : cast<ArrayAttr>(r->getAttr("axes")))
         axes += cast<StringAttr>(a).getValue().str() + ",";
       auto reduction = cast<ReductionAttr>(r->getAttr("reduction")).getValue();
       auto scale = cast<FloatAttr>(r->getAttr("scale")).getValueAsDouble();
-      Bucket &b =
-          open[{r->getName().getStringRef().str(), axes, static_cast<int>(reduction), scale}];
+      return Key{r->getName().getStringRef().str(), axes, static_cast<int>(reduction), scale};
+    };
+    // Each kind of reduction (one group, reduction and scale) is cut into
+    // buckets of its own: an eighth of its floats, so that large expert
+    // gradients do not fold the replicated parameters' reductions into one
+    // bucket at the end of the backward.
+    std::map<Key, int64_t> totals;
+    for (Operation &op : body)
+      if (isCandidate(&op)) {
+        candidates.push_back(&op);
+        totals[keyOf(&op)] += numel(&op);
+      }
+    if (candidates.empty())
+      return 0;
+    auto capOf = [&](const Key &key) {
+      return bucketFloats > 0
+                 ? bucketFloats
+                 : std::clamp<int64_t>(totals[key] / 8, int64_t(1) << 14, int64_t(1) << 22);
+    };
+    // In the order the gradients are computed.
+    llvm::stable_sort(candidates, [&](Operation *a, Operation *b) {
+      return position[inputOf(a).getDefiningOp()] < position[inputOf(b).getDefiningOp()];
+    });
+    std::map<Key, Bucket> open;
+    SmallVector<Bucket> closed;
+    for (Operation *r : candidates) {
+      Key key = keyOf(r);
+      Bucket &b = open[key];
       Operation *producer = inputOf(r).getDefiningOp();
       Operation *user = firstUser(r);
       if (!b.members.empty()) {
         Operation *last = later(b.lastProducer, producer);
         Operation *first = earlier(b.firstUser, user);
-        if (b.floats + numel(r) > cap || position[last] >= position[first]) {
+        if (b.floats + numel(r) > capOf(key) || position[last] >= position[first]) {
           closed.push_back(std::move(b));
           b = Bucket();
         }

@@ -3,6 +3,7 @@
 // the first op reading it; buckets follow the order gradients are computed.
 // RUN: moe-opt --moe-schedule="bucket-floats=150" %s | FileCheck %s
 // RUN: moe-opt --moe-schedule %s | FileCheck %s --check-prefix=ONE
+// RUN: moe-opt --moe-schedule %s | FileCheck %s --check-prefix=KIND
 // Scheduling twice changes nothing more.
 // RUN: moe-opt --moe-schedule="bucket-floats=150" %s | moe-opt --moe-schedule="bucket-floats=150" | FileCheck %s
 // RUN: not moe-opt --moe-schedule="bucket-floats=-1" %s 2>&1 | FileCheck %s --check-prefix=BAD
@@ -55,5 +56,36 @@ module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
     %rl = moe.all_reduce mean %loss over [ep] : tensor<f32>
     %n = moe.global_norm %ra, %rb, %rc, %rd, %re : tensor<8x16xf32>, tensor<8xf32>, tensor<8xf32>, tensor<16xf32>, tensor<8xf32>
     return %n, %rl : tensor<f32>, tensor<f32>
+  }
+  // Each kind of reduction is cut by its own floats (an eighth, 2^14 at
+  // least): 600,000 floats of expert gradients (a scaled sum over dp) do
+  // not make the 40,000 of the replicated parameters one bucket, which
+  // would start only with the last of them; each of the four starts right
+  // after its gradient.
+  // KIND-LABEL: func.func @kinds
+  // KIND: %[[BIG:.*]] = moe.fill 1.0{{.*}} : tensor<600x1000xf32>
+  // KIND-NEXT: moe.all_reduce async sum %[[BIG]] over [dp]
+  // KIND-NEXT: %[[A:.*]] = moe.fill 1.0{{.*}} : tensor<100x100xf32>
+  // KIND-NEXT: moe.all_reduce async mean %[[A]] over [dp, ep]
+  // KIND-NEXT: %[[B:.*]] = moe.fill 2.0{{.*}} : tensor<100x100xf32>
+  // KIND-NEXT: moe.all_reduce async mean %[[B]] over [dp, ep]
+  // KIND-NEXT: %[[C:.*]] = moe.fill 3.0{{.*}} : tensor<100x100xf32>
+  // KIND-NEXT: moe.all_reduce async mean %[[C]] over [dp, ep]
+  // KIND-NEXT: %[[D:.*]] = moe.fill 4.0{{.*}} : tensor<100x100xf32>
+  // KIND-NEXT: moe.all_reduce async mean %[[D]] over [dp, ep]
+  func.func @kinds() -> tensor<f32> {
+    %big = moe.fill 1.0 : tensor<600x1000xf32>
+    %a = moe.fill 1.0 : tensor<100x100xf32>
+    %b = moe.fill 2.0 : tensor<100x100xf32>
+    %c = moe.fill 3.0 : tensor<100x100xf32>
+    %d = moe.fill 4.0 : tensor<100x100xf32>
+    %e = moe.fill 5.0 : tensor<8xf32>
+    %rbig = moe.all_reduce sum %big over [dp] {scale = 5.000000e-01 : f64} : tensor<600x1000xf32>
+    %ra = moe.all_reduce mean %a over [dp, ep] : tensor<100x100xf32>
+    %rb = moe.all_reduce mean %b over [dp, ep] : tensor<100x100xf32>
+    %rc = moe.all_reduce mean %c over [dp, ep] : tensor<100x100xf32>
+    %rd = moe.all_reduce mean %d over [dp, ep] : tensor<100x100xf32>
+    %n = moe.global_norm %rbig, %ra, %rb, %rc, %rd, %e : tensor<600x1000xf32>, tensor<100x100xf32>, tensor<100x100xf32>, tensor<100x100xf32>, tensor<100x100xf32>, tensor<8xf32>
+    return %n : tensor<f32>
   }
 }

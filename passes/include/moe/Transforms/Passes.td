@@ -411,7 +411,7 @@ def SchedulePass : Pass<"moe-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
     Option<"bucketFloats", "bucket-floats", "int64_t", /*default=*/"0",
-           "Largest bucket, in floats (0: an eighth of the gradients, "
+           "Largest bucket, in floats (0: an eighth of its kind's gradients, "
            "clamped to [2^14, 2^22])">,
   ];
 }
