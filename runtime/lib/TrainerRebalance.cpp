@@ -438,8 +438,10 @@ std::vector<double> Trainer::epSpeeds() const {
   return speeds;
 }
 
-/// Each MoE layer's balancedness in the last step: the mean over the max of
-/// the ep ranks' token-slots under the placement in force (1: even).
+/// Each MoE layer's balancedness in the last step under the placement in
+/// force: the time with its token-slots shared in proportion to the ep
+/// ranks' speeds over the slowest rank's time (1: even; at equal speeds the
+/// mean over the max of the ranks' token-slots).
 nlohmann::json Trainer::balancedness() const {
   nlohmann::json layers = nlohmann::json::array();
   std::vector<double> speeds = epSpeeds();
