@@ -29,8 +29,10 @@
 // where f is the share of the step the expert FFNs take, estimated from the
 // program (a token's expert FLOPs, top-k routed experts, over all its
 // FLOPs, both from the parameter shapes). A layer moves when gain > cost.
-// The migration all-gathers the layer's expert weights and AdamW moments
-// over each ep group and every rank keeps the rows of its new experts: the
+// The migration moves only the experts a rank gains: each one's weight
+// and AdamW moment rows come from the first rank that held it (one
+// all-gather per tensor over each ep group, every member sending its list
+// of such rows, padded to the longest); the other rows stay. The
 // mathematics is unchanged (every expert computes the same rows wherever it
 // is, its replicas' gradients are summed), so the losses equal a run
 // without rebalancing. Every input of the
@@ -409,22 +411,71 @@ void Trainer::rebalance(long long s, double stepSeconds) {
 /// Moves layer `l` to `order`: every rank gathers the layer's full expert
 /// tensors (weights, moments) over its ep group and keeps its new rows.
 void Trainer::migrate(int l, std::vector<int32_t> order) {
-  std::vector<std::pair<int, moert::AlignedFloats *>> tensors;
+  // Only the rows of the experts a rank gains travel (weights and AdamW
+  // moments), each from the first rank that held it; the rest stay.
+  const std::vector<int32_t> &old = expertOrder[l];
+  size_t local = old.size() / static_cast<size_t>(ep);
+  int32_t experts = prog.layer_experts[l];
+  auto slot = [&](const std::vector<int32_t> &o, int r, int32_t e) -> int64_t {
+    for (size_t j = 0; j < local; ++j)
+      if (o[r * local + j] == e)
+        return static_cast<int64_t>(j);
+    return -1;
+  };
+  std::vector<int> source(experts, -1);
+  for (size_t p = 0; p < old.size(); ++p)
+    if (old[p] >= 0 && source[old[p]] < 0)
+      source[old[p]] = static_cast<int>(p / local);
+  // Each moving expert's index in its source's list, and the longest list.
+  std::vector<int64_t> indexAtSource(experts, -1);
+  std::vector<int64_t> sent(ep, 0);
+  std::vector<int32_t> mine; // the experts this rank sends, in order
+  for (int32_t e = 0; e < experts; ++e) {
+    bool gained = false;
+    for (int r = 0; r < ep && !gained; ++r)
+      gained = slot(order, r, e) >= 0 && slot(old, r, e) < 0;
+    if (!gained)
+      continue;
+    indexAtSource[e] = sent[source[e]]++;
+    if (source[e] == epIndex)
+      mine.push_back(e);
+  }
+  int64_t most = *std::max_element(sent.begin(), sent.end());
+  std::vector<int32_t> epGroup(ep);
+  int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+  auto move = [&](moert::AlignedFloats &t) {
+    size_t rowSize = t.size() / local;
+    std::vector<float> send(static_cast<size_t>(most) * rowSize), recv(send.size() * ep);
+    for (size_t k = 0; k < mine.size(); ++k)
+      std::copy_n(t.begin() + slot(old, epIndex, mine[k]) * rowSize, rowSize,
+                  send.begin() + k * rowSize);
+    if (most > 0 &&
+        moert_all_gather(comm, send.data(), static_cast<int64_t>(send.size() * sizeof(float)),
+                         recv.data(), epGroup.data(), epSize) != 0)
+      commError("moving experts");
+    moert::AlignedFloats next(t.size());
+    for (size_t j = 0; j < local; ++j) {
+      int32_t e = order[epIndex * local + j];
+      float *to = next.data() + j * rowSize;
+      if (e < 0)
+        std::fill_n(to, rowSize, 0.0f);
+      else if (int64_t kept = slot(old, epIndex, e); kept >= 0)
+        std::copy_n(t.begin() + kept * rowSize, rowSize, to);
+      else
+        std::copy_n(recv.begin() + (source[e] * most + indexAtSource[e]) * rowSize, rowSize, to);
+    }
+    std::copy(next.begin(), next.end(), t.begin());
+  };
   for (int i = 0; i < prog.num_params; ++i)
     if (prog.params[i].shard_layer == l) {
-      tensors.push_back({i, &params[i]});
+      move(params[i]);
       if (!moments[2 * i].empty()) {
-        tensors.push_back({i, &moments[2 * i]});
-        tensors.push_back({i, &moments[2 * i + 1]});
+        move(moments[2 * i]);
+        move(moments[2 * i + 1]);
       }
     }
-  std::vector<std::vector<float>> full;
-  for (auto &[i, t] : tensors)
-    full.push_back(gatherFull(*t, i));
   expertOrder[l] = std::move(order);
   orderPtrs[l] = expertOrder[l].data();
-  for (size_t k = 0; k < tensors.size(); ++k)
-    keepRows(full[k].data(), *tensors[k].second, tensors[k].first);
 }
 
 /// The device speed of each ep rank of this rank's dp group (its slowest tp
