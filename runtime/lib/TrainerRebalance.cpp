@@ -150,20 +150,15 @@ std::vector<int32_t> proposeOrder(const std::vector<double> &load,
   return next;
 }
 
-/// The slowest rank's time under `order` on loads `load`, and the sum of
+/// The slowest rank's time for the ranks' loads `ranks`, and the sum of
 /// the squares of the ranks' times (which breaks ties between placements
 /// with the same slowest rank).
-std::pair<double, double> timesOf(const std::vector<double> &load,
-                                  const std::vector<int32_t> &order, int ep,
+std::pair<double, double> scoreOf(const std::vector<double> &ranks,
                                   const std::vector<double> &speeds) {
-  std::vector<double> ranks = rankLoads(load, order, ep);
-  double max = 0, squares = 0;
-  for (int r = 0; r < ep; ++r) {
-    double t = ranks[r] / speeds[r];
-    max = std::max(max, t);
-    squares += t * t;
-  }
-  return {max, squares};
+  double squares = 0;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    squares += (ranks[r] / speeds[r]) * (ranks[r] / speeds[r]);
+  return {maxTime(ranks, speeds), squares};
 }
 
 /// Local search from `order`: swaps of two positions on different ranks
@@ -186,22 +181,12 @@ std::vector<int32_t> improveBySwaps(const std::vector<double> &load, std::vector
         return true;
     return false;
   };
-  auto score = [&](const std::vector<double> &loads) {
-    double max = 0, squares = 0;
-    for (int r = 0; r < ep; ++r) {
-      double t = loads[r] / speeds[r];
-      max = std::max(max, t);
-      squares += t * t;
-    }
-    return std::make_pair(max, squares);
-  };
   for (size_t iteration = 0; iteration < 4 * positions; ++iteration) {
-    auto current = score(ranks);
+    auto best = scoreOf(ranks, speeds);
     size_t worst = 0;
     for (int r = 1; r < ep; ++r)
       if (ranks[r] / speeds[r] > ranks[worst] / speeds[worst])
         worst = r;
-    auto best = current;
     size_t bestP = positions, bestQ = positions;
     for (size_t p = worst * local; p < (worst + 1) * local; ++p)
       for (size_t q = 0; q < positions; ++q) {
@@ -213,7 +198,7 @@ std::vector<int32_t> improveBySwaps(const std::vector<double> &load, std::vector
         double moved = unit(f) - unit(e);
         ranks[worst] += moved;
         ranks[other] -= moved;
-        auto candidate = score(ranks);
+        auto candidate = scoreOf(ranks, speeds);
         ranks[worst] -= moved;
         ranks[other] += moved;
         // Relative margins: sums of doubles must not cycle on rounding.
@@ -333,7 +318,7 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                                     prog.layer_replicas && prog.layer_replicas[l], speeds),
                        ep, speeds);
     std::vector<int32_t> kept = improveBySwaps(load, expertOrder[l], ep, speeds);
-    if (timesOf(load, kept, ep, speeds) <= timesOf(load, next, ep, speeds))
+    if (scoreOf(rankLoads(load, kept, ep), speeds) <= scoreOf(rankLoads(load, next, ep), speeds))
       next = std::move(kept);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
@@ -408,8 +393,9 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                     {"balancedness_predicted", after}}}});
 }
 
-/// Moves layer `l` to `order`: every rank gathers the layer's full expert
-/// tensors (weights, moments) over its ep group and keeps its new rows.
+/// Moves layer `l` to `order`: each rank receives the rows (weights,
+/// moments) of the experts it gains and keeps the others, in place (the
+/// step program reads the tensors through fixed pointers).
 void Trainer::migrate(int l, std::vector<int32_t> order) {
   // Only the rows of the experts a rank gains travel (weights and AdamW
   // moments), each from the first rank that held it; the rest stay.
