@@ -439,18 +439,30 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
         moert_all_gather(comm, send.data(), static_cast<int64_t>(send.size() * sizeof(float)),
                          recv.data(), epGroup.data(), epSize) != 0)
       commError("moving experts");
-    moert::AlignedFloats next(t.size());
+    // In place, only the rows whose expert changes: kept experts that
+    // change slot are set aside first (their old rows may be overwritten).
+    std::vector<float> stash;
+    std::vector<int64_t> stashed(local, -1);
     for (size_t j = 0; j < local; ++j) {
       int32_t e = order[epIndex * local + j];
-      float *to = next.data() + j * rowSize;
+      if (int64_t kept = e < 0 ? -1 : slot(old, epIndex, e);
+          kept >= 0 && kept != static_cast<int64_t>(j)) {
+        stashed[j] = static_cast<int64_t>(stash.size());
+        stash.insert(stash.end(), t.begin() + kept * rowSize, t.begin() + (kept + 1) * rowSize);
+      }
+    }
+    for (size_t j = 0; j < local; ++j) {
+      int32_t e = order[epIndex * local + j];
+      float *to = t.data() + j * rowSize;
+      if (e == old[epIndex * local + j])
+        continue;
       if (e < 0)
         std::fill_n(to, rowSize, 0.0f);
-      else if (int64_t kept = slot(old, epIndex, e); kept >= 0)
-        std::copy_n(t.begin() + kept * rowSize, rowSize, to);
+      else if (stashed[j] >= 0)
+        std::copy_n(stash.begin() + stashed[j], rowSize, to);
       else
         std::copy_n(recv.begin() + (source[e] * most + indexAtSource[e]) * rowSize, rowSize, to);
     }
-    std::copy(next.begin(), next.end(), t.begin());
   };
   for (int i = 0; i < prog.num_params; ++i)
     if (prog.params[i].shard_layer == l) {
