@@ -3,6 +3,7 @@
 #include "CommImpl.h"
 #include "CopyBytes.h"
 #include "Staging.h"
+#include "Trace.h"
 
 #include <algorithm>
 #include <chrono>
@@ -61,14 +62,11 @@ void emulateLink(const moert_comm *comm, double bytes, int messages) {
     seconds = bytes / link.bytesPerSecond + messages * link.latency;
     if (seconds <= 0)
       return;
-    double now =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    double now = moert::nowSeconds();
     end = std::max(now, link.busyUntil) + seconds;
     link.busyUntil = end;
   }
-  std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(end))));
+  moert::waitUntil(end);
 }
 
 /// ceil(log2 n): the rounds of a tree broadcast or a dissemination barrier.

@@ -47,16 +47,9 @@ extern "C" void moert_step_end_compute(moert_context *ctx) {
   if (ctx->trace)
     ctx->trace->add(moert::TraceLane::Compute, "compute", ctx->step_mark, now);
   if (ctx->compute_slowdown > 0 && now > ctx->step_mark) {
-    // Sleeps until shortly before the deadline, then spins: a sleep alone
-    // overshoots by tens of microseconds, which on the many short computes
-    // between collectives would charge a slow rank far more than its speed.
     double waited = now;
-    double deadline = now + (now - ctx->step_mark) * ctx->compute_slowdown;
-    constexpr double kSpin = 200e-6;
-    if (deadline - now > kSpin)
-      std::this_thread::sleep_for(std::chrono::duration<double>(deadline - now - kSpin));
-    while ((now = moert::nowSeconds()) < deadline)
-      std::this_thread::yield();
+    moert::waitUntil(now + (now - ctx->step_mark) * ctx->compute_slowdown);
+    now = moert::nowSeconds();
     if (ctx->trace)
       ctx->trace->add(moert::TraceLane::Compute, "emulated slowdown", waited, now);
   }

@@ -5,9 +5,18 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <thread>
 
 double moert::nowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void moert::waitUntil(double deadline) {
+  constexpr double kSpin = 200e-6;
+  if (double left = deadline - nowSeconds(); left > kSpin)
+    std::this_thread::sleep_for(std::chrono::duration<double>(left - kSpin));
+  while (nowSeconds() < deadline)
+    std::this_thread::yield();
 }
 
 std::string moert_trace::chromeEvents(double origin) const {

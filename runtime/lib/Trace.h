@@ -19,6 +19,12 @@ namespace moert {
 /// Seconds of the monotonic clock (the trace's and the emulation's time).
 double nowSeconds();
 
+/// Returns at `deadline` (nowSeconds()'s clock): sleeps until shortly
+/// before, then yields until it. A sleep alone overshoots by tens of
+/// microseconds, which the emulations (--emulate-cluster, --emulate-link)
+/// would add to every short compute and message.
+void waitUntil(double deadline);
+
 /// The lanes of a rank (Chrome trace threads).
 enum class TraceLane { Compute = 0, Communication = 1, Step = 2, Background = 3 };
 
