@@ -622,6 +622,17 @@ TEST(StepCommTest, EmulatedSlowdownAndTraceAroundACollective) {
   }
 }
 
+// The emulations' wait: it never returns before its deadline, whether the
+// deadline is past, within the final spin (200 us) or beyond it (a sleep,
+// then the spin).
+TEST(StepCommTest, WaitUntilNeverReturnsEarly) {
+  for (double ahead : {-1e-3, 0.0, 20e-6, 150e-6, 400e-6, 2e-3}) {
+    double deadline = moert::nowSeconds() + ahead;
+    moert::waitUntil(deadline);
+    EXPECT_GE(moert::nowSeconds(), deadline) << "ahead " << ahead;
+  }
+}
+
 // --emulate-link: a collective takes at least its bytes over the bandwidth
 // plus the latency of its messages (a ring all-reduce of 2 ranks: 2 (p-1)
 // = 2 messages, 4000 bytes each way).
