@@ -6,8 +6,6 @@
 #include "Trace.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <vector>
 
 std::string moert::groupText(const int32_t *group, int n) {

@@ -17,12 +17,10 @@
 #include "moert/Program.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <vector>
 
 extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *members) {

@@ -429,6 +429,12 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
   int64_t most = *std::max_element(sent.begin(), sent.end());
   std::vector<int32_t> epGroup(ep);
   int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+  // Each new slot's old slot on this rank, where it keeps an expert that
+  // changes slot (-1: unchanged, empty or received).
+  std::vector<int64_t> keptFrom(local, -1);
+  for (size_t j = 0; j < local; ++j)
+    if (int32_t e = order[epIndex * local + j]; e >= 0 && e != old[epIndex * local + j])
+      keptFrom[j] = slot(old, epIndex, e);
   auto move = [&](moert::AlignedFloats &t) {
     size_t rowSize = t.size() / local;
     std::vector<float> send(static_cast<size_t>(most) * rowSize), recv(send.size() * ep);
@@ -443,14 +449,11 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
     // change slot are set aside first (their old rows may be overwritten).
     std::vector<float> stash;
     std::vector<int64_t> stashed(local, -1);
-    for (size_t j = 0; j < local; ++j) {
-      int32_t e = order[epIndex * local + j];
-      if (int64_t kept = e < 0 ? -1 : slot(old, epIndex, e);
-          kept >= 0 && kept != static_cast<int64_t>(j)) {
+    for (size_t j = 0; j < local; ++j)
+      if (int64_t kept = keptFrom[j]; kept >= 0) {
         stashed[j] = static_cast<int64_t>(stash.size());
         stash.insert(stash.end(), t.begin() + kept * rowSize, t.begin() + (kept + 1) * rowSize);
       }
-    }
     for (size_t j = 0; j < local; ++j) {
       int32_t e = order[epIndex * local + j];
       float *to = t.data() + j * rowSize;
