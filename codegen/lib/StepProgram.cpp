@@ -107,6 +107,17 @@ private:
            std::to_string(layer) + ")";
   }
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
+  /// Device targets (moert/Device.h): host code reads `v` next (its
+  /// device-newer bytes come back), or wrote it. Nothing on the host target.
+  void hostRead(Value v, StringRef indent = "  ");
+  void hostWrote(Value v, StringRef indent = "  ");
+  /// The same for parameter `index`'s whole buffer (host code that updates
+  /// a parameter in place, not through a result).
+  void hostParam(unsigned index, bool wrote);
+  /// Emits host code `emit` for `ops`: their operands read before, their
+  /// results (and `written`, updated in place) written after.
+  LogicalResult hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
+                         ArrayRef<Value> written = {});
 
   ModuleOp module;
   const KernelCalls &calls;
@@ -163,6 +174,48 @@ void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
                       " *)(" +
                       (arena ? "G" : "A") + " + " + std::to_string(offset) + "))";
   }
+}
+
+static int64_t byteSize(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+void Emitter::hostRead(Value v, StringRef indent) {
+  if (target == Target::Host || !storage.count(v))
+    return;
+  os << indent << "if (int rc = moert_device_host(ctx, " << pointer(v) << ", " << byteSize(v)
+     << ")) return rc;\n";
+}
+
+void Emitter::hostWrote(Value v, StringRef indent) {
+  if (target == Target::Host || !storage.count(v))
+    return;
+  os << indent << "moert_device_wrote(ctx, " << pointer(v) << ", " << byteSize(v) << ");\n";
+}
+
+void Emitter::hostParam(unsigned index, bool wrote) {
+  if (target == Target::Host)
+    return;
+  if (wrote)
+    os << "  moert_device_wrote(ctx, ctx->params[" << index << "], -1);\n";
+  else
+    os << "  if (int rc = moert_device_host(ctx, ctx->params[" << index << "], -1)) return rc;\n";
+}
+
+LogicalResult Emitter::hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
+                                ArrayRef<Value> written) {
+  for (Operation *op : ops)
+    for (Value v : op->getOperands())
+      hostRead(v);
+  if (failed(emit()))
+    return failure();
+  for (Operation *op : ops)
+    for (Value v : op->getResults())
+      hostWrote(v);
+  for (Value v : written)
+    hostWrote(v);
+  return success();
 }
 
 LogicalResult Emitter::launch(LaunchOp op) {
@@ -356,16 +409,13 @@ LogicalResult Emitter::launch(LaunchOp op) {
     arguments();
     os << ");\n    if (rc) return rc;\n";
   } else {
-    // A device kernel: its inputs are copied to the device, its outputs
-    // back (the arenas stay on the host).
+    // A device kernel: its arguments are crops of the arenas' device
+    // copies (moert/Device.h).
     os << "    halide_buffer_t *const bufs[] = {";
     arguments();
-    os << "};\n    if (int rc = moert_device_inputs("
-       << (target == Target::OpenCL ? "halide_opencl_device_interface"
-                                    : "halide_cuda_device_interface")
-       << "(), \"" << targetName(target) << "\", " << kernel.getSymName()
-       << "_metadata(), bufs)) return rc;\n    int rc = moert_device_outputs("
-       << kernel.getSymName() << "(";
+    os << "};\n    if (int rc = moert_device_call(ctx, " << kernel.getSymName()
+       << "_metadata(), bufs, " << names.size()
+       << ")) return rc;\n    int rc = moert_device_called(ctx, " << kernel.getSymName() << "(";
     arguments();
     os << "), bufs, " << names.size() << ");\n    if (rc) return rc;\n";
   }
@@ -390,6 +440,8 @@ LogicalResult Emitter::launch(LaunchOp op) {
     name.consume_back(".router");
     moeLayerNames.push_back(name.empty() ? "moe" + std::to_string(moeLayers.size() - 1)
                                          : name.str());
+    hostRead(op.getResult(3), "    ");
+    hostRead(op.getResult(2), "    ");
     os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
        << "; ++e) ctx->expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
        << "[e];\n";
@@ -405,6 +457,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
     // Sampling reads the next-token logits of the evaluation step.
     Value logits = op.getOperands()[0];
     Type element = cast<RankedTensorType>(logits.getType()).getElementType();
+    os << "    if (logits) {\n";
+    hostRead(logits, "    ");
+    os << "    }\n";
     if (element.isF32())
       os << "    if (logits)\n      std::memcpy(logits, " << pointer(logits) << ", "
          << numel(logits) * 4 << ");\n";
@@ -584,10 +639,12 @@ LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
     if (int64_t p = groupSize(group); p > 1)
       allReduceBytes += moert_ring_all_reduce_bytes(2 * experts, p); // the counts, hi and lo
   }
+  hostParam(paramIndex.lookup(op.getParam()), false);
   os << "  if (int rc = moert_step_balance_bias(ctx, ctx->params["
      << paramIndex.lookup(op.getParam()) << "], " << experts << ", " << pointer(op.getExperts())
      << ", " << cast<RankedTensorType>(op.getExperts().getType()).getNumElements() << ", "
      << llvm::format("%.17g", op.getRate().convertToDouble()) << ", " << axes << ")) return rc;\n";
+  hostParam(paramIndex.lookup(op.getParam()), true);
   return success();
 }
 
@@ -667,9 +724,13 @@ LogicalResult Emitter::gatherParams(ArrayRef<Operation *> run) {
               std::to_string(paramIndex.lookup(gather.getParam())) + "]";
     shards += (shards.empty() ? "" : ", ") + std::to_string(shard);
   }
+  for (Operation *op : run)
+    hostParam(paramIndex.lookup(cast<GatherParamOp>(op).getParam()), false);
   os << "  {\n    float *const params[] = {" << params << "};\n    const int64_t shards[] = {"
      << shards << "};\n    if (int rc = moert_step_gather_params(ctx, " << run.size()
      << ", params, shards, " << axesMask(first.getAxes()) << ")) return rc;\n  }\n";
+  for (Operation *op : run)
+    hostParam(paramIndex.lookup(cast<GatherParamOp>(op).getParam()), true);
   return success();
 }
 
@@ -910,8 +971,12 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .async_buckets = " << asyncBuckets << ",\n"
      << "    .replica_batches = " << (replicaTables ? "kReplicaBatches" : "nullptr") << ",\n"
      << "    .replica_programs = " << (replicaTables ? "kReplicaPrograms" : "nullptr") << ",\n"
-     << "    .loss_scale = " << llvm::format("%.9g", lossScale) << ",\n"
-     << "};\n";
+     << "    .loss_scale = " << llvm::format("%.9g", lossScale) << ",\n";
+  if (target != Target::Host)
+    os << "    .device_sync = moert_device_sync,\n"
+       << "    .device_wrote = moert_device_wrote_all,\n"
+       << "    .device_free = moert_device_free,\n";
+  os << "};\n";
   return success();
 }
 
@@ -922,6 +987,15 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
      << "(moert_context *ctx, const int32_t *tokens, const int32_t *targets, "
      << (isTraining ? "int32_t step, float *loss) {\n" : "float *loss, float *logits) {\n")
      << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n";
+  if (target != Target::Host) {
+    auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
+    os << "  if (int rc = moert_device_attach(ctx, "
+       << (target == Target::OpenCL ? "halide_opencl_device_interface"
+                                    : "halide_cuda_device_interface")
+       << "(), \"" << targetName(target) << "\", kParams, " << paramIndex.size() << ", "
+       << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
+       << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ")) return rc;\n";
+  }
   for (BlockArgument arg : step.getArguments()) {
     auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), MoEDialect::kInputAttrName);
     if (!kind)
@@ -949,7 +1023,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       }
       for (AllReduceOp r : run)
         bucketed.insert(r);
-      if (failed(bucket(run)))
+      SmallVector<Operation *> ops(run.begin(), run.end());
+      if (failed(hostCode(ops, [&] { return bucket(run); })))
         return failure();
       continue;
     }
@@ -986,7 +1061,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       }
       for (Operation *member : run)
         bucketed.insert(member);
-      if (failed(isa<ReduceScatterOp>(op) ? reduceScatter(run) : gatherParams(run)))
+      if (failed(hostCode(run, [&] {
+            return isa<ReduceScatterOp>(op) ? reduceScatter(run) : gatherParams(run);
+          })))
         return failure();
       continue;
     }
@@ -1008,53 +1085,79 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     if (auto get = dyn_cast<GetParamOp>(op)) {
       storage[get.getResult()] =
           "ctx->params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
-    } else if (auto fill = dyn_cast<FillOp>(op)) {
-      auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
-      setStorage(fill, plan.asArrayRef());
-      auto type = cast<RankedTensorType>(fill.getType());
-      bool scaled = fill->hasAttr(MoEDialect::kLossSeedAttrName) &&
-                    module->hasAttr(MoEDialect::kLossScaleAttrName);
-      if (type.getElementType().isF32()) {
-        os << "  moert_fill(" << pointer(fill.getResult()) << ", " << type.getNumElements() << ", "
-           << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
-           << (scaled ? " * ctx->loss_scale" : "") << ");\n";
-      } else if (scaled) {
-        return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
-      } else { // bf16, f16: the value's bits
-        auto floatType = cast<FloatType>(type.getElementType());
-        APFloat value = fill.getValue();
-        bool lost = false;
-        value.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
-        os << "  moert_fill_half(" << pointer(fill.getResult()) << ", " << type.getNumElements()
-           << ", " << value.bitcastToAPInt().getZExtValue() << ");\n";
-      }
-    } else if (auto l = dyn_cast<LaunchOp>(op)) {
+      continue;
+    }
+    // A kernel: its arguments are on the device (moert/Device.h).
+    if (auto l = dyn_cast<LaunchOp>(op);
+        l && !calls.at(module.lookupSymbol<KernelOp>(l.getKernelAttr()).getSymName())
+                  .generator.empty()) {
       if (failed(launch(l)))
         return failure();
-    } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
-      if (failed(balanceBias(balance)))
-        return failure();
-    } else if (auto sum = dyn_cast<ReplicaSumOp>(op)) {
-      if (failed(replicaSum(sum)))
-        return failure();
-    } else if (isa<AllReduceOp, AllToAllOp>(op)) {
-      if (failed(collective(&op)))
-        return failure();
-    } else if (auto slice = dyn_cast<ShardSliceOp>(op)) {
-      auto plan = slice->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
-      if (!plan)
-        return slice.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
-      setStorage(slice, plan.asArrayRef());
-      os << "  moert_step_shard_slice(ctx, " << pointer(slice.getResult()) << ", "
-         << pointer(slice.getInput()) << ", "
-         << cast<RankedTensorType>(slice.getInput().getType()).getNumElements() << ", "
-         << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
-         << axesMask(slice.getAxes()) << ");\n";
-    } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";
-    } else {
-      return op.emitOpError("moec cannot emit this op in a step program");
+      continue;
     }
+    // Host code. With loss scaling, the global norm divides the gradients
+    // in place (moert_step_global_norm).
+    SmallVector<Value> inPlace;
+    if (auto l = dyn_cast<LaunchOp>(op);
+        l && module->hasAttr(MoEDialect::kLossScaleAttrName) &&
+        module.lookupSymbol<KernelOp>(l.getKernelAttr()).getFamily() == "global_norm")
+      inPlace.append(l.getOperands().begin(), l.getOperands().end());
+    if (failed(hostCode(
+            {&op},
+            [&]() -> LogicalResult {
+              if (auto fill = dyn_cast<FillOp>(op)) {
+                auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+                setStorage(fill, plan.asArrayRef());
+                auto type = cast<RankedTensorType>(fill.getType());
+                bool scaled = fill->hasAttr(MoEDialect::kLossSeedAttrName) &&
+                              module->hasAttr(MoEDialect::kLossScaleAttrName);
+                if (type.getElementType().isF32()) {
+                  os << "  moert_fill(" << pointer(fill.getResult()) << ", "
+                     << type.getNumElements() << ", "
+                     << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
+                     << (scaled ? " * ctx->loss_scale" : "") << ");\n";
+                } else if (scaled) {
+                  return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
+                } else { // bf16, f16: the value's bits
+                  auto floatType = cast<FloatType>(type.getElementType());
+                  APFloat value = fill.getValue();
+                  bool lost = false;
+                  value.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+                  os << "  moert_fill_half(" << pointer(fill.getResult()) << ", "
+                     << type.getNumElements() << ", " << value.bitcastToAPInt().getZExtValue()
+                     << ");\n";
+                }
+              } else if (auto l = dyn_cast<LaunchOp>(op)) {
+                if (failed(launch(l)))
+                  return failure();
+              } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
+                if (failed(balanceBias(balance)))
+                  return failure();
+              } else if (auto sum = dyn_cast<ReplicaSumOp>(op)) {
+                if (failed(replicaSum(sum)))
+                  return failure();
+              } else if (isa<AllReduceOp, AllToAllOp>(op)) {
+                if (failed(collective(&op)))
+                  return failure();
+              } else if (auto slice = dyn_cast<ShardSliceOp>(op)) {
+                auto plan = slice->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+                if (!plan)
+                  return slice.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+                setStorage(slice, plan.asArrayRef());
+                os << "  moert_step_shard_slice(ctx, " << pointer(slice.getResult()) << ", "
+                   << pointer(slice.getInput()) << ", "
+                   << cast<RankedTensorType>(slice.getInput().getType()).getNumElements() << ", "
+                   << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
+                   << axesMask(slice.getAxes()) << ");\n";
+              } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+                os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";
+              } else {
+                return op.emitOpError("moec cannot emit this op in a step program");
+              }
+              return success();
+            },
+            inPlace)))
+      return failure();
   }
   return success();
 }

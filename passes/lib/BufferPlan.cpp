@@ -12,8 +12,6 @@ using namespace mlir::moe;
 
 namespace {
 
-constexpr int64_t kAlignment = 64;
-
 /// One tensor of the plan.
 struct Buffer {
   Value value;
@@ -22,7 +20,7 @@ struct Buffer {
 
 /// Greedy-by-size placement: largest first, lowest aligned offset that
 /// overlaps no placed buffer with an intersecting lifetime. Returns the peak.
-int64_t place(SmallVectorImpl<Buffer *> &buffers) {
+int64_t place(SmallVectorImpl<Buffer *> &buffers, int64_t alignment) {
   llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) { return a->bytes > b->bytes; });
   SmallVector<Buffer *> placed;
   int64_t peak = 0;
@@ -36,7 +34,7 @@ int64_t place(SmallVectorImpl<Buffer *> &buffers) {
     for (auto [lo, hi] : busy) {
       if (offset + b->bytes <= lo)
         break;
-      offset = std::max(offset, (hi + kAlignment - 1) / kAlignment * kAlignment);
+      offset = std::max(offset, (hi + alignment - 1) / alignment * alignment);
     }
     b->offset = offset;
     peak = std::max(peak, offset + b->bytes);
@@ -81,7 +79,7 @@ int64_t mlir::moe::tensorBytes(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(bits / 8, 1);
 }
 
-void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
+void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignment) {
   Block &body = fn.getBody().front();
   DenseMap<Value, unsigned> index;
   std::vector<Buffer> buffers;
@@ -147,8 +145,8 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks) {
   SmallVector<Buffer *> arenas[2];
   for (Buffer &b : buffers)
     arenas[b.arena].push_back(&b);
-  peaks.activation = std::max(peaks.activation, place(arenas[0]));
-  peaks.gradient = std::max(peaks.gradient, place(arenas[1]));
+  peaks.activation = std::max(peaks.activation, place(arenas[0], alignment));
+  peaks.gradient = std::max(peaks.gradient, place(arenas[1], alignment));
 
   Builder builder(fn.getContext());
   for (Operation &op : body) {

@@ -25,7 +25,8 @@ struct BufferPeaks {
 
 /// Plans `fn`'s tensors: sets `buffers` on launches and `moe.buffers` on
 /// other ops with results (arena, offset, bytes per result).
-void planBuffers(func::FuncOp fn, BufferPeaks &peaks);
+/// Every buffer's offset is a multiple of `alignment` bytes.
+void planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignment);
 
 /// Bytes of a tensor value's type (0 for non-tensors).
 int64_t tensorBytes(Type type);

@@ -53,8 +53,9 @@ Operation *gradientOf(Operation *op) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, bool savePreactivations)
-      : module(module), builder(module), savePreactivations(savePreactivations) {}
+  Lowering(ModuleOp module, bool savePreactivations, int64_t alignment)
+      : module(module), builder(module), savePreactivations(savePreactivations),
+        alignment(alignment) {}
 
   LogicalResult lowerFunction(func::FuncOp fn);
   void planFunction(func::FuncOp fn);
@@ -71,6 +72,7 @@ private:
   BufferPeaks peaks;
   int64_t numLaunches = 0;
   bool savePreactivations;
+  int64_t alignment;
   /// Gradient op -> the pre-activations its forward launch saved.
   DenseMap<Operation *, SmallVector<Value>> saved;
 };
@@ -196,7 +198,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
   return success();
 }
 
-void Lowering::planFunction(func::FuncOp fn) { planBuffers(fn, peaks); }
+void Lowering::planFunction(func::FuncOp fn) { planBuffers(fn, peaks, alignment); }
 
 void Lowering::finish() {
   int64_t paramBytes = 0;
@@ -213,6 +215,7 @@ void Lowering::finish() {
           builder.getNamedAttr("total_bytes", builder.getI64IntegerAttr(total)),
           builder.getNamedAttr("num_kernels", builder.getI64IntegerAttr(kernels.size())),
           builder.getNamedAttr("num_launches", builder.getI64IntegerAttr(numLaunches)),
+          builder.getNamedAttr("alignment", builder.getI64IntegerAttr(alignment)),
       }));
 }
 
@@ -220,7 +223,12 @@ struct LowerToKernelsPass : public moe::impl::LowerToKernelsPassBase<LowerToKern
   using LowerToKernelsPassBase::LowerToKernelsPassBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    Lowering lowering(module, savePreactivations);
+    if (alignment < 1 || (alignment & (alignment - 1))) {
+      module.emitError("moe-lower-to-kernels: alignment ")
+          << alignment.getValue() << " is not a power of two";
+      return signalPassFailure();
+    }
+    Lowering lowering(module, savePreactivations, alignment);
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
     for (func::FuncOp fn : fns) {
       if (fn.isExternal())

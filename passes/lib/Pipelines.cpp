@@ -69,6 +69,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
   if (options.lower) {
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;
+    lower.alignment = options.bufferAlignment;
     pm.addPass(createLowerToKernelsPass(lower));
     if (options.bucket)
       pm.addPass(createBucketGradientsPass());

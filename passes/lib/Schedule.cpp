@@ -233,13 +233,13 @@ struct SchedulePass : public moe::impl::SchedulePassBase<SchedulePass> {
     if (!made || !plan)
       return;
     // Inputs now live until their waits: plan again.
-    BufferPeaks peaks;
-    for (func::FuncOp fn : fns)
-      planBuffers(fn, peaks);
     auto get = [&](StringRef key) {
       auto a = plan.getAs<IntegerAttr>(key);
       return a ? a.getInt() : 0;
     };
+    BufferPeaks peaks;
+    for (func::FuncOp fn : fns)
+      planBuffers(fn, peaks, std::max<int64_t>(get("alignment"), 64));
     int64_t params = get("parameter_bytes");
     Builder builder(module.getContext());
     NamedAttrList entries(plan);

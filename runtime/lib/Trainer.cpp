@@ -144,6 +144,18 @@ Trainer::Trainer(const Shared &sh, moert_comm *comm)
 Trainer::~Trainer() {
   moert_async_free(&ctx); // finishes what is queued, before the arenas go
   moert_codec_states_free(&ctx);
+  if (prog.device_free)
+    prog.device_free(&ctx);
+}
+
+void Trainer::deviceSync() {
+  if (prog.device_sync && prog.device_sync(&ctx))
+    die("rank " + std::to_string(rank) + ": the device state could not be read back");
+}
+
+void Trainer::deviceWrote() {
+  if (prog.device_wrote)
+    prog.device_wrote(&ctx);
 }
 
 void Trainer::initialiseParameters() {

@@ -218,6 +218,11 @@ private:
   void reportCommunication() const;
   void reportMemory();
 
+  /// Device targets (moert/Device.h): the rank's device-newer state to the
+  /// host before the trainer reads its parameters or moments between
+  /// steps, and host-newer after it wrote them. No-ops on the host target.
+  void deviceSync();
+  void deviceWrote();
   /// Exits with `what` and the communicator's error (die()).
   [[noreturn]] void commError(const std::string &what) const;
   /// This rank's rows of a global batch.

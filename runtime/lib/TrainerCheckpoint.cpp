@@ -225,6 +225,7 @@ void Trainer::checkCheckpointPath() const {
 /// Writes --checkpoint (lead rank) after `steps` steps: full tensors, this
 /// run's codec state, and the state any grid resumes from.
 void Trainer::saveCheckpoint(long long steps) {
+  deviceSync();
   moert::TensorMap tensors;
   gatherParameters(tensors);
   if (ranks > 1 && ctx.codec_states)

@@ -61,6 +61,8 @@ void Trainer::checkLocalSteps() {
 void Trainer::outerStep(long long s, bool force) {
   if (o.localSteps <= 0 || s + 1 < o.syncSteps)
     return;
+  if (s + 1 == o.syncSteps || force || (s + 1) % o.localSteps == 0)
+    deviceSync();
   if (s + 1 == o.syncSteps) { // the synchronous start ends: the first window's start
     for (size_t i = 0; i < params.size(); ++i)
       outerStart[i].assign(params[i].begin(), params[i].end());
@@ -100,6 +102,7 @@ void Trainer::outerStep(long long s, bool force) {
       float next = outerStart[i][j] - lr * (delta[at] + mu * v);
       outerStart[i][j] = params[i][j] = next;
     }
+  deviceWrote();
 }
 
 /// The mean of `value` over the data replicas (the loss of a replica-local

@@ -399,6 +399,7 @@ void Trainer::rebalance(long long s, double stepSeconds) {
 void Trainer::migrate(int l, std::vector<int32_t> order) {
   // Only the rows of the experts a rank gains travel (weights and AdamW
   // moments), each from the first rank that held it; the rest stay.
+  deviceSync();
   const std::vector<int32_t> &old = expertOrder[l];
   size_t local = old.size() / static_cast<size_t>(ep);
   int32_t experts = prog.layer_experts[l];
@@ -477,6 +478,7 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
     }
   expertOrder[l] = std::move(order);
   orderPtrs[l] = expertOrder[l].data();
+  deviceWrote();
 }
 
 /// The device speed of each ep rank of this rank's dp group (its slowest tp

@@ -1,11 +1,16 @@
 // RUN: moe-opt %s --moe-lower-to-kernels --split-input-file --verify-diagnostics | FileCheck %s --implicit-check-not=moe.linear --implicit-check-not=moe.cross_entropy
 // RUN: moe-opt %s --moe-lower-to-kernels=save-preactivations=false --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=RECOMPUTE
+// Device targets plan at 512 bytes (OpenCL sub-buffers start at the
+// device's base alignment); the plan records it for moe-schedule.
+// RUN: moe-opt %s --moe-lower-to-kernels=alignment=512 --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=ALIGN
+// RUN: not moe-opt %s --moe-lower-to-kernels=alignment=48 --split-input-file 2>&1 | FileCheck %s --check-prefix=BADALIGN
+// BADALIGN: error: moe-lower-to-kernels: alignment 48 is not a power of two
 
 // Three identical linears share one kernel; the plan reuses memory.
 // Lifetimes (program positions): x [0,2], t [0,5], a [2,3], b [3,4],
 // c [4,5], loss [5,6]. Greedy by size: x at 0; a overlaps x -> 64; b at 0
 // (x is dead); c at 64; t overlaps all four -> 128; loss at 0. Peak 136.
-// CHECK: module attributes {moe.buffer_plan = {activation_bytes = 136 : i64, gradient_bytes = 0 : i64, num_kernels = 2 : i64, num_launches = 4 : i64, optimizer_state_bytes = 0 : i64, parameter_bytes = 64 : i64, total_bytes = 200 : i64}}
+// CHECK: module attributes {moe.buffer_plan = {activation_bytes = 136 : i64, alignment = 64 : i64, gradient_bytes = 0 : i64, num_kernels = 2 : i64, num_launches = 4 : i64, optimizer_state_bytes = 0 : i64, parameter_bytes = 64 : i64, total_bytes = 200 : i64}}
 // CHECK: moe.param @w
 // CHECK: moe.kernel @linear_0 family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = []}
 // CHECK: moe.kernel @cross_entropy_0 family "cross_entropy" : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
@@ -14,6 +19,11 @@
 // CHECK: %[[B:.*]] = moe.launch @linear_0(%[[A]], %{{.*}}) {buffers = array<i64: 0, 0, 32>}
 // CHECK: %[[C:.*]] = moe.launch @linear_0(%[[B]], %{{.*}}) {buffers = array<i64: 0, 64, 32>}
 // CHECK: moe.launch @cross_entropy_0(%[[C]], %{{.*}}) {buffers = array<i64: 0, 0, 4>}
+// The same at 512 bytes: a and c at 512, t at 1024.
+// ALIGN: module attributes {moe.buffer_plan = {activation_bytes = 1032 : i64, alignment = 512 : i64,
+// ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 512, 32>}
+// ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 0, 32>}
+// ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 512, 32>}
 moe.param @w : tensor<4x4xf32> init <normal, scale = 0.1>
 func.func @chain(%x: tensor<2x4xf32>, %t: tensor<2xi32>) -> tensor<f32> {
   %w = moe.get_param @w : tensor<4x4xf32>

@@ -438,6 +438,10 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.compressWarmup = compressWarmup;
   options.errorFeedback = !noErrorFeedback;
   options.savePreactivations = !recompute;
+  // OpenCL sub-buffers (a kernel argument in an arena) start at a multiple
+  // of the device's base alignment: 1024 bits on PoCL and Intel, 2048 on
+  // AMD, 4096 on NVIDIA (moert/Device.h).
+  options.bufferAlignment = target == moec::codegen::Target::Host ? 64 : 512;
   options.routedRows = !denseExperts;
   options.overlap = schedule == Schedule::Overlap;
   options.zero = zeroStage;

@@ -138,6 +138,9 @@ typedef struct {
    * AdamW updates do not run. The trainer adjusts loss_scale between steps. */
   float loss_scale;
   int skip_update;
+  /* Device targets (moert/Device.h): the rank's arenas on the device, made
+   * by the first step; null on the host. */
+  void *device;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -206,6 +209,14 @@ typedef struct moert_program {
   const struct moert_program *const *replica_programs;
   /* The initial dynamic loss scale (f16 models, moe.loss_scale); 0: none. */
   double loss_scale;
+  /* Device targets (moec --target opencl|cuda; null on the host): the
+   * trainer calls device_sync before it reads a rank's parameters or moments
+   * between steps (checkpoints, migrations, local steps' outer step),
+   * device_wrote after it wrote them, and device_free when the rank ends
+   * (moert/Device.h). */
+  int (*device_sync)(moert_context *ctx);
+  void (*device_wrote)(moert_context *ctx);
+  void (*device_free)(moert_context *ctx);
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.

@@ -120,12 +120,13 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
     use; gradients of parameters go to a gradient arena, everything else to
     the activation arena; each arena is packed greedily by size (largest
     first, lowest offset that overlaps no buffer alive at the same time,
-    64-byte aligned), so memory is reused. Each launch records
+    `alignment`-byte aligned, 64 by default), so memory is reused. Each launch records
     `[arena, offset, bytes]` per result; the module gets `moe.buffer_plan`
     with `activation_bytes`, `gradient_bytes` (arena peaks),
     `parameter_bytes`, `optimizer_state_bytes` (two f32 moments per
     AdamW-updated parameter), `total_bytes`, `num_kernels` and
-    `num_launches`.
+    `num_launches`, and `alignment` (which `moe-schedule` keeps when it
+    plans again).
 
     With `save-preactivations` (the default), an FFN (dense or expert)
     whose gradient the step computes saves its pre-activations (x W_up, and
@@ -135,7 +136,10 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"savePreactivations", "save-preactivations", "bool", "true",
-           "FFN forward launches keep their pre-activations for the backward">
+           "FFN forward launches keep their pre-activations for the backward">,
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Byte alignment of every planned buffer (a power of two; 512 for "
+           "OpenCL devices, whose sub-buffers need their base alignment)">
   ];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }

@@ -115,6 +115,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                           llvm::cl::desc("Expert FFNs compute the routed rows of their "
                                          "dispatch buffers only (moe-routed-rows)"),
                           llvm::cl::init(true)};
+  Option<int64_t> bufferAlignment{
+      *this, "buffer-alignment",
+      llvm::cl::desc("Byte alignment of planned buffers (moe-lower-to-kernels' alignment)"),
+      llvm::cl::init(64)};
   Option<bool> savePreactivations{
       *this, "save-preactivations",
       llvm::cl::desc("FFN forward launches keep their pre-activations for "
