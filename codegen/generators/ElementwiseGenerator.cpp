@@ -2,6 +2,8 @@
 //
 // `add`:          z = a + b over `size` elements (residuals, loss terms,
 //                 gradient accumulation).
+// `sum_squares`:  strided partial sums of squares of a gradient, per row
+//                 (a device target's global norm reads these back).
 // `adamw_update`: one AdamW step of a parameter of `size` elements, with
 //                 global-norm clipping, bias correction and decoupled decay;
 //                 the new parameter and moments are one tuple computed from
@@ -67,6 +69,36 @@ public:
   }
 };
 
+/// moe.sum_squares: `size` elements as `rows` rows; s(r * chunks + j) is
+/// the sum of the squares of row r's elements j, j + chunks, ... (so
+/// neighbouring outputs read neighbouring elements: coalesced on a GPU).
+class SumSquares : public Generator<SumSquares> {
+public:
+  GeneratorParam<int> size{"size", 1};
+  GeneratorParam<int> rows{"rows", 1};
+  GeneratorParam<int> chunks{"chunks", 1};
+  Input<Buffer<float, 1>> x{"x"};
+  Output<Buffer<float, 1>> s{"s"};
+  Var k{"k"};
+
+  void generate() {
+    const int n = size, r = rows, j = chunks, row = n / r;
+    RDom c(0, row / j, "c");
+    Expr v = x(k / j * row + k % j + c * j);
+    s(k) = sum(v * v);
+  }
+
+  void schedule() {
+    x.dim(0).set_bounds(0, size);
+    s.dim(0).set_bounds(0, static_cast<int>(rows) * static_cast<int>(chunks));
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    const int vec = natural_vector_size<float>();
+    if (static_cast<int>(chunks) % vec == 0)
+      s.vectorize(k, vec);
+  }
+};
+
 class AdamWUpdate : public Generator<AdamWUpdate> {
 public:
   GeneratorParam<int> size{"size", 1};
@@ -120,3 +152,4 @@ public:
 HALIDE_REGISTER_GENERATOR(Add, add)
 HALIDE_REGISTER_GENERATOR(Cast, cast)
 HALIDE_REGISTER_GENERATOR(AdamWUpdate, adamw_update)
+HALIDE_REGISTER_GENERATOR(SumSquares, sum_squares)

@@ -321,6 +321,10 @@ Args unpermuteArgs(const KernelSpec &, unsigned n, unsigned) {
 //===-- ElementwiseGenerator.cpp -----------------------------------------===//
 
 Params addParams(const KernelSpec &s, Gemm) { return {param("size", KernelSpec::numel(s.in(0)))}; }
+Params sumSquaresParams(const KernelSpec &s, Gemm) {
+  return {param("size", KernelSpec::numel(s.in(0))), param("rows", s.out(0)[0]),
+          param("chunks", s.out(0)[1])};
+}
 Params adamwParams(const KernelSpec &s, Gemm) {
   return {param("size", KernelSpec::numel(s.in(0))),
           param("beta1", s.number("beta1")),
@@ -427,6 +431,7 @@ const std::vector<KernelFamily> &rows() {
        nullptr},
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, nullptr, V::Vector},
       {"cast", "cast", {"a", "z"}, addParams, nullptr, nullptr, V::Vector},
+      {"sum_squares", "sum_squares", {"x", "s"}, sumSquaresParams, nullptr, nullptr, V::Flat},
       {"adamw_update",
        "adamw_update",
        {"w", "m", "v", "g", "lr", "norm", "step", "updated.0", "updated.1", "updated.2"},

@@ -114,10 +114,12 @@ private:
   /// The same for parameter `index`'s whole buffer (host code that updates
   /// a parameter in place, not through a result).
   void hostParam(unsigned index, bool wrote);
-  /// Emits host code `emit` for `ops`: their operands read before, their
-  /// results (and `written`, updated in place) written after.
+  /// Emits host code `emit` for `ops`: their operands read before (or only
+  /// `reads` when given), their results (and `written`, updated in place)
+  /// written after.
   LogicalResult hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
-                         ArrayRef<Value> written = {});
+                         ArrayRef<Value> written = {},
+                         std::optional<ArrayRef<Value>> reads = std::nullopt);
 
   ModuleOp module;
   const KernelCalls &calls;
@@ -176,6 +178,20 @@ void Emitter::setStorage(Operation *op, ArrayRef<int64_t> plan) {
   }
 }
 
+/// Whether a global_norm launch takes each gradient's partial sums of
+/// squares after the gradients (moe-lower-to-kernels' device-norm).
+static bool hasPartialSums(LaunchOp op) {
+  auto operands = op.getOperands();
+  if (operands.empty() || operands.size() % 2)
+    return false;
+  auto module = op->getParentOfType<ModuleOp>();
+  return llvm::all_of(operands.take_back(operands.size() / 2), [&](Value v) {
+    auto launch = v.getDefiningOp<LaunchOp>();
+    return launch && module.lookupSymbol<KernelOp>(launch.getKernelAttr()).getFamily() ==
+                         "sum_squares";
+  });
+}
+
 static int64_t byteSize(Value v) {
   auto type = cast<RankedTensorType>(v.getType());
   return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
@@ -204,10 +220,14 @@ void Emitter::hostParam(unsigned index, bool wrote) {
 }
 
 LogicalResult Emitter::hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
-                                ArrayRef<Value> written) {
-  for (Operation *op : ops)
-    for (Value v : op->getOperands())
+                                ArrayRef<Value> written, std::optional<ArrayRef<Value>> reads) {
+  if (reads)
+    for (Value v : *reads)
       hostRead(v);
+  else
+    for (Operation *op : ops)
+      for (Value v : op->getOperands())
+        hostRead(v);
   if (failed(emit()))
     return failure();
   for (Operation *op : ops)
@@ -239,15 +259,21 @@ LogicalResult Emitter::launch(LaunchOp op) {
     return success();
   }
   if (family == "global_norm") {
-    unsigned n = op.getOperands().size();
+    // With partial_sums (moe-lower-to-kernels' device-norm), each gradient's
+    // partial sums of squares follow the gradients, and the runtime reads
+    // those: R rows of J sums for a gradient of R rows.
+    bool squares = hasPartialSums(op);
+    unsigned n = op.getOperands().size() / (squares ? 2 : 1);
+    auto grads = op.getOperands().take_front(n);
+    auto data = op.getOperands().take_back(n);
     os << "  {\n    const float *g[] = {";
-    llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << pointer(v); });
+    llvm::interleaveComma(data, os, [&](Value v) { os << pointer(v); });
     os << "};\n    const int64_t sizes[] = {";
-    llvm::interleaveComma(op.getOperands(), os, [&](Value v) { os << numel(v); });
+    llvm::interleaveComma(data, os, [&](Value v) { os << numel(v); });
     // Each gradient's parameter (the one its update launch updates), for the
     // trainer's per-group gradient norms.
     os << "};\n    const int param_of[] = {";
-    llvm::interleaveComma(op.getOperands(), os, [&](Value v) {
+    llvm::interleaveComma(grads, os, [&](Value v) {
       int index = -1;
       for (Operation *user : v.getUsers())
         if (auto launch = dyn_cast<LaunchOp>(user); launch && launch.getUpdates())
@@ -280,7 +306,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
         os << (l >= 0 ? static_cast<int64_t>(layerOrders.lookup(l).size()) : 0);
       });
       os << "};\n    const int64_t rows[] = {";
-      llvm::interleaveComma(op.getOperands(), os, [&](Value v) {
+      llvm::interleaveComma(grads, os, [&](Value v) {
         auto t = cast<RankedTensorType>(v.getType());
         os << (t.getRank() ? t.getShape()[0] : 1);
       });
@@ -293,9 +319,10 @@ LogicalResult Emitter::launch(LaunchOp op) {
       llvm::interleaveComma(copies.asArrayRef(), os);
       os << "};\n";
     }
-    os << "    if (int rc = moert_step_global_norm(ctx, g, sizes, "
-       << (shards ? "sharded" : "nullptr") << ", " << (copies ? "copies" : "nullptr")
-       << ", param_of, " << n << ", " << (shards ? axesMask(axes) : 0) << ", "
+    os << "    if (int rc = moert_step_global_norm" << (squares ? "_squares" : "")
+       << "(ctx, g, sizes, " << (shards ? "sharded" : "nullptr") << ", "
+       << (copies ? "copies" : "nullptr") << ", param_of, " << n << ", "
+       << (shards ? axesMask(axes) : 0) << ", "
        << (layers ? "tables, positions, rows, " : "nullptr, nullptr, nullptr, ")
        << pointer(op.getResult(0)) << ")) return rc;\n  }\n";
     return success();
@@ -1097,11 +1124,17 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     }
     // Host code. With loss scaling, the global norm divides the gradients
     // in place (moert_step_global_norm).
+    // With partial sums of squares it reads those, not the gradients.
     SmallVector<Value> inPlace;
-    if (auto l = dyn_cast<LaunchOp>(op);
-        l && module->hasAttr(MoEDialect::kLossScaleAttrName) &&
-        module.lookupSymbol<KernelOp>(l.getKernelAttr()).getFamily() == "global_norm")
-      inPlace.append(l.getOperands().begin(), l.getOperands().end());
+    std::optional<SmallVector<Value>> reads;
+    if (auto l = dyn_cast<LaunchOp>(op)) {
+      KernelOp kernel = module.lookupSymbol<KernelOp>(l.getKernelAttr());
+      if (kernel.getFamily() == "global_norm" && hasPartialSums(l))
+        reads.emplace(l.getOperands().take_back(l.getOperands().size() / 2));
+      else if (kernel.getFamily() == "global_norm" &&
+               module->hasAttr(MoEDialect::kLossScaleAttrName))
+        inPlace.append(l.getOperands().begin(), l.getOperands().end());
+    }
     if (failed(hostCode(
             {&op},
             [&]() -> LogicalResult {
@@ -1156,7 +1189,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
               }
               return success();
             },
-            inPlace)))
+            inPlace, reads ? std::optional<ArrayRef<Value>>(*reads) : std::nullopt)))
       return failure();
   }
   return success();

@@ -62,6 +62,18 @@ LogicalResult GlobalNormOp::verify() {
   return success();
 }
 
+LogicalResult SumSquaresOp::verify() {
+  auto result = cast<RankedTensorType>(getType());
+  int64_t n = cast<RankedTensorType>(getInput().getType()).getNumElements();
+  if (result.getRank() != 2)
+    return emitOpError() << "result must be 2-D (rows x chunks), got rank " << result.getRank();
+  int64_t rows = result.getShape()[0], chunks = result.getShape()[1];
+  if (rows < 1 || chunks < 1 || n % rows || (n / rows) % chunks)
+    return emitOpError() << rows << " rows of " << chunks << " chunks do not divide the input's "
+                         << n << " elements";
+  return success();
+}
+
 LogicalResult AdamWUpdateOp::verify() {
   double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
   if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))

@@ -53,9 +53,9 @@ Operation *gradientOf(Operation *op) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, bool savePreactivations, int64_t alignment)
+  Lowering(ModuleOp module, bool savePreactivations, int64_t alignment, bool deviceNorm)
       : module(module), builder(module), savePreactivations(savePreactivations),
-        alignment(alignment) {}
+        alignment(alignment), deviceNorm(deviceNorm) {}
 
   LogicalResult lowerFunction(func::FuncOp fn);
   void planFunction(func::FuncOp fn);
@@ -73,6 +73,11 @@ private:
   int64_t numLaunches = 0;
   bool savePreactivations;
   int64_t alignment;
+  bool deviceNorm;
+  /// With deviceNorm: the moe.sum_squares of each global norm's gradients,
+  /// and (once lowered) their launches' results.
+  DenseMap<Operation *, Operation *> normOf;
+  DenseMap<Operation *, SmallVector<Value>> partials;
   /// Gradient op -> the pre-activations its forward launch saved.
   DenseMap<Operation *, SmallVector<Value>> saved;
 };
@@ -102,6 +107,26 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
   if (!fn.getBody().hasOneBlock())
     return fn.emitOpError("has control flow; moe-lower-to-kernels lowers "
                           "single-block step functions");
+  if (deviceNorm)
+    for (auto norm : llvm::make_early_inc_range(fn.getOps<GlobalNormOp>())) {
+      builder.setInsertionPoint(norm);
+      std::optional<ArrayRef<int64_t>> layers = norm.getShardLayers();
+      for (auto [i, g] : llvm::enumerate(norm.getGrads())) {
+        auto type = cast<RankedTensorType>(g.getType());
+        if (!type.getElementType().isF32())
+          return norm.emitOpError("device-norm: gradient #") << i << " is not f32";
+        // A placed expert tensor's rows count separately (replicas).
+        int64_t rows = layers && (*layers)[i] >= 0 ? type.getShape()[0] : 1;
+        int64_t row = type.getNumElements() / rows, per = 1;
+        for (int64_t c = std::min<int64_t>(row, 256); c > 1; --c)
+          if (row % c == 0) {
+            per = c;
+            break;
+          }
+        auto result = RankedTensorType::get({rows, row / per}, builder.getF32Type());
+        normOf[SumSquaresOp::create(builder, norm.getLoc(), result, g)] = norm;
+      }
+    }
   SmallVector<Operation *> ops;
   for (Operation &op : fn.getBody().front().without_terminator()) {
     if (!isa<MoEDialect>(op.getDialect()))
@@ -176,6 +201,9 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
         continue;
       config.push_back(attr);
     }
+    // A device's global norm reads the partial sums of squares.
+    if (auto it = partials.find(op); it != partials.end())
+      operands.append(it->second.begin(), it->second.end());
     auto signature = builder.getFunctionType(TypeRange(operands), results);
     FlatSymbolRefAttr kernel =
         kernelFor(op->getLoc(), family, signature, builder.getDictionaryAttr(config), epilogue);
@@ -185,6 +213,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
                          updates, shardAxes);
     if (gradient)
       saved[gradient] = SmallVector<Value>(launch.getResults().take_back(numPre));
+    if (auto it = normOf.find(op); it != normOf.end())
+      partials[it->second].push_back(launch.getResult(0));
     if (last != op) {
       last->replaceAllUsesWith(launch);
       last->erase();
@@ -228,7 +258,7 @@ struct LowerToKernelsPass : public moe::impl::LowerToKernelsPassBase<LowerToKern
           << alignment.getValue() << " is not a power of two";
       return signalPassFailure();
     }
-    Lowering lowering(module, savePreactivations, alignment);
+    Lowering lowering(module, savePreactivations, alignment, deviceNorm);
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
     for (func::FuncOp fn : fns) {
       if (fn.isExternal())

@@ -70,6 +70,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;
     lower.alignment = options.bufferAlignment;
+    lower.deviceNorm = options.deviceNorm;
     pm.addPass(createLowerToKernelsPass(lower));
     if (options.bucket)
       pm.addPass(createBucketGradientsPass());

@@ -450,11 +450,22 @@ double sumOfSquares(const float *x, int64_t n) {
 }
 } // namespace
 
-extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
-                                      const int64_t *sizes, const unsigned char *sharded,
-                                      const int64_t *copies, const int *param_of, int count,
-                                      int axes, const int32_t *const *tables,
-                                      const int32_t *positions, const int64_t *rows, float *norm) {
+namespace {
+
+/// moert_step_global_norm, or with `squares` its _squares form: `grads`
+/// then hold sums of squares, which add as they are.
+int globalNorm(moert_context *ctx, const float *const *grads, const int64_t *sizes,
+               const unsigned char *sharded, const int64_t *copies, const int *param_of, int count,
+               int axes, const int32_t *const *tables, const int32_t *positions,
+               const int64_t *rows, bool squares, float *norm) {
+  auto sumOf = [&](const float *x, int64_t n) {
+    if (!squares)
+      return sumOfSquares(x, n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i)
+      s += x[i];
+    return s;
+  };
   double replicated = 0, shards = 0;
   for (int i = 0; i < count; ++i) {
     double sum = 0;
@@ -466,10 +477,10 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
         int32_t e = first + j < positions[i] ? tables[i][first + j] : -1;
         if (e < 0)
           continue;
-        sum += sumOfSquares(grads[i] + j * rowSize, rowSize) / replicas[e];
+        sum += sumOf(grads[i] + j * rowSize, rowSize) / replicas[e];
       }
     } else {
-      sum = sumOfSquares(grads[i], sizes[i]);
+      sum = sumOf(grads[i], sizes[i]);
     }
     if (ctx->grad_squares && param_of && param_of[i] >= 0)
       ctx->grad_squares[param_of[i]] = sum;
@@ -499,6 +510,10 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
     if (!std::isfinite(total)) {
       ctx->skip_update = 1;
     } else if (ctx->loss_scale != 1) {
+      if (squares) { // the gradients are not here to divide
+        std::fprintf(stderr, "moert: loss scaling needs the gradients on the host\n");
+        return 1;
+      }
       for (int i = 0; i < count; ++i) {
         auto *g = const_cast<float *>(grads[i]);
         for (int64_t j = 0; j < sizes[i]; ++j)
@@ -512,6 +527,27 @@ extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *gr
   }
   *norm = ctx->grad_norm = static_cast<float>(std::sqrt(total));
   return 0;
+}
+
+} // namespace
+
+extern "C" int moert_step_global_norm(moert_context *ctx, const float *const *grads,
+                                      const int64_t *sizes, const unsigned char *sharded,
+                                      const int64_t *copies, const int *param_of, int count,
+                                      int axes, const int32_t *const *tables,
+                                      const int32_t *positions, const int64_t *rows, float *norm) {
+  return globalNorm(ctx, grads, sizes, sharded, copies, param_of, count, axes, tables, positions,
+                    rows, false, norm);
+}
+
+extern "C" int moert_step_global_norm_squares(moert_context *ctx, const float *const *sums,
+                                              const int64_t *sizes, const unsigned char *sharded,
+                                              const int64_t *copies, const int *param_of, int count,
+                                              int axes, const int32_t *const *tables,
+                                              const int32_t *positions, const int64_t *rows,
+                                              float *norm) {
+  return globalNorm(ctx, sums, sizes, sharded, copies, param_of, count, axes, tables, positions,
+                    rows, true, norm);
 }
 
 extern "C" int moert_step_placed_runs(const moert_context *ctx, const int32_t *table,

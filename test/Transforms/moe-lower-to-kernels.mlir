@@ -3,6 +3,8 @@
 // Device targets plan at 512 bytes (OpenCL sub-buffers start at the
 // device's base alignment); the plan records it for moe-schedule.
 // RUN: moe-opt %s --moe-lower-to-kernels=alignment=512 --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=ALIGN
+// Device targets: each gradient's partial sums of squares feed the norm.
+// RUN: moe-opt %s --moe-lower-to-kernels=device-norm --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=DEVNORM
 // RUN: not moe-opt %s --moe-lower-to-kernels=alignment=48 --split-input-file 2>&1 | FileCheck %s --check-prefix=BADALIGN
 // BADALIGN: error: moe-lower-to-kernels: alignment 48 is not a power of two
 
@@ -48,6 +50,12 @@ func.func @chain(%x: tensor<2x4xf32>, %t: tensor<2xi32>) -> tensor<f32> {
 // CHECK-NOT: moe.add
 // CHECK: moe.fill 0.000000e+00 {moe.buffers = array<i64: 1, 0, 64>} : tensor<4x4xf32>
 // CHECK: moe.launch @adamw_update_0({{.*}}) {buffers = array<i64>, updates = @w}
+// DEVNORM: moe.kernel @sum_squares_0 family "sum_squares" : (tensor<4x4xf32>) -> tensor<1x1xf32>
+// DEVNORM: moe.kernel @global_norm_0 family "global_norm" : (tensor<4x4xf32>, tensor<1x1xf32>) -> tensor<f32>
+// DEVNORM-LABEL: func.func @residual
+// DEVNORM: %[[G:.*]] = moe.fill
+// DEVNORM: %[[P:.*]] = moe.launch @sum_squares_0(%[[G]])
+// DEVNORM: moe.launch @global_norm_0(%[[G]], %[[P]])
 moe.param @w : tensor<4x4xf32> init <normal, scale = 0.1>
 func.func @residual(%x: tensor<2x4xf32>, %s: tensor<i32>) -> tensor<2x4xf32> {
   %w = moe.get_param @w : tensor<4x4xf32>

@@ -1,9 +1,10 @@
-//===- ElementwiseKernelTest.cpp - add, adamw_update ------------------------===//
+//===- ElementwiseKernelTest.cpp - add, sum_squares, adamw_update ---------===//
 //
 // The kernel variants this file tests: `kernel: NAME GENERATOR PARAMS...`
 // lines, which test/codegen/CMakeLists.txt reads and generates with
 // moe-halide-gen (the scratch bound and KernelContractTest see them too).
 // kernel: add_k add size=40
+// kernel: sum_squares_k sum_squares size=96 rows=3 chunks=4
 // kernel: adamw_k adamw_update size=37 beta1=0.9 beta2=0.95 eps=1e-8 weight_decay=0.1 grad_clip=1.0
 
 #include "KernelTestUtil.h"
@@ -21,6 +22,28 @@ TEST(HalideKernelTest, Add) {
                         {tensorOf(a, {40}), tensorOf(b, {40})});
   ASSERT_EQ(want.size(), 1u);
   expectClose(z, want[0], 1);
+}
+
+TEST(HalideKernelTest, SumSquaresPerRowAndStridedChunk) {
+  ScratchWithin scratch({"sum_squares_k"});
+  // 3 rows of 32 elements, 4 chunks each: s[r, j] sums row r's elements
+  // j, j + 4, ..., j + 28.
+  auto x = randomVector(96, 26);
+  Floats s(12);
+  Buffer<float> bx(x.data(), 96), bs(s.data(), 12);
+  ASSERT_EQ(sum_squares_k(bx, bs), 0) << lastError;
+  auto want =
+      interpret("(%x: tensor<3x32xf32>) -> tensor<3x4xf32>",
+                "  %s = moe.sum_squares %x : tensor<3x32xf32> -> tensor<3x4xf32>\n  return %s : "
+                "tensor<3x4xf32>",
+                {tensorOf(x, {3, 32})});
+  ASSERT_EQ(want.size(), 1u);
+  expectClose(s, want[0], 2);
+  double direct = 0;
+  for (int e = 0; e < 32; ++e)
+    if (e % 4 == 1)
+      direct += double(x[32 + e]) * x[32 + e];
+  EXPECT_NEAR(s[4 + 1], direct, 1e-5 * direct);
 }
 
 TEST(HalideKernelTest, AdamWUpdatesInPlaceLikeTheInterpreter) {

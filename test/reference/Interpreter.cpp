@@ -907,6 +907,20 @@ bool Runner::step(Operation *op) {
         out(o.getResult(), r);
         return true;
       })
+      .Case([&](SumSquaresOp o) {
+        const Tensor &x = in(o.getInput());
+        auto shape = cast<RankedTensorType>(o.getType()).getShape();
+        int64_t rows = shape[0], chunks = shape[1];
+        int64_t row = static_cast<int64_t>(x.data.size()) / rows;
+        Tensor r = Tensor::zeros({rows, chunks});
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t e = 0; e < row; ++e) {
+            double v = x.data[i * row + e];
+            r.data[i * chunks + e % chunks] += v * v;
+          }
+        out(o.getResult(), r);
+        return true;
+      })
       .Case([&](AdamWUpdateOp o) {
         std::string name = o.getParam().str();
         auto it = params.find(name);

@@ -442,6 +442,8 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   // of the device's base alignment: 1024 bits on PoCL and Intel, 2048 on
   // AMD, 4096 on NVIDIA (moert/Device.h).
   options.bufferAlignment = target == moec::codegen::Target::Host ? 64 : 512;
+  // The global norm reads partial sums from the device, not the gradients.
+  options.deviceNorm = target != moec::codegen::Target::Host;
   options.routedRows = !denseExperts;
   options.overlap = schedule == Schedule::Overlap;
   options.zero = zeroStage;

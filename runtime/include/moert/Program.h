@@ -358,6 +358,15 @@ int moert_step_global_norm(moert_context *ctx, const float *const *grads, const 
                            const unsigned char *sharded, const int64_t *copies, const int *param_of,
                            int count, int axes, const int32_t *const *tables,
                            const int32_t *positions, const int64_t *rows, float *norm);
+/* The same from partial sums of squares (moe.sum_squares, a device target's
+ * global norm): `sums[i]` holds sizes[i] of them for gradient i, rows[i]
+ * rows of sizes[i] / rows[i] with `tables`, and they add as they are. Not
+ * with loss scaling, which divides the gradients themselves. */
+int moert_step_global_norm_squares(moert_context *ctx, const float *const *sums,
+                                   const int64_t *sizes, const unsigned char *sharded,
+                                   const int64_t *copies, const int *param_of, int count, int axes,
+                                   const int32_t *const *tables, const int32_t *positions,
+                                   const int64_t *rows, float *norm);
 /* moe.replica_sum: `in` holds `rows` rows of `row_size` floats, this rank's
  * positions [e rows, (e+1) rows) of `table` (`positions` entries, e this
  * rank's index in the group of `axes`); each row of an expert at several

@@ -1,6 +1,7 @@
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 // Every constraint of the optimiser step moe-autodiff appends:
-// moe.lr_schedule, moe.global_norm, moe.adamw_update and moe.balance_bias.
+// moe.lr_schedule, moe.global_norm, moe.sum_squares, moe.adamw_update and
+// moe.balance_bias.
 
 // lr_schedule: lr > 0
 func.func @f(%step: tensor<i32>) {
@@ -350,4 +351,22 @@ func.func @f(%g: tensor<4x4xf32>, %e: tensor<2x4x4xf32>) {
   %n = moe.global_norm %g, %e {sharded = array<i1: false, true>, shard_axes = ["ep"], shard_layers = array<i64: 0, 0>} : tensor<4x4xf32>, tensor<2x4x4xf32>
   return
 }
+}
+
+// -----
+
+// sum_squares: rows x chunks
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.sum_squares' op result must be 2-D (rows x chunks), got rank 1}}
+  %p = moe.sum_squares %g : tensor<8x16xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// sum_squares: the chunks divide each row
+func.func @f(%g: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.sum_squares' op 8 rows of 3 chunks do not divide the input's 128 elements}}
+  %p = moe.sum_squares %g : tensor<8x16xf32> -> tensor<8x3xf32>
+  return
 }

@@ -142,6 +142,8 @@ func.func @optimizer(%step: tensor<i32> {moe.input = "step"}, %dw: tensor<8x16xf
   %lr = moe.lr_schedule %step {lr = 3.0e-4 : f64, min_lr = 3.0e-5 : f64, warmup_steps = 100 : i64, total_steps = 1000 : i64, schedule = "cosine"}
   // CHECK: %[[NORM:.*]] = moe.global_norm %{{.*}}, %{{.*}} : tensor<8x16xf32>, tensor<8xf32>
   %norm = moe.global_norm %dw, %dg : tensor<8x16xf32>, tensor<8xf32>
+  // CHECK: moe.sum_squares %{{.*}} : tensor<8x16xf32> -> tensor<8x4xf32>
+  %sq = moe.sum_squares %dw : tensor<8x16xf32> -> tensor<8x4xf32>
   // CHECK: moe.global_norm %{{.*}}, %{{.*}} {shard_axes = ["ep"], sharded = array<i1: false, true>} : tensor<8x16xf32>, tensor<2x8x16xf32>
   %snorm = moe.global_norm %dw, %de {sharded = array<i1: false, true>, shard_axes = ["ep"]} : tensor<8x16xf32>, tensor<2x8x16xf32>
   // CHECK: moe.global_norm %{{.*}}, %{{.*}} {shard_axes = ["ep"], shard_layers = array<i64: -1, 0>, sharded = array<i1: false, true>}

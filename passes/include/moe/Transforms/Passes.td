@@ -128,6 +128,11 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
     `num_launches`, and `alignment` (which `moe-schedule` keeps when it
     plans again).
 
+    With `device-norm` (device targets), a `moe.sum_squares` of each
+    gradient precedes the `moe.global_norm`, and the norm's launch takes
+    the partial sums after the gradients: a placed expert tensor's rows
+    separately, each row in chunks of at most 256 elements.
+
     With `save-preactivations` (the default), an FFN (dense or expert)
     whose gradient the step computes saves its pre-activations (x W_up, and
     x W_gate when gated) as extra launch results (`save_preactivations`
@@ -139,7 +144,10 @@ def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
            "FFN forward launches keep their pre-activations for the backward">,
     Option<"alignment", "alignment", "int64_t", "64",
            "Byte alignment of every planned buffer (a power of two; 512 for "
-           "OpenCL devices, whose sub-buffers need their base alignment)">
+           "OpenCL devices, whose sub-buffers need their base alignment)">,
+    Option<"deviceNorm", "device-norm", "bool", "false",
+           "Each global norm's gradients get a moe.sum_squares (device "
+           "targets: the partial sums travel to the host, not the gradients)">
   ];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }

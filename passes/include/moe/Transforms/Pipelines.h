@@ -119,6 +119,9 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       *this, "buffer-alignment",
       llvm::cl::desc("Byte alignment of planned buffers (moe-lower-to-kernels' alignment)"),
       llvm::cl::init(64)};
+  Option<bool> deviceNorm{*this, "device-norm",
+                          llvm::cl::desc("moe-lower-to-kernels' device-norm (device targets)"),
+                          llvm::cl::init(false)};
   Option<bool> savePreactivations{
       *this, "save-preactivations",
       llvm::cl::desc("FFN forward launches keep their pre-activations for "

@@ -80,6 +80,32 @@ def MoE_GlobalNormOp : MoE_Op<"global_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
+def MoE_SumSquaresOp : MoE_Op<"sum_squares", [Pure]> {
+  let summary = "partial sums of squares of a gradient (a device's global norm)";
+  let description = [{
+    ```mlir
+    %p = moe.sum_squares %g : tensor<8x64xf32> -> tensor<8x4xf32>
+    ```
+    Reads the input's N elements flat, as R rows of N / R elements, R the
+    result's first dimension. Each row splits into J strided chunks, J the
+    result's second dimension: `p[r, j]` is the sum of the squares of row
+    r's elements j, j + J, j + 2 J, and so on. A row's sum of squares is the
+    sum of its J entries.
+
+    `moe-lower-to-kernels` with `device-norm` adds one before each gradient
+    of a `moe.global_norm`: on a device target the step program then reads
+    these sums back instead of the gradients (moert/Device.h). Neighbouring
+    chunks read neighbouring elements, so the loads coalesce on a GPU.
+
+    Constraints: the result is a 2-D f32 tensor; R divides N, and J
+    divides N / R.
+  }];
+  let arguments = (ins StaticShapeTensorOf<[F32]>:$input);
+  let results = (outs StaticShapeTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def MoE_AdamWUpdateOp : MoE_Op<"adamw_update", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
