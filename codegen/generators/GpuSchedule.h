@@ -12,9 +12,10 @@
 //   each sum in one fixed order (no atomics: results are deterministic);
 // - an update without a pure dimension (a scan, a total) runs on one
 //   device thread.
-// Every split guards its tail, so any shape is valid. Contractions are
-// plain (one output element per thread); shared-memory tiles for them are
-// the next step.
+// Every split guards its tail, so any shape is valid. A generator may
+// schedule its contraction with scheduleContractionForGpu instead
+// (shared-memory tiles; the linear layer does); the others are plain, one
+// output element per thread.
 //
 //===----------------------------------------------------------------------===//
 
@@ -106,6 +107,31 @@ inline void scheduleForGpu(Halide::Pipeline pipeline) {
           dims.emplace_back(v->name);
       gpu_detail::mapToGrid(f.update(static_cast<int>(u)), dims);
     }
+  }
+}
+
+/// A contraction's schedule with shared-memory tiles: `out`(n, m) reads
+/// `prod`(n, m) = sum over `k` of a(k, m) b(n, k), where `tiles` are a and
+/// b as Funcs of two variables (their element conversions). Each block
+/// computes a 16 x 16 tile of `out`, one element per thread; the sum runs
+/// over k in steps of 16, and each step first loads the 16 x 16 tiles of a
+/// and b it reads into shared memory, one element per thread, so each
+/// element of a and b is read from device memory once per block instead of
+/// once per output. Every split guards its tail.
+inline void scheduleContractionForGpu(Halide::Func out, Halide::Var n, Halide::Var m,
+                                      Halide::Func prod, Halide::RVar k,
+                                      const std::vector<Halide::Func> &tiles) {
+  using namespace Halide;
+  const int tile = 16;
+  const TailStrategy guard = TailStrategy::GuardWithIf;
+  Var nb("nb"), mb("mb"), nt("nt"), mt("mt");
+  out.gpu_tile(n, m, nb, mb, nt, mt, tile, tile, guard);
+  prod.compute_at(out, nb).gpu_threads(n, m);
+  RVar ko("ko"), ki("ki");
+  prod.update().split(k, ko, ki, tile, guard).reorder(ki, n, m, ko).gpu_threads(n, m);
+  for (Func t : tiles) {
+    std::vector<Var> args = t.args();
+    t.compute_at(prod, ko).gpu_threads(args[0], args[1]);
   }
 }
 

@@ -37,8 +37,8 @@ public:
   Input<Buffer<void, 2>> r{"r"};
   Output<Buffer<void, 2>> y{"y"};
 
-  Var n{"n"}, m{"m"};
-  Func prod{"prod"};
+  Var n{"n"}, m{"m"}, kv{"kv"};
+  Func prod{"prod"}, xf{"x_f"}, wf{"w_f"};
 
   void configure() { storage(x, w, b, r, y); }
 
@@ -50,8 +50,10 @@ public:
       prod = externGemm("prod_gemm", {n, m}, {gemmInput(x)}, {gemmInput(w)}, in);
     } else {
       RDom k(0, in);
+      xf(kv, m) = widened(x)(kv, m);
+      wf(n, kv) = widened(w)(n, kv);
       prod(n, m) = 0.0f;
-      prod(n, m) += widened(x)(k, m) * widened(w)(n, k);
+      prod(n, m) += xf(k, m) * wf(n, k);
     }
     if (direct()) {
       y = prod;
@@ -72,7 +74,7 @@ public:
     b.dim(0).set_bounds(0, bias ? (int)out : 1);
     constrainOptional(r, residual, {out, rows});
     if (moec_codegen::onGpu(get_target()))
-      return moec_codegen::scheduleForGpu(get_pipeline());
+      return moec_codegen::scheduleContractionForGpu(y, n, m, prod, prod.rvars()[0], {xf, wf});
     const int vec = natural_vector_size<float>();
     if (blas) {
       scheduleStaged(vec);
@@ -110,7 +112,7 @@ public:
 
   Var i{"i"}, j{"j"};
   // Transposed operands keep each contraction's broadcast side contiguous.
-  Func wT{"w_t"}, xT{"x_t"}, dxSum{"dx_sum"}, dwSum{"dw_sum"};
+  Func wT{"w_t"}, xT{"x_t"}, dxSum{"dx_sum"}, dwSum{"dw_sum"}, dyf{"dy_f"};
 
   void configure() { storage(x, w, dy, dx, dw); }
 
@@ -130,7 +132,7 @@ public:
       return;
     }
     RDom n(0, out), m(0, rows);
-    Func dyf = widened(dy);
+    dyf(i, j) = widened(dy)(i, j);
     wT(i, j) = widened(w)(j, i); // wT(k, n)
     xT(i, j) = widened(x)(j, i); // xT(m, k)
     // dx(k = i, m = j) = sum_n dy(n, m) w(k, n)
@@ -147,8 +149,14 @@ public:
     constrainDense(dy, {out, rows});
     constrainDense(dx, {in, rows});
     constrainDense(dw, {out, in});
-    if (moec_codegen::onGpu(get_target()))
-      return moec_codegen::scheduleForGpu(get_pipeline());
+    if (moec_codegen::onGpu(get_target())) {
+      // dy feeds both contractions: one shared-memory tile of it for each.
+      moec_codegen::scheduleContractionForGpu(dx, i, j, dxSum, dxSum.rvars()[0],
+                                              {dyf.in(dxSum), wT});
+      moec_codegen::scheduleContractionForGpu(dw, i, j, dwSum, dwSum.rvars()[0],
+                                              {xT, dyf.in(dwSum)});
+      return;
+    }
     const int vec = natural_vector_size<float>();
     if (blas) {
       scheduleStaged(vec);
