@@ -137,6 +137,8 @@ public:
 
   Var d{"d"}, f{"f"}, c{"c"}, e{"e"};
   Func hu{"hu"}, hg{"hg"}, h{"h"}, yAcc{"y_acc"};
+  // The operands as f32 (inlined on the CPU; shared-memory tiles on a GPU).
+  Func xf{"x_f"}, upf{"up_f"}, gatef{"gate_f"}, downf{"down_f"};
 
   void configure() { storage(x, up, down, gate, y, preUp, preGate); }
 
@@ -145,10 +147,14 @@ public:
       return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden);
-    Func xf = widened(x);
-    defineContraction(hu, {f, c, e}, rd, xf(rd, c, e) * widened(up)(f, rd, e));
-    if (gated)
-      defineContraction(hg, {f, c, e}, rd, xf(rd, c, e) * widened(gate)(f, rd, e));
+    xf(d, c, e) = widened(x)(d, c, e);
+    upf(f, d, e) = widened(up)(f, d, e);
+    downf(d, f, e) = widened(down)(d, f, e);
+    defineContraction(hu, {f, c, e}, rd, xf(rd, c, e) * upf(f, rd, e));
+    if (gated) {
+      gatef(f, d, e) = widened(gate)(f, d, e);
+      defineContraction(hg, {f, c, e}, rd, xf(rd, c, e) * gatef(f, rd, e));
+    }
     if (save) {
       // h from the saved (rounded) pre-activations, as the backward sees them.
       preUp(f, c, e) = narrowed(preUp, hu(f, c, e));
@@ -162,7 +168,7 @@ public:
       h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
                          : activate(activation, hu(f, c, e));
     }
-    defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * widened(down)(d, rf, e));
+    defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * downf(d, rf, e));
     y(d, c, e) = narrowed(y, yAcc(d, c, e));
   }
 
@@ -213,8 +219,21 @@ public:
     constrainOptional(preUp, save, {hidden, rows, groups});
     constrainOptional(preGate, save && gated, {hidden, rows, groups});
     constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
-    if (moec_codegen::onGpu(get_target()))
-      return moec_codegen::scheduleForGpu(get_pipeline());
+    if (moec_codegen::onGpu(get_target())) {
+      if (!save) // evaluation: h from the contractions, plain
+        return moec_codegen::scheduleForGpu(get_pipeline());
+      // Training: each pre-activation output is a tiled contraction of x,
+      // the activation h one pass over them, y a tiled contraction of h.
+      using moec_codegen::scheduleContractionForGpu;
+      scheduleContractionForGpu(preUp, f, c, hu, {{xf.in(hu), upf}}, {e});
+      if (gated)
+        scheduleContractionForGpu(preGate, f, c, hg, {{xf.in(hg), gatef}}, {e});
+      else
+        moec_codegen::computeRootOnGpu(preGate, {f, c, e});
+      moec_codegen::computeRootOnGpu(h, {f, c, e});
+      scheduleContractionForGpu(y, d, c, yAcc, {{h.in(yAcc), downf}}, {e});
+      return;
+    }
     const int vec = natural_vector_size<float>();
     if (blas) {
       scheduleStaged(vec);
@@ -279,6 +298,9 @@ public:
   Func huAcc{"hu_acc"}, hgAcc{"hg_acc"}, dhAcc{"dh_acc"}, act{"act"};
   Func upT{"up_t"}, gateT{"gate_t"}, downT{"down_t"}, xT{"x_t"}, hT{"h_t"};
   Func dxAcc{"dx_acc"}, dupAcc{"dup_acc"}, dgateAcc{"dgate_acc"}, ddownAcc{"ddown_acc"};
+  // dy as f32, and act's pre-activation gradients as Funcs of (f, c, e):
+  // inlined on the CPU, shared-memory tiles on a GPU.
+  Func dyf{"dy_f"}, dhuF{"dhu_f"}, dhgF{"dhg_f"};
 
   void configure() { storage(x, up, down, gate, dy, preUp, preGate, dx, dup, ddown, dgate); }
 
@@ -287,8 +309,9 @@ public:
       return generateBlas();
     bool gated = activation == Act::SwiGLU;
     RDom rd(0, width), rf(0, hidden), rc(0, rows);
+    dyf(d, c, e) = widened(this->dy)(d, c, e);
     Func x = widened(this->x), up = widened(this->up), down = widened(this->down),
-         gate = widened(this->gate), dy = widened(this->dy), preUp = widened(this->preUp),
+         gate = widened(this->gate), dy = dyf, preUp = widened(this->preUp),
          preGate = widened(this->preGate);
     if (!saved)
       defineContraction(huAcc, {f, c, e}, rd, x(rd, c, e) * up(f, rd, e));
@@ -305,9 +328,12 @@ public:
     } else {
       act(f, c, e) = Tuple(activate(activation, hu), dh * activateGrad(activation, hu));
     }
+    dhuF(f, c, e) = act(f, c, e)[1];
+    if (gated)
+      dhgF(f, c, e) = act(f, c, e)[2];
     auto h = [&](Expr ff, Expr cc) { return act(ff, cc, e)[0]; };
-    auto dhu = [&](Expr ff, Expr cc) { return act(ff, cc, e)[1]; };
-    auto dhg = [&](Expr ff, Expr cc) { return act(ff, cc, e)[2]; };
+    auto dhu = [&](Expr ff, Expr cc) { return dhuF(ff, cc, e); };
+    auto dhg = [&](Expr ff, Expr cc) { return dhgF(ff, cc, e); };
     xT(c, d, e) = x(d, c, e);
     hT(c, f, e) = h(f, c);
     // ddown(d, f) = sum_c h(f, c) dy(d, c)
@@ -402,8 +428,27 @@ public:
     constrainOptional(preUp, saved, {hidden, rows, groups});
     constrainOptional(preGate, saved && gated, {hidden, rows, groups});
     constrainOptional(routed, segments > 0, {(int)groups * (int)segments});
-    if (moec_codegen::onGpu(get_target()))
-      return moec_codegen::scheduleForGpu(get_pipeline());
+    if (moec_codegen::onGpu(get_target())) {
+      if (!saved) // recomputing the pre-activations: plain
+        return moec_codegen::scheduleForGpu(get_pipeline());
+      // act (h and the pre-activation gradients) once, after the tiled dh;
+      // each weight or input gradient a tiled contraction reading it.
+      using moec_codegen::scheduleContractionForGpu;
+      act.compute_root();
+      scheduleContractionForGpu(act, f, c, dhAcc, {{dyf.in(dhAcc), downT}}, {e});
+      scheduleContractionForGpu(ddown, d, f, ddownAcc, {{hT, dyf.in(ddownAcc)}}, {e});
+      std::vector<std::vector<Func>> dxTiles = {{dhuF.in(dxAcc), upT}};
+      if (gated)
+        dxTiles.push_back({dhgF.in(dxAcc), gateT});
+      scheduleContractionForGpu(dx, d, c, dxAcc, dxTiles, {e});
+      if (gated)
+        scheduleContractionForGpu(dgate, f, d, dgateAcc, {{xT.in(dgateAcc), dhgF.in(dgateAcc)}},
+                                  {e});
+      else
+        moec_codegen::computeRootOnGpu(dgate, {f, d, e});
+      scheduleContractionForGpu(dup, f, d, dupAcc, {{xT.in(dupAcc), dhuF.in(dupAcc)}}, {e});
+      return;
+    }
     if (blas) {
       scheduleStaged(vec);
       dhAcc.compute_root();

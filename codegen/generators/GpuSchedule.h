@@ -13,9 +13,9 @@
 // - an update without a pure dimension (a scan, a total) runs on one
 //   device thread.
 // Every split guards its tail, so any shape is valid. A generator may
-// schedule its contraction with scheduleContractionForGpu instead
-// (shared-memory tiles; the linear layer does); the others are plain, one
-// output element per thread.
+// schedule its contractions with scheduleContractionForGpu instead
+// (shared-memory tiles; the linear layers and FFNs do); the others are
+// plain, one output element per thread.
 //
 //===----------------------------------------------------------------------===//
 
@@ -74,6 +74,13 @@ template <typename S> void mapToGrid(S stage, const std::vector<Halide::Var> &di
 
 } // namespace gpu_detail
 
+/// A pure stage computed at root on the device, its `dims` (innermost
+/// first) mapped onto the grid as scheduleForGpu maps every stage.
+inline void computeRootOnGpu(Halide::Func f, const std::vector<Halide::Var> &dims) {
+  f.compute_root();
+  gpu_detail::mapToGrid(f, dims);
+}
+
 /// Schedules every stage of `pipeline` (a generator's get_pipeline()) for
 /// the target's GPU as the header comment says.
 inline void scheduleForGpu(Halide::Pipeline pipeline) {
@@ -111,27 +118,40 @@ inline void scheduleForGpu(Halide::Pipeline pipeline) {
 }
 
 /// A contraction's schedule with shared-memory tiles: `out`(n, m) reads
-/// `prod`(n, m) = sum over `k` of a(k, m) b(n, k), where `tiles` are a and
-/// b as Funcs of two variables (their element conversions). Each block
-/// computes a 16 x 16 tile of `out`, one element per thread; the sum runs
-/// over k in steps of 16, and each step first loads the 16 x 16 tiles of a
-/// and b it reads into shared memory, one element per thread, so each
-/// element of a and b is read from device memory once per block instead of
-/// once per output. Every split guards its tail.
+/// `prod`(n, m), whose update u adds the sum over its reduction variable k
+/// of a(k, m) b(n, k), where `tiles`[u] are that update's a and b as Funcs
+/// whose first two variables the sum reads (their element conversions, or
+/// wrappers: Func::in). With `batch` (one variable, such as the expert of a
+/// grouped contraction), out(n, m, batch): its batch index is one more
+/// block dimension, and a tile's third variable is the block's batch index.
+/// Each block computes a 16 x 16 tile of `out`, one element per thread;
+/// each sum runs over k in steps of 16, and each step first loads the 16 x
+/// 16 tiles of a and b it reads into shared memory, one element per thread,
+/// so each element of a and b is read from device memory once per block
+/// instead of once per output. Every split guards its tail.
 inline void scheduleContractionForGpu(Halide::Func out, Halide::Var n, Halide::Var m,
-                                      Halide::Func prod, Halide::RVar k,
-                                      const std::vector<Halide::Func> &tiles) {
+                                      Halide::Func prod,
+                                      const std::vector<std::vector<Halide::Func>> &tiles,
+                                      const std::vector<Halide::Var> &batch = {}) {
   using namespace Halide;
   const int tile = 16;
   const TailStrategy guard = TailStrategy::GuardWithIf;
   Var nb("nb"), mb("mb"), nt("nt"), mt("mt");
   out.gpu_tile(n, m, nb, mb, nt, mt, tile, tile, guard);
+  if (!batch.empty())
+    out.gpu_blocks(batch[0]);
   prod.compute_at(out, nb).gpu_threads(n, m);
-  RVar ko("ko"), ki("ki");
-  prod.update().split(k, ko, ki, tile, guard).reorder(ki, n, m, ko).gpu_threads(n, m);
-  for (Func t : tiles) {
-    std::vector<Var> args = t.args();
-    t.compute_at(prod, ko).gpu_threads(args[0], args[1]);
+  for (size_t u = 0; u < tiles.size(); ++u) {
+    RVar k = prod.rvars(static_cast<int>(u))[0];
+    RVar ko("ko" + std::to_string(u)), ki("ki" + std::to_string(u));
+    prod.update(static_cast<int>(u))
+        .split(k, ko, ki, tile, guard)
+        .reorder(ki, n, m, ko)
+        .gpu_threads(n, m);
+    for (Func t : tiles[u]) {
+      std::vector<Var> args = t.args();
+      t.compute_at(prod, ko).gpu_threads(args[0], args[1]); // ko's name is this update's
+    }
   }
 }
 

@@ -74,7 +74,7 @@ public:
     b.dim(0).set_bounds(0, bias ? (int)out : 1);
     constrainOptional(r, residual, {out, rows});
     if (moec_codegen::onGpu(get_target()))
-      return moec_codegen::scheduleContractionForGpu(y, n, m, prod, prod.rvars()[0], {xf, wf});
+      return moec_codegen::scheduleContractionForGpu(y, n, m, prod, {{xf, wf}});
     const int vec = natural_vector_size<float>();
     if (blas) {
       scheduleStaged(vec);
@@ -151,10 +151,8 @@ public:
     constrainDense(dw, {out, in});
     if (moec_codegen::onGpu(get_target())) {
       // dy feeds both contractions: one shared-memory tile of it for each.
-      moec_codegen::scheduleContractionForGpu(dx, i, j, dxSum, dxSum.rvars()[0],
-                                              {dyf.in(dxSum), wT});
-      moec_codegen::scheduleContractionForGpu(dw, i, j, dwSum, dwSum.rvars()[0],
-                                              {xT, dyf.in(dwSum)});
+      moec_codegen::scheduleContractionForGpu(dx, i, j, dxSum, {{dyf.in(dxSum), wT}});
+      moec_codegen::scheduleContractionForGpu(dw, i, j, dwSum, {{xT, dyf.in(dwSum)}});
       return;
     }
     const int vec = natural_vector_size<float>();
