@@ -8,6 +8,8 @@
 
 #include "moert/Device.h"
 
+#include "ParamSizes.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -240,21 +242,28 @@ int bringOver(Arena &a, int64_t b, int64_t e, bool toDevice) {
 int toHost(Arena &a, int64_t b, int64_t e) { return bringOver(a, b, e, false); }
 int toDevice(Arena &a, int64_t b, int64_t e) { return bringOver(a, b, e, true); }
 
+/// After a kernel call that returned `rc`, a staged buffer: what the device
+/// wrote comes back to the host (host-newer in arena `a` at byte `at`, when
+/// it lies in one), and its device allocation is released. Returns rc, or
+/// the first copy error.
+int stagedDone(halide_buffer_t *b, int rc, Arena *a, int64_t at) {
+  if (!b->device)
+    return rc;
+  if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty)) {
+    rc = halide_copy_to_host(nullptr, b);
+    moert_device_count(0, bytesOf(b));
+    if (a)
+      a->hostNewer.add(at, at + bytesOf(b));
+  }
+  int freed = halide_device_free(nullptr, b);
+  return rc ? rc : freed;
+}
+
 void release(State *s) {
   for (Arena &a : s->arenas)
     if (a.buf.device)
       halide_device_free(nullptr, &a.buf);
   s->arenas.clear();
-}
-
-int64_t paramFloats(const moert_param_info &p, bool moment) {
-  int64_t n = 1;
-  for (int d = 0; d < p.rank; ++d)
-    n *= p.shape[d];
-  if (p.zero_parts <= 1)
-    return n;
-  int64_t shard = (n + p.zero_parts - 1) / p.zero_parts;
-  return moment ? shard : p.zero_parts * shard;
 }
 
 } // namespace
@@ -275,18 +284,8 @@ extern "C" int moert_device_inputs(const halide_device_interface_t *device, cons
 }
 
 extern "C" int moert_device_outputs(int rc, halide_buffer_t *const *bufs, int n) {
-  for (int i = 0; i < n; ++i) {
-    halide_buffer_t *b = bufs[i];
-    if (!b->device)
-      continue;
-    if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty)) {
-      rc = halide_copy_to_host(nullptr, b);
-      moert_device_count(0, bytesOf(b));
-    }
-    int freed = halide_device_free(nullptr, b);
-    if (rc == 0)
-      rc = freed;
-  }
+  for (int i = 0; i < n; ++i)
+    rc = stagedDone(bufs[i], rc, nullptr, 0);
   return rc;
 }
 
@@ -304,10 +303,11 @@ extern "C" int moert_device_attach(moert_context *ctx, const halide_device_inter
   add(ctx->activations, activation_bytes);
   add(ctx->gradients, gradient_bytes);
   for (int i = 0; i < num_params; ++i) {
-    add(ctx->params[i], 4 * paramFloats(params[i], false));
+    // As the trainer allocates them.
+    add(ctx->params[i], 4 * moert::paramBufferElements(params[i]));
     if (params[i].adamw && ctx->moments) {
-      add(ctx->moments[2 * i], 4 * paramFloats(params[i], true));
-      add(ctx->moments[2 * i + 1], 4 * paramFloats(params[i], true));
+      add(ctx->moments[2 * i], 4 * moert::zeroShardElements(params[i]));
+      add(ctx->moments[2 * i + 1], 4 * moert::zeroShardElements(params[i]));
     }
   }
   std::sort(want.begin(), want.end());
@@ -419,17 +419,7 @@ extern "C" int moert_device_called(moert_context *ctx, int rc, halide_buffer_t *
         rc = released;
       continue;
     }
-    if (!b->device)
-      continue;
-    if (rc == 0 && (b->flags & halide_buffer_flag_device_dirty)) {
-      rc = halide_copy_to_host(nullptr, b);
-      moert_device_count(0, bytes);
-      if (a)
-        a->hostNewer.add(at, at + bytes);
-    }
-    int freed = halide_device_free(nullptr, b);
-    if (rc == 0)
-      rc = freed;
+    rc = stagedDone(b, rc, a, at);
   }
   if (s)
     s->cropped.clear();

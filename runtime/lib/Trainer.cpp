@@ -11,6 +11,8 @@
 
 #include "Trainer.h"
 
+#include "ParamSizes.h"
+
 #include "moert/DeviceCopies.h"
 #include "moert/ScratchPool.h"
 
@@ -30,21 +32,12 @@ int moert::trainer::trainRank(const Shared &sh, moert_comm *comm) {
   return trainer.run();
 }
 
-int64_t moert::trainer::numel(const moert_param_info &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.shape[i];
-  return n;
-}
+int64_t moert::trainer::numel(const moert_param_info &p) { return moert::paramElements(p); }
 
-int64_t moert::trainer::zeroShard(const moert_param_info &p) {
-  int64_t n = numel(p), parts = std::max(p.zero_parts, 1);
-  return (n + parts - 1) / parts;
-}
+int64_t moert::trainer::zeroShard(const moert_param_info &p) { return moert::zeroShardElements(p); }
 
 int64_t moert::trainer::stateBytes(const moert_param_info &p) {
-  int64_t param = p.zero_parts > 1 ? p.zero_parts * zeroShard(p) : numel(p);
-  return 4 * (param + (p.adamw ? 2 * zeroShard(p) : 0));
+  return 4 * (moert::paramBufferElements(p) + (p.adamw ? 2 * zeroShard(p) : 0));
 }
 
 /// The program data replica `replica` runs: its own with unequal token

@@ -61,15 +61,15 @@ void Trainer::checkLocalSteps() {
 void Trainer::outerStep(long long s, bool force) {
   if (o.localSteps <= 0 || s + 1 < o.syncSteps)
     return;
-  if (s + 1 == o.syncSteps || force || (s + 1) % o.localSteps == 0)
-    deviceSync();
   if (s + 1 == o.syncSteps) { // the synchronous start ends: the first window's start
+    deviceSync();
     for (size_t i = 0; i < params.size(); ++i)
       outerStart[i].assign(params[i].begin(), params[i].end());
     return;
   }
   if (!force && (s + 1) % o.localSteps != 0)
     return;
+  deviceSync();
   size_t total = 0;
   for (auto &p : params)
     total += p.size();
