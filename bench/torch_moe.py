@@ -18,10 +18,12 @@ choice order, each expert keeping its first `capacity`):
   matmuls, every slot computed (padding included).
 
 usage: torch_moe.py MODEL.json STEPS THREADS [--data FILE] [--warm N]
-                    [--dispatch sorted|capacity]
+                    [--dispatch sorted|capacity] [--device cpu|cuda]
   --data: train on this file's bytes (windows at random offsets, as the
   moec binary's text reader; vocab_size must be 256), else random tokens;
   --warm: train N untimed steps first (the routing regime after training).
+  --device cuda: on the first GPU (f32, PyTorch's default matmul precision);
+  peak bytes are then the GPU's peak allocation.
 Prints one JSON line: median tokens/s over STEPS timed steps (after two
 warm-up steps), the kept fraction of token-slots, peak resident bytes.
 """
@@ -178,7 +180,11 @@ def main():
     ap.add_argument("--data")
     ap.add_argument("--warm", type=int, default=0)
     ap.add_argument("--dispatch", choices=["sorted", "capacity"], default="sorted")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.set_default_device("cuda")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     m = json.load(open(args.model))
@@ -190,7 +196,12 @@ def main():
     b, s, v = m["batch_size"], m["seq_len"], m["vocab_size"]
     corpus = None
     if args.data:
-        corpus = torch.frombuffer(bytearray(open(args.data, "rb").read()), dtype=torch.uint8).long()
+        raw = bytearray(open(args.data, "rb").read())
+        if cuda:
+            with torch.device("cpu"):
+                corpus = torch.frombuffer(raw, dtype=torch.uint8).long()
+        else:
+            corpus = torch.frombuffer(raw, dtype=torch.uint8).long()
         if v != 256 or len(corpus) <= s + 1:
             sys.exit("torch_moe.py: --data needs vocab_size 256 and a file longer than seq_len")
 
@@ -199,18 +210,23 @@ def main():
             return torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))
         starts = torch.randint(0, len(corpus) - s - 1, (b,))
         windows = torch.stack([corpus[i:i + s + 1] for i in starts.tolist()])
+        windows = windows.to(args.device)
         return windows[:, :-1], windows[:, 1:]
 
     times, kept = [], []
     for step in range(args.warm + args.steps + 2):
         tokens, targets = batch()
         model.kept = []
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), o.get("grad_clip", 1.0))
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         if step >= args.warm + 2:  # two warm-up steps
             times.append(time.perf_counter() - start)
             if model.kept:
@@ -219,7 +235,9 @@ def main():
                       "model": m["name"], "threads": args.threads, "steps": args.steps,
                       "warm": args.warm, "tokens_per_s": b * s / statistics.median(times),
                       "kept_fraction": statistics.median(kept) if kept else 1.0,
+                      "device": args.device,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
                       "loss": float(loss)}))
 
 

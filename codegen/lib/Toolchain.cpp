@@ -133,7 +133,7 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
   const std::string &gen = options.generator;
   // GPU targets: Halide's device back end (the generators schedule for it,
   // codegen/generators/GpuSchedule.h).
-  std::string halideTarget = "host";
+  std::string halideTarget = options.hostTarget;
   if (options.target != Target::Host)
     halideTarget += options.target == Target::OpenCL
                         ? "-opencl"

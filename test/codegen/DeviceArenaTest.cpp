@@ -1,7 +1,7 @@
-//===- DeviceArenaTest.cpp - arenas resident on an OpenCL device ----------===//
+//===- DeviceArenaTest.cpp - arenas resident on a device ------------------===//
 //
-// The device layer of moert/Device.h on the OpenCL device of the kernel
-// tests (PoCL in CI), with a real kernel (add_k, z = a + b): a kernel's
+// The device layer of moert/Device.h on the device of the kernel tests
+// (OpenCL: PoCL in CI; CUDA: MoEKernelTestsCUDA), with a real kernel (add_k, z = a + b): a kernel's
 // arguments are crops of the arena's device copy, and bytes cross between
 // host and device only where the other side changed them. The counts are
 // moert_device_copied's, the metrics' device_copy_bytes.
@@ -10,8 +10,16 @@
 
 #include "KernelTestUtil.h"
 
-#include "HalideRuntimeOpenCL.h"
 #include "add_k.h"
+#ifdef MOEC_KERNEL_TEST_CUDA
+#include "HalideRuntimeCuda.h"
+#define DEVICE_INTERFACE halide_cuda_device_interface()
+#define DEVICE_API "cuda"
+#else
+#include "HalideRuntimeOpenCL.h"
+#define DEVICE_INTERFACE halide_opencl_device_interface()
+#define DEVICE_API "opencl"
+#endif
 #include "moert/Device.h"
 
 #include <cstring>
@@ -38,9 +46,7 @@ protected:
   void SetUp() override {
     arena.assign(kArena / 4, 0.0f);
     ctx.activations = reinterpret_cast<char *>(arena.data());
-    ASSERT_EQ(moert_device_attach(&ctx, halide_opencl_device_interface(), "opencl", nullptr, 0,
-                                  kArena, 0),
-              0);
+    ASSERT_EQ(moert_device_attach(&ctx, DEVICE_INTERFACE, DEVICE_API, nullptr, 0, kArena, 0), 0);
     copied(); // reset
   }
   void TearDown() override { moert_device_free(&ctx); }
@@ -100,6 +106,21 @@ TEST_F(DeviceArenaTest, OnlyWhatTheOtherSideChangedCrosses) {
   EXPECT_EQ(z[kN - 1], 1.5f * (kN - 1));
 }
 
+TEST_F(DeviceArenaTest, AnArgumentOutsideTheArenasIsStaged) {
+  // Tokens, metric buffers on the stack: they travel with the call.
+  float *a = at(0), *b = at(kStride);
+  std::vector<float> z(kN, 0.0f);
+  for (int i = 0; i < kN; ++i)
+    a[i] = 1.0f, b[i] = static_cast<float>(i);
+  ASSERT_EQ(add(a, b, z.data()), 0);
+  Copied c = copied();
+  EXPECT_EQ(c.toDevice, 2 * kBytes);
+  EXPECT_EQ(c.toHost, kBytes); // the staged output, back at once
+  for (int i = 0; i < kN; ++i)
+    ASSERT_EQ(z[i], 1.0f + static_cast<float>(i)) << i;
+}
+
+#ifndef MOEC_KERNEL_TEST_CUDA
 TEST_F(DeviceArenaTest, AnArgumentACropCannotTakeIsStaged) {
   // 64 bytes past an aligned offset: OpenCL sub-buffers need the device's
   // base alignment, so this argument travels with the call.
@@ -126,6 +147,27 @@ TEST_F(DeviceArenaTest, AnArgumentACropCannotTakeIsStaged) {
     ASSERT_EQ(z[i], in + static_cast<float>(i)) << i;
   }
 }
+#else
+TEST_F(DeviceArenaTest, ACudaCropTakesAnyOffset) {
+  // CUDA crops are plain device pointers: 64 bytes past an aligned offset,
+  // and a view overlapping a device-newer result, stay on the device.
+  float *a = at(0), *b = at(kStride), *y = at(2 * kStride), *z = at(3 * kStride + 64);
+  for (int i = 0; i < kN; ++i)
+    a[i] = 1.0f, b[i] = static_cast<float>(i);
+  ASSERT_EQ(add(a, b, y), 0);
+  copied();
+  ASSERT_EQ(add(y + 16, b, z), 0);
+  Copied c = copied();
+  EXPECT_EQ(c.toDevice, 4 * 16); // the input's 16 floats past y, host-newer
+  EXPECT_EQ(c.toHost, 0);
+  ASSERT_EQ(moert_device_host(&ctx, z, kBytes), 0);
+  EXPECT_EQ(copied().toHost, kBytes);
+  for (int i = 0; i < kN; ++i) {
+    float in = i < 24 ? 1.0f + static_cast<float>(16 + i) : 0.0f;
+    ASSERT_EQ(z[i], in + static_cast<float>(i)) << i;
+  }
+}
+#endif
 
 TEST_F(DeviceArenaTest, TheTrainerTakesTheStateBackAndReturnsIt) {
   float *a = at(0), *b = at(kStride), *z = at(2 * kStride);

@@ -1,11 +1,19 @@
-# cmake -DNAME=kernel -DDIR=dir -P DeviceWrapper.cmake
+# cmake -DNAME=kernel -DDIR=dir -DAPI=opencl|cuda -P DeviceWrapper.cmake
 # Writes DIR/NAME.h: NAME(...) with the arguments of NAME_device (a kernel
-# generated for OpenCL, declared in DIR/NAME_device.h) that stages its
-# buffers through the device (moert/Device.h) as the step program of
-# `moec --target opencl` does, and NAME_metadata. MoEKernelTestsOpenCL
-# (test/codegen/CMakeLists.txt) calls it as MoEKernelTests calls the host
-# kernel NAME. Device intermediates come from the device API, not moert's
-# scratch pool, so ScratchWithin checks only what stays on the host there.
+# generated for the device API, declared in DIR/NAME_device.h) that stages
+# its buffers through the device (moert/Device.h) as the step program of
+# `moec --target API` does, and NAME_metadata. MoEKernelTestsOpenCL and
+# MoEKernelTestsCUDA (test/codegen/CMakeLists.txt) call it as
+# MoEKernelTests calls the host kernel NAME. Device intermediates come from
+# the device API, not moert's scratch pool, so ScratchWithin checks only
+# what stays on the host there.
+if(API STREQUAL "opencl")
+  set(runtime_header HalideRuntimeOpenCL.h)
+elseif(API STREQUAL "cuda")
+  set(runtime_header HalideRuntimeCuda.h)
+else()
+  message(FATAL_ERROR "DeviceWrapper.cmake: API must be opencl or cuda, not '${API}'")
+endif()
 file(READ ${DIR}/${NAME}_device.h header)
 string(REGEX MATCH "int ${NAME}_device\\(([^)]*)\\);" decl "${header}")
 if(NOT decl)
@@ -27,11 +35,11 @@ file(WRITE ${DIR}/${NAME}.h.tmp
 #ifndef ${NAME}_DEVICE_WRAPPER_H
 #define ${NAME}_DEVICE_WRAPPER_H
 #include \"${NAME}_device.h\"
-#include \"HalideRuntimeOpenCL.h\"
+#include \"${runtime_header}\"
 #include \"moert/Device.h\"
 inline int ${NAME}(${params}) {
   halide_buffer_t *const bufs[] = {${names}};
-  if (int rc = moert_device_inputs(halide_opencl_device_interface(), \"opencl\",
+  if (int rc = moert_device_inputs(halide_${API}_device_interface(), \"${API}\",
                                    ${NAME}_device_metadata(), bufs))
     return rc;
   return moert_device_outputs(${NAME}_device(${names}), bufs, ${count});

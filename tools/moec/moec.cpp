@@ -32,6 +32,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -100,6 +101,12 @@ static cl::opt<unsigned> cudaCapability(
     cl::desc("With --target=cuda: the compute capability the kernels' PTX targets, one of 30, "
              "32, 35, 50, 61, 70, 75, 80, 86 (default 80: Ampere, Hopper and later GPUs run it)"),
     cl::init(80), cl::cat(category));
+static cl::opt<std::string> hostTarget(
+    "host-target",
+    cl::desc("The Halide target of the host CPU's kernels and of the host side of device "
+             "kernels: 'host' (default: this machine's CPU features), or arch-bits-os-features "
+             "for another machine's CPU, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41"),
+    cl::init("host"), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
 static cl::opt<bool> noKernelCache(
     "no-kernel-cache",
@@ -367,6 +374,14 @@ int checkFlags() {
       return fail("--cuda-capability " + Twine(cudaCapability) +
                   ": Halide targets 30, 32, 35, 50, 61, 70, 75, 80 or 86");
   }
+  if (hostTarget != "host" &&
+      !llvm::Regex("^(x86-64|x86-32|arm-64|arm-32|riscv-64|powerpc-64)-linux(-[a-z0-9_]+)*$")
+           .match(hostTarget))
+    return fail(Twine("--host-target ") + hostTarget.getValue() +
+                ": expected 'host' or a Halide target arch-bits-os[-features], e.g. "
+                "x86-64-linux-avx-avx2-f16c-fma-sse41");
+  if (StringRef(hostTarget).contains("cuda") || StringRef(hostTarget).contains("opencl"))
+    return fail("--host-target names the CPU's features only; the device is --target");
   if (ranks > 1 && !clusterFile.empty())
     return fail("--ranks partitions the step for N ranks of this machine; with "
                 "--cluster the plan chooses the ranks (force degrees with "
@@ -648,6 +663,7 @@ int build(const std::vector<Program> &programs, const nlohmann::json &manifest, 
   toolchain.cacheDir = noKernelCache ? "" : moec::codegen::defaultKernelCache();
   toolchain.target = target;
   toolchain.cudaCapability = static_cast<int>(cudaCapability);
+  toolchain.hostTarget = hostTarget;
   if (!sys::fs::can_execute(toolchain.generator))
     return fail("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = moec::codegen::generateKernels(calls, dir, toolchain))

@@ -40,6 +40,9 @@ struct ToolchainOptions {
   /// With Target::Cuda: the compute capability the PTX targets (Halide's
   /// cuda_capability_N: 30, 32, 35, 50, 61, 70, 75, 80 or 86).
   int cudaCapability = 80;
+  /// The Halide target of the CPU side: "host" (this machine's features) or
+  /// arch-bits-os[-features].
+  std::string hostTarget = "host";
 };
 
 /// The kernel cache moec uses by default: $MOEC_KERNEL_CACHE ("none": no
