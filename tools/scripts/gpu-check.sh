@@ -18,9 +18,6 @@ if ! ./bin/tiny_host --help >/dev/null 2>"$r"/loader.txt; then
   export LD_LIBRARY_PATH=$w/lib:$w/lib/fallback
   ./bin/tiny_host --help >/dev/null 2>>"$r"/loader.txt || { cat "$r"/loader.txt; exit 1; }
 fi
-echo "== kernel tests"
-timeout 240 ./bin/MoEKernelTestsCUDA --gtest_output=json:"$r"/kernels.json > "$r"/kernels.txt 2>&1
-echo "rc $?"; grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$r"/kernels.txt | head -30
 echo "== training, CUDA against the host binary"
 mkdir -p "$r"/m
 while IFS='|' read -r name bin data flags; do
@@ -66,7 +63,7 @@ PY
 }
 speed tiny_cuda tiny_cuda --data data/kjv.txt --steps 60
 speed tiny_host tiny_host --data data/kjv.txt --steps 60 --threads "$(nproc)"
-speed small_cuda small_cuda --data data/kjv.txt --steps 25
+speed small_cuda small_cuda --data data/kjv.txt --steps 25 --trace "$r"/small_cuda_trace.json
 speed small_host small_host --data data/kjv.txt --steps 12 --threads "$(nproc)"
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   for m in tiny small; do
@@ -74,4 +71,7 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
       2>&1 | tail -1 | tee -a "$r"/torch.txt
   done
 fi
+echo "== kernel tests"
+timeout 240 ./bin/MoEKernelTestsCUDA --gtest_output=json:"$r"/kernels.json > "$r"/kernels.txt 2>&1
+echo "rc $?"; grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$r"/kernels.txt | head -30
 tar cf "$r"/m.tar -C "$r" m && rm -rf "$r"/m
