@@ -11,6 +11,7 @@
 #include "ParamSizes.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -139,7 +140,19 @@ struct State {
   std::vector<Arena> arenas; // by host address
   // The current kernel call's arguments that are crops (else staged).
   std::vector<char> cropped;
+  // Kernel profiling: the current call's kernel and when it started.
+  const char *profiled = nullptr;
+  std::chrono::steady_clock::time_point profileStart;
 };
+
+/// Kernel profiling: waits for every kernel already queued on the device
+/// (Halide's device sync takes a buffer on the device: any arena's).
+int waitForDevice(State *s) {
+  for (Arena &a : s->arenas)
+    if (a.buf.device)
+      return s->device->device_sync(nullptr, &a.buf);
+  return 0;
+}
 
 State *stateOf(moert_context *ctx) { return static_cast<State *>(ctx->device); }
 
@@ -394,12 +407,27 @@ extern "C" int moert_device_call(moert_context *ctx, const halide_filter_metadat
         moert_device_count(bytes, 0);
       }
     }
+  s->profiled = nullptr;
+  if (moert_kernel_profile_enabled()) {
+    if (int rc = waitForDevice(s))
+      return rc;
+    s->profiled = md->name;
+    s->profileStart = std::chrono::steady_clock::now();
+  }
   return 0;
 }
 
 extern "C" int moert_device_called(moert_context *ctx, int rc, halide_buffer_t *const *bufs,
                                    int n) {
   State *s = stateOf(ctx);
+  if (s && s->profiled && rc == 0) {
+    // Staged arguments not yet copied back: the time is the kernel's.
+    rc = waitForDevice(s);
+    std::chrono::duration<double> t = std::chrono::steady_clock::now() - s->profileStart;
+    moert_kernel_profile_add(s->profiled, t.count());
+  }
+  if (s)
+    s->profiled = nullptr;
   for (int i = 0; i < n; ++i) {
     halide_buffer_t *b = bufs[i];
     const int64_t bytes = bytesOf(b);

@@ -1,4 +1,4 @@
-//===- DeviceCopies.cpp - the device staging's per-thread byte counts -----===//
+//===- DeviceCopies.cpp - the device layer's byte counts and kernel times -===//
 //
 // Apart from Device.cpp so that the trainer, which reads the counts of
 // every binary, does not pull Halide's device API into host binaries.
@@ -7,9 +7,53 @@
 
 #include "moert/DeviceCopies.h"
 
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
 namespace {
 thread_local int64_t copied[2];
+
+struct ProfileRow {
+  std::string kernel;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+std::atomic<bool> profiling{false};
+std::mutex profileMutex;
+std::vector<ProfileRow> profileRows;
 } // namespace
+
+extern "C" void moert_kernel_profile_enable(int on) { profiling = on != 0; }
+
+extern "C" int moert_kernel_profile_enabled(void) { return profiling ? 1 : 0; }
+
+extern "C" void moert_kernel_profile_add(const char *kernel, double seconds) {
+  std::lock_guard<std::mutex> lock(profileMutex);
+  for (ProfileRow &row : profileRows)
+    if (row.kernel == kernel) {
+      ++row.calls;
+      row.seconds += seconds;
+      return;
+    }
+  profileRows.push_back({kernel, 1, seconds});
+}
+
+extern "C" int moert_kernel_profile_row(int i, const char **kernel, int64_t *calls,
+                                        double *seconds) {
+  std::lock_guard<std::mutex> lock(profileMutex);
+  if (i < 0 || i >= static_cast<int>(profileRows.size()))
+    return 0;
+  // Rows are only appended, and a std::string's buffer stays put while
+  // the vector grows only if it is not moved: return a stable copy.
+  static thread_local std::string name;
+  name = profileRows[i].kernel;
+  *kernel = name.c_str();
+  *calls = profileRows[i].calls;
+  *seconds = profileRows[i].seconds;
+  return 1;
+}
 
 extern "C" void moert_device_count(int64_t toDevice, int64_t toHost) {
   copied[0] += toDevice;

@@ -347,6 +347,11 @@ int Trainer::run() {
   checkCheckpointPath();
   checkRebalance();
   checkLocalSteps();
+  if (o.profileKernels) {
+    if (!prog.device_sync)
+      die("--profile-kernels times device kernels: this binary runs its kernels on the host "
+          "CPU (compile with moec --target opencl|cuda)");
+  }
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
@@ -371,6 +376,8 @@ int Trainer::run() {
     return 128 + (signo ? signo : SIGINT);
   }
   reportCommunication();
+  if (lead && o.profileKernels)
+    reportKernelProfile();
   if (canEval)
     evaluate(o.steps);
   if (o.sample > 0)
@@ -437,6 +444,10 @@ Trainer::StepResult Trainer::runStep(long long s) {
   ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
   // Delayed gradients after the synchronous start.
   ctx.staleness = s >= o.syncSteps ? o.staleness : 0;
+  // --profile-kernels: from the second step (the first compiles the
+  // device's kernels and allocates its arenas).
+  const bool profiled = o.profileKernels && s > firstStep;
+  moert_kernel_profile_enable(profiled);
   int64_t copied[2];
   moert_device_copied(copied); // from the step's start (evaluations run between)
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
@@ -471,6 +482,10 @@ Trainer::StepResult Trainer::runStep(long long s) {
   auto now = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(now - start).count();
   double commSeconds = std::min(ctx.comm_seconds, seconds);
+  if (profiled) {
+    profiledSeconds += seconds;
+    ++profiledSteps;
+  }
   if (rc != 0)
     commError("step " + std::to_string(s) + " failed in a kernel or collective (code " +
               std::to_string(rc) + ")");
@@ -765,6 +780,56 @@ void Trainer::reportCommunication() const {
                 "(%.1fx less; the codecs' formula: %lld)\n",
                 (long long)lastCodec[0], (long long)lastCodec[1],
                 double(lastCodec[1]) / double(lastCodec[0]), (long long)prog.step_codec_bytes);
+}
+
+/// --profile-kernels: the training steps' device time per kernel family
+/// (the kernels' names without their index), largest first, against the
+/// steps' wall time; this process's ranks together. Evaluations are not
+/// counted (Trainer::evaluate pauses the profile).
+void Trainer::reportKernelProfile() {
+  struct Family {
+    std::string name;
+    long long calls = 0, kernels = 0;
+    double seconds = 0;
+  };
+  std::vector<Family> families;
+  const char *kernel = nullptr;
+  int64_t calls = 0;
+  double seconds = 0, total = 0;
+  for (int i = 0; moert_kernel_profile_row(i, &kernel, &calls, &seconds); ++i) {
+    std::string name = kernel;
+    size_t cut = name.find_last_not_of("0123456789");
+    if (cut != std::string::npos && cut + 1 < name.size() && name[cut] == '_')
+      name.resize(cut);
+    auto it = std::find_if(families.begin(), families.end(),
+                           [&](const Family &f) { return f.name == name; });
+    if (it == families.end())
+      it = families.insert(families.end(), Family{name});
+    it->calls += calls;
+    it->kernels += 1;
+    it->seconds += seconds;
+    total += seconds;
+  }
+  std::sort(families.begin(), families.end(),
+            [](const Family &a, const Family &b) { return a.seconds > b.seconds; });
+  long long steps = std::max(profiledSteps, 1LL);
+  std::printf("kernel profile: %lld steps after the first, %.2f ms a step in %lld device kernel families "
+              "(%.0f%% of the steps' %.2f ms; the rest is host code, copies and "
+              "collectives)\n",
+              profiledSteps, 1e3 * total / steps, (long long)families.size(),
+              profiledSeconds > 0 ? 100.0 * total / profiledSeconds : 0.0,
+              1e3 * profiledSeconds / steps);
+  std::printf("  %-20s %8s %8s %12s %7s\n", "family", "kernels", "calls", "ms a step", "share");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Family &f : families) {
+    std::printf("  %-20s %8lld %8lld %12.3f %6.1f%%\n", f.name.c_str(), f.kernels, f.calls / steps,
+                1e3 * f.seconds / steps, total > 0 ? 100.0 * f.seconds / total : 0.0);
+    rows.push_back(
+        {{"family", f.name}, {"kernels", f.kernels}, {"calls", f.calls}, {"seconds", f.seconds}});
+  }
+  if (metrics)
+    writeMetrics(
+        {{"kernel_profile", rows}, {"steps", profiledSteps}, {"step_seconds", profiledSeconds}});
 }
 
 /// The peak resident set against the plan's prediction. The plan covers

@@ -217,6 +217,10 @@ private:
   // Reports at the end (Trainer.cpp).
   void reportCommunication() const;
   void reportMemory();
+  void reportKernelProfile();
+  /// --profile-kernels: the profiled steps' seconds and count.
+  double profiledSeconds = 0;
+  long long profiledSteps = 0;
 
   /// Device targets (moert/Device.h): the rank's device-newer state to the
   /// host before the trainer reads its parameters or moments between

@@ -84,7 +84,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--max-memory GB] [--rebalance-every N]\n"
-              "          [--trace FILE] [--emulate-link GBPS[,LATENCY_US]]\n"
+              "          [--trace FILE] [--profile-kernels]\n"
+              "          [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
               "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
@@ -111,6 +112,9 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               when the measured load says it pays (expert parallelism)\n"
               "  --trace FILE  a Chrome trace (Perfetto) of every rank's compute,\n"
               "               collectives and steps\n"
+              "  --profile-kernels  binaries compiled with --target opencl|cuda: the\n"
+              "               training steps' time in each kernel family, the device\n"
+              "               waited for around each kernel (slower steps)\n"
               "  --emulate-link GBPS[,LATENCY_US]  each collective also takes its bytes\n"
               "               over GBPS gigabytes/s plus LATENCY_US per message\n"
               "  --emulate-cluster SPEED,...  rank r computes at SPEED_r in (0, 1] of\n"
@@ -231,6 +235,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
           "--outer-momentum expects a number in [0, 1)");
     else if (a == "--trace")
       o.trace = value();
+    else if (a == "--profile-kernels")
+      o.profileKernels = true;
     else if (a == "--emulate-link") {
       std::vector<double> link = parseList(
           value(), [](double v) { return v > 0 && v <= 1e6; },

@@ -44,10 +44,11 @@ struct Options {
   /// --emulate-cluster S,...: each rank's relative compute speed in (0, 1]
   /// (one value: every rank's); empty: off.
   std::vector<double> rankSpeeds;
-  int threads = 0;          ///< --threads N: kernel threads (0: the machine's cores)
-  bool commPriority = true; ///< --comm-priority: all-to-alls before background all-reduces
-  int staleness = 0;        ///< --staleness: steps a background all-reduce may be late
-  std::string trace;        ///< --trace FILE: a Chrome trace of every rank
+  int threads = 0;             ///< --threads N: kernel threads (0: the machine's cores)
+  bool commPriority = true;    ///< --comm-priority: all-to-alls before background all-reduces
+  int staleness = 0;           ///< --staleness: steps a background all-reduce may be late
+  std::string trace;           ///< --trace FILE: a Chrome trace of every rank
+  bool profileKernels = false; ///< --profile-kernels: each device kernel's time
   /// --local-steps H (0: synchronous), DiLoCo's outer optimiser.
   long long localSteps = 0;
   long long syncSteps = 0; ///< --sync-steps N: synchronous before local steps

@@ -1,7 +1,8 @@
-/*===- DeviceCopies.h - the device staging's byte counts ------------------===*
+/*===- DeviceCopies.h - the device layer's byte counts and kernel times ---===*
  *
  * What the staging of device kernels (Device.h) copied, per thread (a rank's
- * traffic). No Halide types: the trainer reads it in every binary.
+ * traffic), and, when profiling, each device kernel's time. No Halide types:
+ * the trainer reads them in every binary.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -21,6 +22,17 @@ void moert_device_copied(int64_t bytes[2]);
 
 /* Adds to this thread's counts (the staging calls' bookkeeping). */
 void moert_device_count(int64_t toDevice, int64_t toHost);
+
+/* Kernel profiling (the trainer's --profile-kernels): while on, each device
+ * kernel call waits for the device before and after the kernel and adds its
+ * time to the kernel's row (all ranks together). Off by default: the waits
+ * cost the overlap of host code with device kernels. */
+void moert_kernel_profile_enable(int on);
+int moert_kernel_profile_enabled(void);
+void moert_kernel_profile_add(const char *kernel, double seconds);
+/* Row i (in first-call order): the kernel's name, calls and seconds; returns
+ * 0 past the last row. */
+int moert_kernel_profile_row(int i, const char **kernel, int64_t *calls, double *seconds);
 
 #ifdef __cplusplus
 }
