@@ -24,6 +24,7 @@
 
 #include "Halide.h"
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -136,6 +137,32 @@ inline void scheduleContractionForGpu(Halide::Func out, Halide::Var n, Halide::V
   using namespace Halide;
   const int tile = 16;
   const TailStrategy guard = TailStrategy::GuardWithIf;
+  // Under trial, not yet measured on a GPU (docs/Targets.md): with
+  // MOEC_GPU_CONTRACTION=registers when the kernel is generated, each
+  // thread accumulates a 4 x 4 block of outputs in registers, reading both
+  // operands through the caches (a block of 16 x 4 threads covers 64 x 16
+  // outputs); registers8: 8 x 4 per thread, 128 x 32 per block of 16 x 8.
+  // Each output's sum runs over k in the same order, so the results are
+  // the shared-memory schedule's, bit for bit.
+  const char *variant = std::getenv("MOEC_GPU_CONTRACTION");
+  if (variant && std::string(variant).rfind("registers", 0) == 0) {
+    const bool big = std::string(variant) == "registers8";
+    Var ni("ni"), mi("mi"), nii("nii"), mii("mii");
+    out.tile(n, m, ni, mi, big ? 128 : 64, big ? 32 : 16, guard)
+        .tile(ni, mi, nii, mii, big ? 8 : 4, 4, guard)
+        .unroll(nii)
+        .unroll(mii)
+        .gpu_blocks(n, m)
+        .gpu_threads(ni, mi);
+    if (!batch.empty())
+      out.gpu_blocks(batch[0]);
+    prod.compute_at(out, ni).unroll(n).unroll(m);
+    for (size_t u = 0; u < tiles.size(); ++u) {
+      RVar k = prod.rvars(static_cast<int>(u))[0];
+      prod.update(static_cast<int>(u)).reorder(n, m, k).unroll(n).unroll(m);
+    }
+    return;
+  }
   Var nb("nb"), mb("mb"), nt("nt"), mt("mt");
   out.gpu_tile(n, m, nb, mb, nt, mt, tile, tile, guard);
   if (!batch.empty())

@@ -73,6 +73,9 @@ std::string cacheKey(StringRef generator, ArrayRef<std::string> args) {
            std::to_string(sys::toTimeT(status.getLastModificationTime()));
   for (const std::string &a : args)
     key += "|" + a;
+  // The GPU contraction schedule under trial (codegen/generators/GpuSchedule.h).
+  if (const char *variant = std::getenv("MOEC_GPU_CONTRACTION"))
+    key += "|MOEC_GPU_CONTRACTION=" + std::string(variant);
   return llvm::utohexstr(xxh3_64bits(key), /*LowerCase=*/true, /*Width=*/16);
 }
 

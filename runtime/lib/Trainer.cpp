@@ -813,12 +813,12 @@ void Trainer::reportKernelProfile() {
   std::sort(families.begin(), families.end(),
             [](const Family &a, const Family &b) { return a.seconds > b.seconds; });
   long long steps = std::max(profiledSteps, 1LL);
-  std::printf("kernel profile: %lld steps after the first, %.2f ms a step in %lld device kernel families "
-              "(%.0f%% of the steps' %.2f ms; the rest is host code, copies and "
-              "collectives)\n",
-              profiledSteps, 1e3 * total / steps, (long long)families.size(),
-              profiledSeconds > 0 ? 100.0 * total / profiledSeconds : 0.0,
-              1e3 * profiledSeconds / steps);
+  std::printf(
+      "kernel profile: %lld steps after the first, %.2f ms a step in %lld device kernel families "
+      "(%.0f%% of the steps' %.2f ms; the rest is host code, copies and "
+      "collectives)\n",
+      profiledSteps, 1e3 * total / steps, (long long)families.size(),
+      profiledSeconds > 0 ? 100.0 * total / profiledSeconds : 0.0, 1e3 * profiledSeconds / steps);
   std::printf("  %-20s %8s %8s %12s %7s\n", "family", "kernels", "calls", "ms a step", "share");
   nlohmann::json rows = nlohmann::json::array();
   for (const Family &f : families) {
