@@ -14,8 +14,9 @@
 //   device thread.
 // Every split guards its tail, so any shape is valid. A generator may
 // schedule its contractions with scheduleContractionForGpu instead
-// (shared-memory tiles; the linear layers and FFNs do); the others are
-// plain, one output element per thread.
+// (shared-memory tiles; the linear layers and FFNs do), and split a long
+// sum over tokens with gpuChunkSum (the norms' and router's weight
+// gradients do); the others are plain, one output element per thread.
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +81,24 @@ template <typename S> void mapToGrid(S stage, const std::vector<Halide::Var> &di
 inline void computeRootOnGpu(Halide::Func f, const std::vector<Halide::Var> &dims) {
   f.compute_root();
   gpu_detail::mapToGrid(f, dims);
+}
+
+/// Rows per chunk of gpuChunkSum.
+constexpr int kGpuChunkRows = 64;
+
+/// The chunks of gpuChunkSum over `rows` rows.
+inline int gpuChunks(int rows) { return (rows + kGpuChunkRows - 1) / kGpuChunkRows; }
+
+/// The sum of term(row) over chunk `k`'s rows (kGpuChunkRows of them, the
+/// last chunk's past `rows` adding 0): a long sum over tokens split so that
+/// scheduleForGpu gives each chunk its own device thread; the consumer
+/// then adds the gpuChunks(rows) chunks in order (deterministic, without
+/// atomics).
+template <typename Term> Halide::Expr gpuChunkSum(Halide::Expr k, int rows, Term term) {
+  using namespace Halide;
+  RDom r(0, kGpuChunkRows);
+  Expr row = k * kGpuChunkRows + r;
+  return sum(select(row < rows, term(min(row, rows - 1)), 0.0f));
 }
 
 /// Schedules every stage of `pipeline` (a generator's get_pipeline()) for

@@ -77,7 +77,18 @@ public:
     ax(r) = sum(dyf(c, r) * gf(c) * xf(c, r));
     dx(d, r) =
         narrowed(dx, inv(r) * dyf(d, r) * gf(d) - xf(d, r) * inv(r) * inv(r) * inv(r) * ax(r) / n);
-    dg(d) = narrowed(dg, sum(dyf(d, rr) * xf(d, rr) * inv(rr)));
+    if (moec_codegen::onGpu(get_target())) {
+      // One device thread per (d, chunk of rows), then per d over the
+      // chunks: every token's sum in one thread would leave the device idle.
+      Var k("k");
+      RDom rk(0, moec_codegen::gpuChunks(rows));
+      Func part("dg_part");
+      part(d, k) = moec_codegen::gpuChunkSum(
+          k, rows, [&](Expr row) { return dyf(d, row) * xf(d, row) * inv(row); });
+      dg(d) = narrowed(dg, sum(part(d, rk)));
+    } else {
+      dg(d) = narrowed(dg, sum(dyf(d, rr) * xf(d, rr) * inv(rr)));
+    }
   }
 
   void schedule() {

@@ -336,7 +336,18 @@ public:
     dxAcc(d, t) += dl(re, t) * wT(d, re);
     dx(d, t) = narrowed(this->dx, dxAcc(d, t));
     dwT(d, e) = 0.0f;
-    dwT(d, e) += x(d, rt) * dl(e, rt);
+    if (moec_codegen::onGpu(get_target())) {
+      // One device thread per (d, e, chunk of tokens), then per (d, e) over
+      // the chunks (GpuSchedule.h's gpuChunkSum).
+      Var k("k");
+      RDom rk(0, moec_codegen::gpuChunks(T));
+      Func part("dw_part");
+      part(d, e, k) =
+          moec_codegen::gpuChunkSum(k, T, [&](Expr t) { return cast<float>(x(d, t)) * dl(e, t); });
+      dwT(d, e) += part(d, e, rk);
+    } else {
+      dwT(d, e) += x(d, rt) * dl(e, rt);
+    }
     dw(e, d) = narrowed(this->dw, dwT(d, e));
   }
 

@@ -5,6 +5,7 @@
 // moe-halide-gen (the scratch bound and KernelContractTest see them too).
 // kernel: rms_norm_k rms_norm rows=5 width=20 epsilon=0.001
 // kernel: rms_norm_grad_k rms_norm_grad rows=5 width=20 epsilon=0.001
+// kernel: rms_norm_grad_rows_k rms_norm_grad rows=150 width=12 epsilon=0.001
 
 #include "KernelTestUtil.h"
 
@@ -32,6 +33,27 @@ TEST(HalideKernelTest, RMSNormForwardAndBackward) {
   expectClose(y, want[0], width);
   expectClose(dx, want[1], 2 * width);
   expectClose(dg, want[2], rows + width);
+}
+
+// More rows than one of a GPU schedule's chunks (GpuSchedule.h's
+// gpuChunkSum: 64 rows, the last chunk partly past the rows).
+TEST(HalideKernelTest, RMSNormGradOverManyRows) {
+  const int rows = 150, width = 12;
+  auto x = randomVector(rows * width, 18), g = randomVector(width, 19),
+       dy = randomVector(rows * width, 20);
+  Floats dx(rows * width), dg(width);
+  auto bx = view(x, width, rows), bdy = view(dy, width, rows), bdx = view(dx, width, rows);
+  Buffer<float> bg(g.data(), width), bdg(dg.data(), width);
+  ASSERT_EQ(rms_norm_grad_rows_k(bx, bg, bdy, bdx, bdg), 0) << lastError;
+  std::string tx = type2(rows, width), tg = "tensor<12xf32>";
+  auto want = interpret(
+      "(%x: " + tx + ", %g: " + tg + ", %dy: " + tx + ") -> (" + tx + ", " + tg + ")",
+      "  %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-3 : f32} : " + tx + ", " + tg +
+          "\n  return %dx, %dg : " + tx + ", " + tg,
+      {tensorOf(x, {rows, width}), tensorOf(g, {width}), tensorOf(dy, {rows, width})});
+  ASSERT_EQ(want.size(), 2u);
+  expectClose(dx, want[0], 2 * width);
+  expectClose(dg, want[1], rows + width);
 }
 
 } // namespace

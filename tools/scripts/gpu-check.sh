@@ -71,6 +71,33 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
       2>&1 | tail -1 | tee -a "$r"/torch.txt
   done
 fi
+echo "== contraction schedules, profiled (--profile-kernels)"
+for m in small gpu-medium; do
+  for v in shared registers registers8; do
+    steps=12; [ $m = gpu-medium ] && steps=6
+    echo "-- ${m}_$v"
+    timeout 100 ./bin/${m}_$v --data data/kjv.txt --steps $steps --no-progress --profile-kernels \
+      --metrics "$r"/p_${m}_$v.jsonl 2>&1 | grep -A8 "kernel profile"
+  done
+done
+python3 - "$r" <<'PY'
+import json, os, sys
+r = sys.argv[1]
+def losses(f):
+    return [x['loss'] for x in map(json.loads, open(os.path.join(r, f))) if 'tokens_per_s' in x]
+for m in ['small', 'gpu-medium']:
+    a = losses('p_%s_shared.jsonl' % m)
+    for v in ['registers', 'registers8']:
+        b = losses('p_%s_%s.jsonl' % (m, v))
+        print(m, v, 'losses identical to shared' if a == b else 'losses DIFFER')
+PY
+echo "== tiny, OpenCL (NVIDIA's driver where its ICD is installed, else the first platform)"
+if [ ! -e /etc/OpenCL/vendors/nvidia.icd ] && ldconfig -p | grep -q libnvidia-opencl.so.1; then
+  mkdir -p "$w"/icd && echo libnvidia-opencl.so.1 > "$w"/icd/nvidia.icd
+  export OCL_ICD_VENDORS=$w/icd
+fi
+timeout 100 ./bin/tiny_opencl --data data/kjv.txt --steps 20 --no-progress \
+  --metrics "$r"/tiny_opencl.jsonl 2>&1 | tail -3
 echo "== kernel tests"
 timeout 240 ./bin/MoEKernelTestsCUDA --gtest_output=json:"$r"/kernels.json > "$r"/kernels.txt 2>&1
 echo "rc $?"; grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$r"/kernels.txt | head -30

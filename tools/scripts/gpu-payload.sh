@@ -62,8 +62,19 @@ rm -rf "$out"/ck
 # The speed pair: the small example model, CUDA and host.
 "$moec" "$src"/examples/models/small.json --host-target $host --target cuda -o "$out"/bin/small_cuda >/dev/null
 "$moec" "$src"/examples/models/small.json --host-target $host -o "$out"/bin/small_host >/dev/null
+# The contraction schedules under trial (codegen/generators/GpuSchedule.h),
+# on the small model and bench/models/gpu-medium.json; and the OpenCL binary
+# (NVIDIA's OpenCL driver where its ICD is installed).
+for v in shared registers registers8; do
+  for m in "$src"/examples/models/small.json "$src"/bench/models/gpu-medium.json; do
+    MOEC_GPU_CONTRACTION=$v "$moec" "$m" --host-target $host --target cuda \
+      -o "$out/bin/$(basename "$m" .json)_$v" >/dev/null
+  done
+done
+"$moec" "$src"/examples/models/tiny.json --host-target $host --target opencl -o "$out"/bin/tiny_opencl >/dev/null
 cp "$build"/test/codegen/MoEKernelTestsCUDA "$out"/bin/
-cp "$src"/bench/torch_moe.py "$src"/examples/models/small.json "$src"/examples/models/tiny.json "$out"/
+cp "$src"/bench/torch_moe.py "$src"/examples/models/small.json "$src"/examples/models/tiny.json \
+   "$src"/bench/models/gpu-medium.json "$out"/
 
 # Shared libraries the binaries load that a CUDA machine may lack.
 mkdir -p "$out"/lib/fallback
