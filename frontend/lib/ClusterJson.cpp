@@ -99,6 +99,8 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags, const std::string
   kind.nicBandwidth =
       r.getNumber("nic_bandwidth", inherited ? kind.nicBandwidth : 12.5e9, 0.0, 1e15, true);
   kind.devicesPerNode = r.getInt("devices_per_node", kind.devicesPerNode, 1, 1 << 16);
+  if (r.has("target"))
+    kind.target = r.getString("target", kind.target, {"host", "opencl", "cuda"});
   r.claim("intra_node_link");
   if (r.has("intra_node_link"))
     kind.intraNode =
@@ -106,7 +108,7 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags, const std::string
   else if (!inherited)
     kind.intraNode = {kind.memoryBandwidth, 1e-6, "switch"};
   r.finish({"base", "peak_flops", "memory_bytes", "memory_bandwidth", "nic_bandwidth",
-            "devices_per_node", "intra_node_link"});
+            "devices_per_node", "intra_node_link", "target"});
   return kind;
 }
 } // namespace

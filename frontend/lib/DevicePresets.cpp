@@ -11,8 +11,27 @@
 
 using namespace moec::frontend;
 
+namespace {
+/// The back end that runs each preset's kernels (`moec --target`): NVIDIA's
+/// GPUs take CUDA; Hygon's DCUs (ROCm) and Moore Threads' GPUs (MUSA) ship
+/// OpenCL drivers; Ascend and Cambricon have no back end here yet
+/// (docs/Targets.md).
+std::vector<DeviceKind> withTargets(std::vector<DeviceKind> presets) {
+  for (DeviceKind &kind : presets) {
+    const std::string &n = kind.name;
+    if (n == "a100" || n == "h100" || n == "h200")
+      kind.target = "cuda";
+    else if (n == "hygon-k100-ai" || n == "mtt-s4000")
+      kind.target = "opencl";
+    else if (n == "local-cpu")
+      kind.target = "host";
+  }
+  return presets;
+}
+} // namespace
+
 const std::vector<DeviceKind> &moec::frontend::devicePresets() {
-  static const std::vector<DeviceKind> presets = {
+  static const std::vector<DeviceKind> presets = withTargets({
       // NVIDIA A100 SXM4 80GB datasheet: 19.5 TF FP32, 312 TF BF16/FP16 dense,
       // 2039 GB/s HBM2e; NVLink 3 600 GB/s both ways through NVSwitch;
       // DGX A100: one 200 Gb/s HDR InfiniBand NIC per GPU.
@@ -130,7 +149,7 @@ const std::vector<DeviceKind> &moec::frontend::devicePresets() {
        1.25e9,
        1,
        "measured on the project's 2-core machine (sgemm, STREAM triad)"},
-  };
+  });
   return presets;
 }
 

@@ -25,6 +25,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Config/llvm-config.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -40,6 +41,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 
 using namespace llvm;
 using namespace moec::frontend;
@@ -235,6 +237,59 @@ int fail(const Twine &message) {
   return 1;
 }
 
+/// True when the cluster's device kinds chose the target (no --target),
+/// and the --gemm given before a device target made it halide.
+bool targetFromCluster = false;
+moec::codegen::Gemm gemmGiven = moec::codegen::Gemm::Auto;
+
+/// Whether this compile generates kernels (the target matters then).
+bool emitsKernels() { return emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp; }
+
+/// Without --target, a --cluster chooses it: the back end of every device
+/// kind its nodes use (each kind's `target`: the presets' own, or declared
+/// in the file), else the host. A cluster with errors is left to readModel
+/// to report.
+void chooseTargetFromCluster() {
+  DiagnosticList diags;
+  std::shared_ptr<const JsonDoc> doc = JsonDoc::load(clusterFile, diags);
+  std::optional<ClusterSpec> cluster;
+  if (doc)
+    cluster = readClusterJson(doc, diags);
+  if (!cluster || diags.hasErrors())
+    return;
+  std::vector<std::string> kinds;
+  std::set<std::string> targets;
+  for (const NodeGroup &group : cluster->nodes) {
+    auto kind = cluster->kinds.find(group.device);
+    if (kind == cluster->kinds.end())
+      return;
+    if (!llvm::is_contained(kinds, group.device))
+      kinds.push_back(group.device);
+    targets.insert(kind->second.target);
+  }
+  std::string names = llvm::join(kinds, ", ");
+  if (targets.size() == 1 && (*targets.begin() == "cuda" || *targets.begin() == "opencl")) {
+    if (gemm == moec::codegen::Gemm::Blas) {
+      if (emitsKernels())
+        errs() << "moec: note: kernels for --target host: --gemm=blas calls OpenBLAS on the host "
+                  "(the cluster's "
+               << names << " devices would take --target " << *targets.begin() << ")\n";
+      return;
+    }
+    target =
+        *targets.begin() == "cuda" ? moec::codegen::Target::Cuda : moec::codegen::Target::OpenCL;
+    targetFromCluster = true;
+    if (emitsKernels())
+      errs() << "moec: note: kernels for --target " << *targets.begin() << ", the cluster's "
+             << names << " devices (--target host builds for this CPU)\n";
+    return;
+  }
+  if (emitsKernels() && (targets.size() > 1 || *targets.begin() != "host"))
+    errs() << "moec: note: kernels for --target host: the cluster's devices (" << names << ") "
+           << (kinds.size() > 1 ? "share no moec back end" : "have no moec back end")
+           << " (a kind's \"target\" names one; --target chooses)\n";
+}
+
 /// moe-halide-gen beside this executable.
 std::string generatorPath(const char *argv0) {
   std::string self = sys::fs::getMainExecutable(argv0, (void *)&generatorPath);
@@ -292,7 +347,15 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
       spec = importHFConfig(doc, hf, diags);
     // Halide 14's OpenCL back end has no bf16 (f16 needs cl_khr_fp16), and
     // its CUDA back end fails on bf16: low precision runs on the host.
-    bool backEnd = emit == Emit::Exe || emit == Emit::Kernels || emit == Emit::Cpp;
+    bool backEnd = emitsKernels();
+    if (spec && spec->dtype != "f32" && backEnd && targetFromCluster) {
+      // A target the cluster chose gives way to the model's precision.
+      errs() << "moec: note: kernels for --target host after all: " << spec->dtype
+             << " models run on the host only (docs/Targets.md)\n";
+      target = moec::codegen::Target::Host;
+      gemm = gemmGiven;
+      targetFromCluster = false;
+    }
     if (spec && spec->dtype != "f32" && backEnd && target != moec::codegen::Target::Host)
       diags.error(doc->file(), hfConfig ? SourcePos() : doc->valuePos("/dtype"),
                   "/dtype: \"" + spec->dtype + "\" models run on --target host only (Halide 14's " +
@@ -359,12 +422,15 @@ int checkFlags() {
     return fail("--batch-size must be in [1, 1048576] and --seq-len at most 1048576");
   if (ranks < 1)
     return fail("--ranks must be >= 1");
+  if (!clusterFile.empty() && !target.getNumOccurrences())
+    chooseTargetFromCluster();
   if (target != moec::codegen::Target::Host) {
     // The OpenBLAS extern stages run on the host; a device step computes
     // every contraction in its kernels.
     if (gemm == moec::codegen::Gemm::Blas)
       return fail("--gemm=blas calls OpenBLAS on the host: with --target=" +
                   moec::codegen::targetName(target) + " give --gemm=halide or auto");
+    gemmGiven = gemm;
     gemm = moec::codegen::Gemm::Halide;
   }
   if (cudaCapability.getNumOccurrences()) {

@@ -36,6 +36,9 @@ struct DeviceKind {
   double nicBandwidth = 0;    ///< default inter-node bytes/s per device
   int64_t devicesPerNode = 8; ///< usual node size
   std::string source;         ///< where the numbers come from
+  /// The `moec --target` whose kernels run on this kind ("cuda", "opencl",
+  /// "host"), or empty when none does (moec then builds for the host).
+  std::string target;
 };
 
 struct NodeGroup {
