@@ -25,6 +25,7 @@
 
 #include "Halide.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -163,9 +164,15 @@ inline void scheduleContractionForGpu(Halide::Func out, Halide::Var n, Halide::V
   // outputs); registers8: 8 x 4 per thread, 128 x 32 per block of 16 x 8.
   // Each output's sum runs over k in the same order, so the results are
   // the shared-memory schedule's, bit for bit.
-  const char *variant = std::getenv("MOEC_GPU_CONTRACTION");
-  if (variant && std::string(variant).rfind("registers", 0) == 0) {
-    const bool big = std::string(variant) == "registers8";
+  const std::string variant =
+      std::getenv("MOEC_GPU_CONTRACTION") ? std::getenv("MOEC_GPU_CONTRACTION") : "shared";
+  if (variant != "shared" && variant != "registers" && variant != "registers8") {
+    std::fprintf(stderr, "MOEC_GPU_CONTRACTION=%s: expected shared, registers or registers8\n",
+                 variant.c_str());
+    std::exit(1);
+  }
+  if (variant != "shared") {
+    const bool big = variant == "registers8";
     Var ni("ni"), mi("mi"), nii("nii"), mii("mii");
     out.tile(n, m, ni, mi, big ? 128 : 64, big ? 32 : 16, guard)
         .tile(ni, mi, nii, mii, big ? 8 : 4, 4, guard)

@@ -421,7 +421,8 @@ extern "C" int moert_device_called(moert_context *ctx, int rc, halide_buffer_t *
                                    int n) {
   State *s = stateOf(ctx);
   if (s && s->profiled && rc == 0) {
-    // Staged arguments not yet copied back: the time is the kernel's.
+    // From the call (staged inputs' uploads included) to the device's
+    // completion, before staged outputs come back.
     rc = waitForDevice(s);
     std::chrono::duration<double> t = std::chrono::steady_clock::now() - s->profileStart;
     moert_kernel_profile_add(s->profiled, t.count());

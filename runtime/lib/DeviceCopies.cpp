@@ -7,7 +7,6 @@
 
 #include "moert/DeviceCopies.h"
 
-#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,7 +19,7 @@ struct ProfileRow {
   int64_t calls = 0;
   double seconds = 0;
 };
-std::atomic<bool> profiling{false};
+thread_local bool profiling = false; // each rank's own (ranks may be threads)
 std::mutex profileMutex;
 std::vector<ProfileRow> profileRows;
 } // namespace
@@ -45,8 +44,8 @@ extern "C" int moert_kernel_profile_row(int i, const char **kernel, int64_t *cal
   std::lock_guard<std::mutex> lock(profileMutex);
   if (i < 0 || i >= static_cast<int>(profileRows.size()))
     return 0;
-  // Rows are only appended, and a std::string's buffer stays put while
-  // the vector grows only if it is not moved: return a stable copy.
+  // A copy: the rows move as they grow. The pointer lasts until this
+  // thread's next call.
   static thread_local std::string name;
   name = profileRows[i].kernel;
   *kernel = name.c_str();

@@ -376,6 +376,7 @@ int Trainer::run() {
     return 128 + (signo ? signo : SIGINT);
   }
   reportCommunication();
+  moert_kernel_profile_enable(0);
   if (lead && o.profileKernels)
     reportKernelProfile();
   if (canEval)
@@ -444,9 +445,9 @@ Trainer::StepResult Trainer::runStep(long long s) {
   ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
   // Delayed gradients after the synchronous start.
   ctx.staleness = s >= o.syncSteps ? o.staleness : 0;
-  // --profile-kernels: from the second step (the first compiles the
-  // device's kernels and allocates its arenas).
-  const bool profiled = o.profileKernels && s > firstStep;
+  // --profile-kernels: the lead rank's kernels from the second step (the
+  // first compiles the device's kernels and allocates its arenas).
+  const bool profiled = o.profileKernels && lead && s > firstStep;
   moert_kernel_profile_enable(profiled);
   int64_t copied[2];
   moert_device_copied(copied); // from the step's start (evaluations run between)
@@ -782,10 +783,12 @@ void Trainer::reportCommunication() const {
                 double(lastCodec[1]) / double(lastCodec[0]), (long long)prog.step_codec_bytes);
 }
 
-/// --profile-kernels: the training steps' device time per kernel family
-/// (the kernels' names without their index), largest first, against the
-/// steps' wall time; this process's ranks together. Evaluations are not
-/// counted (Trainer::evaluate pauses the profile).
+/// --profile-kernels: the lead rank's training steps' device time per
+/// kernel family (the kernels' names without their index), largest first,
+/// against the steps' wall time. Evaluations are not counted
+/// (Trainer::evaluate pauses the profile). Ranks sharing one device (thread
+/// ranks) wait for each other's kernels too, so there the times are upper
+/// bounds.
 void Trainer::reportKernelProfile() {
   struct Family {
     std::string name;

@@ -107,7 +107,8 @@ TEST_F(DeviceArenaTest, OnlyWhatTheOtherSideChangedCrosses) {
 }
 
 TEST_F(DeviceArenaTest, AnArgumentOutsideTheArenasIsStaged) {
-  // Tokens, metric buffers on the stack: they travel with the call.
+  // An output outside the arenas (as tokens and metric buffers on the
+  // stack are): it travels with the call; the inputs are crops.
   float *a = at(0), *b = at(kStride);
   std::vector<float> z(kN, 0.0f);
   for (int i = 0; i < kN; ++i)

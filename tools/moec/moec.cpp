@@ -284,10 +284,13 @@ void chooseTargetFromCluster() {
              << names << " devices (--target host builds for this CPU)\n";
     return;
   }
-  if (emitsKernels() && (targets.size() > 1 || *targets.begin() != "host"))
+  if (emitsKernels() && (targets.size() > 1 || *targets.begin() != "host")) {
+    // Several back ends among the kinds, or none at all.
+    targets.erase("");
     errs() << "moec: note: kernels for --target host: the cluster's devices (" << names << ") "
-           << (kinds.size() > 1 ? "share no moec back end" : "have no moec back end")
+           << (targets.empty() ? "have no moec back end" : "share no moec back end")
            << " (a kind's \"target\" names one; --target chooses)\n";
+  }
 }
 
 /// moe-halide-gen beside this executable.
@@ -348,10 +351,11 @@ mlir::OwningOpRef<mlir::ModuleOp> readModel(mlir::MLIRContext &context) {
     // Halide 14's OpenCL back end has no bf16 (f16 needs cl_khr_fp16), and
     // its CUDA back end fails on bf16: low precision runs on the host.
     bool backEnd = emitsKernels();
-    if (spec && spec->dtype != "f32" && backEnd && targetFromCluster) {
+    if (spec && spec->dtype != "f32" && targetFromCluster) {
       // A target the cluster chose gives way to the model's precision.
-      errs() << "moec: note: kernels for --target host after all: " << spec->dtype
-             << " models run on the host only (docs/Targets.md)\n";
+      if (backEnd)
+        errs() << "moec: note: kernels for --target host after all: " << spec->dtype
+               << " models run on the host only (docs/Targets.md)\n";
       target = moec::codegen::Target::Host;
       gemm = gemmGiven;
       targetFromCluster = false;

@@ -8,6 +8,7 @@
 # usage: tools/scripts/gpu-check.sh PAYLOAD_DIR RESULTS_DIR
 set -uo pipefail
 p=$(realpath "$1"); r=$(mkdir -p "$2" && realpath "$2")
+failures=0
 w=$(mktemp -d); cd "$w" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$r"/gpu.txt
 grep -m1 "model name" /proc/cpuinfo | tee -a "$r"/gpu.txt; nproc | tee -a "$r"/gpu.txt
@@ -24,7 +25,7 @@ while IFS='|' read -r name bin data flags; do
   rm -rf ck
   # shellcheck disable=SC2086
   timeout 120 ./bin/${bin}_cuda --data $data --no-progress --metrics "$r"/m/$name.jsonl $flags \
-    > "$r"/m/$name.out 2>&1 || echo "$name: rc $? $(tail -2 "$r"/m/$name.out)"
+    > "$r"/m/$name.out 2>&1 || { echo "$name: rc $? $(tail -2 "$r"/m/$name.out)"; failures=$((failures + 1)); }
 done < "$p"/configs.txt
 python3 - "$p"/ref "$r"/m <<'PY'
 import json, os, sys
@@ -54,7 +55,10 @@ speed() { # name binary flags...
     || echo "$name: rc $? $(tail -2 "$r"/s_$name.out)"
   python3 - "$r"/s_$name.jsonl "$name" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if 'tokens_per_s' in l]
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if 'tokens_per_s' in l]
+except OSError:
+    rows = []
 rows = [r for r in rows if 'tokens_per_s' in r][3:]
 if rows:
     print(f"{sys.argv[2]:12s} median tokens/s {statistics.median(r['tokens_per_s'] for r in rows):10.0f}"
@@ -84,12 +88,16 @@ python3 - "$r" <<'PY'
 import json, os, sys
 r = sys.argv[1]
 def losses(f):
-    return [x['loss'] for x in map(json.loads, open(os.path.join(r, f))) if 'tokens_per_s' in x]
+    path = os.path.join(r, f)
+    if not os.path.exists(path):
+        return None
+    return [x['loss'] for x in map(json.loads, open(path)) if 'tokens_per_s' in x]
 for m in ['small', 'gpu-medium']:
     a = losses('p_%s_shared.jsonl' % m)
     for v in ['registers', 'registers8']:
         b = losses('p_%s_%s.jsonl' % (m, v))
-        print(m, v, 'losses identical to shared' if a == b else 'losses DIFFER')
+        print(m, v, 'no run' if a is None or b is None else
+              'losses identical to shared' if a == b else 'losses DIFFER')
 PY
 echo "== tiny, OpenCL (NVIDIA's driver where its ICD is installed, else the first platform)"
 if [ ! -e /etc/OpenCL/vendors/nvidia.icd ] && ldconfig -p | grep -q libnvidia-opencl.so.1; then
@@ -100,5 +108,7 @@ timeout 100 ./bin/tiny_opencl --data data/kjv.txt --steps 20 --no-progress \
   --metrics "$r"/tiny_opencl.jsonl 2>&1 | tail -3
 echo "== kernel tests"
 timeout 240 ./bin/MoEKernelTestsCUDA --gtest_output=json:"$r"/kernels.json > "$r"/kernels.txt 2>&1
-echo "rc $?"; grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$r"/kernels.txt | head -30
+rc=$?; echo "rc $rc"; [ $rc = 0 ] || failures=$((failures + 1)); grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$r"/kernels.txt | head -30
 tar cf "$r"/m.tar -C "$r" m && rm -rf "$r"/m
+echo "failures: $failures"
+exit $((failures > 0))

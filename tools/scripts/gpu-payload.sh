@@ -17,6 +17,13 @@ moec=$build/bin/moec
 micro=$src/test/Driver/Inputs/micro.json
 text=$src/test/Driver/Inputs/text.txt
 cp "$text" "$out"/data/text.txt
+[ -f "$build"/kjv.txt ] || { echo "gpu-payload.sh: $build/kjv.txt is missing (make demo fetches it)" >&2; exit 1; }
+[ -x "$build"/test/codegen/MoEKernelTestsCUDA ] || {
+  echo "gpu-payload.sh: build MoEKernelTestsCUDA first:" \
+       "cmake -DMOEC_CUDA_KERNEL_TESTS=ON -DMOEC_CUDA_KERNEL_TESTS_HOST=$host $build &&" \
+       "cmake --build $build --target MoEKernelTestsCUDA" >&2
+  exit 1
+}
 head -c 2000000 "$build"/kjv.txt > "$out"/data/kjv.txt
 
 # name | model | moec flags | run flags (the host twin runs here, the CUDA
@@ -80,7 +87,8 @@ cp "$src"/bench/torch_moe.py "$src"/examples/models/small.json "$src"/examples/m
 mkdir -p "$out"/lib/fallback
 for l in $(ldd "$out"/bin/MoEKernelTestsCUDA "$out"/bin/tiny_cuda | awk '$3 ~ /^\// {print $3}' | sort -u); do
   case $(basename "$l") in
-    libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libz3*|libxml2*|libicu*|liblzma*) ;;
+    libc.so*|libm.so*|libpthread*|libdl.so*|librt.so*|libresolv*|libstdc++*|libgcc_s*|ld-linux*) ;;
+    libz3*|libxml2*|libicu*|liblzma*) ;; # stubbed below
     *) cp -L "$l" "$out"/lib/ ;;
   esac
 done

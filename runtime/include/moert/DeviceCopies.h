@@ -23,15 +23,16 @@ void moert_device_copied(int64_t bytes[2]);
 /* Adds to this thread's counts (the staging calls' bookkeeping). */
 void moert_device_count(int64_t toDevice, int64_t toHost);
 
-/* Kernel profiling (the trainer's --profile-kernels): while on, each device
- * kernel call waits for the device before and after the kernel and adds its
- * time to the kernel's row (all ranks together). Off by default: the waits
- * cost the overlap of host code with device kernels. */
+/* Kernel profiling (the trainer's --profile-kernels): while on for this
+ * thread (a rank), each device kernel call waits for the device before and
+ * after the kernel and adds the time to the kernel's row (the rows are the
+ * process's). Off by default: the waits cost the overlap of host code with
+ * device kernels. */
 void moert_kernel_profile_enable(int on);
 int moert_kernel_profile_enabled(void);
 void moert_kernel_profile_add(const char *kernel, double seconds);
-/* Row i (in first-call order): the kernel's name, calls and seconds; returns
- * 0 past the last row. */
+/* Row i (in first-call order): the kernel's name (valid until this thread's
+ * next call), calls and seconds; returns 0 past the last row. */
 int moert_kernel_profile_row(int i, const char **kernel, int64_t *calls, double *seconds);
 
 #ifdef __cplusplus
