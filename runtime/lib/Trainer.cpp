@@ -347,11 +347,9 @@ int Trainer::run() {
   checkCheckpointPath();
   checkRebalance();
   checkLocalSteps();
-  if (o.profileKernels) {
-    if (!prog.device_sync)
-      die("--profile-kernels times device kernels: this binary runs its kernels on the host "
-          "CPU (compile with moec --target opencl|cuda)");
-  }
+  if (o.profileKernels && !prog.device_sync)
+    die("--profile-kernels times device kernels: this binary runs its kernels on the host "
+        "CPU (compile with moec --target opencl|cuda)");
   if (lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
                 prog.num_params, (long long)globalBatch, (long long)prog.seq_len, firstStep,
@@ -376,7 +374,6 @@ int Trainer::run() {
     return 128 + (signo ? signo : SIGINT);
   }
   reportCommunication();
-  moert_kernel_profile_enable(0);
   if (lead && o.profileKernels)
     reportKernelProfile();
   if (canEval)
@@ -445,14 +442,15 @@ Trainer::StepResult Trainer::runStep(long long s) {
   ctx.replica_local = o.localSteps > 0 && s >= o.syncSteps;
   // Delayed gradients after the synchronous start.
   ctx.staleness = s >= o.syncSteps ? o.staleness : 0;
-  // --profile-kernels: the lead rank's kernels from the second step (the
-  // first compiles the device's kernels and allocates its arenas).
+  // --profile-kernels: the lead rank's step kernels from the second step
+  // (the first compiles the device's kernels and allocates its arenas).
   const bool profiled = o.profileKernels && lead && s > firstStep;
-  moert_kernel_profile_enable(profiled);
   int64_t copied[2];
   moert_device_copied(copied); // from the step's start (evaluations run between)
+  moert_kernel_profile_enable(profiled);
   int rc = prog.train_step(&ctx, aligned(mine(tokens), inA), aligned(mine(targets), tgA),
                            static_cast<int32_t>(s), &loss);
+  moert_kernel_profile_enable(0);
   moert_device_copied(copied);
   if (ctx.step_mark > 0) {
     moert_step_end_compute(&ctx); // the compute after the last collective
@@ -785,8 +783,8 @@ void Trainer::reportCommunication() const {
 
 /// --profile-kernels: the lead rank's training steps' device time per
 /// kernel family (the kernels' names without their index), largest first,
-/// against the steps' wall time. Evaluations are not counted
-/// (Trainer::evaluate pauses the profile). Ranks sharing one device (thread
+/// against the steps' wall time (runStep profiles its step call only, so
+/// evaluations are not counted). Ranks sharing one device (thread
 /// ranks) wait for each other's kernels too, so there the times are upper
 /// bounds.
 void Trainer::reportKernelProfile() {

@@ -9,8 +9,6 @@
 
 #include "Trainer.h"
 
-#include "moert/DeviceCopies.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -68,13 +66,6 @@ int32_t drawToken(const float *logits, int64_t vocab, double temperature, long l
 /// The mean validation loss over --eval-batches held-out batches after
 /// `step` steps; the lead rank prints it and writes it to the metrics.
 double Trainer::evaluate(long long step) {
-  // --profile-kernels counts the training steps' kernels only.
-  const int profiling = moert_kernel_profile_enabled();
-  moert_kernel_profile_enable(0);
-  struct Resume {
-    int on;
-    ~Resume() { moert_kernel_profile_enable(on); }
-  } resume{profiling};
   valSampler.setPosition(0);
   std::vector<int32_t> in, tg;
   double total = 0;
