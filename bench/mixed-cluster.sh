@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # A mixed cluster emulated on one machine: examples/clusters/local-cpu-mixed.json
 # (this machine's preset and a kind at half its speed, one rank each), an
-# expert-heavy model (the tiny example at width 128 with 8 experts of width
-# 1024, OpenBLAS GEMMs so that experts compute routed rows only), STEPS
-# steps (60) of the King James Bible with rank 1 computing at half speed
-# (--emulate-cluster 1,0.5; one kernel thread per rank, as a device).
+# expert-heavy model (the tiny example at width 128 with EXPERTS (12)
+# experts of width 1024 and a global batch of BATCH (12) sequences, OpenBLAS
+# GEMMs so that experts compute routed rows only), STEPS steps (60) of the
+# King James Bible with rank 1 computing at half speed (--emulate-cluster
+# 1,0.5; one kernel thread per rank, as a device). 12 and 12 let the
+# planner's whole-number shares equal the speeds (8 and 4 of each), so the
+# bound is 0.67x; with 8 experts and 8 sequences the shares are 5 and 3 and
+# the bound is 0.75x.
 # Compared: the planner's plan for the cluster (moec --cluster: token
-# shares proportional to speed in whole sequences, 5 and 3 of the 8, and
-# the faster rank holding more experts) against the uniform plan (--ranks 2
-# --ep 2: 4 sequences and half the experts each). Reported: the median step
+# shares proportional to speed in whole sequences, and the faster rank
+# holding more experts) against the uniform plan (--ranks 2 --ep 2: half
+# the sequences and half the experts each). Reported: the median step
 # time over the steps after the 10th and their ratio, and the largest loss
 # difference against the one-rank oracle of each (one rank routing in the
 # same groups: the plans do not change what each computes). Part of `make
 # bench`.
 # Two regimes: the first STEPS steps from initialisation (routing still
-# skewed) and STEPS steps after WARM (200) steps of training (balanced).
-#   bench/mixed-cluster.sh [BUILD_DIR]    env: STEPS (60), WARM (200), ROUNDS (3)
+# skewed; which experts are hot depends on the model's SEED, 1234) and STEPS
+# steps after WARM (200) steps of training (balanced).
+#   bench/mixed-cluster.sh [BUILD_DIR]
+#   env: STEPS (60), WARM (200), ROUNDS (3), EXPERTS (12), BATCH (12), SEED (1234)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-60}
@@ -25,12 +31,13 @@ mkdir -p "$out"
 corpus="$build/kjv.txt"
 [ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
 echo "== emulated mixed cluster: rank 1 at half speed, $steps steps"
-"$py" - examples/models/tiny.json "$out/mx-model.json" <<'PY'
+"$py" - examples/models/tiny.json "$out/mx-model.json" "${EXPERTS:-12}" "${BATCH:-12}" "${SEED:-1234}" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
-m["name"] = "mx-experts"
-m["d_model"], m["ffn_dim"] = 128, 256
-m["moe"].update({"num_experts": 8, "expert_ffn_dim": 1024, "num_shared_experts": 0})
+m["name"], m["seed"] = "mx-experts", int(sys.argv[5])
+m["d_model"], m["ffn_dim"], m["batch_size"] = 128, 256, int(sys.argv[4])
+m["moe"].update({"num_experts": int(sys.argv[3]), "expert_ffn_dim": 1024,
+                 "num_shared_experts": 0})
 json.dump(m, open(sys.argv[2], "w"), indent=1)
 PY
 "$build/bin/moec" "$out/mx-model.json" --cluster examples/clusters/local-cpu-mixed.json \

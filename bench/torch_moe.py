@@ -19,13 +19,17 @@ choice order, each expert keeping its first `capacity`):
 
 usage: torch_moe.py MODEL.json STEPS THREADS [--data FILE] [--warm N]
                     [--dispatch sorted|capacity] [--device cpu|cuda]
+                    [--profile]
   --data: train on this file's bytes (windows at random offsets, as the
   moec binary's text reader; vocab_size must be 256), else random tokens;
   --warm: train N untimed steps first (the routing regime after training).
   --device cuda: on the first GPU (f32, PyTorch's default matmul precision);
   peak bytes are then the GPU's peak allocation.
+  --profile: then STEPS more steps under torch.profiler: seconds a step per
+  operator (its own time) and the GEMMs' share of the step.
 Prints one JSON line: median tokens/s over STEPS timed steps (after two
-warm-up steps), the kept fraction of token-slots, peak resident bytes.
+warm-up steps), the median seconds of each phase (forward, backward,
+clipping, optimizer), the kept fraction of token-slots, peak resident bytes.
 """
 import argparse
 import json
@@ -181,6 +185,7 @@ def main():
     ap.add_argument("--warm", type=int, default=0)
     ap.add_argument("--dispatch", choices=["sorted", "capacity"], default="sorted")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     cuda = args.device == "cuda"
     if cuda:
@@ -214,31 +219,68 @@ def main():
         return windows[:, :-1], windows[:, 1:]
 
     times, kept = [], []
-    for step in range(args.warm + args.steps + 2):
+    phases = {"forward": [], "backward": [], "clip": [], "optimizer": []}
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def step(timed):
         tokens, targets = batch()
         model.kept = []
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+        sync()
+        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(tokens, targets)
+        sync()
+        t1 = time.perf_counter()
         loss.backward()
+        sync()
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), o.get("grad_clip", 1.0))
+        sync()
+        t3 = time.perf_counter()
         opt.step()
-        if cuda:
-            torch.cuda.synchronize()
-        if step >= args.warm + 2:  # two warm-up steps
-            times.append(time.perf_counter() - start)
+        sync()
+        t4 = time.perf_counter()
+        if timed:
+            times.append(t4 - t0)
+            for name, (a, z) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+                phases[name].append(z - a)
             if model.kept:
                 kept.append(statistics.mean(model.kept))
+        return loss
+
+    for i in range(args.warm + args.steps + 2):
+        loss = step(i >= args.warm + 2)  # two warm-up steps
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before profiling
+    extra = {"phase_seconds": {k: statistics.median(v) for k, v in phases.items()}}
+    if args.profile:
+        # Where the time goes by operator class, over STEPS more steps: each
+        # operator's own time (children excluded), so nothing counts twice.
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.steps):
+                step(False)
+        classes = {"gemm": ("aten::mm", "aten::bmm", "aten::addmm", "aten::addmv",
+                            "aten::baddbmm", "aten::dot", "aten::mv")}
+        total, by = 0.0, {"gemm": 0.0, "other": 0.0}
+        for e in prof.key_averages():
+            t = e.self_cpu_time_total / 1e6 / args.steps
+            total += t
+            by["gemm" if e.key in classes["gemm"] else "other"] += t
+        top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
+        extra["profile"] = {"seconds_per_step": total, "gemm_share": by["gemm"] / total,
+                            "top": [[e.key, e.self_cpu_time_total / 1e6 / args.steps]
+                                    for e in top]}
     print(json.dumps({"impl": "pytorch " + torch.__version__, "dispatch": args.dispatch,
                       "model": m["name"], "threads": args.threads, "steps": args.steps,
                       "warm": args.warm, "tokens_per_s": b * s / statistics.median(times),
                       "kept_fraction": statistics.median(kept) if kept else 1.0,
                       "device": args.device,
-                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "peak_rss_bytes": peak_rss,
                       "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
-                      "loss": float(loss)}))
+                      "loss": float(loss), **extra}))
 
 
 if __name__ == "__main__":

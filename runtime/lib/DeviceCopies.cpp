@@ -7,6 +7,7 @@
 
 #include "moert/DeviceCopies.h"
 
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,6 +38,18 @@ extern "C" void moert_kernel_profile_add(const char *kernel, double seconds) {
       return;
     }
   profileRows.push_back({kernel, 1, seconds});
+}
+
+extern "C" double moert_kernel_profile_clock(void) {
+  if (!profiling)
+    return 0;
+  // Offset by one second so that a profiling clock is never 0.
+  return 1.0 +
+         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+extern "C" void moert_kernel_profile_since(const char *kernel, double start) {
+  moert_kernel_profile_add(kernel, moert_kernel_profile_clock() - start);
 }
 
 extern "C" int moert_kernel_profile_row(int i, const char **kernel, int64_t *calls,
