@@ -16,7 +16,8 @@
 # (routing spread by the auxiliary loss; ours resumes a checkpoint written
 # after WARM steps, PyTorch trains WARM untimed steps first). Reported per
 # model and regime: tokens/s (median of the per-step medians over ROUNDS
-# rounds), the kept fraction of token-slots, peak resident memory, ratios.
+# rounds), the kept fraction of token-slots, peak resident memory, ratios;
+# then where the time goes on each side, from one more profiled run of each.
 #   bench/vs-torch.sh [BUILD_DIR]
 #   env: THREADS (all cores), ROUNDS (3), STEPS (12), WARM (300),
 #        MODELS ("examples/models/tiny.json examples/models/small.json bench/models/moe16.json")
@@ -43,7 +44,9 @@ else
 fi
 tuned+=(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000)
 results="$out/vs-torch.jsonl"
+profiles="$out/vs-torch-profile.jsonl"
 : > "$results"
+: > "$profiles"
 echo "== whole training step vs a well-configured PyTorch, $threads threads, $rounds rounds of $steps steps"
 for model in $models; do
   name=$(basename "$model" .json)
@@ -80,6 +83,24 @@ PY
       LD_LIBRARY_PATH="$omp" "${tuned[@]}" "$py" bench/torch_moe.py "$model" "$steps" "$threads" \
         --data "$corpus" --warm "$w" | "$py" -c "import json,sys; r=json.loads(sys.stdin.read()); r['regime']=sys.argv[1]; print(json.dumps(r))" "$regime" >> "$results"
     done
+    # Where the time goes: one more run of each, profiled (ours: each
+    # kernel family's time, --profile-kernels; PyTorch: its phases, then
+    # torch.profiler's GEMM time), not part of the medians above.
+    rm -f "$out/vt-prof.jsonl"
+    if [ "$regime" = first ]; then
+      "${tuned[@]}" "$out/vt-$name" --threads "$threads" --data "$corpus" --steps "$((steps + 2))" \
+        --val-fraction 0 --no-progress --profile-kernels --metrics "$out/vt-prof.jsonl" >/dev/null
+    else
+      rm -rf "$out/vt-resume" && cp -r "$out/vt-$name-ckpt" "$out/vt-resume"
+      "${tuned[@]}" "$out/vt-$name" --threads "$threads" --data "$corpus" \
+        --steps "$((warm + steps + 2))" --val-fraction 0 --no-progress --checkpoint "$out/vt-resume" \
+        --resume --profile-kernels --metrics "$out/vt-prof.jsonl" >/dev/null
+    fi
+    "$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if 'kernel_profile' in l][0]; print(json.dumps({'impl': 'moec', 'model': sys.argv[2], 'regime': sys.argv[3], 'step_seconds': r['step_seconds'] / r['steps'], 'families': {f['family']: f['seconds'] / r['steps'] for f in r['kernel_profile']}}))" \
+      "$out/vt-prof.jsonl" "$name" "$regime" >> "$profiles"
+    w=0; [ "$regime" = trained ] && w=$warm
+    LD_LIBRARY_PATH="$omp" "${tuned[@]}" "$py" bench/torch_moe.py "$model" "$steps" "$threads" \
+      --data "$corpus" --warm "$w" --profile | "$py" -c "import json,sys; r=json.loads(sys.stdin.read()); r['regime']=sys.argv[1]; print(json.dumps(r))" "$regime" >> "$profiles"
   done
 done
 "$py" - "$results" <<'PY'
@@ -100,4 +121,38 @@ for model in dict.fromkeys(r["model"] for r in rows):
         print("%-7s %-8s %11.0f %11.0f %5.2fx %7.2f %7.2f %9.0f %9.0f %5.2fx" % (
             model, regime, a, b, a / b, med(ours, "kept_fraction"), med(torch, "kept_fraction"),
             ma, mb, ma / mb))
+PY
+# Where the time goes, from the profiled runs. Ours: the contractions
+# (linear, FFN, expert FFN and attention kernel families, forward and
+# backward) and the rest. PyTorch: its phases (unprofiled) and its GEMMs'
+# time (mm, bmm and kin). Both run their GEMMs on the same OpenBLAS, so
+# PyTorch's step over our contractions' time bounds the ratio that faster
+# code around the contractions alone could reach.
+"$py" - "$profiles" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+contraction = ("linear", "linear_grad", "ffn", "ffn_grad", "expert_ffn", "expert_ffn_grad",
+               "attention", "attention_grad")
+print("where the time goes (ms a step, one profiled run each):")
+print("%-7s %-8s %9s %13s %8s %10s %9s %9s %9s %8s" % (
+    "model", "regime", "moec step", "contractions", "rest", "torch step", "forward",
+    "backward", "GEMMs", "bound"))
+for r in rows:
+    if r["impl"] != "moec":
+        continue
+    t = next((x for x in rows if x["impl"] != "moec" and x["model"] == r["model"]
+              and x["regime"] == r["regime"]), None)
+    if not t:
+        continue
+    c = sum(v for k, v in r["families"].items() if k in contraction)
+    ph = t["phase_seconds"]
+    step = sum(ph.values())
+    print("%-7s %-8s %9.1f %13.1f %8.1f %10.1f %9.1f %9.1f %9.1f %7.2fx" % (
+        r["model"], r["regime"], 1e3 * r["step_seconds"], 1e3 * c, 1e3 * (r["step_seconds"] - c),
+        1e3 * step, 1e3 * ph["forward"], 1e3 * ph["backward"], 1e3 * t["profile"]["gemm_seconds"],
+        step / c))
+    top = sorted(r["families"].items(), key=lambda kv: -kv[1])[:6]
+    print("        moec:  " + ", ".join("%s %.1f" % (k, 1e3 * v) for k, v in top))
+    print("        torch: " + ", ".join("%s %.1f" % (k.replace("aten::", ""), 1e3 * v)
+                                      for k, v in t["profile"]["top"][:6]))
 PY
