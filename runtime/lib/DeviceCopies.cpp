@@ -7,7 +7,8 @@
 
 #include "moert/DeviceCopies.h"
 
-#include <chrono>
+#include "Trace.h"
+
 #include <mutex>
 #include <string>
 #include <vector>
@@ -43,9 +44,7 @@ extern "C" void moert_kernel_profile_add(const char *kernel, double seconds) {
 extern "C" double moert_kernel_profile_clock(void) {
   if (!profiling)
     return 0;
-  // Offset by one second so that a profiling clock is never 0.
-  return 1.0 +
-         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return 1.0 + moert::nowSeconds(); // offset: a profiling clock is never 0
 }
 
 extern "C" void moert_kernel_profile_since(const char *kernel, double start) {
