@@ -32,8 +32,10 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 val = [r["val_loss"] for r in rows if "val_loss" in r][-1]
 steps = [r for r in rows if "codec_bytes" in r]
 last = steps[-1]
-sent = last["codec_bytes"]["sent"] or last["comm_bytes"]["all_reduce"]
-plain = last["codec_bytes"]["uncompressed"] or last["comm_bytes"]["all_reduce"]
+# All-reduce bytes: the compressed reductions' plus those left exact (the
+# loss's mean; vectors under top-k, sign and PowerSGD).
+sent = last["codec_bytes"]["sent"] + last["comm_bytes"]["all_reduce"]
+plain = last["codec_bytes"]["uncompressed"] + last["comm_bytes"]["all_reduce"]
 exact = all(r["codec_bytes"]["sent"] == r["codec_bytes"]["expected"] for r in steps)
 print(json.dumps({"run": sys.argv[2], "val_loss": val, "sent": sent, "uncompressed": plain,
                   "formula_exact": exact}))

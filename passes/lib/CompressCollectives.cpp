@@ -253,8 +253,12 @@ struct CompressCollectivesPass
                                   cast<RankedTensorType>(reduce.getType()).getNumElements(), true);
         if (!codec)
           return;
-        // PowerSGD factors matrices: vectors (gains, biases) stay exact.
-        if (codec.getKind() == CodecKind::powersgd &&
+        // Vectors (norm gains, biases) stay exact under the factorising and
+        // sparsifying codecs: PowerSGD has no matrix to factor, and top-k or
+        // sign would send a sliver of a tensor that is a rounding error of
+        // the step's bytes (DGC leaves normalisation layers uncompressed).
+        if ((codec.getKind() == CodecKind::powersgd || codec.getKind() == CodecKind::topk ||
+             codec.getKind() == CodecKind::sign) &&
             cast<RankedTensorType>(reduce.getType()).getRank() < 2)
           return;
         reduce.setCodecAttr(codec);

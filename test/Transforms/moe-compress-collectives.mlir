@@ -18,6 +18,12 @@
 // PSGD: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 2, error_feedback> : tensor<8x4xf32>
 // RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=topk:0.05 error-feedback=false" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=TOPK
 // TOPK: codec <topk, ratio = 5.000000e-02> : tensor<4x4xf32>
+// Vectors (the norms' gains) stay exact under top-k and sign as under
+// PowerSGD: a 1% sliver of a gain is no saving worth its noise.
+// RUN: moe-translate --import-model %examples/models/tiny.json --cluster %S/Inputs/two-nodes-10gbe.json | moe-opt --moe-fuse-gating --moe-plan-sharding=ep=2 --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=topk:0.01" | FileCheck %s --check-prefix=VEC
+// RUN: moe-translate --import-model %examples/models/tiny.json --cluster %S/Inputs/two-nodes-10gbe.json | moe-opt --moe-fuse-gating --moe-plan-sharding=ep=2 --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=sign" | FileCheck %s --check-prefix=VEC
+// VEC-COUNT-5: moe.all_reduce mean %dgamma{{.*}} over [ep] : tensor<64xf32>
+// VEC: moe.all_reduce mean %dweight over [ep] codec <{{topk|sign}}{{.*}}> : tensor<64x256xf32>
 
 // Per parameter group: expert shards in bf16, replicated parameters exact.
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.grid = #moe.grid<dp = 2, ep = 2>/' %S/Inputs/routed-step.mlir | moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=none expert-grad=bf16" | FileCheck %s --check-prefix=GROUPS

@@ -271,7 +271,8 @@ def CompressCollectivesPass : Pass<"moe-compress-collectives", "::mlir::ModuleOp
     `moe.cross_entropy`): their gradients are row-sparse, not low-rank, and
     PowerSGD loses on them what it saves. Codecs: `none`, `fp16`, `bf16`, `int8[:block]`
     (default block 256), `topk[:ratio]` (default 0.01), `sign`,
-    `powersgd[:rank]` (default 4; vectors stay uncompressed).
+    `powersgd[:rank]` (default 4). Vectors (norm gains) stay uncompressed
+    under topk, sign and powersgd.
     `error-feedback` (default true) keeps the residual of topk, sign and
     powersgd. The first `warmup-steps` steps run uncompressed, as DGC and
     1-bit Adam do; the module records them in `moe.compression`.
