@@ -77,7 +77,8 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags, const std::string
     std::optional<double> fallback;
     if (inherited)
       fallback = current;
-    return o.getNumber(key, fallback, 0.0, 1e21, true);
+    // FLOP/s, bytes and bytes/s: below 1 the cost model's times overflow.
+    return o.getNumber(key, fallback, 1.0, 1e21);
   };
   r.claim("peak_flops");
   if (r.has("peak_flops") || !inherited) {
@@ -87,10 +88,8 @@ DeviceKind readKind(const JsonDoc &doc, DiagnosticList &diags, const std::string
                             "bf16 and f16 FLOP/s)");
     else if (f.valid()) {
       kind.flopsF32 = number(f, "f32", kind.flopsF32);
-      kind.flopsBF16 =
-          f.getNumber("bf16", inherited ? kind.flopsBF16 : kind.flopsF32, 0.0, 1e21, true);
-      kind.flopsF16 =
-          f.getNumber("f16", inherited ? kind.flopsF16 : kind.flopsF32, 0.0, 1e21, true);
+      kind.flopsBF16 = f.getNumber("bf16", inherited ? kind.flopsBF16 : kind.flopsF32, 1.0, 1e21);
+      kind.flopsF16 = f.getNumber("f16", inherited ? kind.flopsF16 : kind.flopsF32, 1.0, 1e21);
       f.finish({"f32", "bf16", "f16"});
     }
   }

@@ -417,7 +417,8 @@ bool moec::frontend::parseHFCapacity(const std::string &text,
   }
   char *end = nullptr;
   double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end || !(value > 0 && value <= 1e6)) {
+  // The router computes in f32: a factor that rounds to 0 there is 0.
+  if (text.empty() || *end || !(static_cast<float>(value) > 0 && value <= 1e6)) {
     diags.error("--capacity-factor", SourcePos(),
                 "'" + text + "' is not a number in (0, 1e6] or 'dropless'");
     return false;

@@ -43,10 +43,14 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   m.numExperts = r.getInt("num_experts", base.numExperts, 1, 1 << 16);
   m.topK = r.getInt("top_k", base.topK, 1, 1 << 16);
   if (r.has("top_k") || r.has("num_experts"))
-    if (m.topK > m.numExperts)
-      r.error(r.has("top_k") ? "top_k" : "num_experts", std::to_string(m.topK) + " exceeds " +
-                                                            expertsAt + " (" +
-                                                            std::to_string(m.numExperts) + ")");
+    if (m.topK > m.numExperts) {
+      if (r.has("top_k"))
+        r.error("top_k", std::to_string(m.topK) + " exceeds " + expertsAt + " (" +
+                             std::to_string(m.numExperts) + ")");
+      else
+        r.error("num_experts", std::to_string(m.numExperts) + " is below the top_k it inherits (" +
+                                   std::to_string(m.topK) + ")");
+    }
   std::optional<int64_t> ffnFallback;
   if (base.expertFfnDim)
     ffnFallback = base.expertFfnDim;
@@ -57,8 +61,12 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   // Absent keeps the base value; null asks for dropless routing.
   if (r.isNull("capacity_factor"))
     m.capacityFactor = std::nullopt;
-  if (r.has("capacity_factor"))
+  if (r.has("capacity_factor") && !r.isNull("capacity_factor")) {
     m.capacityFactor = r.getNumber("capacity_factor", 1.0, 0.0, 1e6, true);
+    if (static_cast<float>(*m.capacityFactor) <= 0.0f)
+      r.error("capacity_factor", "must be > 0 in f32 (the router computes in f32), got " +
+                                     formatNumber(*m.capacityFactor));
+  }
   r.claim("capacity_factor");
   m.scoring = r.getString("router_scoring", base.scoring, {"softmax", "sigmoid"});
   m.renormalize = r.getBool("renormalize", base.renormalize);
@@ -97,8 +105,10 @@ OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags, const JsonDo
   o.eps = r.getNumber("eps", o.eps, 0.0, 1.0, true);
   o.weightDecay = r.getNumber("weight_decay", o.weightDecay, 0.0, 10.0);
   o.gradClip = r.getNumber("grad_clip", o.gradClip, 0.0, 1e9);
-  o.totalSteps = r.getInt("total_steps", o.totalSteps, 1, kMaxInt);
-  o.warmupSteps = r.getInt("warmup_steps", o.warmupSteps, 0, kMaxInt);
+  // The learning-rate schedule computes in f64: step counts stay exact there.
+  constexpr int64_t kMaxSteps = int64_t(1) << 53;
+  o.totalSteps = r.getInt("total_steps", o.totalSteps, 1, kMaxSteps);
+  o.warmupSteps = r.getInt("warmup_steps", o.warmupSteps, 0, kMaxSteps);
   o.schedule = r.getString("schedule", o.schedule, {"cosine", "linear", "constant"});
   o.minLr = r.getNumber("min_lr", std::min(o.minLr, o.lr), 0.0, 10.0);
   if (o.minLr > o.lr)

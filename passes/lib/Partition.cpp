@@ -155,6 +155,12 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
       for (int64_t e = 0; e < experts; ++e)
         held[e / (experts / ep)].push_back(e);
     }
+    // A rank holds an expert at most once, so an expert has at most ep
+    // copies: at most experts x (ep - 1) replicas in all.
+    if (!placedBefore && redundant > experts * (ep - 1))
+      return ffn.emitOpError() << "redundant-experts = " << redundant << " exceeds the "
+                               << experts * (ep - 1) << " replicas " << ep << " ranks can hold of "
+                               << experts << " experts (each expert at most once per rank)";
     // Spare positions for replicas (none when another function placed the
     // weights: that placement has them already).
     int64_t local = placedBefore ? static_cast<int64_t>(placedBefore.size()) / ep
