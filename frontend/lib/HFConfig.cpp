@@ -259,13 +259,22 @@ std::optional<ModelSpec> Importer::run() {
           if (!list.is_array())
             r.error("mlp_only_layers", "expected an array of layer indices");
           else
-            for (const auto &v : list)
-              if (v.is_number_integer())
-                dense.push_back(v.get<int64_t>());
+            for (size_t i = 0; i < list.size(); ++i) {
+              std::string at = r.at("mlp_only_layers") + "/" + std::to_string(i);
+              if (!list[i].is_number_integer() || list[i].get<int64_t>() < 0 ||
+                  list[i].get<int64_t>() >= s.numLayers)
+                diags.error(doc->file(), doc->valuePos(at),
+                            at + ": " + ObjectReader::show(list[i]) +
+                                " is not a layer index (allowed: 0 to " +
+                                std::to_string(s.numLayers - 1) + ")");
+              else
+                dense.push_back(list[i].get<int64_t>());
+            }
         } else {
           r.claim("mlp_only_layers");
         }
-        sparseEvery(s, r.getInt("decoder_sparse_step", 1, 0, 1 << 14), dense);
+        // HF's Qwen-MoE takes (layer + 1) % decoder_sparse_step: 0 is no step.
+        sparseEvery(s, r.getInt("decoder_sparse_step", 1, 1, 1 << 14), dense);
         if (family == "qwen2_moe") {
           int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0, kMaxDim);
           if (shared) {

@@ -210,6 +210,10 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
                           at + ": " + ObjectReader::show(list[i]) +
                               " is not a layer index (allowed: 0 to " +
                               std::to_string(s.numLayers - 1) + ")");
+            else if (std::find(denseLayers.begin(), denseLayers.end(), list[i].get<int64_t>()) !=
+                     denseLayers.end())
+              diags.error(doc->file(), doc->valuePos(at),
+                          at + ": layer " + ObjectReader::show(list[i]) + " is listed twice");
             else
               denseLayers.push_back(list[i].get<int64_t>());
           }
@@ -238,7 +242,10 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
         layers.claim(key);
         char *end = nullptr;
         long index = std::strtol(key.c_str(), &end, 10);
-        if (key.empty() || *end || index < 0 || index >= s.numLayers) {
+        // The index as written, once: "01" or "+1" would name layer 1 a
+        // second time.
+        if (key.empty() || *end || index < 0 || index >= s.numLayers ||
+            std::to_string(index) != key) {
           diags.error(doc->file(), doc->keyPos(layers.at(key)),
                       layers.at(key) + ": \"" + key + "\" is not a layer index (allowed: 0 to " +
                           std::to_string(s.numLayers - 1) + ")");
