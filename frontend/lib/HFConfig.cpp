@@ -259,17 +259,9 @@ std::optional<ModelSpec> Importer::run() {
           if (!list.is_array())
             r.error("mlp_only_layers", "expected an array of layer indices");
           else
-            for (size_t i = 0; i < list.size(); ++i) {
-              std::string at = r.at("mlp_only_layers") + "/" + std::to_string(i);
-              if (!list[i].is_number_integer() || list[i].get<int64_t>() < 0 ||
-                  list[i].get<int64_t>() >= s.numLayers)
-                diags.error(doc->file(), doc->valuePos(at),
-                            at + ": " + ObjectReader::show(list[i]) +
-                                " is not a layer index (allowed: 0 to " +
-                                std::to_string(s.numLayers - 1) + ")");
-              else
-                dense.push_back(list[i].get<int64_t>());
-            }
+            for (size_t i = 0; i < list.size(); ++i)
+              if (std::optional<int64_t> index = r.layerIndex("mlp_only_layers", i, s.numLayers))
+                dense.push_back(*index);
         } else {
           r.claim("mlp_only_layers");
         }

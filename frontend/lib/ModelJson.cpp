@@ -203,19 +203,16 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
                   "expected an array of layer indices, got " + ObjectReader::show(list));
         } else {
           for (size_t i = 0; i < list.size(); ++i) {
-            std::string at = m.at("dense_layers") + "/" + std::to_string(i);
-            if (!list[i].is_number_integer() || list[i].get<int64_t>() < 0 ||
-                list[i].get<int64_t>() >= s.numLayers)
+            std::optional<int64_t> index = m.layerIndex("dense_layers", i, s.numLayers);
+            if (!index)
+              continue;
+            if (std::find(denseLayers.begin(), denseLayers.end(), *index) != denseLayers.end()) {
+              std::string at = m.at("dense_layers") + "/" + std::to_string(i);
               diags.error(doc->file(), doc->valuePos(at),
-                          at + ": " + ObjectReader::show(list[i]) +
-                              " is not a layer index (allowed: 0 to " +
-                              std::to_string(s.numLayers - 1) + ")");
-            else if (std::find(denseLayers.begin(), denseLayers.end(), list[i].get<int64_t>()) !=
-                     denseLayers.end())
-              diags.error(doc->file(), doc->valuePos(at),
-                          at + ": layer " + ObjectReader::show(list[i]) + " is listed twice");
-            else
-              denseLayers.push_back(list[i].get<int64_t>());
+                          at + ": layer " + std::to_string(*index) + " is listed twice");
+            } else {
+              denseLayers.push_back(*index);
+            }
           }
         }
       }

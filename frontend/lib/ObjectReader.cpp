@@ -53,6 +53,18 @@ ObjectReader::ObjectReader(const JsonDoc &doc, DiagnosticList &diags, std::strin
   object = value;
 }
 
+std::optional<int64_t> ObjectReader::layerIndex(const std::string &key, size_t i,
+                                                int64_t numLayers) {
+  std::string at = this->at(key) + "/" + std::to_string(i);
+  const json &value = object->at(key).at(i);
+  if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < numLayers)
+    return value.get<int64_t>();
+  diags.error(doc.file(), doc.valuePos(at),
+              at + ": " + show(value) + " is not a layer index (allowed: 0 to " +
+                  std::to_string(numLayers - 1) + ")");
+  return std::nullopt;
+}
+
 std::string ObjectReader::show(const json &value) {
   std::string text = value.dump();
   if (text.size() > 40)

@@ -62,6 +62,10 @@ public:
   /// `value` as JSON text, shortened for messages.
   static std::string show(const nlohmann::json &value);
 
+  /// Element `i` of the array at key `key`, read as a layer index in [0,
+  /// numLayers); anything else is an error at its position.
+  std::optional<int64_t> layerIndex(const std::string &key, size_t i, int64_t numLayers);
+
 private:
   const nlohmann::json *field(const std::string &key);
   void typeError(const std::string &key, const char *expected);
