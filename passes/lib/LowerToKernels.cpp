@@ -29,11 +29,11 @@ bool isKernelOp(Operation *op) {
 /// The gradient op of an FFN forward `op` in the same block: same input,
 /// weights and (expert FFNs) routed rows, since a routed forward leaves the
 /// unrouted rows of its saved pre-activations unwritten. Null when the step
-/// does not differentiate it.
-Operation *gradientOf(Operation *op) {
+/// does not differentiate it. `before` orders two ops of the block.
+Operation *gradientOf(Operation *op, function_ref<bool(Operation *, Operation *)> before) {
   Value x = op->getOperand(0);
   for (Operation *user : x.getUsers()) {
-    if (user->getBlock() != op->getBlock() || !op->isBeforeInBlock(user))
+    if (user->getBlock() != op->getBlock() || !before(op, user))
       continue;
     bool matches = false;
     if (auto g = dyn_cast<FFNGradOp>(user); g && isa<FFNOp>(op)) {
@@ -135,6 +135,20 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
     if (isKernelOp(&op))
       ops.push_back(&op);
   }
+  // Block order from before the lowering: a launch inserted next to the op
+  // it replaces would make isBeforeInBlock renumber the block on the next
+  // query, once per op (quadratic in the layers). Ops missing here are
+  // launches made for earlier ops, so they come before every op still to
+  // lower.
+  DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(fn.getBody().front()))
+    position[&op] = static_cast<int64_t>(i);
+  auto before = [&](Operation *a, Operation *b) {
+    auto pa = position.find(a), pb = position.find(b);
+    if (pa == position.end())
+      return pb != position.end();
+    return pb != position.end() && pa->second < pb->second;
+  };
   DenseSet<Operation *> fused;
   for (Operation *op : ops) {
     if (fused.contains(op))
@@ -151,7 +165,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
             add && add->getBlock() == linear->getBlock()) {
           Value residual = add.getLhs() == linear.getResult() ? add.getRhs() : add.getLhs();
           if (residual.getType() == linear.getType() &&
-              (!residual.getDefiningOp() || residual.getDefiningOp()->isBeforeInBlock(linear))) {
+              (!residual.getDefiningOp() || before(residual.getDefiningOp(), linear))) {
             operands.push_back(residual);
             epilogue.push_back("residual_add");
             fused.insert(add);
@@ -162,7 +176,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
     Operation *gradient = nullptr;
     unsigned numPre = 0;
     if (savePreactivations && isa<FFNOp, ExpertFFNOp>(op)) {
-      gradient = gradientOf(op);
+      gradient = gradientOf(op, before);
       if (gradient) {
         auto x = cast<RankedTensorType>(op->getOperand(0).getType());
         auto up = cast<RankedTensorType>(op->getOperand(1).getType());
@@ -215,14 +229,18 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
       saved[gradient] = SmallVector<Value>(launch.getResults().take_back(numPre));
     if (auto it = normOf.find(op); it != normOf.end())
       partials[it->second].push_back(launch.getResult(0));
+    // Erased ops leave the order: a later op may reuse their memory.
     if (last != op) {
       last->replaceAllUsesWith(launch);
+      position.erase(last);
       last->erase();
     } else {
       op->replaceAllUsesWith(launch.getResults().take_front(op->getNumResults()));
     }
-    if (last != op || op->use_empty())
+    if (last != op || op->use_empty()) {
+      position.erase(op);
       op->erase();
+    }
     ++numLaunches;
   }
   return success();
