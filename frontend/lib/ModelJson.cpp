@@ -61,7 +61,7 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   // Absent keeps the base value; null asks for dropless routing.
   if (r.isNull("capacity_factor"))
     m.capacityFactor = std::nullopt;
-  if (r.has("capacity_factor") && !r.isNull("capacity_factor")) {
+  if (r.has("capacity_factor")) {
     m.capacityFactor = r.getNumber("capacity_factor", 1.0, 0.0, 1e6, true);
     if (static_cast<float>(*m.capacityFactor) <= 0.0f)
       r.error("capacity_factor", "must be > 0 in f32 (the router computes in f32), got " +

@@ -643,12 +643,13 @@ int setTokenShares(mlir::ModuleOp module) {
   if (routingGroups && routingGroups != shares.size())
     return fail("--routing-groups and --token-shares disagree on the groups");
   if (llvm::all_equal(shares)) {
-    // Equal shares are routing groups; they must still cover the batch.
-    int64_t batch = 0;
-    if (auto step = module.lookupSymbol<mlir::func::FuncOp>("train_step"))
-      if (step.getNumArguments() > 0)
-        if (auto tokens = dyn_cast<mlir::RankedTensorType>(step.getArgument(0).getType()))
-          batch = tokens.getRank() > 0 ? tokens.getDimSize(0) : 1;
+    // Equal shares are routing groups; they must still make the batch (the
+    // tokens' leading dimension).
+    auto step = module.lookupSymbol<mlir::func::FuncOp>("train_step");
+    auto tokens = step && step.getNumArguments() > 0
+                      ? dyn_cast<mlir::RankedTensorType>(step.getArgument(0).getType())
+                      : mlir::RankedTensorType();
+    int64_t batch = tokens && tokens.getRank() > 0 ? tokens.getDimSize(0) : 0;
     int64_t count = static_cast<int64_t>(shares.size());
     if (batch > 0 && (batch % count != 0 || batch / count != shares.front()))
       return fail("--token-shares: " + Twine(count) + " shares of " + Twine(shares.front()) +
