@@ -4,7 +4,7 @@
 # seed and batches; final validation loss against the uncompressed run, and
 # the all-reduce bytes per step against the uncompressed ring volume. Part
 # of `make bench`.
-#   bench/compression.sh [BUILD_DIR]    env: STEPS (300), WARMUP (30)
+#   bench/compression.sh [BUILD_DIR]    env: STEPS (300), WARMUP (30), RUNS (all)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-300}
@@ -16,7 +16,7 @@ corpus="$build/kjv.txt"
 [ -s "$corpus" ] || bible -l80 'Gen1:1-Rev22:21' > "$corpus"
 echo "== compressed gradient all-reduces: tiny, 2 ranks, $steps steps ($warmup uncompressed)"
 : > "$out/compression.jsonl"
-for run in none int8 powersgd:4 topk:0.01 topk:0.01/no-ef sign sign/no-ef; do
+for run in ${RUNS:-none int8 powersgd:4 topk:0.01 topk:0.01/no-ef sign sign/no-ef}; do
   codec=${run%/no-ef}
   flags=()
   [ "$codec" != none ] && flags=(--compress-grad "$codec" --compress-warmup "$warmup")

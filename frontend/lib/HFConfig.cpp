@@ -332,6 +332,19 @@ std::optional<ModelSpec> Importer::run() {
     layer.moe = m;
     layer.ptr = moePtr;
   }
+  // A config whose layer pattern leaves no MoE layer is valid for HF (a
+  // dense model), but rarely what was meant: say which key did it.
+  if (!s.layers.empty() &&
+      std::all_of(s.layers.begin(), s.layers.end(), [](const LayerSpec &l) { return l.dense; })) {
+    std::string key;
+    for (const char *k :
+         {"first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers"})
+      if (key.empty() && r.has(k))
+        key = k;
+    warn(key.empty() ? "" : r.at(key),
+         "every one of the " + std::to_string(s.layers.size()) + " layers is dense" +
+             (key.empty() ? "" : " (by " + key + ")") + ": the imported model has no MoE layer");
+  }
 
   if (diags.hasErrors())
     return std::nullopt;

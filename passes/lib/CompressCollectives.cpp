@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace mlir::moe {
@@ -191,7 +192,7 @@ struct CompressCollectivesPass
     std::optional<CodecChooser> chooser;
     if (cluster)
       chooser.emplace(CodecChooser{*cluster, grid});
-    int compressed = 0;
+    int compressed = 0, tooSmall = 0;
     if (dispatch == "auto") {
       module.walk([&](AllToAllOp exchange) {
         auto type = cast<RankedTensorType>(exchange.getInput().getType());
@@ -261,11 +262,30 @@ struct CompressCollectivesPass
              codec.getKind() == CodecKind::sign) &&
             cast<RankedTensorType>(reduce.getType()).getRank() < 2)
           return;
+        // PowerSGD factors a matrix [numel / last, last] into rank-r
+        // factors: where they would not be at most half its size (a small
+        // side, or a rank near it), it sends more than it saves and adds
+        // its error for nothing. Such matrices stay exact, as PyTorch's
+        // PowerSGD hook leaves them (min_compression_rate 2).
+        if (codec.getKind() == CodecKind::powersgd) {
+          auto type = cast<RankedTensorType>(reduce.getType());
+          int64_t cols = type.getShape().back(), rows = type.getNumElements() / cols;
+          int64_t r = std::max<int64_t>(1, std::min({codec.getRank(), rows, cols}));
+          if (2 * r * (rows + cols) > rows * cols) {
+            ++tooSmall;
+            return;
+          }
+        }
         reduce.setCodecAttr(codec);
         ++compressed;
       });
-    if (compressed == 0 &&
-        (*codecs[0] || *codecs[1] || *codecs[2] || (dispatch != "none" && dispatch != "auto"))) {
+    if (compressed == 0 && tooSmall > 0) {
+      module.emitWarning() << "moe-compress-collectives: PowerSGD compresses none of the "
+                           << tooSmall
+                           << " gradient matrices: at this rank its factors would be more than "
+                              "half of each (a smaller rank compresses them)";
+    } else if (compressed == 0 && (*codecs[0] || *codecs[1] || *codecs[2] ||
+                                   (dispatch != "none" && dispatch != "auto"))) {
       module.emitError("moe-compress-collectives: no collective to compress (run after "
                        "moe-insert-collectives on a partitioned step; reductions over a "
                        "group of one rank, such as expert shards at dp = 1, send nothing "

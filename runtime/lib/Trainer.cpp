@@ -771,11 +771,17 @@ void Trainer::reportCommunication() const {
                 (long long)lastSent[MOERT_REDUCE_SCATTER], (long long)lastSent[MOERT_ALL_GATHER],
                 (long long)prog.step_comm_bytes[MOERT_REDUCE_SCATTER],
                 (long long)prog.step_comm_bytes[MOERT_ALL_GATHER]);
-  if (lead && lastCodec[0] > 0)
+  if (lead && lastCodec[0] > 0) {
+    // A codec can send more than it replaces (PowerSGD at a rank near the
+    // matrices' sides): then say so.
+    bool more = lastCodec[0] > lastCodec[1];
+    double ratio = more ? double(lastCodec[0]) / double(std::max<int64_t>(lastCodec[1], 1))
+                        : double(lastCodec[1]) / double(lastCodec[0]);
     std::printf("compressed all-reduces: %lld bytes per step and rank instead of %lld "
-                "(%.1fx less; the codecs' formula: %lld)\n",
-                (long long)lastCodec[0], (long long)lastCodec[1],
-                double(lastCodec[1]) / double(lastCodec[0]), (long long)prog.step_codec_bytes);
+                "(%.1fx %s; the codecs' formula: %lld)\n",
+                (long long)lastCodec[0], (long long)lastCodec[1], ratio, more ? "more" : "less",
+                (long long)prog.step_codec_bytes);
+  }
 }
 
 /// --profile-kernels: the lead rank's training steps' device time per

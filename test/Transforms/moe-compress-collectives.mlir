@@ -14,8 +14,13 @@
 // DP1: moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
 
 // PowerSGD factors matrices only; sparsifiers keep a residual unless told.
-// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=PSGD
-// PSGD: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 2, error_feedback> : tensor<8x4xf32>
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:1" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=PSGD
+// PSGD: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 1, error_feedback> : tensor<8x4xf32>
+// A matrix whose factors would be more than half its size stays exact (at
+// rank 2, [8, 4] would send 2 x 12 floats of 32): none is left here.
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=PSGD2
+// PSGD2: warning: moe-compress-collectives: PowerSGD compresses none of the 3 gradient matrices: at this rank its factors would be more than half of each (a smaller rank compresses them)
+// PSGD2-NOT: codec <powersgd
 // RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=topk:0.05 error-feedback=false" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=TOPK
 // TOPK: codec <topk, ratio = 5.000000e-02> : tensor<4x4xf32>
 // Vectors (the norms' gains) stay exact under top-k and sign as under
@@ -32,9 +37,9 @@
 
 // The vocabulary matrices (the embedding table, the LM head feeding the
 // cross-entropy) have a group of their own: PowerSGD elsewhere, int8 there.
-// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:2 compress-embedding=int8" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=VOCAB
+// RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=powersgd:1 compress-embedding=int8" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=VOCAB
 // VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<4x8xf32>
-// VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 2, error_feedback> : tensor<4x4xf32>
+// VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <powersgd, rank = 1, error_feedback> : tensor<4x4xf32>
 // VOCAB-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> : tensor<8x4xf32>
 
 // Dispatch and combine (forward and backward) in bf16.

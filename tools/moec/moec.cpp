@@ -184,8 +184,9 @@ static cl::opt<std::string>
                  cl::value_desc("codec"), cl::init("none"), cl::cat(category));
 static cl::opt<std::string> compressEmbedding(
     "compress-embedding",
-    cl::desc("With --compress-grad: another codec for the token embedding and LM head "
-             "gradients (row-sparse, not low-rank; e.g. int8 or none beside powersgd)"),
+    cl::desc("With --ranks: the codec of the token embedding and LM head gradients "
+             "(default: --compress-grad's; alone, only they are compressed). They are "
+             "row-sparse, not low-rank: e.g. int8 or none beside powersgd"),
     cl::value_desc("codec"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> compressDispatch(
     "compress-dispatch",
