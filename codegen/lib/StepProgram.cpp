@@ -5,11 +5,15 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -74,11 +78,26 @@ int axesMask(ArrayAttr axes) {
   return mask;
 }
 
+/// An unbuffered stream that writes to another, which can change: the
+/// emitter writes a step function's ops to a string first, to cut it into
+/// parts (Emitter::emitFunction).
+class Redirect : public raw_ostream {
+public:
+  explicit Redirect(raw_ostream &target) : target(&target) { SetUnbuffered(); }
+  void to(raw_ostream &next) { target = &next; }
+
+private:
+  void write_impl(const char *ptr, size_t size) override { target->write(ptr, size); }
+  uint64_t current_pos() const override { return 0; }
+  raw_ostream *target;
+};
+
 class Emitter {
 public:
-  Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &os, const StepProgramNames &names,
-          Target target)
-      : module(module), calls(calls), os(os), names(names), target(target) {}
+  Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &out,
+          const StepProgramNames &names, Target target)
+      : module(module), calls(calls), out(out), redirect(out), os(redirect), names(names),
+        target(target) {}
 
   LogicalResult run();
 
@@ -100,6 +119,8 @@ private:
   int64_t zeroFloats(Operation *op);
   /// The most elements one ZeRO collective moves (its staging is bounded).
   static constexpr int64_t kZeroRunFloats = int64_t(1) << 20;
+  /// The most ops one function of the step program holds (see emitFunction).
+  static constexpr int64_t kOpsPerPart = 150;
   /// The placement table of MoE layer `layer` in the step program: the
   /// runtime's, or the program's own when the runtime gives none.
   std::string layerTable(int64_t layer) {
@@ -123,6 +144,8 @@ private:
 
   ModuleOp module;
   const KernelCalls &calls;
+  raw_ostream &out;  ///< the program
+  Redirect redirect; ///< `out`, or a step function's part being written
   raw_ostream &os;
   const StepProgramNames &names;
   Target target;
@@ -1013,10 +1036,52 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
 LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTraining) {
   storage.clear();
   training = isTraining;
-  os << "static int " << name
-     << "(moert_context *ctx, const int32_t *tokens, const int32_t *targets, "
-     << (isTraining ? "int32_t step, float *loss) {\n" : "float *loss, float *logits) {\n")
-     << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n";
+  // The ops go to parts of at most kOpsPerPart ops each, written to strings
+  // first: one function of thousands of ops (a model of many layers) takes
+  // the C++ compiler minutes and gigabytes, as its optimisations grow faster
+  // than the function. Every op's code is self-contained (views in a block,
+  // values in the activation and gradient arenas), so a part boundary can
+  // fall between any two ops.
+  std::vector<std::string> parts(1);
+  auto partStream = std::make_unique<llvm::raw_string_ostream>(parts.back());
+  redirect.to(*partStream);
+  int64_t opsInPart = 0;
+  auto nextPart = [&] {
+    partStream->flush();
+    parts.emplace_back();
+    partStream = std::make_unique<llvm::raw_string_ostream>(parts.back());
+    redirect.to(*partStream);
+    opsInPart = 0;
+  };
+  auto finish = [&]() -> LogicalResult {
+    partStream->flush();
+    redirect.to(out);
+    std::string params =
+        "(moert_context *ctx, const int32_t *tokens, const int32_t *targets, " +
+        std::string(isTraining ? "int32_t step, float *loss)" : "float *loss, float *logits)");
+    std::string args =
+        std::string("(ctx, tokens, targets, ") + (isTraining ? "step, loss)" : "loss, logits)");
+    auto part = [&](const std::string &partName, const std::string &body) {
+      out << "static int " << partName << params << " {\n"
+          << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n"
+          << body << "  return 0;\n}\n\n";
+    };
+    if (parts.size() == 1) {
+      part(name.str(), parts.front());
+      return success();
+    }
+    for (size_t k = 0; k < parts.size(); ++k)
+      out << "static int " << name << "_part" << k << params << ";\n";
+    out << "static int " << name << params << " {\n";
+    for (size_t k = 0; k < parts.size(); ++k)
+      out << "  if (int rc = " << name << "_part" << k << args << ") return rc;\n";
+    out << "  return 0;\n}\n\n";
+    for (size_t k = 0; k < parts.size(); ++k)
+      part((name + "_part" + std::to_string(k)).str(), parts[k]);
+    return success();
+  };
+  // On any error the caller gives up: the parts written so far go nowhere.
+  auto restore = llvm::make_scope_exit([&] { redirect.to(out); });
   if (target != Target::Host) {
     auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
     os << "  if (int rc = moert_device_attach(ctx, "
@@ -1039,6 +1104,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
   for (Operation &op : step.getBody().front()) {
     if (bucketed.contains(&op))
       continue;
+    if (++opsInPart > kOpsPerPart)
+      nextPart();
     // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
     // one collective.
     if (auto first = dyn_cast<AllReduceOp>(op);
@@ -1186,7 +1253,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
                    << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
                    << axesMask(slice.getAxes()) << ");\n";
               } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-                os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n  return 0;\n}\n\n";
+                os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n";
               } else {
                 return op.emitOpError("moec cannot emit this op in a step program");
               }
@@ -1195,7 +1262,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
             inPlace, reads ? std::optional<ArrayRef<Value>>(*reads) : std::nullopt)))
       return failure();
   }
-  return success();
+  return finish();
 }
 
 } // namespace
