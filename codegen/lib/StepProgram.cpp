@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -1042,20 +1041,20 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
   // than the function. Every op's code is self-contained (views in a block,
   // values in the activation and gradient arenas), so a part boundary can
   // fall between any two ops.
-  std::vector<std::string> parts(1);
-  auto partStream = std::make_unique<llvm::raw_string_ostream>(parts.back());
-  redirect.to(*partStream);
+  std::vector<std::string> parts;
+  std::string current;
+  llvm::raw_string_ostream partStream(current);
+  // Writes go to the current part until the function is done (or fails:
+  // then the parts written so far go nowhere).
+  redirect.to(partStream);
+  llvm::scope_exit restore([&] { redirect.to(out); });
   int64_t opsInPart = 0;
-  auto nextPart = [&] {
-    partStream->flush();
-    parts.emplace_back();
-    partStream = std::make_unique<llvm::raw_string_ostream>(parts.back());
-    redirect.to(*partStream);
-    opsInPart = 0;
+  auto endPart = [&] {
+    parts.push_back(std::move(current));
+    current.clear();
   };
-  auto finish = [&]() -> LogicalResult {
-    partStream->flush();
-    redirect.to(out);
+  auto finish = [&] {
+    endPart();
     std::string params =
         "(moert_context *ctx, const int32_t *tokens, const int32_t *targets, " +
         std::string(isTraining ? "int32_t step, float *loss)" : "float *loss, float *logits)");
@@ -1066,10 +1065,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
           << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n"
           << body << "  return 0;\n}\n\n";
     };
-    if (parts.size() == 1) {
-      part(name.str(), parts.front());
-      return success();
-    }
+    if (parts.size() == 1)
+      return part(name.str(), parts.front());
     for (size_t k = 0; k < parts.size(); ++k)
       out << "static int " << name << "_part" << k << params << ";\n";
     out << "static int " << name << params << " {\n";
@@ -1078,10 +1075,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     out << "  return 0;\n}\n\n";
     for (size_t k = 0; k < parts.size(); ++k)
       part((name + "_part" + std::to_string(k)).str(), parts[k]);
-    return success();
   };
-  // On any error the caller gives up: the parts written so far go nowhere.
-  auto restore = llvm::make_scope_exit([&] { redirect.to(out); });
   if (target != Target::Host) {
     auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
     os << "  if (int rc = moert_device_attach(ctx, "
@@ -1104,8 +1098,11 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
   for (Operation &op : step.getBody().front()) {
     if (bucketed.contains(&op))
       continue;
-    if (++opsInPart > kOpsPerPart)
-      nextPart();
+    if (opsInPart == kOpsPerPart) {
+      endPart();
+      opsInPart = 0;
+    }
+    ++opsInPart;
     // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
     // one collective.
     if (auto first = dyn_cast<AllReduceOp>(op);
@@ -1262,7 +1259,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
             inPlace, reads ? std::optional<ArrayRef<Value>>(*reads) : std::nullopt)))
       return failure();
   }
-  return finish();
+  finish();
+  return success();
 }
 
 } // namespace

@@ -88,16 +88,6 @@ struct Grid {
   }
 };
 
-/// Sequences of the step's batch (its tokens input), 0 when unknown.
-int64_t batchSequences(ModuleOp module) {
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (fn.getNumArguments())
-      if (auto tokens = dyn_cast<RankedTensorType>(fn.getArgument(0).getType());
-          tokens && tokens.getRank() == 2)
-        return tokens.getShape()[0];
-  return 0;
-}
-
 /// `shares` (fractions) as whole sequences of `batch`, at least one each
 /// (largest remainder); empty when the batch has fewer sequences than
 /// shares.
@@ -864,3 +854,12 @@ void PlanShardingPass::runOnOperation() {
 }
 
 } // namespace
+
+int64_t mlir::moe::batchSequences(ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn.getNumArguments())
+      if (auto tokens = dyn_cast<RankedTensorType>(fn.getArgument(0).getType());
+          tokens && tokens.getRank() == 2)
+        return tokens.getShape()[0];
+  return 0;
+}

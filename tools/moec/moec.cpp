@@ -17,10 +17,10 @@
 #include "moe/Frontend/HFConfig.h"
 #include "moe/Frontend/ModelToMLIR.h"
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
 #include "moert/Abi.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -644,13 +644,8 @@ int setTokenShares(mlir::ModuleOp module) {
   if (routingGroups && routingGroups != shares.size())
     return fail("--routing-groups and --token-shares disagree on the groups");
   if (llvm::all_equal(shares)) {
-    // Equal shares are routing groups; they must still make the batch (the
-    // tokens' leading dimension).
-    auto step = module.lookupSymbol<mlir::func::FuncOp>("train_step");
-    auto tokens = step && step.getNumArguments() > 0
-                      ? dyn_cast<mlir::RankedTensorType>(step.getArgument(0).getType())
-                      : mlir::RankedTensorType();
-    int64_t batch = tokens && tokens.getRank() > 0 ? tokens.getDimSize(0) : 0;
+    // Equal shares are routing groups; they must still make the batch.
+    int64_t batch = mlir::moe::batchSequences(module);
     int64_t count = static_cast<int64_t>(shares.size());
     if (batch > 0 && (batch % count != 0 || batch / count != shares.front()))
       return fail("--token-shares: " + Twine(count) + " shares of " + Twine(shares.front()) +
