@@ -358,7 +358,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "};\n";
     if (auto layer = c.getAs<IntegerAttr>("layer"))
       table = layerTable(layer.getInt());
-    os << "    if (moert_place_slots(" << pointer(op.getResult(0)) << ", "
+    os << "    if (moert_place_slots(ctx, " << pointer(op.getResult(0)) << ", "
        << pointer(op.getOperand(0)) << ", " << numel(op.getOperand(0)) << ", "
        << pointer(op.getResult(1)) << ", " << pointer(op.getOperand(1)) << ", "
        << numel(op.getOperand(1)) << ", " << table << ", " << order.size() << ", "

@@ -2,6 +2,8 @@
 
 #include "moert/Program.h"
 
+#include "Placement.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -53,10 +55,11 @@ extern "C" void moert_widen(float *out, const uint16_t *in, int64_t count, int b
   }
 }
 
-extern "C" int moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int64_t n,
-                                 int32_t *outCounts, const int32_t *inCounts, int32_t experts,
-                                 const int32_t *order, int32_t positions, int64_t block) {
-  // Each expert's positions in order (replicas deal its slots in turn).
+extern "C" int moert_place_slots(const moert_context *ctx, int32_t *outSlots,
+                                 const int32_t *inSlots, int64_t n, int32_t *outCounts,
+                                 const int32_t *inCounts, int32_t experts, const int32_t *order,
+                                 int32_t positions, int64_t block) {
+  // Each expert's positions in order.
   std::vector<std::vector<int32_t>> at(static_cast<size_t>(std::max(experts, 0)));
   for (int32_t p = 0; p < positions; ++p) {
     int32_t e = order[p];
@@ -70,16 +73,45 @@ extern "C" int moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int6
   }
   for (int32_t p = 0; p < positions; ++p)
     outCounts[p] = 0;
+  // A replicated expert's slots [0, valid) are cut into one run per replica,
+  // sized by moert::splitLoads over this rank's counts (its estimate of the
+  // group's) and the ep ranks' speeds; replica k's run starts at first[p].
+  std::vector<double> valid(at.size(), 0.0);
+  bool replicated = false;
   for (int32_t e = 0; e < experts; ++e) {
-    int64_t replicas = static_cast<int64_t>(at[e].size());
-    if (replicas == 1) {
-      outCounts[at[e][0]] = inCounts[e];
+    valid[e] = static_cast<double>(std::min<int64_t>(std::max(inCounts[e], 0), block));
+    replicated = replicated || at[e].size() > 1;
+  }
+  std::vector<double> parts;
+  if (replicated)
+    parts = moert::splitLoads(valid.data(), valid.size(), order, static_cast<size_t>(positions),
+                              ctx ? ctx->ep : 1, ctx ? ctx->ep_speeds : nullptr);
+  std::vector<int64_t> first(static_cast<size_t>(positions), 0);
+  for (int32_t e = 0; e < experts; ++e) {
+    const std::vector<int32_t> &mine = at[e];
+    if (mine.size() == 1) {
+      outCounts[mine[0]] = inCounts[e];
       continue;
     }
-    int64_t valid = std::min<int64_t>(std::max(inCounts[e], 0), block);
-    for (int64_t k = 0; k < replicas; ++k)
-      outCounts[at[e][k]] =
-          static_cast<int32_t>(valid > k ? (valid - k + replicas - 1) / replicas : 0);
+    // Whole slots: the parts rounded down, the rest one each to the largest
+    // remainders (the first replica on ties).
+    int64_t total = static_cast<int64_t>(valid[e]), given = 0;
+    std::vector<int64_t> take(mine.size());
+    for (size_t k = 0; k < mine.size(); ++k)
+      given += take[k] = static_cast<int64_t>(std::floor(parts[mine[k]]));
+    while (given < total) {
+      size_t best = 0;
+      for (size_t k = 1; k < mine.size(); ++k)
+        if (parts[mine[k]] - static_cast<double>(take[k]) >
+            parts[mine[best]] - static_cast<double>(take[best]))
+          best = k;
+      ++take[best];
+      ++given;
+    }
+    for (size_t k = 0, start = 0; k < mine.size(); start += take[k], ++k) {
+      first[mine[k]] = static_cast<int64_t>(start);
+      outCounts[mine[k]] = static_cast<int32_t>(take[k]);
+    }
   }
   // The slots come from the fused gate kernel: in [0, experts * block).
   for (int64_t i = 0; i < n; ++i) {
@@ -94,8 +126,20 @@ extern "C" int moert_place_slots(int32_t *outSlots, const int32_t *inSlots, int6
                    static_cast<long long>(s / block));
       return 1;
     }
-    int64_t replicas = static_cast<int64_t>(mine.size()), j = s % block;
-    outSlots[i] = static_cast<int32_t>(mine[j % replicas] * block + j / replicas);
+    int64_t j = s % block;
+    if (mine.size() == 1) {
+      outSlots[i] = static_cast<int32_t>(mine[0] * block + j);
+      continue;
+    }
+    // The replica whose run holds j (past every run, not a gate's slot:
+    // the last replica, still inside its block).
+    size_t k = mine.size() - 1;
+    for (size_t c = 0; c + 1 < mine.size(); ++c)
+      if (j < first[mine[c + 1]]) {
+        k = c;
+        break;
+      }
+    outSlots[i] = static_cast<int32_t>(mine[k] * block + (j - first[mine[k]]));
   }
   return 0;
 }

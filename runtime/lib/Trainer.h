@@ -244,6 +244,8 @@ private:
   // The rank in the grid, rank = (d * ep + e) * tp + t: its data replica
   // (d * ep + e) and its ep index e.
   int rank, ranks, tp, ep, replica, replicas, epIndex;
+  /// The ep ranks' speeds the step reads (ctx.ep_speeds; --emulate-cluster).
+  std::vector<double> epSpeedTable;
   bool lead;
   /// Every rank draws the global batch (the same windows) and keeps its
   /// replica's rows.

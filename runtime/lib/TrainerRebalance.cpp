@@ -20,8 +20,9 @@
 //
 //   gain = N x step seconds x f x (1 - new max rank time / old max rank time)
 //          (a rank's time is its load over its speed; the max averaged
-//          over the last N steps one by one; an expert's replicas share its
-//          tokens equally)
+//          over the last N steps one by one; an expert's replicas split its
+//          tokens so that their ranks finish as evenly as possible, as the
+//          step does, moert_place_slots)
 //   cost = (bytes to move + N x the replicas' added gradient-sum bytes)
 //          x seconds per byte (the last migration's, measured; one step's
 //          time over the bytes to move before the first)
@@ -54,9 +55,24 @@ using namespace moert::trainer;
 namespace {
 
 /// Each ep rank's token-slots under `order` (rank r holds positions
-/// [r P/ep, (r+1) P/ep)); an expert's replicas share its tokens equally.
+/// [r P/ep, (r+1) P/ep)) as the step splits them: a replicated expert's
+/// among its replicas so that their ranks finish as evenly as possible
+/// (moert::splitLoads, the rule of moert_place_slots).
 std::vector<double> rankLoads(const std::vector<double> &load, const std::vector<int32_t> &order,
-                              int ep) {
+                              int ep, const std::vector<double> &speeds) {
+  std::vector<double> parts =
+      moert::splitLoads(load.data(), load.size(), order.data(), order.size(), ep, speeds.data());
+  std::vector<double> ranks(ep, 0.0);
+  size_t local = order.size() / ep;
+  for (size_t p = 0; p < order.size(); ++p)
+    ranks[p / local] += parts[p];
+  return ranks;
+}
+
+/// The same with an expert's replicas sharing its tokens equally: the
+/// local search's model, which a swap updates in place.
+std::vector<double> equalShareLoads(const std::vector<double> &load,
+                                    const std::vector<int32_t> &order, int ep) {
   std::vector<double> ranks(ep, 0.0);
   std::vector<int32_t> replicas = moert::replicaCounts(order.data(), order.size(), load.size());
   size_t local = order.size() / ep;
@@ -174,7 +190,7 @@ std::vector<int32_t> improveBySwaps(const std::vector<double> &load, std::vector
   size_t positions = order.size(), local = positions / ep;
   std::vector<int32_t> replicas = moert::replicaCounts(order.data(), positions, load.size());
   auto unit = [&](int32_t e) { return e < 0 ? 0.0 : load[e] / replicas[e]; };
-  std::vector<double> ranks = rankLoads(load, order, ep);
+  std::vector<double> ranks = equalShareLoads(load, order, ep);
   auto holds = [&](size_t r, int32_t e) {
     for (size_t p = r * local; p < (r + 1) * local; ++p)
       if (order[p] == e)
@@ -318,7 +334,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                                     prog.layer_replicas && prog.layer_replicas[l], speeds),
                        ep, speeds);
     std::vector<int32_t> kept = improveBySwaps(load, expertOrder[l], ep, speeds);
-    if (scoreOf(rankLoads(load, kept, ep), speeds) <= scoreOf(rankLoads(load, next, ep), speeds))
+    if (scoreOf(rankLoads(load, kept, ep, speeds), speeds) <=
+        scoreOf(rankLoads(load, next, ep, speeds), speeds))
       next = std::move(kept);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
@@ -326,8 +343,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     double oldMax = 0, newMax = 0, oldBalance = 0, newBalance = 0;
     for (const std::vector<int32_t> &counts : recentLoads) {
       std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
-      std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep);
-      std::vector<double> newRanks = rankLoads(stepLoad, next, ep);
+      std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep, speeds);
+      std::vector<double> newRanks = rankLoads(stepLoad, next, ep, speeds);
       oldMax += maxTime(oldRanks, speeds);
       newMax += maxTime(newRanks, speeds);
       oldBalance += balancednessOf(oldRanks, speeds) / recentLoads.size();
@@ -505,7 +522,7 @@ nlohmann::json Trainer::balancedness() const {
     std::vector<double> load(expertCounts.begin() + offset,
                              expertCounts.begin() + offset + experts);
     offset += experts;
-    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep), speeds));
+    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep, speeds), speeds));
   }
   return layers;
 }

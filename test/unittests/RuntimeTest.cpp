@@ -164,8 +164,8 @@ TEST_F(RuntimeTest, PlaceSlotsMovesSlotsToThePlacementOrder) {
   const int32_t counts[] = {5, 6, 7, 8};
   std::vector<int32_t> out(in.size(), 99);
   int32_t placed[4];
-  ASSERT_EQ(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
-                              counts, 4, order, 4, block),
+  ASSERT_EQ(moert_place_slots(nullptr, out.data(), in.data(), static_cast<int64_t>(in.size()),
+                              placed, counts, 4, order, 4, block),
             0);
   for (size_t i = 0; i < in.size(); ++i)
     EXPECT_EQ(out[i], in[i] < 0 ? -1 : pos[in[i] / block] * block + in[i] % block) << i;
@@ -203,28 +203,51 @@ TEST_F(RuntimeTest, WidenIsExactForEveryHalfAndBFloat16) {
 }
 
 // Uneven and replicated: 3 experts of 4 slots on 6 positions [0, 1, -1 | 1,
-// 2, -1]: expert 1's slots alternate between positions 1 and 3 (slot i to
-// the (i mod 2)-th, row i / 2), its counts (capped at the block) dealt in
-// turn; empty positions count 0.
-TEST_F(RuntimeTest, PlaceSlotsDealsAReplicatedExpertsSlotsInTurn) {
+// 2, -1]. A replicated expert's valid slots (its count capped at the block)
+// are cut into runs, one per replica, that even the ranks' finish times;
+// empty positions count 0.
+TEST_F(RuntimeTest, PlaceSlotsSplitsAReplicatedExpertsSlotsByTheRanksTimes) {
   const int32_t order[] = {0, 1, -1, 1, 2, -1};
   const int64_t block = 4;
   std::vector<int32_t> in = {0, 3, 4, 5, 6, 7, 8, 11, -1};
-  std::vector<int32_t> want = {0, 3, 4, 12, 5, 13, 16, 19, -1};
   const int32_t counts[] = {2, 7, 1};
   std::vector<int32_t> out(in.size(), 99);
   int32_t placed[6];
-  ASSERT_EQ(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+  // One rank (no context): both replicas are on it, each takes half.
+  ASSERT_EQ(moert_place_slots(nullptr, out.data(), in.data(), static_cast<int64_t>(in.size()),
+                              placed, counts, 3, order, 6, block),
+            0);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 3, 4, 5, 12, 13, 16, 19, -1}));
+  const int32_t halves[] = {2, 2, 0, 2, 1, 0};
+  for (int p = 0; p < 6; ++p)
+    EXPECT_EQ(placed[p], halves[p]) << p;
+  // Two ep ranks, the second at half speed: rank 0 holds expert 0 (2 slots,
+  // time 2), rank 1 expert 2 (1 slot at half speed, time 2); expert 1's 4
+  // slots raise both to 14/3: 8/3 and 4/3, whole 3 and 1 (the larger
+  // remainder first).
+  const double speeds[] = {1.0, 0.5};
+  moert_context ctx{};
+  ctx.ep = 2;
+  ctx.ep_speeds = speeds;
+  ASSERT_EQ(moert_place_slots(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
                               counts, 3, order, 6, block),
             0);
-  EXPECT_EQ(out, want);
-  const int32_t wantCounts[] = {2, 2, 0, 2, 1, 0};
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 3, 4, 5, 6, 12, 16, 19, -1}));
+  const int32_t bySpeed[] = {2, 3, 0, 1, 1, 0};
   for (int p = 0; p < 6; ++p)
-    EXPECT_EQ(placed[p], wantCounts[p]) << p;
+    EXPECT_EQ(placed[p], bySpeed[p]) << p;
+  // At equal speeds rank 1 (time 1) takes 2.5 and rank 0 (time 2) 1.5:
+  // whole 2 and 2 (the first replica on ties).
+  ctx.ep_speeds = nullptr;
+  ASSERT_EQ(moert_place_slots(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+                              counts, 3, order, 6, block),
+            0);
+  EXPECT_EQ(placed[1], 2);
+  EXPECT_EQ(placed[3], 2);
   // An order naming an expert out of range is an error, not a crash.
   const int32_t bad[] = {0, 1, 2, 3, -1, -1};
-  EXPECT_NE(moert_place_slots(out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
-                              counts, 3, bad, 6, block),
+  EXPECT_NE(moert_place_slots(nullptr, out.data(), in.data(), static_cast<int64_t>(in.size()),
+                              placed, counts, 3, bad, 6, block),
             0);
 }
 

@@ -23,7 +23,7 @@ extern "C" {
 
 /* The layout of `moert_program` (moert/Program.h). A step program records
  * the version it was emitted for; the trainer refuses another. */
-#define MOERT_ABI_VERSION 11
+#define MOERT_ABI_VERSION 12
 
 /* Parameter initialisers (moe.param's init kind). */
 enum moert_init {

@@ -141,6 +141,10 @@ typedef struct {
   /* Device targets (moert/Device.h): the rank's arenas on the device, made
    * by the first step; null on the host. */
   void *device;
+  /* The relative speeds of the ep ranks of this rank's data replica (ep
+   * entries; the trainer's --emulate-cluster), by which moert_place_slots
+   * splits a replicated expert's slots; null: equal. */
+  const double *ep_speeds;
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -221,16 +225,19 @@ typedef struct moert_program {
 
 /* moe.place_slots: slots from expert order to the placement's positions.
  * `order` has `positions` entries (an expert in [0, experts), or -1 for an
- * empty position); expert e's slot s = e * block + i goes to its
- * (i mod n)-th position q at q * block + i / n, n its number of positions
- * (replicas); -1 stays -1. out_counts[q] is in_counts[e] for an expert with
- * one position, else its share of min(in_counts[e], block) dealt in turn;
- * 0 for an empty position. Returns non-zero (message on stderr) when a
- * slot names an expert without a position or the order names one out of
- * range. */
-int moert_place_slots(int32_t *out_slots, const int32_t *in_slots, int64_t n, int32_t *out_counts,
-                      const int32_t *in_counts, int32_t experts, const int32_t *order,
-                      int32_t positions, int64_t block);
+ * empty position); expert e's slot s = e * block + i goes to its position q
+ * at q * block + i when e has one position, and out_counts[q] = in_counts[e].
+ * A replicated expert's valid slots, i < min(in_counts[e], block), are cut
+ * into consecutive runs, one per replica in position order (slot i to row
+ * i - the run's start), sized so that the ep ranks finish as evenly as this
+ * rank's counts predict (each rank's token-slots over its speed,
+ * ctx->ep_speeds; ctx null: one rank); out_counts[q] is the run's length.
+ * -1 stays -1; an empty position counts 0. Returns non-zero (message on
+ * stderr) when a slot names an expert without a position or the order names
+ * one out of range. */
+int moert_place_slots(const moert_context *ctx, int32_t *out_slots, const int32_t *in_slots,
+                      int64_t n, int32_t *out_counts, const int32_t *in_counts, int32_t experts,
+                      const int32_t *order, int32_t positions, int64_t block);
 /* Ends the compute since ctx->step_mark (emulated slowdown, trace) and
  * starts the next at now; nothing outside a step. The trainer calls it at
  * the end of each step. */

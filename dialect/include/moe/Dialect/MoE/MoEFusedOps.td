@@ -146,14 +146,18 @@ def MoE_PlaceSlotsOp : MoE_Op<"place_slots", [Pure]> {
     experts are one contiguous block for the `all_to_all`: `order[p]` is the
     expert at position `p` (rank `r` holds positions `[r P/ep, (r+1) P/ep)`
     of the `P` positions), or -1 for an empty position (a rank that holds
-    fewer experts than the most loaded one). An expert may hold several
-    positions (replicas): its token-slots are dealt among them in turn.
-    With `q_0 < ... < q_{n-1}` the positions of expert `e`, slot
-    `s = e * block + i` (`s >= 0`) becomes `q_(i mod n) * block + i / n`
-    (-1, a dropped token-slot, stays -1), and `result_counts[q_k]` is
-    `counts[e]` for an expert with one position, else the number of
-    `i < min(counts[e], block)` with `i mod n = k`; an empty position
-    counts 0. A permutation of `[0, E)` is the plain reordering.
+    fewer experts than the most loaded one). Slot `s = e * block + i`
+    (`s >= 0`) of an expert with one position `q` becomes `q * block + i`
+    and `result_counts[q] = counts[e]`; -1, a dropped token-slot, stays -1;
+    an empty position counts 0. A permutation of `[0, E)` is the plain
+    reordering. An expert may hold several positions (replicas),
+    `q_0 < ... < q_{n-1}`: its valid slots, `i < min(counts[e], block)`,
+    are cut into `n` consecutive runs of `m_0, ..., m_{n-1}` slots, slot `i`
+    in run `k` going to `q_k * block + (i - m_0 - ... - m_{k-1})`, and
+    `result_counts[q_k] = m_k`. The runtime sizes the runs each step from
+    the counts and the ep ranks' speeds so that the ranks finish their
+    experts as evenly as possible; which replica computes a row does not
+    change any result beyond the order of the replicas' gradient sums.
     ```mlir
     %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 2, 1, 3>, block = 6 : i64}
         : (tensor<4x3x2xi32>, tensor<4xi32>) -> (tensor<4x3x2xi32>, tensor<4xi32>)
