@@ -19,9 +19,13 @@
 # bench`.
 # Two regimes: the first STEPS steps from initialisation (routing still
 # skewed; which experts are hot depends on the model's SEED, 1234) and STEPS
-# steps after WARM (200) steps of training (balanced).
+# steps after WARM (200) steps of training (balanced); and, for the two
+# plans without rebalancing, a whole run of WHOLE steps (300; 0 skips it)
+# from initialisation, the median over its steps after the 10th: what a
+# training run of that length sees.
 #   bench/mixed-cluster.sh [BUILD_DIR]
-#   env: STEPS (60), WARM (200), ROUNDS (3), EXPERTS (12), BATCH (12), SEED (1234)
+#   env: STEPS (60), WARM (200), WHOLE (300), ROUNDS (3), EXPERTS (12), BATCH (12),
+#        SEED (1234)
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-60}
@@ -61,6 +65,7 @@ for run in planned uniform; do
 done
 rounds=${ROUNDS:-3}
 warm=${WARM:-200}
+whole=${WHOLE:-300}
 # The balanced regime: WARM steps (200) of the uniform binary without
 # emulation (the auxiliary loss evens the routing out), then both binaries
 # resume from that checkpoint.
@@ -84,10 +89,16 @@ for round in $(seq "$rounds"); do
       --no-progress --ranks 2 --threads 1 --emulate-cluster 1,0.5 "${extra[@]}" \
       --checkpoint "$out/mx-warm-$run" --resume --metrics "$out/mx-$run-warm-$round.jsonl" >/dev/null
   done
+  for run in $([ "$whole" -gt 0 ] && echo planned uniform); do
+    rm -f "$out/mx-$run-whole-$round.jsonl"
+    OPENBLAS_NUM_THREADS=1 "$out/mx-$run" --data "$corpus" --steps "$whole" --no-progress \
+      --ranks 2 --threads 1 --emulate-cluster 1,0.5 --metrics "$out/mx-$run-whole-$round.jsonl" \
+      >/dev/null
+  done
 done
-"$py" - "$out" "$rounds" "$warm" <<'PY'
+"$py" - "$out" "$rounds" "$warm" "$whole" <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, whole = sys.argv[1], int(sys.argv[2]), int(sys.argv[4])
 def rows(path):
     return [json.loads(l) for l in open(path) if '"loss"' in l]
 def diff(a, b):
@@ -114,4 +125,14 @@ for regime, suffix in (("first steps", ""), ("after %d steps" % int(sys.argv[3])
     print("%s: step time over the uniform plan's, median of %d alternating rounds: %s"
           % (regime, rounds, ", ".join("%s %.2fx" % (run, statistics.median(ratios[run]))
                                        for run in runs if run != "uniform")))
+if whole > 0:
+    ratios = []
+    for r in range(1, rounds + 1):
+        med = [statistics.median(x["step_seconds"] for x in rows(
+            "%s/mx-%s-whole-%d.jsonl" % (out, run, r))[10:]) for run in ("planned", "uniform")]
+        ratios.append(med[0] / med[1])
+        print("whole run of %d steps, round %d: planned %.2f ms/step, uniform %.2f ms/step (%.2fx)"
+              % (whole, r, 1e3 * med[0], 1e3 * med[1], ratios[-1]))
+    print("whole run of %d steps: planned over uniform, median of %d alternating rounds: %.2fx"
+          % (whole, rounds, statistics.median(ratios)))
 PY

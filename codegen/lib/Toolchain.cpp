@@ -11,7 +11,11 @@
 #include "llvm/Support/xxhash.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 using namespace llvm;
 using namespace moec::codegen;
@@ -63,6 +67,41 @@ std::string moec::codegen::defaultKernelCache() {
 
 namespace {
 
+/// Serialises the -v lines of concurrent jobs.
+std::mutex verboseLock;
+
+void say(const ToolchainOptions &options, const Twine &line) {
+  if (!options.verbose)
+    return;
+  std::lock_guard<std::mutex> lock(verboseLock);
+  errs() << "moec: " << line << "\n";
+}
+
+/// Runs `work(i)` for i in [0, n) on up to `jobs` threads (0: one per
+/// hardware thread, at most 8: a generator process takes a few hundred MB),
+/// each taking the next index; returns the first failure in index order.
+Error forEachJob(size_t n, unsigned jobs, function_ref<Error(size_t)> work) {
+  size_t width = jobs ? jobs : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  width = std::min(width, n);
+  std::vector<std::string> failures(n);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < n;)
+      if (Error e = work(i))
+        failures[i] = toString(std::move(e));
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < width; ++t)
+    threads.emplace_back(worker);
+  worker();
+  for (std::thread &t : threads)
+    t.join();
+  for (const std::string &f : failures)
+    if (!f.empty())
+      return createStringError(inconvertibleErrorCode(), f);
+  return Error::success();
+}
+
 /// The cache entry of one generator invocation: a hash of the arguments
 /// and of the generator binary's identity.
 std::string cacheKey(StringRef generator, ArrayRef<std::string> args) {
@@ -104,15 +143,13 @@ Error generateCached(const ToolchainOptions &options, std::vector<std::string> a
     sys::path::append(entry, cacheKey(gen, args));
     if (sys::fs::is_directory(entry)) {
       if (copyAll(entry, dir, files)) {
-        if (options.verbose)
-          errs() << "moec: cached " << name << "\n";
+        say(options, "cached " + name);
         return Error::success();
       }
       sys::fs::remove_directories(entry); // damaged: replaced below
     }
   }
-  if (options.verbose)
-    errs() << "moec: generating " << name << "\n";
+  say(options, "generating " + name);
   args.insert(args.begin() + 1, {"-o", dir.str()});
   if (Error e = run(gen, args, what))
     return e;
@@ -141,6 +178,13 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
     halideTarget += options.target == Target::OpenCL
                         ? "-opencl"
                         : "-cuda-cuda_capability_" + std::to_string(options.cudaCapability);
+  // One job per kernel, then the Halide runtime (once per binary); each a
+  // process of its own, run side by side.
+  struct Job {
+    std::vector<std::string> args, files;
+    std::string what, name;
+  };
+  std::vector<Job> jobs;
   for (const auto &[name, call] : calls.all()) {
     if (call.generator.empty())
       continue;
@@ -153,17 +197,19 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      "static_library,c_header",
                                      "target=" + halideTarget + "-no_runtime"};
     args.insert(args.end(), call.params.begin(), call.params.end());
-    if (Error e =
-            generateCached(options, args, {name + ".a", name + ".h"}, dir,
-                           "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")",
-                           name + " (" + call.generator + ")"))
-      return e;
+    jobs.push_back({std::move(args),
+                    {name + ".a", name + ".h"},
+                    "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")",
+                    name + " (" + call.generator + ")"});
   }
-  // The Halide runtime, once per binary.
-  return generateCached(
-      options, {gen, "-r", "halide_runtime", "-e", "static_library", "target=" + halideTarget},
-      {"halide_runtime.a"}, dir, "moe-halide-gen failed to emit the Halide runtime",
-      "the Halide runtime");
+  jobs.push_back({{gen, "-r", "halide_runtime", "-e", "static_library", "target=" + halideTarget},
+                  {"halide_runtime.a"},
+                  "moe-halide-gen failed to emit the Halide runtime",
+                  "the Halide runtime"});
+  return forEachJob(jobs.size(), options.jobs, [&](size_t i) {
+    const Job &job = jobs[i];
+    return generateCached(options, job.args, job.files, dir, job.what, job.name);
+  });
 }
 
 Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef dir,
@@ -174,10 +220,35 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   // compiled already), with a few short loops; -O2 took twice as long to
   // compile (a 32-layer model's: 20 s at -O1, 49 s at -O2, in parts of 150
   // ops) for no measurable step time.
-  std::vector<std::string> args = {cxx, "-O1", "-std=c++20"};
-  args.insert(args.end(), stepPrograms.begin(), stepPrograms.end());
-  args.insert(args.end(), {"-I" + dir.str(), "-I" MOEC_RUNTIME_INCLUDE, "-I" MOEC_HALIDE_INCLUDE,
-                           "-o", output.str()});
+  std::vector<std::string> compile = {cxx,
+                                      "-O1",
+                                      "-std=c++20",
+                                      "-I" + dir.str(),
+                                      "-I" MOEC_RUNTIME_INCLUDE,
+                                      "-I" MOEC_HALIDE_INCLUDE};
+  auto cxxPath = sys::findProgramByName(cxx);
+  if (!cxxPath)
+    return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
+  // Several programs (the replicas' of a mixed cluster) compile side by
+  // side into objects, then link; one compiles and links in one command.
+  std::vector<std::string> args = {cxx};
+  if (stepPrograms.size() > 1) {
+    std::vector<std::string> objects;
+    for (const std::string &cpp : stepPrograms)
+      objects.push_back(cpp + ".o");
+    if (Error e = forEachJob(stepPrograms.size(), options.jobs, [&](size_t i) {
+          std::vector<std::string> one = compile;
+          one.insert(one.end(), {"-c", stepPrograms[i], "-o", objects[i]});
+          say(options, "compiling " + stepPrograms[i]);
+          return run(*cxxPath, one, "compiling the step program failed (" + stepPrograms[i] + ")");
+        }))
+      return e;
+    args.insert(args.end(), objects.begin(), objects.end());
+  } else {
+    args = compile;
+    args.insert(args.end(), stepPrograms.begin(), stepPrograms.end());
+  }
+  args.insert(args.end(), {"-o", output.str()});
   for (const auto &[name, call] : calls.all())
     if (!call.generator.empty())
       args.push_back((dir + "/" + name + ".a").str());
@@ -202,11 +273,10 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs
   args.push_back("-lpthread");
   args.push_back("-ldl");
-  auto cxxPath = sys::findProgramByName(cxx);
-  if (!cxxPath)
-    return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
-  if (options.verbose)
-    errs() << "moec: compiling " << llvm::join(stepPrograms, " ") << "\n";
+  say(options,
+      (stepPrograms.size() > 1 ? "linking " : "compiling ") + llvm::join(stepPrograms, " "));
   return run(*cxxPath, args,
-             "compiling the step program failed (" + llvm::join(stepPrograms, " ") + ")");
+             (stepPrograms.size() > 1 ? "linking the step programs failed ("
+                                      : "compiling the step program failed (") +
+                 llvm::join(stepPrograms, " ") + ")");
 }

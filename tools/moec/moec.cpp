@@ -111,6 +111,11 @@ static cl::opt<std::string> hostTarget(
              "for another machine's CPU, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41"),
     cl::init("host"), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
+static cl::opt<unsigned>
+    jobs("j",
+         cl::desc("Run N kernel generators (and step-program compiles) at once (default: one "
+                  "per hardware thread, at most 8)"),
+         cl::value_desc("N"), cl::init(0), cl::cat(category));
 static cl::opt<bool> noKernelCache(
     "no-kernel-cache",
     cl::desc("Generate every kernel, ignoring the kernel cache ($MOEC_KERNEL_CACHE, else "
@@ -742,6 +747,7 @@ int build(const std::vector<Program> &programs, const nlohmann::json &manifest, 
   toolchain.target = target;
   toolchain.cudaCapability = static_cast<int>(cudaCapability);
   toolchain.hostTarget = hostTarget;
+  toolchain.jobs = jobs;
   if (!sys::fs::can_execute(toolchain.generator))
     return fail("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = moec::codegen::generateKernels(calls, dir, toolchain))

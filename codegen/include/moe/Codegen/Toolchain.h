@@ -43,6 +43,9 @@ struct ToolchainOptions {
   /// The Halide target of the CPU side: "host" (this machine's features) or
   /// arch-bits-os[-features].
   std::string hostTarget = "host";
+  /// How many generator (and compiler) processes run at once; 0: one per
+  /// hardware thread, at most 8.
+  unsigned jobs = 0;
 };
 
 /// The kernel cache moec uses by default: $MOEC_KERNEL_CACHE ("none": no
