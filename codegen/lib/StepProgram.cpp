@@ -94,11 +94,14 @@ private:
 class Emitter {
 public:
   Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &out,
-          const StepProgramNames &names, Target target)
+          const StepProgramNames &names, Target target, std::vector<std::string> *units)
       : module(module), calls(calls), out(out), redirect(out), os(redirect), names(names),
-        target(target) {}
+        target(target), units(units) {}
 
   LogicalResult run();
+  /// With separate units: where the preamble every unit repeats ends in
+  /// `out` (the bytes before the first step function).
+  uint64_t preambleEnd = 0;
 
 private:
   LogicalResult emitFunction(func::FuncOp fn, StringRef name, bool training);
@@ -120,6 +123,8 @@ private:
   static constexpr int64_t kZeroRunFloats = int64_t(1) << 20;
   /// The most ops one function of the step program holds (see emitFunction).
   static constexpr int64_t kOpsPerPart = 150;
+  /// With separate units: the most parts one unit holds.
+  static constexpr size_t kPartsPerUnit = 8;
   /// The placement table of MoE layer `layer` in the step program: the
   /// runtime's, or the program's own when the runtime gives none.
   std::string layerTable(int64_t layer) {
@@ -148,6 +153,10 @@ private:
   raw_ostream &os;
   const StepProgramNames &names;
   Target target;
+  /// Not null: the parts of a function cut into several go to translation
+  /// units of their own (their bodies here; emitStepProgram adds the
+  /// preamble).
+  std::vector<std::string> *units;
   llvm::DenseMap<Value, std::string> storage;
   llvm::StringMap<unsigned> paramIndex;
   llvm::DenseMap<Attribute, unsigned> rowTables;
@@ -972,7 +981,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   auto shares = module->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kTokenSharesAttrName);
   bool replicaTables = shares && !names.replicaPrograms.empty();
   if (replicaTables) {
-    if (names.replicaPrograms.size() != shares.size())
+    if (names.replicaPrograms.size() != static_cast<size_t>(shares.size()))
       return module.emitError("moec: ") << names.replicaPrograms.size() << " replica programs for "
                                         << shares.size() << " shares";
     os << "static const int64_t kReplicaBatches[] = {";
@@ -1033,6 +1042,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
 }
 
 LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTraining) {
+  if (!preambleEnd)
+    preambleEnd = out.tell();
   storage.clear();
   training = isTraining;
   // The ops go to parts of at most kOpsPerPart ops each, written to strings
@@ -1067,14 +1078,28 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     };
     if (parts.size() == 1)
       return part(name.str(), parts.front());
+    // In units of their own the parts have external linkage, named after
+    // the program's symbol (a binary links several programs).
+    std::string prefix = units ? names.symbol + "_" : "";
+    std::string linkage = units ? "int " : "static int ";
     for (size_t k = 0; k < parts.size(); ++k)
-      out << "static int " << name << "_part" << k << params << ";\n";
+      out << linkage << prefix << name << "_part" << k << params << ";\n";
     out << "static int " << name << params << " {\n";
     for (size_t k = 0; k < parts.size(); ++k)
-      out << "  if (int rc = " << name << "_part" << k << args << ") return rc;\n";
+      out << "  if (int rc = " << prefix << name << "_part" << k << args << ") return rc;\n";
     out << "  return 0;\n}\n\n";
-    for (size_t k = 0; k < parts.size(); ++k)
-      part((name + "_part" + std::to_string(k)).str(), parts[k]);
+    if (!units) {
+      for (size_t k = 0; k < parts.size(); ++k)
+        part((name + "_part" + std::to_string(k)).str(), parts[k]);
+      return;
+    }
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (k % kPartsPerUnit == 0)
+        units->emplace_back();
+      units->back() += linkage + prefix + name.str() + "_part" + std::to_string(k) + params +
+                       " {\n  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; " +
+                       "(void)G;\n" + parts[k] + "  return 0;\n}\n\n";
+    }
   };
   if (target != Target::Host) {
     auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
@@ -1292,6 +1317,20 @@ int64_t KernelCalls::scratchBytes() const {
 
 LogicalResult moec::codegen::emitStepProgram(ModuleOp module, const KernelCalls &calls,
                                              raw_ostream &os, const StepProgramNames &names,
-                                             Target target) {
-  return Emitter(module, calls, os, names, target).run();
+                                             Target target, std::vector<std::string> *units) {
+  if (!units)
+    return Emitter(module, calls, os, names, target, nullptr).run();
+  // The program goes to a string first: each unit repeats its preamble
+  // (includes, views, tables), which the parts use.
+  std::string text;
+  llvm::raw_string_ostream program(text);
+  std::vector<std::string> bodies;
+  Emitter emitter(module, calls, program, names, target, &bodies);
+  if (failed(emitter.run()))
+    return failure();
+  std::string preamble = text.substr(0, emitter.preambleEnd);
+  for (std::string &body : bodies)
+    units->push_back(preamble + body);
+  os << text;
+  return success();
 }

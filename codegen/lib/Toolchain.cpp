@@ -229,8 +229,9 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   auto cxxPath = sys::findProgramByName(cxx);
   if (!cxxPath)
     return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
-  // Several programs (the replicas' of a mixed cluster) compile side by
-  // side into objects, then link; one compiles and links in one command.
+  // Several files (the parts of a long step in units of their own, the
+  // programs of a mixed cluster's replicas) compile side by side into
+  // objects, then link; one compiles and links in one command.
   std::vector<std::string> args = {cxx};
   if (stepPrograms.size() > 1) {
     std::vector<std::string> objects;

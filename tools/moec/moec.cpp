@@ -548,6 +548,8 @@ struct Program {
   std::string text;
   std::string file;
   mlir::OwningOpRef<mlir::ModuleOp> owned; // another share's
+  /// The translation units of the parts of a long step (compiled beside it).
+  std::vector<std::string> units;
 };
 
 /// Runs the training pipeline; with a cluster, reads the plan's report into
@@ -611,13 +613,17 @@ mlir::LogicalResult runPipeline(mlir::ModuleOp module, nlohmann::json &sharding,
   return mlir::success();
 }
 
-/// The step program, or nothing after a diagnostic.
-std::optional<std::string>
-emitProgram(mlir::ModuleOp module, const moec::codegen::KernelCalls &calls,
-            const moec::codegen::StepProgramNames &names = moec::codegen::StepProgramNames()) {
+/// The step program, or nothing after a diagnostic. For an executable, the
+/// parts of a long step go to `units` (translation units of their own, which
+/// compile side by side); --emit=cpp writes one file.
+std::optional<std::string> emitProgram(mlir::ModuleOp module,
+                                       const moec::codegen::KernelCalls &calls,
+                                       const moec::codegen::StepProgramNames &names,
+                                       std::vector<std::string> &units) {
   std::string text;
   raw_string_ostream os(text);
-  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os, names, target)))
+  if (mlir::failed(moec::codegen::emitStepProgram(module, calls, os, names, target,
+                                                  emit == Emit::Exe ? &units : nullptr)))
     return std::nullopt;
   return text;
 }
@@ -691,10 +697,11 @@ int shareProgram(mlir::ModuleOp module, mlir::ModuleOp source,
     for (int64_t share : shares.asArrayRef()) // the first replica with that share
       names.replicaPrograms.push_back(
           symbolOf(llvm::find(shares.asArrayRef(), share) - shares.asArrayRef().begin()));
-  std::optional<std::string> text = emitProgram(module, calls, names);
+  std::vector<std::string> units;
+  std::optional<std::string> text = emitProgram(module, calls, names, units);
   if (!text)
     return 1;
-  programs.push_back({module, calls, *text, "step.cpp", {}});
+  programs.push_back({module, calls, *text, "step.cpp", {}, std::move(units)});
   for (size_t r = 1; r < names.replicaPrograms.size(); ++r) {
     std::string symbol = symbolOf(r);
     if (names.replicaPrograms[r] != symbol)
@@ -711,7 +718,7 @@ int shareProgram(mlir::ModuleOp module, mlir::ModuleOp source,
       return 1;
     moec::codegen::StepProgramNames variant;
     variant.symbol = symbol;
-    std::optional<std::string> variantText = emitProgram(*p.owned, *own, variant);
+    std::optional<std::string> variantText = emitProgram(*p.owned, *own, variant, p.units);
     if (!variantText)
       return 1;
     p.module = *p.owned;
@@ -766,6 +773,13 @@ int build(const std::vector<Program> &programs, const nlohmann::json &manifest, 
     if (int rc = writeOutput(cpp, [&](raw_ostream &os) { os << p.text; }))
       return rc;
     cpps.push_back(std::string(cpp));
+    for (size_t u = 0; u < p.units.size(); ++u) {
+      SmallString<256> unit(buildDir);
+      sys::path::append(unit, sys::path::stem(p.file) + ".part" + Twine(u) + ".cpp");
+      if (int rc = writeOutput(unit, [&](raw_ostream &os) { os << p.units[u]; }))
+        return rc;
+      cpps.push_back(std::string(unit));
+    }
   }
   // A partitioned binary also runs under mpirun, one rank per process.
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);

@@ -55,10 +55,17 @@ struct StepProgramNames {
 /// Writes the C++ step program of a lowered module, calling kernels
 /// generated for `target` (a device target's calls stage their buffers
 /// through the device).
+///
+/// A step function of more than 150 ops is cut into parts that it calls in
+/// order. With `units` not null, those parts go to separate translation
+/// units (each a whole C++ file, of up to 8 parts, appended to `units`) so
+/// that they compile side by side; `os` then gets the program that calls
+/// them. Null: one file.
 mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
                                     llvm::raw_ostream &os,
                                     const StepProgramNames &names = StepProgramNames(),
-                                    Target target = Target::Host);
+                                    Target target = Target::Host,
+                                    std::vector<std::string> *units = nullptr);
 
 } // namespace moec::codegen
 
