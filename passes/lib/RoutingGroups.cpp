@@ -100,7 +100,7 @@ struct RoutingGroupsPass : public moe::impl::RoutingGroupsPassBase<RoutingGroups
         return WalkResult::interrupt();
       }
       if (auto gate = dyn_cast<FusedGateOp>(op))
-        if ((gate.getGroups() != g || shares || gate.getGroupSizesAttr()) &&
+        if ((static_cast<int64_t>(gate.getGroups()) != g || shares || gate.getGroupSizesAttr()) &&
             failed(regroup(gate, g, shares)))
           return WalkResult::interrupt();
       return WalkResult::advance();

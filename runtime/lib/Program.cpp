@@ -89,6 +89,8 @@ extern "C" int moert_place_slots(const moert_context *ctx, int32_t *outSlots,
   std::vector<int64_t> first(static_cast<size_t>(positions), 0);
   for (int32_t e = 0; e < experts; ++e) {
     const std::vector<int32_t> &mine = at[e];
+    if (mine.empty())
+      continue; // no position: an error below if a slot names it
     if (mine.size() == 1) {
       outCounts[mine[0]] = inCounts[e];
       continue;

@@ -244,10 +244,15 @@ TEST_F(RuntimeTest, PlaceSlotsSplitsAReplicatedExpertsSlotsByTheRanksTimes) {
             0);
   EXPECT_EQ(placed[1], 2);
   EXPECT_EQ(placed[3], 2);
-  // An order naming an expert out of range is an error, not a crash.
+  // An order naming an expert out of range is an error, not a crash; so is
+  // a slot of an expert the order leaves out (expert 2, counted).
   const int32_t bad[] = {0, 1, 2, 3, -1, -1};
   EXPECT_NE(moert_place_slots(nullptr, out.data(), in.data(), static_cast<int64_t>(in.size()),
                               placed, counts, 3, bad, 6, block),
+            0);
+  const int32_t missing[] = {0, 1, -1, 1, -1, -1};
+  EXPECT_NE(moert_place_slots(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
+                              counts, 3, missing, 6, block),
             0);
 }
 
