@@ -1071,13 +1071,16 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
         std::string(isTraining ? "int32_t step, float *loss)" : "float *loss, float *logits)");
     std::string args =
         std::string("(ctx, tokens, targets, ") + (isTraining ? "step, loss)" : "loss, logits)");
-    auto part = [&](const std::string &partName, const std::string &body) {
-      out << "static int " << partName << params << " {\n"
-          << "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n"
-          << body << "  return 0;\n}\n\n";
+    auto definition = [&](StringRef linkage, const Twine &fnName, const std::string &body) {
+      return (linkage + fnName + params + " {\n" +
+              "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n" + body +
+              "  return 0;\n}\n\n")
+          .str();
     };
-    if (parts.size() == 1)
-      return part(name.str(), parts.front());
+    if (parts.size() == 1) {
+      out << definition("static int ", name, parts.front());
+      return;
+    }
     // In units of their own the parts have external linkage, named after
     // the program's symbol (a binary links several programs).
     std::string prefix = units ? names.symbol + "_" : "";
@@ -1088,17 +1091,15 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     for (size_t k = 0; k < parts.size(); ++k)
       out << "  if (int rc = " << prefix << name << "_part" << k << args << ") return rc;\n";
     out << "  return 0;\n}\n\n";
-    if (!units) {
-      for (size_t k = 0; k < parts.size(); ++k)
-        part((name + "_part" + std::to_string(k)).str(), parts[k]);
-      return;
-    }
     for (size_t k = 0; k < parts.size(); ++k) {
+      std::string part = definition(linkage, prefix + name + "_part" + Twine(k), parts[k]);
+      if (!units) {
+        out << part;
+        continue;
+      }
       if (k % kPartsPerUnit == 0)
         units->emplace_back();
-      units->back() += linkage + prefix + name.str() + "_part" + std::to_string(k) + params +
-                       " {\n  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; " +
-                       "(void)G;\n" + parts[k] + "  return 0;\n}\n\n";
+      units->back() += part;
     }
   };
   if (target != Target::Host) {

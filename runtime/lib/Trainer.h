@@ -244,7 +244,8 @@ private:
   // The rank in the grid, rank = (d * ep + e) * tp + t: its data replica
   // (d * ep + e) and its ep index e.
   int rank, ranks, tp, ep, replica, replicas, epIndex;
-  /// The ep ranks' speeds the step reads (ctx.ep_speeds; --emulate-cluster).
+  /// The ep ranks' speeds (epSpeeds(), set once): what the step reads
+  /// (ctx.ep_speeds) and the rebalancer weighs loads by.
   std::vector<double> epSpeedTable;
   bool lead;
   /// Every rank draws the global batch (the same windows) and keeps its

@@ -321,7 +321,7 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                  after = nlohmann::json::array();
   int expertsMoved = 0;
   size_t offset = 0;
-  std::vector<double> speeds = epSpeeds();
+  const std::vector<double> &speeds = epSpeedTable;
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     size_t experts = prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
@@ -515,7 +515,7 @@ std::vector<double> Trainer::epSpeeds() const {
 /// mean over the max of the ranks' token-slots).
 nlohmann::json Trainer::balancedness() const {
   nlohmann::json layers = nlohmann::json::array();
-  std::vector<double> speeds = epSpeeds();
+  const std::vector<double> &speeds = epSpeedTable;
   size_t offset = 0;
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     size_t experts = prog.layer_experts[l];

@@ -32,10 +32,11 @@ void Trainer::configureEmulation() {
       die("--emulate-cluster gives " + std::to_string(o.rankSpeeds.size()) + " speeds for " +
           std::to_string(ranks) + " ranks (give one per rank, or one for all)");
     ctx.compute_slowdown = 1.0 / deviceSpeed(rank) - 1.0;
-    // Replicated experts' slots split by the ep ranks' speeds.
-    epSpeedTable = epSpeeds();
-    ctx.ep_speeds = epSpeedTable.data();
   }
+  // The ep ranks' speeds, read by the step (replicated experts' slots split
+  // by them) and by the rebalancer.
+  epSpeedTable = epSpeeds();
+  ctx.ep_speeds = epSpeedTable.data();
   if (comm && o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(comm, o.linkBytesPerSecond, o.linkLatency);
   ctx.async_yield = o.commPriority;
