@@ -371,7 +371,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << pointer(op.getOperand(0)) << ", " << numel(op.getOperand(0)) << ", "
        << pointer(op.getResult(1)) << ", " << pointer(op.getOperand(1)) << ", "
        << numel(op.getOperand(1)) << ", " << table << ", " << order.size() << ", "
-       << c.getAs<IntegerAttr>("block").getInt() << ")) return 1;\n  }\n";
+       << c.getAs<IntegerAttr>("block").getInt() << ")) return 1;\n";
+    // moe-pipeline-experts: the blocks chunk by chunk.
+    if (auto chunks = c.getAs<IntegerAttr>("chunks"))
+      os << "    if (moert_chunk_positions(" << pointer(op.getResult(0)) << ", "
+         << numel(op.getOperand(0)) << ", " << pointer(op.getResult(1)) << ", " << order.size()
+         << ", " << c.getAs<IntegerAttr>("block").getInt() << ", "
+         << c.getAs<IntegerAttr>("ranks").getInt() << ", " << chunks.getInt() << ")) return 1;\n";
+    os << "  }\n";
     return success();
   }
   if (call.generator.empty())
@@ -669,9 +676,18 @@ LogicalResult Emitter::collective(Operation *op) {
                      (p - 1) * type.getShape()[0] * (exchange.getSplitDim() == 0 ? 1 : p) / p * 4;
     os << "  {\n    const int64_t shape[] = {";
     llvm::interleaveComma(type.getShape(), os);
-    os << "};\n    if (int rc = moert_step_all_to_all_ragged(ctx, (float *)"
-       << pointer(exchange.getResult()) << ", (const float *)" << pointer(exchange.getInput())
-       << ", shape, " << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
+    // async (moe-pipeline-experts): started on the exchange channel, its
+    // moe.wait completes it.
+    std::string call = "moert_step_all_to_all_ragged(ctx, ";
+    if (exchange.getAsync()) {
+      auto id = op->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+      if (!id)
+        return op->emitOpError("is async without a moe.bucket id");
+      call = "moert_step_all_to_all_ragged_start(ctx, " + std::to_string(id.getInt()) + ", ";
+    }
+    os << "};\n    if (int rc = " << call << "(float *)" << pointer(exchange.getResult())
+       << ", (const float *)" << pointer(exchange.getInput()) << ", shape, "
+       << exchange.getSplitDim() << ", " << exchange.getConcatDim() << ", "
        << axesMask(exchange.getAxes()) << ", " << pointer(counts) << ", "
        << pointer(exchange.getRecvCounts()) << ", " << codecArg << ")) return rc;\n  }\n";
     return success();
@@ -1193,13 +1209,29 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults())) {
         auto id = input.getDefiningOp()->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
         if (!id)
-          return wait.emitOpError("waits for an all_reduce without a moe.bucket");
+          return wait.emitOpError("waits for a collective without a moe.bucket");
         if (!llvm::is_contained(ids, id.getInt())) {
           ids.push_back(id.getInt());
-          os << "  if (int rc = moert_step_wait(ctx, " << id.getInt() << ")) return rc;\n";
+          os << "  if (int rc = "
+             << (isa<AllToAllOp>(input.getDefiningOp()) ? "moert_step_exchange_wait"
+                                                        : "moert_step_wait")
+             << "(ctx, " << id.getInt() << ")) return rc;\n";
         }
         storage[result] = pointer(input);
       }
+      continue;
+    }
+    // Views (moe-pipeline-experts): a chunk is its input's rows from the
+    // chunk's offset; a concat's inputs were planned in its buffer, one
+    // after another, so it starts at its first input.
+    if (auto chunk = dyn_cast<ChunkOp>(op)) {
+      storage[chunk.getResult()] =
+          "(" + pointer(chunk.getInput()) + " + " +
+          std::to_string(chunk.getIndex() * chunk.getType().getNumElements()) + ")";
+      continue;
+    }
+    if (auto concat = dyn_cast<ConcatOp>(op)) {
+      storage[concat.getResult()] = pointer(concat.getInputs().front());
       continue;
     }
     if (auto get = dyn_cast<GetParamOp>(op)) {

@@ -70,10 +70,18 @@ LogicalResult WaitOp::verify() {
       async = reduce.getAsync();
     else if (auto scatter = dyn_cast_or_null<ReduceScatterOp>(def))
       async = scatter.getAsync();
+    else if (auto exchange = dyn_cast_or_null<AllToAllOp>(def))
+      async = exchange.getAsync();
     if (!async || def->getBlock() != (*this)->getBlock())
       return emitOpError() << "operand #" << i
-                           << " is not the result of an async moe.all_reduce or "
-                              "moe.reduce_scatter in the same block";
+                           << " is not a result of an async moe.all_reduce, "
+                              "moe.reduce_scatter or moe.all_to_all in the same block";
+    if (isa<AllToAllOp>(def))
+      for (Value other : def->getResults())
+        if (!llvm::is_contained(getInputs(), other))
+          return emitOpError() << "operand #" << i
+                               << " is an async moe.all_to_all's result: its other result "
+                                  "must be waited for in the same moe.wait";
   }
   return success();
 }
@@ -212,6 +220,17 @@ LogicalResult AllToAllOp::verify() {
     if (failed(checkShape(*this, "counts", getSendCounts(), {blocks})) ||
         failed(checkShape(*this, "recv_counts", getRecvCounts(), {blocks})))
       return failure();
+  }
+  if (getAsync()) {
+    if (!sends || split == concat || getCodecAttr())
+      return emitOpError("async all_to_all must be the ragged dispatch form without a codec");
+    Operation *wait = nullptr;
+    for (Value result : getResults())
+      for (Operation *user : result.getUsers()) {
+        if (!isa<WaitOp>(user) || user->getBlock() != (*this)->getBlock() || (wait && wait != user))
+          return emitOpError("async results must have one user, a moe.wait in the same block");
+        wait = user;
+      }
   }
   return verifyCodecUse(*this, getCodecAttr(), getInput(), true);
 }

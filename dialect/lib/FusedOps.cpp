@@ -131,5 +131,14 @@ LogicalResult PlaceSlotsOp::verify() {
     return emitOpError() << "block must be >= 1, got " << block;
   if (getLayerAttr() && getLayerAttr().getInt() < 0)
     return emitOpError() << "layer must be >= 0, got " << getLayerAttr().getInt();
+  if (static_cast<bool>(getChunksAttr()) != static_cast<bool>(getRanksAttr()))
+    return emitOpError("chunks and ranks must come together");
+  if (getChunksAttr()) {
+    int64_t chunks = getChunksAttr().getInt(), ranks = getRanksAttr().getInt();
+    if (chunks < 1 || ranks < 1 || positions % (chunks * ranks))
+      return emitOpError() << "chunks (" << chunks << ") and ranks (" << ranks
+                           << ") must be >= 1 with " << positions
+                           << " positions divisible by their product";
+  }
   return success();
 }

@@ -10,9 +10,9 @@ LogicalResult KernelOp::verify() {
     return emitOpError("family must not be empty");
   // A kernel computes one moe compute op (moe-lower-to-kernels): its family
   // is that op's mnemonic and its config that op's attributes.
-  static constexpr StringLiteral kNotCompute[] = {"param",      "get_param",      "fill",
-                                                  "kernel",     "launch",         "all_reduce",
-                                                  "all_to_all", "reduce_scatter", "all_gather"};
+  static constexpr StringLiteral kNotCompute[] = {
+      "param",      "get_param",      "fill",       "kernel", "launch", "all_reduce",
+      "all_to_all", "reduce_scatter", "all_gather", "chunk",  "concat", "wait"};
   std::optional<RegisteredOperationName> op =
       RegisteredOperationName::lookup(("moe." + getFamily()).str(), getContext());
   if (!op || llvm::is_contained(kNotCompute, getFamily()))
@@ -56,5 +56,41 @@ LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
       !llvm::equal(signature.getResults(), getResults().getTypes()))
     return emitOpError() << "types do not match the signature " << signature << " of kernel '"
                          << getKernel() << "'";
+  return success();
+}
+
+LogicalResult ChunkOp::verify() {
+  int64_t count = getCount(), index = getIndex();
+  if (count < 1)
+    return emitOpError() << "count must be >= 1, got " << count;
+  if (index < 0 || index >= count)
+    return emitOpError() << "index must be in [0, " << count << "), got " << index;
+  auto in = cast<RankedTensorType>(getInput().getType());
+  if (in.getRank() < 1 || in.getDimSize(0) % count)
+    return emitOpError() << "input must have a leading dimension divisible by " << count << ", got "
+                         << in;
+  SmallVector<int64_t> shape(in.getShape());
+  shape[0] /= count;
+  if (getResult().getType() != in.clone(shape))
+    return emitOpError() << "result must be " << in.clone(shape) << ", got "
+                         << getResult().getType();
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  auto in = cast<RankedTensorType>(getInputs().front().getType());
+  for (auto [i, input] : llvm::enumerate(getInputs()))
+    if (input.getType() != in)
+      return emitOpError() << "input #" << i << " must be " << in << " like input #0, got "
+                           << input.getType();
+  if (in.getRank() < 1)
+    return emitOpError("inputs must have rank >= 1");
+  SmallVector<int64_t> shape(in.getShape());
+  shape[0] *= static_cast<int64_t>(getInputs().size());
+  if (getResult().getType() != in.clone(shape))
+    return emitOpError() << "result must be " << in.clone(shape) << ", got "
+                         << getResult().getType();
   return success();
 }

@@ -167,10 +167,11 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
   }
   if (name == kBucketAttrName) {
     auto bucket = dyn_cast<IntegerAttr>(attr.getValue());
-    if (!isa<AllReduceOp, ReduceScatterOp>(op) || !bucket || bucket.getValue().isNegative())
+    if (!isa<AllReduceOp, ReduceScatterOp, AllToAllOp>(op) || !bucket ||
+        bucket.getValue().isNegative())
       return op->emitError() << "'" << name
-                             << "' must be a non-negative integer on a moe.all_reduce or "
-                                "moe.reduce_scatter";
+                             << "' must be a non-negative integer on a moe.all_reduce, "
+                                "moe.reduce_scatter or moe.all_to_all";
     return success();
   }
   if (name == kLossScaleAttrName) {

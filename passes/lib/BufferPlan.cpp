@@ -113,10 +113,36 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignme
     ++position;
   }
 
+  // Views: a value's byte offset within its buffer (a moe.chunk of it, or
+  // an input of a moe.concat, which lives in the concat's buffer).
+  DenseMap<Value, int64_t> within;
+  // The concats' inputs, through their waits to the values that define
+  // them: (concat, byte offset in its result).
+  DenseMap<Value, std::pair<ConcatOp, int64_t>> concatInput;
+  for (Operation &op : body)
+    if (auto concat = dyn_cast<ConcatOp>(op))
+      for (auto [i, input] : llvm::enumerate(concat.getInputs())) {
+        Value root = input;
+        while (auto wait = root.getDefiningOp<WaitOp>())
+          root = wait.getInputs()[cast<OpResult>(root).getResultNumber()];
+        concatInput[root] = {concat, static_cast<int64_t>(i) * tensorBytes(input.getType())};
+      }
+  DenseMap<Operation *, unsigned> concatBuffer;
   auto add = [&](Value v, int64_t first) {
     int64_t bytes = tensorBytes(v.getType());
     if (!bytes)
       return;
+    if (auto it = concatInput.find(v); it != concatInput.end()) {
+      // In the concat's buffer, made by its first input.
+      auto [concat, offset] = it->second;
+      auto [slot, made] = concatBuffer.try_emplace(concat, buffers.size());
+      if (made)
+        buffers.push_back({concat.getResult(), tensorBytes(concat.getType()), first, first,
+                           gradients.contains(concat.getResult()) ? 1 : 0});
+      index[v] = slot->second;
+      within[v] = offset;
+      return;
+    }
     index[v] = buffers.size();
     buffers.push_back({v, bytes, first, first, gradients.contains(v) ? 1 : 0});
   };
@@ -136,8 +162,21 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignme
     if (auto wait = dyn_cast<WaitOp>(op)) {
       // The results are the operands' buffers.
       for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults()))
-        if (auto it = index.find(input); it != index.end())
+        if (auto it = index.find(input); it != index.end()) {
           index[result] = it->second;
+          within[result] = within.lookup(input);
+        }
+    } else if (auto chunk = dyn_cast<ChunkOp>(op)) {
+      // A view of its input (none of a parameter's).
+      if (auto it = index.find(chunk.getInput()); it != index.end()) {
+        index[chunk.getResult()] = it->second;
+        within[chunk.getResult()] =
+            within.lookup(chunk.getInput()) + chunk.getIndex() * tensorBytes(chunk.getType());
+      }
+    } else if (auto concat = dyn_cast<ConcatOp>(op)) {
+      // Its inputs were placed in its buffer.
+      if (auto it = concatBuffer.find(concat); it != concatBuffer.end())
+        index[concat.getResult()] = it->second;
     } else if (auto it = alias ? index.find(alias) : index.end(); it != index.end()) {
       index[op.getResult(0)] = it->second;
     } else if (!isa<GetParamOp>(op)) {
@@ -167,11 +206,50 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignme
         continue;
       }
       const Buffer &b = buffers[it->second];
-      plan.append({b.arena, b.offset, b.bytes});
+      plan.append({b.arena, b.offset + within.lookup(result), tensorBytes(result.getType())});
     }
     if (auto launch = dyn_cast<LaunchOp>(op))
       launch.setBuffers(plan);
     else
       op.setAttr(MoEDialect::kBuffersAttrName, builder.getDenseI64ArrayAttr(plan));
   }
+}
+
+void mlir::moe::replanBuffers(ModuleOp module, ArrayRef<func::FuncOp> fns) {
+  auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
+  if (!plan)
+    return;
+  auto get = [&](StringRef key) {
+    auto a = plan.getAs<IntegerAttr>(key);
+    return a ? a.getInt() : 0;
+  };
+  BufferPeaks peaks;
+  for (func::FuncOp fn : fns)
+    planBuffers(fn, peaks, std::max<int64_t>(get("alignment"), 64));
+  int64_t params = get("parameter_bytes");
+  Builder builder(module.getContext());
+  NamedAttrList entries(plan);
+  entries.set("activation_bytes", builder.getI64IntegerAttr(peaks.activation));
+  entries.set("gradient_bytes", builder.getI64IntegerAttr(peaks.gradient));
+  entries.set("optimizer_state_bytes", builder.getI64IntegerAttr(peaks.state));
+  entries.set("total_bytes",
+              builder.getI64IntegerAttr(peaks.activation + peaks.gradient + params + peaks.state));
+  module->setAttr(MoEDialect::kBufferPlanAttrName, entries.getDictionary(module.getContext()));
+}
+
+SmallVector<func::FuncOp> mlir::moe::stepFunctions(ModuleOp module) {
+  SmallVector<func::FuncOp> fns;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.isExternal())
+      fns.push_back(fn);
+  return fns;
+}
+
+int64_t mlir::moe::nextBucketId(ModuleOp module) {
+  int64_t next = 0;
+  module.walk([&](Operation *op) {
+    if (auto id = op->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName))
+      next = std::max(next, id.getInt() + 1);
+  });
+  return next;
 }

@@ -28,6 +28,17 @@ struct BufferPeaks {
 /// Every buffer's offset is a multiple of `alignment` bytes.
 void planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignment);
 
+/// Plans `fns` again after a pass moved or added collectives, and updates
+/// the module's buffer plan summary (its arena peaks and total).
+void replanBuffers(ModuleOp module, ArrayRef<func::FuncOp> fns);
+
+/// The functions of `module` with a body (the steps a pass rewrites).
+SmallVector<func::FuncOp> stepFunctions(ModuleOp module);
+
+/// One past the largest `moe.bucket` id in `module` (0 when none): the
+/// first id a pass may give a new background collective.
+int64_t nextBucketId(ModuleOp module);
+
 /// Bytes of a tensor value's type (0 for non-tensors).
 int64_t tensorBytes(Type type);
 

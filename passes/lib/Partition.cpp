@@ -205,10 +205,10 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
       b.setInsertionPointAfter(gate);
       auto countsType = RankedTensorType::get(
           {positions}, cast<RankedTensorType>(gate.getCounts().getType()).getElementType());
-      auto placed =
-          PlaceSlotsOp::create(b, gate.getLoc(), gate.getSlots().getType(), countsType,
-                               gate.getSlots(), gate.getCounts(), b.getDenseI64ArrayAttr(order),
-                               b.getI64IntegerAttr(slots), b.getI64IntegerAttr(layer));
+      auto placed = PlaceSlotsOp::create(b, gate.getLoc(), gate.getSlots().getType(), countsType,
+                                         gate.getSlots(), gate.getCounts(),
+                                         b.getDenseI64ArrayAttr(order), b.getI64IntegerAttr(slots),
+                                         b.getI64IntegerAttr(layer), IntegerAttr(), IntegerAttr());
       gate.getSlots().replaceAllUsesExcept(placed.getResultSlots(), placed);
       gateCounts = placed.getResultCounts();
       if (positions != experts && failed(retypeDispatchBuffer(ffn.getX(), positions, 0)))

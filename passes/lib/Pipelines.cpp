@@ -74,6 +74,11 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     pm.addPass(createLowerToKernelsPass(lower));
     if (options.bucket)
       pm.addPass(createBucketGradientsPass());
+    if (options.expertChunks != 1) {
+      PipelineExpertsPassOptions pipeline;
+      pipeline.chunks = options.expertChunks;
+      pm.addPass(createPipelineExpertsPass(pipeline));
+    }
     if (options.overlap)
       pm.addPass(createSchedulePass());
   }

@@ -217,38 +217,14 @@ struct SchedulePass : public moe::impl::SchedulePassBase<SchedulePass> {
       module.emitError("moe-schedule: bucket-floats must be >= 0");
       return signalPassFailure();
     }
-    int64_t nextId = 0;
-    module.walk([&](Operation *op) {
-      if (auto id = op->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName))
-        nextId = std::max(nextId, id.getInt() + 1);
-    });
-    SmallVector<func::FuncOp> fns;
-    for (auto fn : module.getOps<func::FuncOp>())
-      if (!fn.isExternal())
-        fns.push_back(fn);
+    int64_t nextId = nextBucketId(module);
+    SmallVector<func::FuncOp> fns = stepFunctions(module);
     int64_t made = 0;
     for (func::FuncOp fn : fns)
       made += Scheduler(fn, bucketFloats).run(nextId);
-    auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
-    if (!made || !plan)
-      return;
     // Inputs now live until their waits: plan again.
-    auto get = [&](StringRef key) {
-      auto a = plan.getAs<IntegerAttr>(key);
-      return a ? a.getInt() : 0;
-    };
-    BufferPeaks peaks;
-    for (func::FuncOp fn : fns)
-      planBuffers(fn, peaks, std::max<int64_t>(get("alignment"), 64));
-    int64_t params = get("parameter_bytes");
-    Builder builder(module.getContext());
-    NamedAttrList entries(plan);
-    entries.set("activation_bytes", builder.getI64IntegerAttr(peaks.activation));
-    entries.set("gradient_bytes", builder.getI64IntegerAttr(peaks.gradient));
-    entries.set("optimizer_state_bytes", builder.getI64IntegerAttr(peaks.state));
-    entries.set("total_bytes", builder.getI64IntegerAttr(peaks.activation + peaks.gradient +
-                                                         params + peaks.state));
-    module->setAttr(MoEDialect::kBufferPlanAttrName, entries.getDictionary(module.getContext()));
+    if (made)
+      replanBuffers(module, fns);
   }
 };
 

@@ -14,6 +14,14 @@
 // Without a second communicator (MPI without MPI_THREAD_MULTIPLE) a start
 // runs its reduction at once, as a blocking collective: the same bits.
 //
+// `moe.all_to_all async` (moe-pipeline-experts: the chunks of an expert
+// phase's dispatch and combine) runs on a channel of its own, a second
+// worker with a third communicator, so that an exchange never queues
+// behind a gradient bucket; while one runs, the buckets that yield wait,
+// as they do for the step's blocking all-to-alls. moert_step_exchange_wait
+// completes one; the exchange is the blocking one's code, so the bits are
+// the same.
+//
 // With moert_context.staleness (delayed gradients), a start reduces a copy
 // of its inputs, and the wait of the next step gives that sum corrected by
 // how the rank's own gradient changed since (delayed averaging with local
@@ -36,6 +44,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,13 +72,16 @@ struct Job {
   bool done = false;
   double start = 0, end = 0;
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
+  /// An exchange's work over the channel's communicator (empty: a reduction).
+  std::function<int(moert_comm *)> work;
 
   int run(moert_comm *comm) {
     int64_t before[MOERT_NUM_COLLECTIVES] = {};
     if (comm)
       std::copy(comm->bytes, comm->bytes + MOERT_NUM_COLLECTIVES, before);
     start = moert::nowSeconds();
-    rc = shards.empty()
+    rc = work ? work(comm)
+         : shards.empty()
              ? moert::reduceBucket(comm, group.data(), static_cast<int>(group.size()),
                                    static_cast<int>(outs.size()), outs.data(), ins.data(),
                                    counts.data(), mean, scale)
@@ -207,13 +219,22 @@ private:
       Job *job = queue.front();
       queue.pop_front();
       lock.unlock();
+      if (around)
+        around(+1);
       job->run(comm);
+      if (around)
+        around(-1);
       lock.lock();
       job->done = true;
       cv.notify_all();
     }
   }
 
+public:
+  /// Called with +1 before and -1 after each job the worker runs.
+  std::function<void(int)> around;
+
+private:
   moert_comm *comm; ///< the duplicate (owned); null: run at the start
   std::thread worker;
   std::mutex mutex;
@@ -225,16 +246,55 @@ private:
   int busy = 0;
 };
 
-Engine &engineOf(moert_context *ctx) {
+/// A rank's background channels: gradient reductions, and exchanges
+/// (made at the first async all_to_all).
+struct Channels {
+  std::unique_ptr<Engine> reduce, exchange;
+  ~Channels() {
+    exchange.reset(); // its worker may hold back `reduce`'s
+    reduce.reset();
+  }
+};
+
+Channels &channelsOf(moert_context *ctx) {
   if (!ctx->async_comm) {
     // Every rank gets here at its first start (under MPI the duplicate is
     // a collective): the step program starts the same buckets everywhere.
-    moert_comm *copy = ctx->comm ? moert_comm_dup(ctx->comm) : nullptr;
-    ctx->async_comm = new Engine(copy);
+    auto *channels = new Channels;
+    channels->reduce = std::make_unique<Engine>(ctx->comm ? moert_comm_dup(ctx->comm) : nullptr);
+    ctx->async_comm = channels;
   }
-  auto &engine = *static_cast<Engine *>(ctx->async_comm);
+  return *static_cast<Channels *>(ctx->async_comm);
+}
+
+Engine &engineOf(moert_context *ctx) {
+  auto &engine = *channelsOf(ctx).reduce;
   engine.setYield(ctx->async_yield != 0);
   return engine;
+}
+
+Engine &exchangeOf(moert_context *ctx) {
+  Channels &channels = channelsOf(ctx);
+  if (!channels.exchange) {
+    // Likewise a collective under MPI, at the step's first async exchange.
+    channels.exchange = std::make_unique<Engine>(ctx->comm ? moert_comm_dup(ctx->comm) : nullptr);
+    Engine *reduce = channels.reduce.get();
+    bool yield = ctx->async_yield != 0;
+    channels.exchange->around = [reduce, yield](int delta) { reduce->foreground(delta, yield); };
+  }
+  return *channels.exchange;
+}
+
+/// Queues `job` on `engine`; 1 (the message in moert_comm_error) when its
+/// handle's last start was not waited for.
+int submit(moert_context *ctx, Engine &engine, int handle, std::unique_ptr<Job> job,
+           size_t limit, const char *what) {
+  if (engine.submit(handle, std::move(job), limit))
+    return 0;
+  if (ctx->comm)
+    ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background " + what + " #" +
+                       std::to_string(handle) + " started again before its wait";
+  return 1;
 }
 
 } // namespace
@@ -243,7 +303,7 @@ extern "C" void moert_async_init(moert_context *ctx) { engineOf(ctx); }
 
 void moert::asyncForeground(moert_context *ctx, int delta) {
   if (ctx->async_comm)
-    static_cast<Engine *>(ctx->async_comm)->foreground(delta, ctx->async_yield != 0);
+    static_cast<Channels *>(ctx->async_comm)->reduce->foreground(delta, ctx->async_yield != 0);
 }
 
 extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n,
@@ -287,13 +347,7 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
       return rc;
     job->done = true;
   }
-  if (!engine.submit(handle, std::move(job), delayed ? 2 : 1)) {
-    if (ctx->comm)
-      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background all-reduce #" +
-                         std::to_string(handle) + " started again before its wait";
-    return 1;
-  }
-  return 0;
+  return submit(ctx, engine, handle, std::move(job), delayed ? 2 : 1, "all-reduce");
 }
 
 extern "C" int moert_step_reduce_scatter_start(moert_context *ctx, int handle, int n,
@@ -319,17 +373,68 @@ extern "C" int moert_step_reduce_scatter_start(moert_context *ctx, int handle, i
       return rc;
     job->done = true;
   }
-  if (!engine.submit(handle, std::move(job), 1)) {
+  return submit(ctx, engine, handle, std::move(job), 1, "reduce-scatter");
+}
+
+extern "C" int moert_step_all_to_all_ragged_start(moert_context *ctx, int handle, float *out,
+                                                  const float *in, const int64_t *shape, int split,
+                                                  int concat, int axes, const int32_t *counts,
+                                                  int32_t *recv, const moert_codec *codec) {
+  Engine &engine = exchangeOf(ctx);
+  if (!engine.background()) {
+    // No second channel: now, as a blocking one.
+    if (int rc = moert_step_all_to_all_ragged(ctx, out, in, shape, split, concat, axes, counts,
+                                              recv, codec))
+      return rc;
+    auto job = std::make_unique<Job>();
+    job->done = true;
+    engine.submit(handle, std::move(job), 1);
+    return 0;
+  }
+  auto job = std::make_unique<Job>();
+  std::vector<int64_t> dims(shape, shape + 3);
+  const moert_context *step = ctx;
+  job->work = [=](moert_comm *comm) {
+    return moert::raggedAllToAll(step, comm, out, in, dims.data(), split, concat, axes, counts,
+                                 recv, codec);
+  };
+  return submit(ctx, engine, handle, std::move(job), 1, "all_to_all");
+}
+
+extern "C" int moert_step_exchange_wait(moert_context *ctx, int handle) {
+  auto *channels = static_cast<Channels *>(ctx->async_comm);
+  Engine *engine = channels ? channels->exchange.get() : nullptr;
+  std::unique_ptr<Job> job;
+  double start = moert::nowSeconds();
+  {
+    moert::CommTimer timer(ctx, "wait (background all_to_all)", /*foreground=*/false);
+    job = engine ? engine->take(handle) : nullptr;
+  }
+  ctx->async_wait_seconds += moert::nowSeconds() - start;
+  if (!job) {
     if (ctx->comm)
-      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background reduce-scatter #" +
-                         std::to_string(handle) + " started again before its wait";
+      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": wait on background all_to_all #" +
+                         std::to_string(handle) + ", which was not started";
     return 1;
   }
-  return 0;
+  if (job->end > job->start) {
+    ctx->async_seconds += job->end - job->start;
+    if (ctx->trace)
+      ctx->trace->add(moert::TraceLane::Background, "all_to_all (background)", job->start,
+                      job->end);
+  }
+  if (ctx->comm) {
+    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+      ctx->comm->bytes[k] += job->bytes[k];
+    if (job->rc)
+      ctx->comm->error = job->error;
+  }
+  return job->rc;
 }
 
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
-  auto *engine = static_cast<Engine *>(ctx->async_comm);
+  auto *channels = static_cast<Channels *>(ctx->async_comm);
+  Engine *engine = channels ? channels->reduce.get() : nullptr;
   Job *current = engine ? engine->newest(handle) : nullptr;
   bool delayed = current && current->delayed;
   std::unique_ptr<Job> job;
@@ -390,6 +495,6 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
 }
 
 extern "C" void moert_async_free(moert_context *ctx) {
-  delete static_cast<Engine *>(ctx->async_comm);
+  delete static_cast<Channels *>(ctx->async_comm);
   ctx->async_comm = nullptr;
 }

@@ -55,6 +55,28 @@ extern "C" void moert_widen(float *out, const uint16_t *in, int64_t count, int b
   }
 }
 
+extern "C" int moert_chunk_positions(int32_t *slots, int64_t n, int32_t *counts, int32_t positions,
+                                     int64_t block, int32_t ranks, int32_t chunks) {
+  if (ranks < 1 || chunks < 1 || positions % (ranks * chunks)) {
+    std::fprintf(stderr, "error: %d positions do not cut into %d chunks of %d ranks\n", positions,
+                 chunks, ranks);
+    return 1;
+  }
+  int32_t local = positions / ranks, g = local / chunks;
+  auto blockOf = [&](int32_t p) {
+    int32_t q = p / local, j = p % local / g, l = p % g;
+    return j * ranks * g + q * g + l;
+  };
+  std::vector<int32_t> moved(static_cast<size_t>(positions));
+  for (int32_t p = 0; p < positions; ++p)
+    moved[static_cast<size_t>(blockOf(p))] = counts[p];
+  std::copy(moved.begin(), moved.end(), counts);
+  for (int64_t i = 0; i < n; ++i)
+    if (int32_t s = slots[i]; s >= 0)
+      slots[i] = static_cast<int32_t>(blockOf(static_cast<int32_t>(s / block)) * block + s % block);
+  return 0;
+}
+
 extern "C" int moert_place_slots(const moert_context *ctx, int32_t *outSlots,
                                  const int32_t *inSlots, int64_t n, int32_t *outCounts,
                                  const int32_t *inCounts, int32_t experts, const int32_t *order,

@@ -83,7 +83,7 @@ moert::CodecSpec specOf(const moert_codec *c);
 /// Sends segment q of `send` (sendElems[q] floats, consecutive) to member q
 /// and receives recvElems[q] floats from each into `recv`, compressed on the
 /// wire by `codec` (fp16, bf16, int8; null: raw floats).
-int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, const float *send,
+int exchangeSegments(moert_comm *comm, const std::vector<int32_t> &group, const float *send,
                      const std::vector<int64_t> &sendElems, float *recv,
                      const std::vector<int64_t> &recvElems, const moert_codec *codec) {
   int64_t p = static_cast<int64_t>(group.size());
@@ -98,14 +98,14 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
     }
     return 0;
   }
-  if (!ctx->comm)
+  if (!comm)
     return 1;
   std::vector<int64_t> sendBytes(p), recvBytes(p);
   if (!codec) {
     for (int64_t q = 0; q < p; ++q)
       sendBytes[q] = sendElems[q] * 4, recvBytes[q] = recvElems[q] * 4;
-    return moert_all_to_all_v(ctx->comm, send, sendBytes.data(), recv, recvBytes.data(),
-                              group.data(), static_cast<int>(p));
+    return moert_all_to_all_v(comm, send, sendBytes.data(), recv, recvBytes.data(), group.data(),
+                              static_cast<int>(p));
   }
   moert::CodecSpec spec = specOf(codec);
   moert::CodecState none;
@@ -121,8 +121,8 @@ int exchangeSegments(moert_context *ctx, const std::vector<int32_t> &group, cons
   for (int64_t b : recvBytes)
     total += b;
   std::vector<uint8_t> got(static_cast<size_t>(total));
-  if (int rc = moert_all_to_all_v(ctx->comm, wire.data(), sendBytes.data(), got.data(),
-                                  recvBytes.data(), group.data(), static_cast<int>(p)))
+  if (int rc = moert_all_to_all_v(comm, wire.data(), sendBytes.data(), got.data(), recvBytes.data(),
+                                  group.data(), static_cast<int>(p)))
     return rc;
   const uint8_t *from = got.data();
   for (int64_t q = 0; q < p; ++q) {
@@ -317,7 +317,7 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
                        &in[(o * s.extent + q * part) * s.inner],
                        static_cast<size_t>(part * s.inner) * sizeof(float));
   std::vector<int64_t> elems(p, chunk);
-  if (int rc = exchangeSegments(ctx, group, send, elems, recv, elems, codec))
+  if (int rc = exchangeSegments(ctx->comm, group, send, elems, recv, elems, codec))
     return rc;
   // Unpack: the chunk from member q is the q-th slice of `out` along
   // `concat`; a chunk has the input's shape with `split` divided by p.
@@ -340,6 +340,13 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
                                             const int32_t *counts, int32_t *recv,
                                             const moert_codec *codec) {
   CommTimer timer(ctx, "all_to_all (ragged)");
+  return moert::raggedAllToAll(ctx, ctx->comm, out, in, shape, split, concat, axes, counts, recv,
+                               codec);
+}
+
+int moert::raggedAllToAll(const moert_context *ctx, moert_comm *comm, float *out, const float *in,
+                          const int64_t *shape, int split, int concat, int axes,
+                          const int32_t *counts, int32_t *recv, const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
   auto found = std::find(group.begin(), group.end(), ctx->rank);
@@ -375,11 +382,10 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
           std::clamp<int32_t>(counts[inBlock(q, i)], 0, static_cast<int32_t>(c));
   std::vector<int64_t> countBytes(p, perDest * static_cast<int64_t>(sizeof(int32_t)));
   if (p > 1) {
-    if (!ctx->comm)
+    if (!comm)
       return 1;
-    if (int rc =
-            moert_all_to_all_v(ctx->comm, sendCounts.data(), countBytes.data(), recvCounts.data(),
-                               countBytes.data(), group.data(), static_cast<int>(p)))
+    if (int rc = moert_all_to_all_v(comm, sendCounts.data(), countBytes.data(), recvCounts.data(),
+                                    countBytes.data(), group.data(), static_cast<int>(p)))
       return rc;
   } else {
     recvCounts = sendCounts;
@@ -405,7 +411,7 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
       moert::copyBytes(cursor, in + inRows(inBlock(q, i)), static_cast<size_t>(n) * 4);
       cursor += n;
     }
-  if (int rc = exchangeSegments(ctx, group, send, sendElems, got, recvElems, codec))
+  if (int rc = exchangeSegments(comm, group, send, sendElems, got, recvElems, codec))
     return rc;
   // 3. Unpack: valid rows, zeros after them.
   const float *from = got;

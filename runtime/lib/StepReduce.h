@@ -61,6 +61,12 @@ private:
   double start = 0;
 };
 
+/// moert_step_all_to_all_ragged's work over `comm` (the step's, or the
+/// background exchange channel's), without the timing around it.
+int raggedAllToAll(const moert_context *ctx, moert_comm *comm, float *out, const float *in,
+                   const int64_t *shape, int split, int concat, int axes, const int32_t *counts,
+                   int32_t *recv, const moert_codec *codec);
+
 /// The group of grid `axes` for the calling rank into `group` (its size
 /// returned), after a replica-local step's adjustment of axes and scale
 /// (moert_context.replica_local).

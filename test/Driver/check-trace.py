@@ -3,12 +3,14 @@
 
 A Chrome trace (JSON object with "traceEvents"): every rank 0..RANKS-1 is a
 process named "rank R" with lanes compute (tid 0), communication (1), steps
-(2) and background (3: all-reduces started by moe-schedule); complete ("X") events with ts >= 0 and dur >= 0; STEPS step
+(2) and background (3: all-reduces started by moe-schedule, all-to-alls by
+moe-pipeline-experts); complete ("X") events with ts >= 0 and dur >= 0; STEPS step
 events per rank; on each rank the compute and communication events do not
 overlap (one rank does one thing at a time). With SLOW_RANK: that rank's
 compute is followed by an "emulated slowdown" of at least SLOWDOWN times it
 (the wait never ends early), and no other rank has one. Prints how many
-background all-reduces overlap a compute event of their rank."""
+background all-reduces (and all-to-alls: moe-pipeline-experts) overlap a
+compute event of their rank."""
 import json
 import sys
 
@@ -25,6 +27,7 @@ spans = [e for e in events if e["ph"] == "X"]
 assert all(e["ts"] >= 0 and e["dur"] >= 0 and e["pid"] in range(ranks) for e in spans)
 waits = 0
 background = overlapping = 0
+exchanges = exchanging = 0
 for r in range(ranks):
     mine = [e for e in spans if e["pid"] == r]
     assert sum(e["tid"] == 2 for e in mine) == steps, (r, sum(e["tid"] == 2 for e in mine))
@@ -40,10 +43,17 @@ for r in range(ranks):
         assert any(e["name"] == "emulated slowdown" for e in mine), "no slowdown recorded"
     compute = [e for e in mine if e["tid"] == 0 and e["name"] == "compute"]
     for b in (e for e in mine if e["tid"] == 3):
-        background += 1
-        overlapping += any(c["ts"] < b["ts"] + b["dur"] and b["ts"] < c["ts"] + c["dur"]
-                           for c in compute)
+        over = any(c["ts"] < b["ts"] + b["dur"] and b["ts"] < c["ts"] + c["dur"]
+                   for c in compute)
+        if b["name"].startswith("all_to_all"):
+            exchanges += 1
+            exchanging += over
+        else:
+            background += 1
+            overlapping += over
 print(f"trace of {ranks} ranks, {steps} steps, {len(spans)} events" +
       (f", {waits} emulated slowdowns on rank {slow}" if slow is not None else "") +
       (f", {background} background all-reduces, {overlapping} overlapping compute"
-       if background else ""))
+       if background else "") +
+      (f", {exchanges} background all-to-alls, {exchanging} overlapping compute"
+       if exchanges else ""))

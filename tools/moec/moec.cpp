@@ -75,6 +75,12 @@ static cl::opt<bool> denseExperts(
     cl::desc("Expert FFNs compute every capacity slot, empty ones included, instead of the "
              "routed rows only (for comparison)"),
     cl::init(false), cl::cat(category));
+static cl::opt<unsigned> expertChunks(
+    "expert-chunks",
+    cl::desc("With --ranks: pipeline each expert phase's dispatch, expert FFNs and combine in N "
+             "chunks of experts, so that chunks compute while others are on the wire "
+             "(moe-pipeline-experts; default 1: off)"),
+    cl::init(1), cl::cat(category));
 enum class Schedule { Overlap, Blocking };
 static cl::opt<Schedule> schedule(
     "schedule", cl::desc("When the gradient all-reduces run"),
@@ -444,6 +450,12 @@ int checkFlags() {
     gemmGiven = gemm;
     gemm = moec::codegen::Gemm::Halide;
   }
+  if (expertChunks < 1 || expertChunks > 64)
+    return fail("--expert-chunks must be in [1, 64], got " + Twine(expertChunks.getValue()));
+  // The chunks are views into planned buffers; a device step keeps a copy
+  // of each tensor per value (moert/Device.h).
+  if (expertChunks > 1 && target != moec::codegen::Target::Host)
+    return fail("--expert-chunks pipelines host steps only (--target=host)");
   if (cudaCapability.getNumOccurrences()) {
     if (target != moec::codegen::Target::Cuda)
       return fail("--cuda-capability applies to --target=cuda");
@@ -538,6 +550,7 @@ void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJ
   options.deviceNorm = target != moec::codegen::Target::Host;
   options.routedRows = !denseExperts;
   options.overlap = schedule == Schedule::Overlap;
+  options.expertChunks = expertChunks;
   options.zero = zeroStage;
 }
 

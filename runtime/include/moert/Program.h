@@ -238,6 +238,13 @@ typedef struct moert_program {
 int moert_place_slots(const moert_context *ctx, int32_t *out_slots, const int32_t *in_slots,
                       int64_t n, int32_t *out_counts, const int32_t *in_counts, int32_t experts,
                       const int32_t *order, int32_t positions, int64_t block);
+/* moe.place_slots' chunks and ranks (moe-pipeline-experts): moves the
+ * dispatch blocks of moert_place_slots' result from rank by rank to chunk by
+ * chunk: position q E' + j G + l (E' = positions / ranks, G = E' / chunks)
+ * goes to block j ranks G + q G + l, its slots and count with it. Non-zero
+ * (message on stderr) when positions is not a multiple of ranks x chunks. */
+int moert_chunk_positions(int32_t *slots, int64_t n, int32_t *counts, int32_t positions,
+                          int64_t block, int32_t ranks, int32_t chunks);
 /* Ends the compute since ctx->step_mark (emulated slowdown, trace) and
  * starts the next at now; nothing outside a step. The trainer calls it at
  * the end of each step. */
@@ -333,6 +340,18 @@ int moert_step_all_reduce_start(moert_context *ctx, int handle, int n, float *co
 /* moe.wait: blocks until the reduction of `handle` is done; non-zero, with
  * the message in moert_comm_error, when it failed or was not started. */
 int moert_step_wait(moert_context *ctx, int handle);
+/* moe.all_to_all async (moe-pipeline-experts): starts
+ * moert_step_all_to_all_ragged's exchange on the rank's background exchange
+ * channel under `handle` (unique among the step's started and not yet
+ * waited exchanges); `in`, `counts` and `shape` must stay unchanged and
+ * `out`, `recv` unread until moert_step_exchange_wait(handle). Every member
+ * starts its exchanges in the same order; the results equal the blocking
+ * exchange's bit for bit. */
+int moert_step_all_to_all_ragged_start(moert_context *ctx, int handle, float *out,
+                                       const float *in, const int64_t *shape, int split,
+                                       int concat, int axes, const int32_t *counts, int32_t *recv,
+                                       const struct moert_codec *codec);
+int moert_step_exchange_wait(moert_context *ctx, int handle);
 /* Creates the rank's background engine now (its second communicator is a
  * collective under MPI: every rank calls this at the same point) rather
  * than at the first start. */

@@ -497,8 +497,43 @@ func.func @f() {
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<16xf32>) -> tensor<16xf32> {
   %0 = moe.all_reduce sum %g over [dp] : tensor<16xf32>
-  // expected-error @+1 {{'moe.wait' op operand #0 is not the result of an async moe.all_reduce or moe.reduce_scatter in the same block}}
+  // expected-error @+1 {{'moe.wait' op operand #0 is not a result of an async moe.all_reduce, moe.reduce_scatter or moe.all_to_all in the same block}}
   %1 = moe.wait %0 : tensor<16xf32>
   return %1 : tensor<16xf32>
+}
+}
+
+// -----
+
+// async all_to_all: the ragged dispatch form, uncompressed
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'moe.all_to_all' op async all_to_all must be the ragged dispatch form without a codec}}
+  %0 = moe.all_to_all async %x over [ep] split 0 concat 1 : (tensor<4x8xf32>) -> tensor<2x16xf32>
+  %1 = moe.concat %0, %0 : tensor<2x16xf32>, tensor<2x16xf32> -> tensor<4x16xf32>
+  return %x : tensor<4x8xf32>
+}
+}
+
+// -----
+
+// async all_to_all: read only through one wait
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%b: tensor<4x4x8xf32>, %n: tensor<4xi32>) -> tensor<2x8x8xf32> {
+  // expected-error @+1 {{'moe.all_to_all' op async results must have one user, a moe.wait in the same block}}
+  %r, %rc = moe.all_to_all async %b over [ep] split 0 concat 1 counts %n : (tensor<4x4x8xf32>, tensor<4xi32>) -> (tensor<2x8x8xf32>, tensor<4xi32>)
+  return %r : tensor<2x8x8xf32>
+}
+}
+
+// -----
+
+// wait: an async all_to_all's results in one wait
+module attributes {moe.grid = #moe.grid<ep = 2>} {
+func.func @f(%b: tensor<4x4x8xf32>, %n: tensor<4xi32>) -> tensor<2x8x8xf32> {
+  %r, %rc = moe.all_to_all async %b over [ep] split 0 concat 1 counts %n : (tensor<4x4x8xf32>, tensor<4xi32>) -> (tensor<2x8x8xf32>, tensor<4xi32>)
+  // expected-error @+1 {{'moe.wait' op operand #0 is an async moe.all_to_all's result: its other result must be waited for in the same moe.wait}}
+  %w = moe.wait %r : tensor<2x8x8xf32>
+  return %w : tensor<2x8x8xf32>
 }
 }

@@ -227,3 +227,21 @@ func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
   %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 {groups = 2 : i64, group_sizes = array<i64: 6, 2>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<f32>)
   return
 }
+
+// -----
+
+// place_slots: chunks and ranks together
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op chunks and ranks must come together}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, chunks = 2 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+// place_slots: positions cut into chunks of ranks
+func.func @f(%s: tensor<2x4x2xi32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{'moe.place_slots' op chunks (2) and ranks (4) must be >= 1 with 4 positions divisible by their product}}
+  %a, %b = moe.place_slots %s, %c {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, chunks = 2 : i64, ranks = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
+  return
+}

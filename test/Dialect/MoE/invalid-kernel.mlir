@@ -67,7 +67,7 @@ func.func @f(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 // moe.bucket is a non-negative integer on a moe.all_reduce.
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'moe.bucket' must be a non-negative integer on a moe.all_reduce or moe.reduce_scatter}}
+  // expected-error @+1 {{'moe.bucket' must be a non-negative integer on a moe.all_reduce, moe.reduce_scatter or moe.all_to_all}}
   %0 = moe.all_reduce sum %g over [dp] {moe.bucket = -1 : i64} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -89,4 +89,76 @@ func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
 // moe.buffer_plan is a dictionary on a module.
 // expected-error @+1 {{'moe.buffer_plan' must be a dictionary on a builtin.module}}
 module attributes {moe.buffer_plan = [16, 32]} {
+}
+
+// -----
+
+// chunk: count >= 1
+func.func @f(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'moe.chunk' op count must be >= 1, got 0}}
+  %0 = moe.chunk %x[0 of 0] : tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// chunk: index in [0, count)
+func.func @f(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'moe.chunk' op index must be in [0, 2), got 2}}
+  %0 = moe.chunk %x[2 of 2] : tensor<4x8xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// chunk: equal chunks of the leading dimension
+func.func @f(%x: tensor<3x8xf32>) {
+  // expected-error @+1 {{'moe.chunk' op input must have a leading dimension divisible by 2, got 'tensor<3x8xf32>'}}
+  %0 = moe.chunk %x[0 of 2] : tensor<3x8xf32> -> tensor<1x8xf32>
+  return
+}
+
+// -----
+
+// chunk: the result is one chunk
+func.func @f(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{'moe.chunk' op result must be 'tensor<2x8xf32>', got 'tensor<2x4xf32>'}}
+  %0 = moe.chunk %x[0 of 2] : tensor<4x8xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// concat: at least one input
+func.func @f() {
+  // expected-error @+1 {{'moe.concat' op needs at least one input}}
+  %0 = "moe.concat"() : () -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// concat: inputs of one type
+func.func @f(%a: tensor<2x8xf32>, %b: tensor<3x8xf32>) {
+  // expected-error @+1 {{'moe.concat' op input #1 must be 'tensor<2x8xf32>' like input #0, got 'tensor<3x8xf32>'}}
+  %0 = moe.concat %a, %b : tensor<2x8xf32>, tensor<3x8xf32> -> tensor<5x8xf32>
+  return
+}
+
+// -----
+
+// concat: of rank >= 1
+func.func @f(%a: tensor<f32>) {
+  // expected-error @+1 {{'moe.concat' op inputs must have rank >= 1}}
+  %0 = moe.concat %a, %a : tensor<f32>, tensor<f32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// concat: the result holds every input
+func.func @f(%a: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.concat' op result must be 'tensor<4x8xf32>', got 'tensor<2x16xf32>'}}
+  %0 = moe.concat %a, %a : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x16xf32>
+  return
 }

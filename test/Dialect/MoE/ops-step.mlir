@@ -195,7 +195,27 @@ func.func @place_slots(%slots: tensor<2x4x2xi32>, %counts: tensor<4xi32>) -> (te
   // Uneven (rank 1 holds one expert) and replicated (expert 0 on both ranks).
   // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, order = array<i64: 0, 1, 3, 0, 2, -1>} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<6xi32>)
   %s2, %c2 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 3, 0, 2, -1>, block = 4 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<6xi32>)
+  // Blocks chunk by chunk (moe-pipeline-experts).
+  // CHECK: moe.place_slots %{{.*}}, %{{.*}} {block = 4 : i64, chunks = 2 : i64, order = array<i64: 0, 1, 2, 3>, ranks = 2 : i64}
+  %s3, %c3 = moe.place_slots %slots, %counts {order = array<i64: 0, 1, 2, 3>, block = 4 : i64, chunks = 2 : i64, ranks = 2 : i64} : (tensor<2x4x2xi32>, tensor<4xi32>) -> (tensor<2x4x2xi32>, tensor<4xi32>)
   return %s, %c : tensor<2x4x2xi32>, tensor<4xi32>
+}
+
+// An expert phase in chunks (moe-pipeline-experts): views, background
+// exchanges and their waits.
+// CHECK-LABEL: func.func @pipelined
+func.func @pipelined(%buf: tensor<4x4x8xf32>, %n: tensor<4xi32>, %w: tensor<2x8x16xf32>) -> (tensor<2x8x8xf32>, tensor<1x8x16xf32>) {
+  // CHECK: %[[B:.*]] = moe.chunk %{{.*}}[1 of 2] : tensor<4x4x8xf32> -> tensor<2x4x8xf32>
+  %b = moe.chunk %buf[1 of 2] : tensor<4x4x8xf32> -> tensor<2x4x8xf32>
+  %c = moe.chunk %n[1 of 2] : tensor<4xi32> -> tensor<2xi32>
+  // CHECK: %[[R:.*]], %[[RC:.*]] = moe.all_to_all async %[[B]] over [ep] split 0 concat 1 counts %{{.*}} {moe.bucket = 3 : i64} : (tensor<2x4x8xf32>, tensor<2xi32>) -> (tensor<1x8x8xf32>, tensor<2xi32>)
+  %r, %rc = moe.all_to_all async %b over [ep] split 0 concat 1 counts %c {moe.bucket = 3 : i64} : (tensor<2x4x8xf32>, tensor<2xi32>) -> (tensor<1x8x8xf32>, tensor<2xi32>)
+  // CHECK: %[[W:.*]]:2 = moe.wait %[[R]], %[[RC]] : tensor<1x8x8xf32>, tensor<2xi32>
+  %w0, %w1 = moe.wait %r, %rc : tensor<1x8x8xf32>, tensor<2xi32>
+  // CHECK: moe.concat %[[W]]#0, %[[W]]#0 : tensor<1x8x8xf32>, tensor<1x8x8xf32> -> tensor<2x8x8xf32>
+  %all = moe.concat %w0, %w0 : tensor<1x8x8xf32>, tensor<1x8x8xf32> -> tensor<2x8x8xf32>
+  %wc = moe.chunk %w[0 of 2] : tensor<2x8x16xf32> -> tensor<1x8x16xf32>
+  return %all, %wc : tensor<2x8x8xf32>, tensor<1x8x16xf32>
 }
 
 // CHECK-LABEL: func.func @fused_gating

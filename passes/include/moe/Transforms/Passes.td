@@ -429,6 +429,43 @@ def SchedulePass : Pass<"moe-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
+def PipelineExpertsPass : Pass<"moe-pipeline-experts", "::mlir::ModuleOp"> {
+  let summary = "Pipelines each expert phase's dispatch, kernels and combine in chunks of experts";
+  let description = [{
+    After `moe-lower-to-kernels` on a partitioned step: an expert phase (a
+    ragged `moe.all_to_all` split 0 concat 1, the `expert_ffn` or
+    `expert_ffn_grad` launch reading it, the ragged all_to_all split 1
+    concat 0 of its first result) becomes `chunks` phases of whole local
+    experts (the largest divisor of the experts per rank up to `chunks`):
+
+    ```
+    all_to_all(buf) ; kernel ; all_to_all(y)
+      => for j: start(all_to_all async chunk_j(buf))
+         for j: wait_j ; kernel on chunk j (experts [jE/C, (j+1)E/C)) ; start(all_to_all async y_j)
+         for j: wait_j ; concat
+    ```
+
+    so that chunk j computes while later chunks are on the wire, and its
+    combine travels while later chunks compute (as Tutel and FasterMoE
+    pipeline them). The layer's `moe.place_slots` lays its positions out
+    chunk by chunk, so each chunk of the dispatch buffer is one leading
+    slice (`moe.chunk`); the kernels' tensors are `moe.chunk` views and
+    `moe.concat`s, which the buffer plan (done again) makes without
+    copies. Values are unchanged: the losses equal the unpipelined step's.
+    A layer whose placement may change (`layer`), holds replicas, or has
+    fewer than 2 experts per rank is left alone, as is every phase of
+    another shape.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"chunks", "chunks", "int64_t", /*default=*/"2",
+           "Chunks per expert phase (1: leave the step alone)">,
+  ];
+  let statistics = [
+    Statistic<"pipelinedPhases", "pipelined-phases", "Expert phases pipelined">,
+  ];
+}
+
 def ShardOptimizerPass : Pass<"moe-shard-optimizer", "::mlir::ModuleOp"> {
   let summary = "Shards the AdamW state over the data replicas (ZeRO stage 1 or 2)";
   let description = [{

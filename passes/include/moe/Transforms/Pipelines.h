@@ -106,6 +106,11 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                                       "background as soon as their gradients exist "
                                       "(moe-schedule)"),
                        llvm::cl::init(true)};
+  Option<int64_t> expertChunks{
+      *this, "expert-chunks",
+      llvm::cl::desc("After bucketing, pipeline each expert phase's dispatch, kernels and "
+                     "combine in this many chunks of experts (moe-pipeline-experts; 1: off)"),
+      llvm::cl::init(1)};
   Option<int64_t> zero{*this, "zero",
                        llvm::cl::desc("ZeRO stage of moe-shard-optimizer: 0 (off), 1 (AdamW "
                                       "moments sharded over the replicas), 2 (and gradients); "
@@ -140,7 +145,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 /// + moe-plan-sharding + moe-executable-plan], moe-fuse-gating,
 /// moe-routing-groups, moe-partition, moe-autodiff, moe-insert-collectives,
 /// [moe-compress-collectives], [moe-routed-rows], moe-lower-to-kernels,
-/// moe-bucket-gradients, [moe-schedule].
+/// moe-bucket-gradients, [moe-pipeline-experts], [moe-schedule].
 /// `moec` runs exactly this pipeline (moec --emit=mlir prints its result).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 

@@ -251,6 +251,18 @@ def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
         codec <bf16> : (tensor<64x64xf32>, tensor<2xi32>) -> (tensor<64x64xf32>, tensor<2xi32>)
     ```
 
+    With `async` (set by `moe-pipeline-experts` on the chunks of a ragged
+    dispatch), the op only starts the exchange: it runs on the rank's
+    background exchange channel, in start order, while the ops after it
+    execute, and its results may be read only through the `moe.wait` that
+    completes it. The input and counts must stay unchanged until that wait.
+
+    ```mlir
+    %r, %n = moe.all_to_all async %chunk over [ep] split 0 concat 1 counts %c
+        : (tensor<4x80x64xf32>, tensor<4xi32>) -> (tensor<2x160x64xf32>, tensor<4xi32>)
+    %rw, %nw = moe.wait %r, %n : tensor<2x160x64xf32>, tensor<4xi32>
+    ```
+
     Constraints:
     - the enclosing module has a `moe.grid`; axes are distinct grid axes;
     - `split_dim` and `concat_dim` are dimensions of the input; the input's
@@ -260,15 +272,17 @@ def MoE_AllToAllOp : MoE_CollectiveOp<"all_to_all", [
       with `split_dim == concat_dim == 0`, or both `tensor<E x i32>` on a
       rank-3 `[E, C, D]` / `[E/P, P*C, D]` buffer with `split 0 concat 1` /
       `split 1 concat 0`;
-    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses.
+    - `codec`, when present, is `fp16`, `bf16` or `int8` and compresses;
+    - an `async` exchange is the ragged dispatch form without a codec, and
+      its results' only users are one `moe.wait` in the same block.
   }];
   let arguments = (ins MoE_FloatTensor:$input, Optional<MoE_IndexTensor>:$send_counts,
                        StrArrayAttr:$axes, I64Attr:$split_dim, I64Attr:$concat_dim,
-                       OptionalAttr<MoE_CodecAttr>:$codec);
+                       OptionalAttr<MoE_CodecAttr>:$codec, UnitAttr:$async);
   let results = (outs MoE_FloatTensor:$result,
                       Optional<MoE_IndexTensor>:$recv_counts);
   let assemblyFormat = [{
-    $input `over` custom<GridAxes>($axes) `split` $split_dim `concat` $concat_dim
+    (`async` $async^)? $input `over` custom<GridAxes>($axes) `split` $split_dim `concat` $concat_dim
     (`counts` $send_counts^)? (`codec` $codec^)? attr-dict
     `:` functional-type(operands, results)
   }];
@@ -304,24 +318,26 @@ def MoE_ReplicaSumOp : MoE_CollectiveOp<"replica_sum", [
 
 def MoE_WaitOp : MoE_Op<"wait", [
     DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
-  let summary = "completes asynchronous all-reduces and reduce-scatters";
+  let summary = "completes asynchronous collectives";
   let description = [{
-    Waits until the `async` `moe.all_reduce` or `moe.reduce_scatter`
-    producing each operand has finished and returns its result: each result is the matching operand
-    (same type, same buffer). Ops after the wait read the reduced values
-    through its results; `moe-schedule` places it just before the first of
-    them.
+    Waits until the `async` `moe.all_reduce`, `moe.reduce_scatter` or
+    `moe.all_to_all` producing each operand has finished and returns its
+    result: each result is the matching operand (same type, same buffer).
+    Ops after the wait read the reduced or exchanged values through its
+    results; `moe-schedule` and `moe-pipeline-experts` place it just before
+    the first of them.
 
     ```mlir
     %a, %b = moe.wait %ra, %rb : tensor<64x64xf32>, tensor<64xf32>
     ```
 
-    Constraints: at least one operand; each operand is the result of an
-    `async` `moe.all_reduce` or `moe.reduce_scatter` in the same block;
-    result types equal operand types.
+    Constraints: at least one operand; each operand is a result of an
+    `async` `moe.all_reduce`, `moe.reduce_scatter` or `moe.all_to_all` in
+    the same block (an all_to_all's results both, in one wait); result
+    types equal operand types.
   }];
-  let arguments = (ins Variadic<MoE_FloatTensor>:$inputs);
-  let results = (outs Variadic<MoE_FloatTensor>:$results);
+  let arguments = (ins Variadic<MoE_DataTensor>:$inputs);
+  let results = (outs Variadic<MoE_DataTensor>:$results);
   let assemblyFormat = [{
     $inputs attr-dict `:` type($inputs)
   }];

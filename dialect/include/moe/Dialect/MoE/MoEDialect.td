@@ -89,7 +89,8 @@ def MoE_Dialect : Dialect {
     /// On the module: the data replica whose step it is (moe-partition,
     /// with unequal moe.token_shares).
     static constexpr ::llvm::StringLiteral kReplicaAttrName = "moe.replica";
-    /// On a moe.all_reduce: its gradient bucket (moe-bucket-gradients).
+    /// On a moe.all_reduce: its gradient bucket (moe-bucket-gradients); on
+    /// an async moe.all_to_all, its exchange (moe-pipeline-experts).
     static constexpr ::llvm::StringLiteral kBucketAttrName = "moe.bucket";
     /// On the module: the initial dynamic loss scale (f16 models: the step
     /// seeds its backward with the runtime's current scale, and skips the
@@ -126,5 +127,6 @@ def MoE_FloatElement : AnyTypeOf<[F32, BF16, F16], "f32, bf16 or f16">;
 def MoE_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def MoE_IndexTensor : StaticShapeTensorOf<[I32]>;
 def MoE_LossTensor : 0DTensorOf<[F32]>;
+def MoE_DataTensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
 
 #endif // MOE_DIALECT_TD

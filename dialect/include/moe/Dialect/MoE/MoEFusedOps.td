@@ -170,14 +170,24 @@ def MoE_PlaceSlotsOp : MoE_Op<"place_slots", [Pure]> {
     then reads the order from the runtime's table for that layer, which
     starts as `order`; absent, the order is fixed.
 
+    With `chunks = C` and `ranks = R` (set by `moe-pipeline-experts`), the
+    dispatch buffer's blocks are laid out chunk by chunk instead of rank by
+    rank: position `q E' + j G + l` (rank `q`'s local position `j G + l`,
+    `E' = P/R` positions per rank, `G = E'/C`) goes to block
+    `j R G + q G + l`, so that chunk `j` of the buffer holds every rank's
+    positions `[j G, (j+1) G)`. Slots and `result_counts` follow their
+    blocks.
+
     Constraints: `order` has `P` entries (the size of `result_counts`), each
     in `[-1, E)` with `E` the size of `counts` (`[E]`), and names every
     expert at least once; `block >= 1`; `layer >= 0`; `result_slots` has
-    the type of `slots`.
+    the type of `slots`; `chunks` and `ranks` come together, both >= 1,
+    with `P` divisible by `chunks x ranks`.
   }];
   let arguments = (ins MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                        DenseI64ArrayAttr:$order, I64Attr:$block,
-                       OptionalAttr<I64Attr>:$layer);
+                       OptionalAttr<I64Attr>:$layer, OptionalAttr<I64Attr>:$chunks,
+                       OptionalAttr<I64Attr>:$ranks);
   let results = (outs MoE_IndexTensor:$result_slots, MoE_IndexTensor:$result_counts);
   let assemblyFormat = [{
     $slots `,` $counts attr-dict `:` functional-type(operands, results)

@@ -68,4 +68,56 @@ def MoE_LaunchOp : MoE_Op<"launch", [
   let hasVerifier = 1;
 }
 
+def MoE_ChunkOp : MoE_Op<"chunk", [Pure]> {
+  let summary = "one of equal chunks of a tensor's leading dimension, as a view";
+  let description = [{
+    The input's leading dimension cut into `count` equal chunks; the result
+    is chunk `index`, rows `[index n/count, (index + 1) n/count)` of it. In
+    a lowered step it is a view: the buffer plan gives it the input's
+    buffer at the chunk's offset, and nothing is copied. `moe-pipeline-experts`
+    cuts an expert phase's tensors (dispatch buffers, their counts, the
+    experts' weights) into chunks of whole experts this way.
+
+    ```mlir
+    %w1 = moe.chunk %w[1 of 2] : tensor<8x64x128xf32> -> tensor<4x64x128xf32>
+    ```
+
+    Constraints: `count >= 1`; `0 <= index < count`; the input has rank
+    >= 1 and a leading dimension divisible by `count`; the result is the
+    input's type with that dimension divided by `count`.
+  }];
+  let arguments = (ins MoE_DataTensor:$input, I64Attr:$index, I64Attr:$count);
+  let results = (outs MoE_DataTensor:$result);
+  let assemblyFormat = [{
+    $input `[` $index `of` $count `]` attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_ConcatOp : MoE_Op<"concat", [Pure]> {
+  let summary = "equal tensors joined along the leading dimension, in place";
+  let description = [{
+    The inputs, all of one type, one after another along the leading
+    dimension. In a lowered step nothing is copied: the buffer plan places
+    each input at its offset in the result's buffer, so the ops defining
+    the inputs write the result's rows directly. An input is therefore a
+    tensor the step computes (not a parameter, a block argument or a view),
+    of one concat only.
+
+    ```mlir
+    %y = moe.concat %y0, %y1 : tensor<4x160x64xf32>, tensor<4x160x64xf32> -> tensor<8x160x64xf32>
+    ```
+
+    Constraints: at least one input; the inputs have one type, of rank >=
+    1; the result is that type with the leading dimension multiplied by the
+    number of inputs.
+  }];
+  let arguments = (ins Variadic<MoE_DataTensor>:$inputs);
+  let results = (outs MoE_DataTensor:$result);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOE_KERNEL_OPS_TD
