@@ -206,6 +206,25 @@ TEST_F(RuntimeTest, WidenIsExactForEveryHalfAndBFloat16) {
 // 2, -1]. A replicated expert's valid slots (its count capped at the block)
 // are cut into runs, one per replica, that even the ranks' finish times;
 // empty positions count 0.
+TEST_F(RuntimeTest, ChunkPositionsLaysTheBlocksOutChunkByChunk) {
+  // 2 ranks of 4 positions, 2 chunks of 2: position q 4 + j 2 + l goes to
+  // block j 4 + q 2 + l, so rank 0's positions 2, 3 follow rank 1's 4, 5.
+  const int64_t block = 3;
+  std::vector<int32_t> slots = {0, 2 * 3 + 1, 4 * 3 + 2, 7 * 3, -1};
+  int32_t counts[8] = {10, 11, 12, 13, 14, 15, 16, 17};
+  ASSERT_EQ(moert_chunk_positions(slots.data(), static_cast<int64_t>(slots.size()), counts, 8,
+                                  block, 2, 2),
+            0);
+  EXPECT_EQ(slots, (std::vector<int32_t>{0, 4 * 3 + 1, 2 * 3 + 2, 7 * 3, -1}));
+  const int32_t moved[] = {10, 11, 14, 15, 12, 13, 16, 17};
+  for (int b = 0; b < 8; ++b)
+    EXPECT_EQ(counts[b], moved[b]) << b;
+  // One chunk changes nothing; positions that do not cut evenly are an error.
+  ASSERT_EQ(moert_chunk_positions(slots.data(), 5, counts, 8, block, 2, 1), 0);
+  EXPECT_EQ(counts[2], 14);
+  EXPECT_NE(moert_chunk_positions(slots.data(), 5, counts, 8, block, 3, 2), 0);
+}
+
 TEST_F(RuntimeTest, PlaceSlotsSplitsAReplicatedExpertsSlotsByTheRanksTimes) {
   const int32_t order[] = {0, 1, -1, 1, 2, -1};
   const int64_t block = 4;
