@@ -33,7 +33,8 @@
 // in the buffer plan (nothing is copied), which is planned again.
 //
 // A layer is pipelined when every expert phase fed by its place_slots (the
-// forward's and the backward's) has that shape and its ranks hold at
+// forward's and the backward's) has that shape, its kernels compute routed
+// rows only (moe-routed-rows; not `--dense-experts`) and its ranks hold at
 // least 2 expert positions; C is the largest divisor of them up to
 // `chunks`.
 //
@@ -124,6 +125,12 @@ std::optional<Phase> phaseOf(AllToAllOp dispatch, int64_t count) {
   };
   if (!llvm::all_of(kernel.getOperandTypes(), expertMajor) ||
       !llvm::all_of(kernel.getResultTypes(), expertMajor) || kernel.getUpdates())
+    return std::nullopt;
+  // Routed rows (moe-routed-rows): the OpenBLAS kernels then cut each
+  // expert's work by its own rows, so a chunk computes the same bits.
+  if (!llvm::any_of(kernel.getOperandTypes(), [](Type t) {
+        return cast<RankedTensorType>(t).getElementType().isInteger(32);
+      }))
     return std::nullopt;
   return Phase{dispatch, kernel, combine};
 }

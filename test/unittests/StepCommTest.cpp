@@ -1138,6 +1138,98 @@ TEST(StepCommTest, AllToAllRaggedRoutesValidRowsOnly) {
   }
 }
 
+// Background exchanges (moert_step_all_to_all_ragged_start /
+// moert_step_exchange_wait, moe-pipeline-experts' chunks): two dispatches
+// started, a background all-reduce and a blocking all-to-all run while
+// they are in flight, then waited for in the reverse order. They equal the
+// blocking exchange bit for bit with the same bytes; a wait for an
+// exchange never started, or a second start before the wait, is an error.
+TEST(StepCommTest, BackgroundExchangeEqualsTheBlockingOne) {
+  const int32_t C = 3;
+  const int64_t D = 2;
+  for (const ExchangeGroup &c : kExchangeGroups) {
+    const Grid &g = c.grid;
+    int p = static_cast<int>(expectedGroup(g, 0, c.axes).size());
+    int E = 2 * p;
+    const int64_t shape[] = {E, C, D};
+    int64_t total = E * C * D;
+    std::vector<std::vector<float>> in(g.size()), bg(g.size()), bg2(g.size()), blocking(g.size());
+    std::vector<std::vector<int32_t>> counts(g.size()), recv(g.size()), recv2(g.size()),
+        blockingRecv(g.size());
+    std::vector<int64_t> bgBytes(g.size()), blockingBytes(g.size());
+    std::vector<std::string> errors(g.size());
+    for (int r = 0; r < g.size(); ++r) {
+      counts[r] = raggedCounts(r, E, C);
+      in[r] = randomData(total, 60, r);
+    }
+    ASSERT_EQ(
+        onGrid(g,
+               [&](moert_context &ctx) {
+                 int r = ctx.rank;
+                 ctx.async_yield = 1;
+                 bg[r].assign(total, -1.0f);
+                 bg2[r].assign(total, -1.0f);
+                 blocking[r].assign(total, -1.0f);
+                 recv[r].assign(E, -1);
+                 recv2[r].assign(E, -1);
+                 blockingRecv[r].assign(E, -1);
+                 int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 if (int rc = moert_step_all_to_all_ragged_start(
+                         &ctx, 5, bg[r].data(), in[r].data(), shape, 0, 1, c.axes, counts[r].data(),
+                         recv[r].data(), nullptr))
+                   return rc;
+                 if (int rc = moert_step_all_to_all_ragged_start(
+                         &ctx, 6, bg2[r].data(), in[r].data(), shape, 0, 1, c.axes,
+                         counts[r].data(), recv2[r].data(), nullptr))
+                   return rc;
+                 // Started again before its wait: refused.
+                 if (moert_step_all_to_all_ragged_start(&ctx, 6, bg2[r].data(), in[r].data(), shape,
+                                                        0, 1, c.axes, counts[r].data(),
+                                                        recv2[r].data(), nullptr) == 0)
+                   return 2;
+                 errors[r] = moert_comm_error(ctx.comm);
+                 float sum = 1.0f, *out = &sum;
+                 const float *inp = &sum;
+                 const int64_t one = 1;
+                 if (int rc =
+                         moert_step_all_reduce_start(&ctx, 0, 1, &out, &inp, &one, c.axes, 0, 1.0))
+                   return rc;
+                 // The background bytes are counted at the waits.
+                 int64_t mark = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 if (int rc = foregroundAllToAll(ctx, g))
+                   return rc;
+                 before += moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - mark;
+                 if (int rc = moert_step_exchange_wait(&ctx, 6))
+                   return rc;
+                 if (int rc = moert_step_exchange_wait(&ctx, 5))
+                   return rc;
+                 if (int rc = moert_step_wait(&ctx, 0))
+                   return rc;
+                 bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before;
+                 before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 if (int rc = moert_step_all_to_all_ragged(&ctx, blocking[r].data(), in[r].data(),
+                                                           shape, 0, 1, c.axes, counts[r].data(),
+                                                           blockingRecv[r].data(), nullptr))
+                   return rc;
+                 blockingBytes[r] = 2 * (moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before);
+                 // Never started: an error, not a hang.
+                 return moert_step_exchange_wait(&ctx, 9) == 0 ? 3 : 0;
+               }),
+        0)
+        << g.name();
+    for (int r = 0; r < g.size(); ++r) {
+      EXPECT_EQ(bg[r], blocking[r]) << g.name() << " rank " << r;
+      EXPECT_EQ(bg2[r], blocking[r]) << g.name() << " rank " << r;
+      EXPECT_EQ(recv[r], blockingRecv[r]) << g.name() << " rank " << r;
+      EXPECT_EQ(recv2[r], blockingRecv[r]) << g.name() << " rank " << r;
+      EXPECT_EQ(bgBytes[r], blockingBytes[r]) << g.name() << " rank " << r;
+      EXPECT_NE(errors[r].find("background all_to_all #6 started again before its wait"),
+                std::string::npos)
+          << errors[r];
+    }
+  }
+}
+
 // The ragged form with an fp16 codec (only valid rows are encoded), and on
 // one rank without a communicator (a local copy, still rounded).
 TEST(StepCommTest, AllToAllRaggedWithACodecAndOnOneRank) {
