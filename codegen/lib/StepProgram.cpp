@@ -1224,6 +1224,9 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     // Views (moe-pipeline-experts): a chunk is its input's rows from the
     // chunk's offset; a concat's inputs were planned in its buffer, one
     // after another, so it starts at its first input.
+    if (isa<ChunkOp, ConcatOp>(op) && target != Target::Host)
+      return op.emitOpError("is a view into a planned buffer; device steps keep one copy per "
+                            "value, so moe-pipeline-experts needs a host target");
     if (auto chunk = dyn_cast<ChunkOp>(op)) {
       storage[chunk.getResult()] =
           "(" + pointer(chunk.getInput()) + " + " +
@@ -1231,6 +1234,17 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       continue;
     }
     if (auto concat = dyn_cast<ConcatOp>(op)) {
+      // The plan puts each input in the concat's buffer only if an op of
+      // the step computes it (through the waits of async exchanges).
+      for (Value input : concat.getInputs()) {
+        Value root = input;
+        while (auto wait = root.getDefiningOp<WaitOp>())
+          root = wait.getInputs()[cast<OpResult>(root).getResultNumber()];
+        Operation *def = root.getDefiningOp();
+        if (!def || isa<GetParamOp, ChunkOp, ConcatOp>(def))
+          return concat.emitOpError("joins in place only tensors the step computes (not a "
+                                    "parameter, an argument or a view)");
+      }
       storage[concat.getResult()] = pointer(concat.getInputs().front());
       continue;
     }
