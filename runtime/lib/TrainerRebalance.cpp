@@ -499,10 +499,22 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
 }
 
 /// The device speed of each ep rank of this rank's dp group (its slowest tp
-/// rank's).
+/// rank's): --emulate-cluster's, else, on a mixed cluster's binary (unequal
+/// token shares), its data replica's share over the largest, as the planner
+/// gives each replica sequences in proportion to its devices' speed; else 1.
 std::vector<double> Trainer::epSpeeds() const {
   std::vector<double> speeds(ep, 1.0);
   int d = replica / ep;
+  if (o.rankSpeeds.empty() && moec_program.replica_batches) {
+    int64_t most = 1;
+    for (int r = 0; r < replicas; ++r)
+      most = std::max(most, moec_program.replica_batches[r]);
+    for (int e = 0; e < ep; ++e)
+      speeds[e] =
+          static_cast<double>(std::max<int64_t>(moec_program.replica_batches[d * ep + e], 1)) /
+          static_cast<double>(most);
+    return speeds;
+  }
   for (int e = 0; e < ep; ++e)
     for (int t = 0; t < tp; ++t)
       speeds[e] = std::min(speeds[e], deviceSpeed((d * ep + e) * tp + t));

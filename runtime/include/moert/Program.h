@@ -142,7 +142,8 @@ typedef struct {
    * by the first step; null on the host. */
   void *device;
   /* The relative speeds of the ep ranks of this rank's data replica (ep
-   * entries; the trainer's --emulate-cluster), by which moert_place_slots
+   * entries; the trainer's --emulate-cluster, else a mixed cluster's token
+   * shares over the largest), by which moert_place_slots
    * splits a replicated expert's slots; null: equal. */
   const double *ep_speeds;
 } moert_context;
