@@ -177,7 +177,7 @@ void splitBlocks(std::vector<Task> &tasks, int64_t batch, int64_t m, int64_t n, 
 /// there are 4 or more, else about 8 blocks of one group. Routed rows
 /// (expert FFNs), mode 0: blocks of the routed rows of each segment of
 /// about kTaskMacs multiply-adds (the other rows zeroed here); mode 1: each
-/// group cut into pieces of about kTaskMacs (up to 8) by its routed rows (a
+/// group cut into pieces of about 4 kTaskMacs (up to 8) by its routed rows (a
 /// full expert beside nearly empty ones is cut into several blocks). A
 /// routed group's tasks depend on that group alone.
 int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed routed = {},
@@ -212,11 +212,13 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
   Job job{products, count, out, routed, {}};
   std::vector<Task> &tasks = job.tasks;
   constexpr int64_t kTasks = 8;
-  // Multiply-adds of a routed-rows task (about 0.4 ms of one core): on
-  // moe16's experts with a global batch of 8, 2^24 and 2^25 ran as fast as
-  // the earlier split by the call's total rows, 2^22 2-3% slower (each
-  // task packs its weights again).
-  constexpr int64_t kTaskMacs = int64_t(1) << 24;
+  // Multiply-adds of a routed-rows task (about 1.5 ms of one core), in
+  // blocks of at least 512 rows: each task packs its weights again. On
+  // moe-bench-ffn's small and medium shapes (2 threads) blocks of 64 rows
+  // and 2^24 ran 10-15% slower than the earlier split by the call's total
+  // rows; these run within its noise (0.92-1.00 of OpenBLAS alone against
+  // 0.94-1.07). Weight gradients take 4x larger pieces.
+  constexpr int64_t kTaskMacs = int64_t(1) << 26;
   if (!routed.rows) {
     for (int64_t b = 0; b < batches; ++b)
       splitBlocks(tasks, b, m, n, batches >= 4 ? 1 : kTasks);
@@ -234,7 +236,7 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
                     n);
       }
     int64_t perRow = std::max<int64_t>(1, n * products[0].k);
-    int64_t block = std::max<int64_t>(64, (kTaskMacs / perRow + 15) / 16 * 16);
+    int64_t block = std::max<int64_t>(512, (kTaskMacs / perRow + 15) / 16 * 16);
     for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g)
         for (int64_t v = routed.valid(batch0 + b, g, length), r = 0; r < v; r += block)
@@ -246,7 +248,7 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
       int64_t work = 0;
       for (int64_t g = 0; g < routed.segments; ++g)
         work += routed.valid(batch0 + b, g, length);
-      splitBlocks(tasks, b, m, n, std::clamp<int64_t>(work * m * n / kTaskMacs, 1, kTasks));
+      splitBlocks(tasks, b, m, n, std::clamp<int64_t>(work * m * n / (4 * kTaskMacs), 1, kTasks));
     }
   }
   if (tasks.empty())
