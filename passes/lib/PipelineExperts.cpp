@@ -29,8 +29,11 @@
 // held block q E + j G + l. Which expert sits at which position (the
 // placement, replicas, online rebalancing) is unchanged, and so is every
 // value: the kernels compute each expert's rows as before, so the losses
-// equal the unpipelined step's bit for bit. Chunks and concats are views
-// in the buffer plan (nothing is copied), which is planned again.
+// equal the unpipelined step's (bit for bit with Halide's contractions;
+// OpenBLAS products are cut into blocks by the call's rows, and its last
+// bits follow the blocks, so large experts may differ by rounding). Chunks
+// and concats are views in the buffer plan (nothing is copied), which is
+// planned again.
 //
 // A layer is pipelined when every expert phase fed by its place_slots (the
 // forward's and the backward's) has that shape, its kernels compute routed
@@ -126,8 +129,8 @@ std::optional<Phase> phaseOf(AllToAllOp dispatch, int64_t count) {
   if (!llvm::all_of(kernel.getOperandTypes(), expertMajor) ||
       !llvm::all_of(kernel.getResultTypes(), expertMajor) || kernel.getUpdates())
     return std::nullopt;
-  // Routed rows (moe-routed-rows): the OpenBLAS kernels then cut each
-  // expert's work by its own rows, so a chunk computes the same bits.
+  // Routed rows (moe-routed-rows): each expert's kernel work is its rows
+  // (a dense expert phase computes every slot; not worth pipelining).
   if (!llvm::any_of(kernel.getOperandTypes(), [](Type t) {
         return cast<RankedTensorType>(t).getElementType().isInteger(32);
       }))

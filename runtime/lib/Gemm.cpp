@@ -172,14 +172,12 @@ void splitBlocks(std::vector<Task> &tasks, int64_t batch, int64_t m, int64_t n, 
   }
 }
 
-/// Tasks for Halide's pool to hand to its threads; each calls
-/// single-threaded OpenBLAS. Every slot counted: one task per group when
-/// there are 4 or more, else about 8 blocks of one group. Routed rows
-/// (expert FFNs), mode 0: blocks of the routed rows of each segment of
-/// about kTaskMacs multiply-adds (the other rows zeroed here); mode 1: each
-/// group cut into pieces of about 4 kTaskMacs (up to 8) by its routed rows (a
-/// full expert beside nearly empty ones is cut into several blocks). A
-/// routed group's tasks depend on that group alone.
+/// About 8 tasks in all, which Halide's pool hands to its threads; each
+/// calls single-threaded OpenBLAS. Every slot counted: one task per group
+/// when there are 4 or more, else blocks of one group. Routed rows, mode 0:
+/// blocks of the routed rows of each segment (the other rows zeroed here);
+/// mode 1: each group's share of the tasks follows its routed rows (a full
+/// expert beside nearly empty ones is cut into several blocks).
 int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed routed = {},
             halide_buffer_t *rows = nullptr, int numRows = 0) {
   // Bounds queries (Halide asks what an extern stage reads before it
@@ -212,44 +210,35 @@ int gemmSum(const Product *products, int count, halide_buffer_t *out, Routed rou
   Job job{products, count, out, routed, {}};
   std::vector<Task> &tasks = job.tasks;
   constexpr int64_t kTasks = 8;
-  // Multiply-adds of a routed-rows task (about 1.5 ms of one core), in
-  // blocks of at least 512 rows: each task packs its weights again. On
-  // moe-bench-ffn's small and medium shapes (2 threads) blocks of 64 rows
-  // and 2^24 ran 10-15% slower than the earlier split by the call's total
-  // rows; these run within its noise (0.92-1.00 of OpenBLAS alone against
-  // 0.94-1.07). Weight gradients take 4x larger pieces.
-  constexpr int64_t kTaskMacs = int64_t(1) << 26;
   if (!routed.rows) {
     for (int64_t b = 0; b < batches; ++b)
       splitBlocks(tasks, b, m, n, batches >= 4 ? 1 : kTasks);
   } else if (routed.mode != Routed::SlotsAreK) {
-    // Each group's blocks follow from its own rows and the product's shape
-    // only, not from the other groups of the call: OpenBLAS's bits depend
-    // on the blocks, and an expert must compute the same bits whichever
-    // experts share its call (moe-pipeline-experts' chunks).
-    int64_t length = m / routed.segments;
+    int64_t length = m / routed.segments, total = 0;
     for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g) {
         int64_t v = routed.valid(batch0 + b, g, length);
+        total += v;
         if (routed.mode == Routed::SlotsAreRows)
           zeroBlock(out, out->dim[1].min + g * length + v, out->dim[0].min, batch0 + b, length - v,
                     n);
       }
-    int64_t perRow = std::max<int64_t>(1, n * products[0].k);
-    int64_t block = std::max<int64_t>(512, (kTaskMacs / perRow + 15) / 16 * 16);
+    int64_t block = std::max<int64_t>(64, ((total + kTasks - 1) / kTasks + 15) / 16 * 16);
     for (int64_t b = 0; b < batches; ++b)
       for (int64_t g = 0; g < routed.segments; ++g)
         for (int64_t v = routed.valid(batch0 + b, g, length), r = 0; r < v; r += block)
           tasks.push_back({b, g * length + r, std::min(block, v - r), 0, n});
   } else {
-    // Likewise: a group's pieces follow from its own routed rows.
-    int64_t length = products[0].k / routed.segments;
+    int64_t length = products[0].k / routed.segments, total = 0;
+    std::vector<int64_t> work(batches, 0);
     for (int64_t b = 0; b < batches; ++b) {
-      int64_t work = 0;
       for (int64_t g = 0; g < routed.segments; ++g)
-        work += routed.valid(batch0 + b, g, length);
-      splitBlocks(tasks, b, m, n, std::clamp<int64_t>(work * m * n / (4 * kTaskMacs), 1, kTasks));
+        work[b] += routed.valid(batch0 + b, g, length);
+      total += work[b];
     }
+    for (int64_t b = 0; b < batches; ++b)
+      splitBlocks(tasks, b, m, n,
+                  total ? std::max<int64_t>(1, (kTasks * work[b] + total / 2) / total) : 1);
   }
   if (tasks.empty())
     return 0;

@@ -451,7 +451,9 @@ def PipelineExpertsPass : Pass<"moe-pipeline-experts", "::mlir::ModuleOp"> {
     chunk by chunk, so each chunk of the dispatch buffer is one leading
     slice (`moe.chunk`); the kernels' tensors are `moe.chunk` views and
     `moe.concat`s, which the buffer plan (done again) makes without
-    copies. Values are unchanged: the losses equal the unpipelined step's.
+    copies. Values are unchanged: the losses equal the unpipelined step's
+    (bit for bit with Halide contractions; OpenBLAS products, cut into
+    blocks by each call's rows, may differ in the last bits).
     A layer whose placement may change (`layer`), holds replicas, or has
     fewer than 2 experts per rank is left alone, as is every phase of
     another shape.
