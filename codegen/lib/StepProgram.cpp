@@ -1237,10 +1237,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       // The plan puts each input in the concat's buffer only if an op of
       // the step computes it (through the waits of async exchanges).
       for (Value input : concat.getInputs()) {
-        Value root = input;
-        while (auto wait = root.getDefiningOp<WaitOp>())
-          root = wait.getInputs()[cast<OpResult>(root).getResultNumber()];
-        Operation *def = root.getDefiningOp();
+        Operation *def = WaitOp::source(input).getDefiningOp();
         if (!def || isa<GetParamOp, ChunkOp, ConcatOp>(def))
           return concat.emitOpError("joins in place only tensors the step computes (not a "
                                     "parameter, an argument or a view)");

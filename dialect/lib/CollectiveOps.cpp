@@ -60,6 +60,12 @@ LogicalResult WaitOp::inferReturnTypes(MLIRContext *, std::optional<Location>, V
   return success();
 }
 
+Value WaitOp::source(Value v) {
+  while (auto wait = v.getDefiningOp<WaitOp>())
+    v = wait.getInputs()[cast<OpResult>(v).getResultNumber()];
+  return v;
+}
+
 LogicalResult WaitOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one operand");

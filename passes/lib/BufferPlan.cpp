@@ -122,10 +122,8 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignme
   for (Operation &op : body)
     if (auto concat = dyn_cast<ConcatOp>(op))
       for (auto [i, input] : llvm::enumerate(concat.getInputs())) {
-        Value root = input;
-        while (auto wait = root.getDefiningOp<WaitOp>())
-          root = wait.getInputs()[cast<OpResult>(root).getResultNumber()];
-        concatInput[root] = {concat, static_cast<int64_t>(i) * tensorBytes(input.getType())};
+        concatInput[WaitOp::source(input)] = {concat, static_cast<int64_t>(i) *
+                                                          tensorBytes(input.getType())};
       }
   DenseMap<Operation *, unsigned> concatBuffer;
   auto add = [&](Value v, int64_t first) {

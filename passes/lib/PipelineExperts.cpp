@@ -182,8 +182,7 @@ public:
           phases.push_back(*phase);
       // Every dispatch of the placement, each with its combine, or none.
       if (phases.size() != list.size() || !llvm::all_of(phases, [&](Phase p) {
-            return p.combine.getSendCounts() &&
-                   cast<RankedTensorType>(p.dispatch.getResult().getType()).getDimSize(0) == local;
+            return cast<RankedTensorType>(p.dispatch.getResult().getType()).getDimSize(0) == local;
           }))
         continue;
       // Positions chunk by chunk (moe.place_slots' chunks and ranks).
@@ -256,8 +255,9 @@ private:
     return op;
   }
 
-  Value concat(OpBuilder &b, Location loc, ArrayRef<Value> parts, Type type) {
-    return ConcatOp::create(b, loc, type, parts);
+  /// `whole`'s users read the concat of `parts` instead.
+  static void joinInto(OpBuilder &b, Location loc, Value whole, ArrayRef<Value> parts) {
+    whole.replaceAllUsesWith(ConcatOp::create(b, loc, whole.getType(), parts));
   }
 
   void pipeline(Phase &p, int64_t count) {
@@ -298,14 +298,11 @@ private:
       backs.push_back(start(b, p.combine, launch.getResult(0), backCounts, count));
     }
     // The kernel's other results and the dispatch's, whole again.
-    p.dispatch.getResult().replaceAllUsesWith(
-        concat(b, loc, rows, p.dispatch.getResult().getType()));
-    p.dispatch.getRecvCounts().replaceAllUsesWith(
-        concat(b, loc, rowCounts, p.dispatch.getRecvCounts().getType()));
+    joinInto(b, loc, p.dispatch.getResult(), rows);
+    joinInto(b, loc, p.dispatch.getRecvCounts(), rowCounts);
     for (unsigned k = 1; k < p.kernel.getNumResults(); ++k)
       if (!p.kernel.getResult(k).use_empty())
-        p.kernel.getResult(k).replaceAllUsesWith(
-            concat(b, loc, results[k], p.kernel.getResult(k).getType()));
+        joinInto(b, loc, p.kernel.getResult(k), results[k]);
     // 3. The combines are waited for where the combine was.
     b.setInsertionPoint(p.combine);
     SmallVector<Value> back, backCounts;
@@ -314,9 +311,8 @@ private:
       back.push_back(got.getResult(0));
       backCounts.push_back(got.getResult(1));
     }
-    p.combine.getResult().replaceAllUsesWith(concat(b, loc, back, p.combine.getResult().getType()));
-    p.combine.getRecvCounts().replaceAllUsesWith(
-        concat(b, loc, backCounts, p.combine.getRecvCounts().getType()));
+    joinInto(b, loc, p.combine.getResult(), back);
+    joinInto(b, loc, p.combine.getRecvCounts(), backCounts);
     p.combine.erase();
     p.kernel.erase();
     p.dispatch.erase();

@@ -338,6 +338,11 @@ def MoE_WaitOp : MoE_Op<"wait", [
   }];
   let arguments = (ins Variadic<MoE_DataTensor>:$inputs);
   let results = (outs Variadic<MoE_DataTensor>:$results);
+  let extraClassDeclaration = [{
+    /// The value `v` reads through waits: the async collective's result a
+    /// chain of moe.wait results stands for (`v` itself when no wait made it).
+    static ::mlir::Value source(::mlir::Value v);
+  }];
   let assemblyFormat = [{
     $inputs attr-dict `:` type($inputs)
   }];
