@@ -517,6 +517,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "    if (ctx->dropped_slots) {\n      int32_t n = 0;\n      for (int64_t i = 0; i < "
        << numel(op.getResult(2)) << "; ++i) n += " << pointer(op.getResult(2))
        << "[i] < 0;\n      ctx->dropped_slots[" << moeLayers.size() - 1 << "] = n;\n    }\n";
+    // Kept token-slots per expert (the rows it computes): the slots not -1,
+    // by the expert each routes to (the gate's indices).
+    hostRead(op.getResult(1), "    ");
+    os << "    if (ctx->kept_slots) {\n      int32_t *kept = ctx->kept_slots + " << offset
+       << ";\n      for (int e = 0; e < " << experts << "; ++e) kept[e] = 0;\n"
+       << "      for (int64_t i = 0; i < " << numel(op.getResult(2)) << "; ++i)\n        if ("
+       << pointer(op.getResult(2)) << "[i] >= 0 && (uint32_t)" << pointer(op.getResult(1))
+       << "[i] < " << experts << "u) ++kept[" << pointer(op.getResult(1)) << "[i]];\n    }\n";
     // The unweighted balancing and z-losses (the kernel's loss_parts).
     os << "    if (ctx->router_losses)\n      for (int i = 0; i < 2; ++i) ctx->router_losses["
        << 2 * (moeLayers.size() - 1) << " + i] = " << metricViews.back() << "[i];\n";

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Trainer.h"
+#include "Placement.h"
 
 #include "ParamSizes.h"
 
@@ -178,6 +179,26 @@ void Trainer::initialiseParameters() {
     if (p.shard_rows)
       expertOrder[p.shard_layer].assign(p.shard_rows, p.shard_rows + positionsOf(p.shard_layer));
   }
+  // Replicas where the program asked for them: replicated experts in its
+  // placement, or spare positions beyond those that pad uneven expert
+  // counts (moec --redundant-experts). A mixed cluster's uneven counts
+  // alone leave the slower ranks empty positions, but a replica costs its
+  // rank a position's AdamW update, gradient sum and weight-gradient writes
+  // every step, which the token-slots do not show (docs/Partitioning.md).
+  replicaRoom.assign(expertOrder.size(), false);
+  for (size_t l = 0; l < expertOrder.size(); ++l) {
+    const std::vector<int32_t> &order = expertOrder[l];
+    if (!prog.layer_replicas || !prog.layer_replicas[l] || ep < 1)
+      continue;
+    size_t local = order.size() / static_cast<size_t>(ep), most = 0;
+    for (int r = 0; r < ep; ++r)
+      most = std::max<size_t>(most, std::count_if(order.begin() + r * local,
+                                                  order.begin() + (r + 1) * local,
+                                                  [](int32_t e) { return e >= 0; }));
+    std::vector<int32_t> copies = moert::replicaCounts(order.data(), order.size());
+    replicaRoom[l] =
+        most < local || std::any_of(copies.begin(), copies.end(), [](int32_t n) { return n > 1; });
+  }
   // Tensor-parallel slices start as their whole tensors (the rank's block of
   // them), then keep their tp rank's slice.
   for (int i = 0; i < prog.num_params; ++i)
@@ -258,6 +279,7 @@ void Trainer::bindContext(moert::CodecStates restored) {
   for (int l = 0; l < prog.num_moe_layers; ++l)
     totalExperts += prog.layer_experts[l];
   expertCounts.assign(totalExperts, 0);
+  keptCounts.assign(totalExperts, 0);
   droppedSlots.assign(std::max(prog.num_moe_layers, 1), 0);
   ctx = moert_context{paramPtrs.data(),
                       momentPtrs.data(),
@@ -265,6 +287,7 @@ void Trainer::bindContext(moert::CodecStates restored) {
                       grad.data(),
                       expertCounts.data(),
                       droppedSlots.data(),
+                      keptCounts.data(),
                       comm,
                       rank,
                       prog.grid_dp,
@@ -608,6 +631,7 @@ long long Trainer::gatherLoad(long long s) {
     dropped += n;
   if (ranks > 1) {
     std::vector<float> load(expertCounts.begin(), expertCounts.end());
+    load.insert(load.end(), keptCounts.begin(), keptCounts.end());
     for (float l : routerLosses)
       load.push_back(moec_program.replica_batches
                          ? l * static_cast<float>(static_cast<double>(prog.batch) / globalBatch)
@@ -616,9 +640,12 @@ long long Trainer::gatherLoad(long long s) {
     if (moert_step_all_reduce(&ctx, load.data(), load.data(), static_cast<int64_t>(load.size()),
                               MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0) != 0)
       commError("step " + std::to_string(s) + ": load metrics");
-    for (size_t e = 0; e < expertCounts.size(); ++e)
+    size_t n = expertCounts.size();
+    for (size_t e = 0; e < n; ++e) {
       expertCounts[e] = static_cast<int32_t>(load[e]);
-    std::copy_n(load.begin() + expertCounts.size(), routerLosses.size(), routerLosses.begin());
+      keptCounts[e] = static_cast<int32_t>(load[n + e]);
+    }
+    std::copy_n(load.begin() + 2 * n, routerLosses.size(), routerLosses.begin());
     dropped = static_cast<long long>(load.back());
   }
   return dropped;
@@ -675,7 +702,8 @@ void Trainer::reportStep(long long s, const StepResult &r, const StepBytes &b, l
         {"comm_bytes_ragged_bound", prog.step_ragged_bound},
         {"codec_bytes",
          {{"sent", b.codecSent}, {"uncompressed", b.codecPlain}, {"expected", b.codecExpected}}},
-        {"expert_tokens", expertTokens()},
+        {"expert_tokens", expertTokens(expertCounts)},
+        {"expert_kept_tokens", expertTokens(keptCounts)},
         {"aux_loss", routerLoss(0)},
         {"z_loss", routerLoss(1)},
         {"balancedness", balancedness()},
@@ -729,10 +757,11 @@ nlohmann::json Trainer::routerLoss(int part) const {
   return layers;
 }
 
-/// The last step's token-slots per expert, one array per MoE layer.
-nlohmann::json Trainer::expertTokens() const {
+/// The last step's token-slots per expert (`expertCounts` or
+/// `keptCounts`), one array per MoE layer.
+nlohmann::json Trainer::expertTokens(const std::vector<int32_t> &perExpert) const {
   nlohmann::json layers = nlohmann::json::array();
-  const int32_t *counts = expertCounts.data();
+  const int32_t *counts = perExpert.data();
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     layers.push_back(std::vector<int32_t>(counts, counts + prog.layer_experts[l]));
     counts += prog.layer_experts[l];

@@ -165,7 +165,7 @@ private:
   long long gatherLoad(long long step);
   void reportStep(long long step, const StepResult &result, const StepBytes &bytes,
                   long long dropped, std::chrono::steady_clock::time_point runStart);
-  nlohmann::json expertTokens() const;
+  nlohmann::json expertTokens(const std::vector<int32_t> &counts) const;
   nlohmann::json routerLoss(int part) const;
   nlohmann::json tokenShares() const;
   std::vector<double> epSpeeds() const;
@@ -264,7 +264,10 @@ private:
   std::vector<moert::AlignedFloats> params, moments; ///< moments: m, v per parameter
   std::vector<float *> paramPtrs, momentPtrs;
   moert::AlignedBytes act, grad; ///< the planned arenas
-  std::vector<int32_t> expertCounts, droppedSlots;
+  /// Per MoE layer's experts: routed token-slots, and those within the
+  /// capacity (the rows computed: load balancing and rebalancing weigh
+  /// these); per MoE layer: dropped token-slots.
+  std::vector<int32_t> expertCounts, keptCounts, droppedSlots;
   std::vector<float> routerLosses; ///< 2 per MoE layer, with --metrics
 
   /// Per MoE layer: the expert at each of its P positions, -1 empty (the
@@ -272,11 +275,15 @@ private:
   /// p / (P / ep)).
   std::vector<std::vector<int32_t>> expertOrder;
   std::vector<const int32_t *> orderPtrs;
-  /// The load monitor: each expert's token-slots (moving average), the
-  /// steps and this rank's step seconds since the last rebalancing, and the
-  /// last migration's measured seconds per byte (-1: none yet).
+  /// The load monitor: each expert's kept token-slots (moving average),
+  /// the steps and this rank's step seconds since the last rebalancing, and
+  /// the last migration's measured seconds per byte (-1: none yet).
   std::vector<double> loadWindow;
-  std::deque<std::vector<int32_t>> recentLoads; ///< the last N steps' token-slots
+  std::deque<std::vector<int32_t>> recentLoads; ///< the last N steps' kept token-slots
+  /// Per MoE layer: may the rebalancer place replicas (spare positions
+  /// beyond those that even out uneven expert counts: moec
+  /// --redundant-experts)?
+  std::vector<bool> replicaRoom;
   long long windowSteps = 0;
   double windowSeconds = 0, secondsPerByte = -1;
   std::vector<double> gradSquares; ///< per parameter, with --metrics

@@ -1,10 +1,10 @@
 //===- TrainerRebalance.cpp - moving experts between ranks while training -===//
 //
 // Online load balancing (--rebalance-every N). The load monitor keeps a
-// moving average of each expert's routed token-slots per MoE layer (the
-// whole batch's, identical on every rank; exponential, spanning about N
-// steps). Every N steps, a placement algorithm proposes, per layer, a new
-// placement of the layer's P positions (P/ep per rank; EPLB-style): the
+// moving average of each expert's kept token-slots per MoE layer (those
+// within its capacity: the rows it computes; the whole batch's, identical
+// on every rank; exponential, spanning about N steps). Every N steps, a placement algorithm
+// proposes, per layer, a new placement of the layer's P positions (P/ep per rank; EPLB-style): the
 // spare positions (P - E, from moec --redundant-experts or uneven counts)
 // go one by one to the expert with the most tokens per replica, then the
 // replicas, heaviest first, each onto the rank with room that does not hold
@@ -290,17 +290,19 @@ double Trainer::expertShare(double topK) const {
 void Trainer::rebalance(long long s, double stepSeconds) {
   if (o.rebalanceEvery <= 0)
     return;
-  // An exponential moving average of each expert's token-slots spanning
-  // about one window (weight 2 / (N + 1) on the newest step): routing
-  // drifts while training, so recent steps predict the next ones best.
-  recentLoads.emplace_back(expertCounts.begin(), expertCounts.end());
+  // An exponential moving average of each expert's kept token-slots (the
+  // rows it computes: a hot expert past its capacity computes the
+  // capacity, wherever it sits) spanning about one window (weight
+  // 2 / (N + 1) on the newest step): routing drifts while training, so
+  // recent steps predict the next ones best.
+  recentLoads.emplace_back(keptCounts.begin(), keptCounts.end());
   if (static_cast<long long>(recentLoads.size()) > o.rebalanceEvery)
     recentLoads.pop_front();
   double alpha = 2.0 / (o.rebalanceEvery + 1.0);
   if (loadWindow.empty())
-    loadWindow.assign(expertCounts.begin(), expertCounts.end());
-  for (size_t e = 0; e < expertCounts.size(); ++e)
-    loadWindow[e] += alpha * (expertCounts[e] - loadWindow[e]);
+    loadWindow.assign(keptCounts.begin(), keptCounts.end());
+  for (size_t e = 0; e < keptCounts.size(); ++e)
+    loadWindow[e] += alpha * (keptCounts[e] - loadWindow[e]);
   windowSeconds += stepSeconds;
   ++windowSteps;
   if ((s + 1) % o.rebalanceEvery != 0 || s + 1 == o.steps)
@@ -311,7 +313,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
                             MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
     commError("step " + std::to_string(s) + ": rebalancing");
 
-  double slots = std::accumulate(loadWindow.begin(), loadWindow.end(), 0.0);
+  // Routed token-slots per token: top-k.
+  double slots = std::accumulate(expertCounts.begin(), expertCounts.end(), 0.0);
   double topK =
       slots / static_cast<double>(globalBatch * prog.seq_len * std::max(prog.num_moe_layers, 1));
   double share = expertShare(topK), meanStep = seconds;
@@ -328,11 +331,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     offset += experts;
     // The greedy placement improved by swaps, or the one in force improved
     // by swaps (fewer moves) when it predicts as well.
-    std::vector<int32_t> next =
-        improveBySwaps(load,
-                       proposeOrder(load, expertOrder[l], ep,
-                                    prog.layer_replicas && prog.layer_replicas[l], speeds),
-                       ep, speeds);
+    std::vector<int32_t> next = improveBySwaps(
+        load, proposeOrder(load, expertOrder[l], ep, replicaRoom[l], speeds), ep, speeds);
     std::vector<int32_t> kept = improveBySwaps(load, expertOrder[l], ep, speeds);
     if (scoreOf(rankLoads(load, kept, ep, speeds), speeds) <=
         scoreOf(rankLoads(load, next, ep, speeds), speeds))
@@ -522,17 +522,17 @@ std::vector<double> Trainer::epSpeeds() const {
 }
 
 /// Each MoE layer's balancedness in the last step under the placement in
-/// force: the time with its token-slots shared in proportion to the ep
-/// ranks' speeds over the slowest rank's time (1: even; at equal speeds the
-/// mean over the max of the ranks' token-slots).
+/// force: the time with its kept token-slots (the rows computed) shared in
+/// proportion to the ep ranks' speeds over the slowest rank's time (1:
+/// even; at equal speeds the mean over the max of the ranks' kept
+/// token-slots).
 nlohmann::json Trainer::balancedness() const {
   nlohmann::json layers = nlohmann::json::array();
   const std::vector<double> &speeds = epSpeedTable;
   size_t offset = 0;
   for (int l = 0; l < prog.num_moe_layers; ++l) {
     size_t experts = prog.layer_experts[l];
-    std::vector<double> load(expertCounts.begin() + offset,
-                             expertCounts.begin() + offset + experts);
+    std::vector<double> load(keptCounts.begin() + offset, keptCounts.begin() + offset + experts);
     offset += experts;
     layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep, speeds), speeds));
   }

@@ -21,9 +21,10 @@
 extern "C" {
 #endif
 
-/* The layout of `moert_program` (moert/Program.h). A step program records
- * the version it was emitted for; the trainer refuses another. */
-#define MOERT_ABI_VERSION 12
+/* The layout of `moert_program` and `moert_context` (moert/Program.h). A
+ * step program records the version it was emitted for; the trainer refuses
+ * another. */
+#define MOERT_ABI_VERSION 13
 
 /* Parameter initialisers (moe.param's init kind). */
 enum moert_init {

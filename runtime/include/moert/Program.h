@@ -64,6 +64,9 @@ typedef struct {
   char *gradients;
   int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
   int32_t *dropped_slots; /* per MoE layer, token-slots past the capacity */
+  /* Per MoE layer, its experts' token-slots within the capacity: the rows
+   * each expert computes (expert_counts less the dropped ones). */
+  int32_t *kept_slots;
   /* The rank's communicator (null on one rank) and its grid coordinates:
    * rank = (d * ep + e) * tp + t. */
   struct moert_comm *comm;
@@ -348,9 +351,9 @@ int moert_step_wait(moert_context *ctx, int handle);
  * `out`, `recv` unread until moert_step_exchange_wait(handle). Every member
  * starts its exchanges in the same order; the results equal the blocking
  * exchange's bit for bit. */
-int moert_step_all_to_all_ragged_start(moert_context *ctx, int handle, float *out,
-                                       const float *in, const int64_t *shape, int split,
-                                       int concat, int axes, const int32_t *counts, int32_t *recv,
+int moert_step_all_to_all_ragged_start(moert_context *ctx, int handle, float *out, const float *in,
+                                       const int64_t *shape, int split, int concat, int axes,
+                                       const int32_t *counts, int32_t *recv,
                                        const struct moert_codec *codec);
 int moert_step_exchange_wait(moert_context *ctx, int handle);
 /* Creates the rank's background engine now (its second communicator is a
