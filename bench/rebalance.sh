@@ -5,7 +5,7 @@
 # without and with --rebalance-every EVERY (20), and with REDUNDANT (8) spare
 # positions (moec --redundant-experts: two per rank, filled with replicas of
 # the hottest experts by the rebalancer). Reported: the migrations,
-# the mean balancedness (mean over max of the ranks' token-slots) over the
+# the mean balancedness (mean over max of the ranks' kept token-slots) over the
 # steps after the first migration, and the median tokens/s over the same
 # steps; the losses of both runs are compared. Part of `make bench`.
 #   bench/rebalance.sh [BUILD_DIR]    env: STEPS (200), EVERY (20), REDUNDANT (8)
