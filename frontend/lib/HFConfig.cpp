@@ -119,8 +119,12 @@ void Importer::llamaLike(ModelSpec &s) {
   }
   s.ffnDim = r.getInt("intermediate_size", std::nullopt, 1, kMaxDim);
   s.ffnPtr = r.at("intermediate_size");
-  s.normEps = r.getNumber("rms_norm_eps", 1e-6, 0.0, 1.0, true);
-  s.ropeTheta = r.getNumber("rope_theta", 10000.0, 0.0, 1e12, true);
+  // Absent fields take the family's defaults in HuggingFace's config
+  // classes (MixtralConfig: eps 1e-5, theta 1e6; OlmoeConfig: eps 1e-5).
+  std::string family = doc->root().value("model_type", "");
+  s.normEps = r.getNumber("rms_norm_eps", family == "mixtral" || family == "olmoe" ? 1e-5 : 1e-6,
+                          0.0, 1.0, true);
+  s.ropeTheta = r.getNumber("rope_theta", family == "mixtral" ? 1e6 : 10000.0, 0.0, 1e12, true);
   std::string act = r.getString("hidden_act", std::string("silu"));
   if (act != "silu" && act != "swish")
     r.error("hidden_act", "\"" + act +
@@ -130,8 +134,9 @@ void Importer::llamaLike(ModelSpec &s) {
     unsupported("rope_scaling", "long-context RoPE scaling");
   else
     r.claim("rope_scaling");
-  if (r.has("sliding_window") && r.getBool("use_sliding_window", true) &&
-      doc->root().value("model_type", "") == "mixtral")
+  // Mixtral's window is on when given; Qwen's only with use_sliding_window
+  // (false by default in their config classes).
+  if (r.has("sliding_window") && r.getBool("use_sliding_window", family == "mixtral"))
     unsupported("sliding_window", "sliding-window attention");
   r.claim("sliding_window");
   r.claim("use_sliding_window");

@@ -287,8 +287,8 @@ Engine &exchangeOf(moert_context *ctx) {
 
 /// Queues `job` on `engine`; 1 (the message in moert_comm_error) when its
 /// handle's last start was not waited for.
-int submit(moert_context *ctx, Engine &engine, int handle, std::unique_ptr<Job> job,
-           size_t limit, const char *what) {
+int submit(moert_context *ctx, Engine &engine, int handle, std::unique_ptr<Job> job, size_t limit,
+           const char *what) {
   if (engine.submit(handle, std::move(job), limit))
     return 0;
   if (ctx->comm)

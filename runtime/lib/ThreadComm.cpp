@@ -6,7 +6,9 @@
 // same bits), then waits until all members are done reading before anyone
 // reuses its buffers. An all-reduce splits the work: each member sums one
 // chunk, and all copy every chunk after a third wait. Every wait is bounded
-// by the timeout.
+// by the timeout; a member that times out withdraws its buffers and fails
+// the collective, and every other member, waiting or arriving later, fails
+// with its message instead of reading buffers no one guards any more.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,6 +47,10 @@ struct Op {
   int kind = -1;
   std::vector<Posting> members;
   int arrived = 0, halfway = 0, departed = 0, released = 0;
+  /// A member gave up (timed out): the others fail too, with its message,
+  /// instead of reading buffers it no longer guards.
+  bool failed = false;
+  std::string failure;
 };
 
 struct World {
@@ -257,19 +263,26 @@ private:
         return comm.fail("collective #" + std::to_string(seq) + " on group " + groupKey +
                          ": this rank called " + kNames[kind] + " but another member called " +
                          kNames[op->kind]);
+      if (op->failed)
+        return comm.fail(op->failure);
       mine.posted = true;
       op->members[index] = mine;
       ++op->arrived;
       world.cv.notify_all();
-      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->arrived == n; })) {
+      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->arrived == n || op->failed; })) {
         std::string missing;
         for (int i = 0; i < n; ++i)
           if (!op->members[i].posted)
             missing += (missing.empty() ? "" : ", ") + std::to_string(group[i]);
-        return comm.fail(std::string(kNames[kind]) + " #" + std::to_string(seq) + " on group " +
-                         groupKey + " timed out after " + std::to_string(world.timeout.count()) +
-                         " s: rank(s) " + missing + " did not arrive");
+        // Withdraw: a member arriving later must not read these buffers.
+        op->members[index].posted = false;
+        --op->arrived;
+        return giveUp(std::string(kNames[kind]) + " #" + std::to_string(seq) + " on group " +
+                      groupKey + " timed out after " + std::to_string(world.timeout.count()) +
+                      " s: rank(s) " + missing + " did not arrive");
       }
+      if (op->failed)
+        return comm.fail(op->failure);
       return true;
     }
 
@@ -279,9 +292,11 @@ private:
       std::unique_lock<std::mutex> lock(world.mutex);
       ++op->halfway;
       world.cv.notify_all();
-      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->halfway == n; }))
-        return comm.fail(std::string(kNames[kind]) + " on group " + groupText(group, n) +
-                         " timed out while members summed their chunks");
+      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->halfway == n || op->failed; }))
+        return giveUp(std::string(kNames[kind]) + " on group " + groupText(group, n) +
+                      " timed out while members summed their chunks");
+      if (op->failed)
+        return comm.fail(op->failure);
       return true;
     }
 
@@ -290,12 +305,23 @@ private:
       std::unique_lock<std::mutex> lock(world.mutex);
       ++op->departed;
       world.cv.notify_all();
-      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->departed == n; }))
-        return comm.fail(std::string(kNames[kind]) + " on group " + groupText(group, n) +
-                         " timed out while members finished reading");
+      if (!world.cv.wait_for(lock, world.timeout, [&] { return op->departed == n || op->failed; }))
+        return giveUp(std::string(kNames[kind]) + " on group " + groupText(group, n) +
+                      " timed out while members finished reading");
+      if (op->failed)
+        return comm.fail(op->failure);
       if (++op->released == n)
         world.ops.erase(key);
       return true;
+    }
+
+    /// This member timed out: the collective fails for every member with
+    /// `message` (the caller holds the world's lock).
+    bool giveUp(const std::string &message) {
+      op->failed = true;
+      op->failure = message;
+      world.cv.notify_all();
+      return comm.fail(message);
     }
 
     bool sameCount(int64_t count) const {

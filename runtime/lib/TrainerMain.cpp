@@ -209,8 +209,9 @@ int main(int argc, char **argv) {
       moec_program.planned_scratch_bytes *
       std::max(1, moec_program.grid_dp * moec_program.grid_ep * moec_program.grid_tp));
   std::set_new_handler([] {
-    std::fputs("error: out of memory (an allocation failed)\n", stderr);
-    std::exit(1);
+    std::fputs("error: out of memory (an allocation failed)\n", stderr); // no allocation
+    std::fflush(nullptr);
+    std::_Exit(1);
   });
   // Progress reaches a log file line by line, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <sys/stat.h>
+
 using namespace moert::trainer;
 
 namespace {
@@ -36,7 +38,13 @@ void moert::trainer::installStopHandlers() {
 
 [[noreturn]] void moert::trainer::die(const std::string &message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
-  std::exit(1);
+  // Not std::exit: with ranks as threads, the other ranks and their
+  // background engines still run, and the static destructors std::exit runs
+  // (staging buffers, the thread communicator) would pull their state from
+  // under them (a segfault after a collective timed out). What is written
+  // (metrics lines, checkpoints) is flushed or complete already.
+  std::fflush(nullptr);
+  std::_Exit(1);
 }
 
 long long moert::trainer::parseInt(const std::string &flag, const char *text, long long min) {
@@ -100,7 +108,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "  --checkpoint DIR  written at the end, every N steps with\n"
               "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit);\n"
               "               --keep-checkpoints K also keeps the last K saves as\n"
-              "               DIR/step-N.safetensors\n"
+              "               DIR/step-N.safetensors; a DIR that holds a checkpoint\n"
+              "               needs --resume (a fresh run would write over it)\n"
               "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
               "               machine's memory)\n"
               "  --threads N  the kernels' threads, shared by the process's ranks\n"
@@ -292,5 +301,14 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--sync-steps goes with --local-steps H or --staleness 1");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())
     die("--keep-checkpoints needs --checkpoint DIR");
+  // A fresh run's first save would replace the weights a checkpoint in DIR
+  // holds (a forgotten --resume loses the whole run): refuse before any
+  // step, as training libraries refuse a non-empty output directory.
+  if (!o.checkpoint.empty() && !o.resume && !o.data.empty())
+    for (const char *file : {"tensors.safetensors", "state.json"})
+      if (struct stat st; ::stat((o.checkpoint + "/" + file).c_str(), &st) == 0)
+        die(o.checkpoint + " holds a checkpoint (" + file +
+            "): give --resume to continue it, or remove it or choose another --checkpoint "
+            "directory to start over");
   return o;
 }

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -183,6 +184,27 @@ TEST(CommTest, AMissingPeerIsAnErrorNamingItNotAHang) {
     EXPECT_NE(e.find("all_reduce #0 on group [0, 1, 2] timed out after 0.2"), std::string::npos)
         << e;
   EXPECT_NE(run.errors[0].find("rank(s) 2 did not arrive"), std::string::npos) << run.errors[0];
+}
+
+// A member that arrives after the others timed out fails with their
+// message; it must not take the collective as complete and read buffers
+// whose owners have left (that was a use-after-free: a segfault in a
+// training run's background engine after a --comm-timeout).
+TEST(CommTest, AMemberArrivingAfterTheOthersGaveUpFailsToo) {
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    if (r == 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    const int32_t all[] = {0, 1, 2};
+    std::vector<float> x(64, 1.0f); // freed when a rank returns
+    return moert_all_reduce_f32(comm, x.data(), 64, all, 3);
+  };
+  EXPECT_NE(run(3, 0.1), 0);
+  ASSERT_EQ(run.errors.size(), 3u);
+  for (const std::string &e : run.errors)
+    EXPECT_NE(e.find("all_reduce #0 on group [0, 1, 2] timed out after 0.1"), std::string::npos)
+        << e;
 }
 
 TEST(CommTest, BadGroupsAreErrors) {

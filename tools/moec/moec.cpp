@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Codegen/StepProgram.h"
+#include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Codegen/Toolchain.h"
 #include "moe/Frontend/ClusterToMLIR.h"
 #include "moe/Frontend/HFConfig.h"
@@ -42,6 +43,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <set>
 
 using namespace llvm;
@@ -428,6 +430,12 @@ int checkFlags() {
     return fail("give a model description: moec model.json -o OUT --emit=...");
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
+  // The executable is a file (its build folder goes beside it, PATH.build).
+  if (emit == Emit::Exe && sys::fs::is_directory(outputPath))
+    return fail("-o " + outputPath + " is a directory: give the executable's path, e.g. -o " +
+                (StringRef(outputPath).rtrim('/').empty()
+                     ? std::string("./train")
+                     : StringRef(outputPath).rtrim('/').str() + "/train"));
   if (!hfConfig &&
       (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() || !hfOverride.empty() ||
        !hfOptimizer.empty() || hfCapacity.getNumOccurrences() || hfDtype.getNumOccurrences()))
@@ -484,6 +492,9 @@ int checkFlags() {
   if (redundantExperts && ranks <= 1 && clusterFile.empty())
     return fail("--redundant-experts adds expert positions to a partitioned step: give "
                 "--ranks N (ep > 1) or a --cluster");
+  if (expertChunks > 1 && ranks <= 1 && clusterFile.empty())
+    return fail("--expert-chunks pipelines the expert phases' all-to-alls of a partitioned "
+                "step: give --ranks N (ep > 1) or a --cluster");
   if (zeroStage.getNumOccurrences() && (zeroStage < 0 || zeroStage > 2))
     return fail("--zero must be 0, 1 or 2");
   if (zeroStage > 0 && ranks <= 1 && clusterFile.empty())
@@ -639,6 +650,32 @@ std::optional<std::string> emitProgram(mlir::ModuleOp module,
                                                   emit == Emit::Exe ? &units : nullptr)))
     return std::nullopt;
   return text;
+}
+
+/// The kernels index their buffers with 32-bit integers (Halide): a tensor
+/// of 2^31 elements or more compiles into a kernel certain to fail when it
+/// runs. Such a step is refused here, at the op (its model field) that
+/// makes the first one.
+int checkKernelExtents(mlir::ModuleOp module) {
+  constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
+  int rc = 0;
+  module.walk([&](mlir::Operation *op) {
+    if (isa<mlir::moe::KernelOp>(op))
+      return mlir::WalkResult::skip(); // its launches say where
+    for (mlir::Type type :
+         llvm::concat<const mlir::Type>(op->getOperandTypes(), op->getResultTypes()))
+      if (auto t = dyn_cast<mlir::RankedTensorType>(type);
+          t && t.hasStaticShape() && t.getNumElements() > kMost) {
+        op->emitError() << "a tensor of " << t.getNumElements() << " elements (" << t
+                        << "): the kernels index with 32-bit integers, at most " << kMost
+                        << " elements; lower the batch, the sequence length or the sizes it "
+                           "multiplies, or partition the step (--ranks, --cluster)";
+        rc = 1;
+        return mlir::WalkResult::interrupt();
+      }
+    return mlir::WalkResult::advance();
+  });
+  return rc;
 }
 
 /// --token-shares on the module: moe.token_shares, or, when the shares are
@@ -814,6 +851,21 @@ int main(int argc, char **argv) {
         !llvm::is_contained(entry.second->Categories, &category) &&
         !llvm::is_contained(ArrayRef<StringRef>{"help", "help-list", "version"}, entry.first))
       entry.second->setHiddenFlag(cl::Hidden);
+  // LLVM reads an unknown flag that starts with h (a typo such as --hf-tiny)
+  // as -h, its alias of --help, grouped with other letters: the help and
+  // exit 0, so a broken build script looked like a build. Only known
+  // options pass.
+  for (int i = 1; i < argc; ++i) {
+    StringRef arg(argv[i]);
+    if (arg == "--")
+      break;
+    StringRef name = arg.ltrim('-').split('=').first;
+    if (arg.starts_with("-") && name.starts_with("h") && name != "h" &&
+        !cl::getRegisteredOptions().count(name)) {
+      errs() << "moec: Unknown command line argument '" << arg << "'.  Try: 'moec --help'\n";
+      return 1;
+    }
+  }
   cl::SetVersionPrinter([](raw_ostream &os) {
     os << "moec (MoEC) " << MOEC_VERSION << "\n  step-program ABI " << MOERT_ABI_VERSION
        << "\n  built with LLVM/MLIR " << LLVM_VERSION_STRING << "\n";
@@ -852,6 +904,8 @@ int main(int argc, char **argv) {
       manifest["sharding"] = sharding;
     return writeOutput(outputPath, [&](raw_ostream &os) { os << manifest.dump(2) << "\n"; });
   }
+  if (int rc = checkKernelExtents(*module))
+    return rc;
   std::vector<Program> programs;
   if (int rc = shareProgram(*module, *source, *calls, programs))
     return rc;
