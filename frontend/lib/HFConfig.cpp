@@ -318,6 +318,9 @@ std::optional<ModelSpec> Importer::run() {
                               "(multi-head latent attention; imported as multi-head attention "
                               "with head width v_head_dim = " +
                               std::to_string(vHeadDim) + ")");
+      } else if (r.has("v_head_dim") && vHeadDim != s.headDim) {
+        notModelled.push_back("v_head_dim (without kv_lora_rank or q_lora_rank the heads stay " +
+                              std::to_string(s.headDim) + " wide)");
       }
       r.claim("q_lora_rank");
       r.claim("kv_lora_rank");

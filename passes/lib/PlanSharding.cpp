@@ -390,10 +390,17 @@ std::string seconds(double s) {
   return out;
 }
 
+/// `b` bytes in GB, or, below 0.01 GB (where "0.000 GB" says nothing), in
+/// MB or bytes.
 std::string gigabytes(double b) {
   std::string out;
   llvm::raw_string_ostream os(out);
-  os << llvm::format("%.3f GB", b / 1e9);
+  if (b >= 1e7)
+    os << llvm::format("%.3f GB", b / 1e9);
+  else if (b >= 1e4)
+    os << llvm::format("%.3f MB", b / 1e6);
+  else
+    os << llvm::format("%.0f bytes", b);
   return out;
 }
 

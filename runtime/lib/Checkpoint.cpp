@@ -412,15 +412,15 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
   if (!decodeSafetensorsFile(dir + "/tensors.safetensors", tensors, error, &metadata))
     return false;
   bool haveText = readFile(dir + "/state.json", text, error);
-  std::string why;
-  json mirror = haveText ? parseObject(text, why) : json();
+  std::string why, mirrorWhy;
+  json mirror = haveText ? parseObject(text, mirrorWhy) : json();
   auto it = metadata.find(kStateKey);
   if (it == metadata.end()) {
     // Written before the state moved into the tensors' header.
     if (!haveText)
       return false;
     if (mirror.is_discarded()) {
-      error = dir + "/state.json " + why;
+      error = dir + "/state.json " + mirrorWhy;
       return false;
     }
     state = std::move(mirror);
@@ -431,7 +431,11 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
     error = dir + "/tensors.safetensors: the recorded state (" + kStateKey + ") " + why;
     return false;
   }
-  if (note && mirror != state)
+  // (A discarded value compares unequal to nothing: test it first.)
+  if (note && haveText && mirror.is_discarded())
+    *note =
+        dir + "/state.json " + mirrorWhy + " (an edit?); using the state saved with the tensors";
+  else if (note && mirror != state)
     *note = dir + "/state.json " + (haveText ? "does not match" : "is missing beside") +
             " the state saved with the tensors (a save interrupted between its two files?); "
             "using the tensors' state";
