@@ -1025,6 +1025,17 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   double lossScale = 0;
   if (auto scale = module->getAttrOfType<FloatAttr>(MoEDialect::kLossScaleAttrName))
     lossScale = scale.getValueAsDouble();
+  // The kernels' Halide target, from one generated kernel's metadata.
+  std::string targetKernel;
+  for (KernelOp kernel : module.getOps<KernelOp>())
+    if (!calls.at(kernel.getSymName()).generator.empty()) {
+      targetKernel = kernel.getSymName().str();
+      break;
+    }
+  if (!targetKernel.empty())
+    os << "extern \"C\" const struct halide_filter_metadata_t *" << targetKernel
+       << "_metadata();\nstatic const char *kernelTarget() { return " << targetKernel
+       << "_metadata()->target; }\n";
   os << "extern \"C\" const moert_program " << names.symbol << " = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
@@ -1061,6 +1072,8 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
     os << "    .device_sync = moert_device_sync,\n"
        << "    .device_wrote = moert_device_wrote_all,\n"
        << "    .device_free = moert_device_free,\n";
+  if (!targetKernel.empty())
+    os << "    .kernel_target = kernelTarget,\n";
   os << "};\n";
   return success();
 }

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CpuTarget.h"
 #include "Trainer.h"
 #include "TrainerOptions.h"
 
@@ -199,6 +200,19 @@ int main(int argc, char **argv) {
                  "is ABI %d: recompile the model with this moec\n",
                  moec_program.abi_version, MOERT_ABI_VERSION);
     return 2;
+  }
+  // Kernels compiled for features this CPU lacks would die of an illegal
+  // instruction in the first step.
+  if (moec_program.kernel_target) {
+    std::string target = moec_program.kernel_target();
+    if (std::string missing = moert::missingCpuFeatures(target); !missing.empty()) {
+      std::fprintf(stderr,
+                   "error: this binary's kernels were compiled for %s, and this CPU lacks %s: "
+                   "compile the model again on this machine (moec --host-target host, the "
+                   "default) or name the features it has\n",
+                   target.c_str(), missing.c_str());
+      return 2;
+    }
   }
   // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and
   // unmap exactly, instead of glibc's adaptive threshold moving freed scratch

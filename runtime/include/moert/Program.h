@@ -225,6 +225,11 @@ typedef struct moert_program {
   int (*device_sync)(moert_context *ctx);
   void (*device_wrote)(moert_context *ctx);
   void (*device_free)(moert_context *ctx);
+  /* The Halide target the kernels were compiled for (one kernel's
+   * metadata, e.g. "x86-64-linux-avx-avx2-f16c-fma-sse41"); null: no
+   * kernels. The trainer refuses a CPU that lacks its features (an illegal
+   * instruction otherwise). */
+  const char *(*kernel_target)(void);
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
