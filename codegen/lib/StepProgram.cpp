@@ -513,18 +513,18 @@ LogicalResult Emitter::launch(LaunchOp op) {
     os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
        << "; ++e) ctx->expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
        << "[e];\n";
-    // Dropped token-slots are the slots -1 (exact with routing groups).
-    os << "    if (ctx->dropped_slots) {\n      int32_t n = 0;\n      for (int64_t i = 0; i < "
-       << numel(op.getResult(2)) << "; ++i) n += " << pointer(op.getResult(2))
-       << "[i] < 0;\n      ctx->dropped_slots[" << moeLayers.size() - 1 << "] = n;\n    }\n";
-    // Kept token-slots per expert (the rows it computes): the slots not -1,
-    // by the expert each routes to (the gate's indices).
+    // One pass over the slots: the dropped ones are -1 (exact with routing
+    // groups); the kept ones count for the expert each routes to (the
+    // gate's indices): the rows it computes.
     hostRead(op.getResult(1), "    ");
-    os << "    if (ctx->kept_slots) {\n      int32_t *kept = ctx->kept_slots + " << offset
-       << ";\n      for (int e = 0; e < " << experts << "; ++e) kept[e] = 0;\n"
-       << "      for (int64_t i = 0; i < " << numel(op.getResult(2)) << "; ++i)\n        if ("
-       << pointer(op.getResult(2)) << "[i] >= 0 && (uint32_t)" << pointer(op.getResult(1))
-       << "[i] < " << experts << "u) ++kept[" << pointer(op.getResult(1)) << "[i]];\n    }\n";
+    std::string slots = pointer(op.getResult(2)), index = pointer(op.getResult(1));
+    os << "    if (ctx->dropped_slots || ctx->kept_slots) {\n      int32_t dropped = 0, kept["
+       << experts << "] = {};\n      for (int64_t i = 0; i < " << numel(op.getResult(2))
+       << "; ++i)\n        if (" << slots << "[i] < 0) ++dropped;\n        else if ((uint32_t)"
+       << index << "[i] < " << experts << "u) ++kept[" << index << "[i]];\n"
+       << "      if (ctx->dropped_slots) ctx->dropped_slots[" << moeLayers.size() - 1
+       << "] = dropped;\n      if (ctx->kept_slots) std::memcpy(ctx->kept_slots + " << offset
+       << ", kept, sizeof kept);\n    }\n";
     // The unweighted balancing and z-losses (the kernel's loss_parts).
     os << "    if (ctx->router_losses)\n      for (int i = 0; i < 2; ++i) ctx->router_losses["
        << 2 * (moeLayers.size() - 1) << " + i] = " << metricViews.back() << "[i];\n";

@@ -3,10 +3,13 @@
 // Online load balancing (--rebalance-every N). The load monitor keeps a
 // moving average of each expert's kept token-slots per MoE layer (those
 // within its capacity: the rows it computes; the whole batch's, identical
-// on every rank; exponential, spanning about N steps). Every N steps, a placement algorithm
-// proposes, per layer, a new placement of the layer's P positions (P/ep per rank; EPLB-style): the
-// spare positions (P - E, from moec --redundant-experts or uneven counts)
-// go one by one to the expert with the most tokens per replica, then the
+// on every rank; exponential, spanning about N steps). Every N steps, a
+// placement algorithm proposes, per layer, a new placement of the layer's
+// P positions (P/ep per rank; EPLB-style): where the program asks for
+// replicas (Trainer::replicaRoom: moec --redundant-experts, or a placement
+// that replicates), the spare positions (P - E) go one by one to the
+// expert with the most tokens per replica (else they stay empty, or take
+// moved experts), then the
 // replicas, heaviest first, each onto the rank with room that does not hold
 // that expert yet and would finish it first (the least loaded, its load
 // over its device's speed: --emulate-cluster's, else every rank's 1; where

@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Codegen/StepProgram.h"
-#include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Codegen/Toolchain.h"
 #include "moe/Frontend/ClusterToMLIR.h"
 #include "moe/Frontend/HFConfig.h"
@@ -431,11 +430,12 @@ int checkFlags() {
   if (outputPath.empty() && (emit == Emit::Kernels || emit == Emit::Exe))
     return fail("give an output path: -o PATH");
   // The executable is a file (its build folder goes beside it, PATH.build).
-  if (emit == Emit::Exe && sys::fs::is_directory(outputPath))
+  if (emit == Emit::Exe && sys::fs::is_directory(outputPath)) {
+    SmallString<128> example(StringRef(outputPath).rtrim('/'));
+    sys::path::append(example, "train");
     return fail("-o " + outputPath + " is a directory: give the executable's path, e.g. -o " +
-                (StringRef(outputPath).rtrim('/').empty()
-                     ? std::string("./train")
-                     : StringRef(outputPath).rtrim('/').str() + "/train"));
+                example);
+  }
   if (!hfConfig &&
       (hfSeqLen.getNumOccurrences() || hfBatch.getNumOccurrences() || !hfOverride.empty() ||
        !hfOptimizer.empty() || hfCapacity.getNumOccurrences() || hfDtype.getNumOccurrences()))
@@ -660,8 +660,6 @@ int checkKernelExtents(mlir::ModuleOp module) {
   constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
   int rc = 0;
   module.walk([&](mlir::Operation *op) {
-    if (isa<mlir::moe::KernelOp>(op))
-      return mlir::WalkResult::skip(); // its launches say where
     for (mlir::Type type :
          llvm::concat<const mlir::Type>(op->getOperandTypes(), op->getResultTypes()))
       if (auto t = dyn_cast<mlir::RankedTensorType>(type);
