@@ -35,12 +35,20 @@
      "'moe.lr_schedule' op lr must be > 0, got 0" does not also stand for
      the generic `<name> must be <op> 0, got` of the router's coefficients.
 
+3. Error tests: every op must also be named by an expected-error
+   (`'moe.NAME' op ...`) of at least one test file under test/ (.mlir or
+   .test) whose RUN lines use -verify-diagnostics: each op has at least one
+   test that feeds it invalid IR, including ops whose constraints are all
+   traits (type equalities) or shared helpers (grid axes), which part 2
+   cannot ask for.
+
    ALLOW_LIST names messages that textual IR cannot trigger, with the reason;
    an entry that no longer matches a site, or whose site is covered, is an
    error too (keep the list minimal).
 
 Prints the op and message listings with the tests that hit them, a summary
-(ops covered N/M, messages covered N/M) and every gap; exits 1 on any gap.
+(ops covered N/M, messages covered N/M, ops with an error test N/M) and
+every gap; exits 1 on any gap.
 
 Usage: verifier-coverage.py [--root REPO] [--quiet]
 """
@@ -387,6 +395,26 @@ def read_tests(root):
     return round_trip, expected
 
 
+def read_error_tests(root):
+    """expected-error texts [(file, line, text)] of every test file under
+    test/ that runs with -verify-diagnostics."""
+    expected = []
+    err_re = re.compile(r"expected-error(?:-re)?\s*(?:@\S+\s*)?\{\{(.*)\}\}")
+    paths = glob.glob(os.path.join(root, "test", "**", "*.mlir"), recursive=True) + \
+        glob.glob(os.path.join(root, "test", "**", "*.test"), recursive=True)
+    for path in sorted(paths):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if not any("-verify-diagnostics" in r for r in run_lines(text)):
+            continue
+        rel = os.path.relpath(path, root)
+        for n, l in enumerate(text.splitlines(), 1):
+            m = err_re.search(l)
+            if m:
+                expected.append((rel, n, m.group(1)))
+    return expected
+
+
 def op_occurrences(round_trip, mnemonic):
     """First IR line and first CHECK line naming moe.MNEMONIC."""
     pattern = re.compile(r"\bmoe\." + re.escape(mnemonic) + r"\b(?![.\w])")
@@ -499,6 +527,24 @@ def main():
             gaps.append("op moe.%s (%s:%d) has no round-trip test (missing %s)"
                         % (mnemonic, ops[mnemonic][1], ops[mnemonic][2], missing))
 
+    # Ops in error tests.
+    error_tests = read_error_tests(root)
+    ops_with_errors = 0
+    if not args.quiet:
+        print("== ops in error tests (%d expected-errors in -verify-diagnostics tests under "
+              "test/)" % len(error_tests))
+    for mnemonic in sorted(ops):
+        named = "'moe.%s' op " % mnemonic
+        hit = next(("%s:%d" % (rel, n) for rel, n, text in error_tests if named in text), None)
+        if hit:
+            ops_with_errors += 1
+            if not args.quiet:
+                print("  moe.%-20s %s" % (mnemonic, hit))
+        else:
+            gaps.append("op moe.%s (%s:%d) is named by no expected-error of a "
+                        "-verify-diagnostics test" % (mnemonic, ops[mnemonic][1],
+                                                      ops[mnemonic][2]))
+
     # Messages.
     allowed = {}
     for site in sites:
@@ -549,6 +595,7 @@ def main():
     print("ops covered %d/%d" % (ops_covered, len(ops)))
     print("messages covered %d/%d (%d allow-listed)"
           % (messages_covered, len(checked), len(sites) - len(checked)))
+    print("ops with an error test %d/%d" % (ops_with_errors, len(ops)))
     for gap in gaps:
         print("GAP: " + gap)
     if gaps:

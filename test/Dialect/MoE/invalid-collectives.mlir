@@ -1,6 +1,8 @@
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 // Every constraint of the collectives: all_reduce, reduce_scatter, all_gather,
-// all_to_all (dense and ragged), and the codecs they may carry.
+// all_to_all (dense and ragged), and the codecs they may carry; shard_slice,
+// gather_param, replica_sum, wait, and tensor parallelism's tp_enter and
+// tp_exit.
 
 // group: at least one axis
 module attributes {moe.grid = #moe.grid<dp = 2, ep = 2>} {
@@ -535,5 +537,78 @@ func.func @f(%b: tensor<4x4x8xf32>, %n: tensor<4xi32>) -> tensor<2x8x8xf32> {
   // expected-error @+1 {{'moe.wait' op operand #0 is an async moe.all_to_all's result: its other result must be waited for in the same moe.wait}}
   %w = moe.wait %r : tensor<2x8x8xf32>
   return %w : tensor<2x8x8xf32>
+}
+}
+
+// -----
+
+// tp_enter: needs the module grid
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_enter' op requires a 'moe.grid' attribute on the enclosing module}}
+  %0 = moe.tp_enter %x over [tp] : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+// tp_enter: a known axis
+module attributes {moe.grid = #moe.grid<dp = 2, tp = 2>} {
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_enter' op unknown grid axis 'pp' (expected dp, ep or tp)}}
+  %0 = moe.tp_enter %x over [pp] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// tp_enter: result type is the input's (a trait, ahead of the verifier)
+module attributes {moe.grid = #moe.grid<tp = 2>} {
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_enter' op failed to verify that all of {input, result} have same type}}
+  %0 = "moe.tp_enter"(%x) {axes = ["tp"]} : (tensor<8x16xf32>) -> tensor<8x16xf16>
+  return
+}
+}
+
+// -----
+
+// tp_exit: at least one axis
+module attributes {moe.grid = #moe.grid<dp = 2, tp = 2>} {
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_exit' op must name at least one grid axis}}
+  %0 = moe.tp_exit %x over [] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// tp_exit: no axis twice
+module attributes {moe.grid = #moe.grid<dp = 2, tp = 2>} {
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_exit' op grid axis 'tp' is listed twice}}
+  %0 = moe.tp_exit %x over [tp, tp] : tensor<8x16xf32>
+  return
+}
+}
+
+// -----
+
+// tp_exit: needs the module grid
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_exit' op requires a 'moe.grid' attribute on the enclosing module}}
+  %0 = moe.tp_exit %x over [tp] : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+// tp_exit: result type is the input's (a trait, ahead of the verifier)
+module attributes {moe.grid = #moe.grid<tp = 2>} {
+func.func @f(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'moe.tp_exit' op failed to verify that all of {input, result} have same type}}
+  %0 = "moe.tp_exit"(%x) {axes = ["tp"]} : (tensor<8x16xf32>) -> tensor<4x16xf32>
+  return
 }
 }

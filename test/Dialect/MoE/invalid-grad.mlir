@@ -31,6 +31,42 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf16>) {
 
 // -----
 
+// attention_grad: dout and dq have q's type (traits, ahead of the verifier)
+func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf16>) {
+  // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {q, dq, dout} have same type}}
+  %dq, %dk, %dv = "moe.attention_grad"(%q, %k, %v, %do) {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf16>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  return
+}
+
+// -----
+
+// attention_grad: dk has k's type
+func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {k, dk} have same type}}
+  %dq, %dk, %dv = "moe.attention_grad"(%q, %k, %v, %do) {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x8x8xf32>, tensor<2x4x8xf32>)
+  return
+}
+
+// -----
+
+// attention_grad: dv has v's type
+func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {v, dv} have same type}}
+  %dq, %dk, %dv = "moe.attention_grad"(%q, %k, %v, %do) {num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xbf16>)
+  return
+}
+
+// -----
+
+// attention_grad: the head counts are attributes it needs
+func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{'moe.attention_grad' op requires attribute 'num_kv_heads'}}
+  %dq, %dk, %dv = "moe.attention_grad"(%q, %k, %v, %do) {num_heads = 4 : i64} : (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  return
+}
+
+// -----
+
 // linear_grad: weight is [K, N]
 func.func @f(%x: tensor<2x8xf32>, %w: tensor<8xf32>, %dy: tensor<2x8xf32>) {
   // expected-error @+1 {{'moe.linear_grad' op weight must have rank 2 ([K, N]), got rank 1}}
