@@ -178,6 +178,7 @@ private:
   // Local steps and the outer optimiser (TrainerLocalSteps.cpp).
   void checkLocalSteps();
   void outerStep(long long step, bool force);
+  void saveReplica(long long steps);
   float replicaMean(float value, bool &bad, long long step);
   /// The full tensor's rows that ep rank `e` holds of parameter `i`, in its
   /// block's order: every row when the parameter is not sharded; else the

@@ -11,13 +11,18 @@
 // AdamW moments stay each replica's own. The dp all-reduces of H steps
 // become one all-reduce of the parameters; checkpoints are taken at outer
 // steps (their momentum saved as NAME.outer_v), where every replica holds
-// the same parameters.
+// the same parameters. --save-replicas DIR writes what each replica reached
+// before the outer step averages it (what a test checks the outer step
+// against).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Trainer.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <sys/stat.h>
 
 using namespace moert::trainer;
 
@@ -43,6 +48,13 @@ void Trainer::checkLocalSteps() {
     outerStart[i].assign(params[i].begin(), params[i].end());
     if (outerMomentum[i].size() != params[i].size())
       outerMomentum[i].assign(params[i].size(), 0.0f);
+  }
+  if (!o.saveReplicas.empty() && lead) {
+    struct stat st;
+    if ((::mkdir(o.saveReplicas.c_str(), 0755) != 0 && errno != EEXIST) ||
+        ::stat(o.saveReplicas.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      die("--save-replicas " + o.saveReplicas + ": cannot create the directory: " +
+          std::strerror(errno));
   }
   if (lead)
     std::printf("local steps: %lld per outer step over %d data replicas (outer lr %g, "
@@ -70,6 +82,8 @@ void Trainer::outerStep(long long s, bool force) {
   if (!force && (s + 1) % o.localSteps != 0)
     return;
   deviceSync();
+  if (!o.saveReplicas.empty())
+    saveReplica(s + 1);
   size_t total = 0;
   for (auto &p : params)
     total += p.size();
@@ -103,6 +117,22 @@ void Trainer::outerStep(long long s, bool force) {
       outerStart[i][j] = params[i][j] = next;
     }
   deviceWrote();
+}
+
+/// --save-replicas: this data replica's parameters and AdamW moments after
+/// `steps` steps, before the outer step, as full tensors (expert shards
+/// gathered over the replica's ep group), written by its first rank to
+/// DIR/step-<steps>-replica-<d>.safetensors (d: the replica's dp index).
+void Trainer::saveReplica(long long steps) {
+  moert::TensorMap tensors;
+  gatherParameters(tensors); // collectives within the replica's ep group only
+  if (epIndex != 0 || rank % tp != 0)
+    return;
+  char name[64];
+  std::snprintf(name, sizeof name, "/step-%lld-replica-%d.safetensors", steps, replica / ep);
+  std::string error;
+  if (!moert::writeFileAtomic(o.saveReplicas + name, moert::encodeSafetensors(tensors), error))
+    die("--save-replicas: " + error);
 }
 
 /// The mean of `value` over the data replicas (the loss of a replica-local

@@ -97,7 +97,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
               "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
-              "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]]\n"
+              "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]\n"
+              "           [--save-replicas DIR]]\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -140,7 +141,10 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               average their parameter deltas through an outer Nesterov\n"
               "               step (DiLoCo; --outer-lr 0.7, --outer-momentum 0.9);\n"
               "               --sync-steps N trains the first N steps synchronously;\n"
-              "               --outer-codec compresses the outer all-reduce\n"
+              "               --outer-codec compresses the outer all-reduce;\n"
+              "               --save-replicas DIR writes each replica's parameters\n"
+              "               and moments before each outer step\n"
+              "               (DIR/step-N-replica-D.safetensors)\n"
               "  --loss-scale S  f16 models: the initial dynamic loss scale (default\n"
               "               65536); a step whose gradients overflow is skipped and\n"
               "               halves it, --loss-scale-window N (default 2000) steps\n"
@@ -234,6 +238,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.outerCodec = spec;
     } else if (a == "--sync-steps")
       o.syncSteps = parseInt(a, value(), 0);
+    else if (a == "--save-replicas")
+      o.saveReplicas = value();
     else if (a == "--outer-lr")
       o.outerLr = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 10; },
@@ -295,8 +301,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     die("--resume needs --checkpoint DIR");
   if (o.checkpointEvery && o.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
-  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.outerCodec) && o.localSteps == 0)
-    die("--outer-lr, --outer-momentum and --outer-codec go with --local-steps H");
+  if ((o.outerLr != 0.7 || o.outerMomentum != 0.9 || o.outerCodec || !o.saveReplicas.empty()) &&
+      o.localSteps == 0)
+    die("--outer-lr, --outer-momentum, --outer-codec and --save-replicas go with --local-steps H");
   if (o.syncSteps > 0 && o.localSteps == 0 && o.staleness == 0)
     die("--sync-steps goes with --local-steps H or --staleness 1");
   if (o.keepCheckpoints > 1 && o.checkpoint.empty())

@@ -55,6 +55,9 @@ struct Options {
   double outerLr = 0.7, outerMomentum = 0.9;
   /// --outer-codec fp16|bf16|int8[:block]: the outer all-reduce's codec.
   std::optional<moert::CodecSpec> outerCodec;
+  /// --save-replicas DIR: before each outer step, every data replica's
+  /// parameters and AdamW moments as DIR/step-N-replica-D.safetensors.
+  std::string saveReplicas;
   /// --loss-scale S (0: the program's, 65536 for f16 models) and
   /// --loss-scale-window N: dynamic loss scaling's initial scale, and the
   /// overflow-free steps after which it doubles.
