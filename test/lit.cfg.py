@@ -65,6 +65,23 @@ if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
 
+# An NVIDIA GPU runs the binaries of moec --target cuda
+# (test/Driver/target-cuda-gpu.test, REQUIRES: cuda-gpu); without one the
+# binary stops with one clear error (test/Driver/target-cuda-no-gpu.test,
+# UNSUPPORTED: cuda-gpu), so lit's summary counts whichever did not run as
+# unsupported. A GPU is there when `nvidia-smi -L` lists one; a driver that
+# does not answer in 30 s counts as none, with a warning.
+nvidia_smi = shutil.which("nvidia-smi")
+if nvidia_smi:
+    try:
+        gpus = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True,
+                              timeout=30).stdout
+        if any(line.startswith("GPU ") for line in gpus.splitlines()):
+            config.available_features.add("cuda-gpu")
+    except subprocess.TimeoutExpired:
+        lit_config.warning("nvidia-smi -L did not answer in 30 s: the CUDA tests run as "
+                           "without a GPU")
+
 # Headless Chromium renders moe-report's pages (test/Tools/moe-report.test);
 # tools/scripts/install-deps.sh installs it, so a missing one is an error.
 chromium = shutil.which("chromium") or shutil.which("chromium-browser")
