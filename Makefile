@@ -17,9 +17,16 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) --target all mlir-doc
 
-# The test command of the README and of .ci/run: lit and GoogleTest suites.
+# The test command of the README and of .ci/run: lit and GoogleTest suites,
+# then lit's summary (how many tests passed, and which were unsupported or
+# skipped and why), from the results file the lit test writes; the status
+# is ctest's.
+LIT_RESULTS = $(BUILD_DIR)/test/lit-results.json
 test: build
-	@ctest --test-dir $(BUILD_DIR) --output-on-failure
+	@rm -f $(LIT_RESULTS)
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure; rc=$$?; \
+	  if [ -f $(LIT_RESULTS) ]; then python3 tools/scripts/lit-summary.py $(LIT_RESULTS); fi; \
+	  exit $$rc
 
 # The main job: compile the tiny model with moec and train it on a real
 # corpus (the King James Bible), printing progress and the final loss.
