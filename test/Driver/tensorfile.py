@@ -19,3 +19,11 @@ def read(path, keep=lambda name: True):
         raw = data[8 + size + lo:8 + size + hi]
         out[name] = struct.unpack(f"<{len(raw) // 4}f", raw)
     return out
+
+
+def shapes(path):
+    """The shape of every tensor of a safetensors file, by name."""
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+    return {name: info["shape"] for name, info in header.items() if name != "__metadata__"}
