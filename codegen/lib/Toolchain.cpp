@@ -271,6 +271,7 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   (void)mpi;
 #endif
   args.push_back(MOEC_RUNTIME_LIB);
+  args.push_back(MOEC_RUNTIME_CPU_LIB);
   args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs
   args.push_back("-lpthread");
   args.push_back("-ldl");

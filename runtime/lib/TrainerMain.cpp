@@ -13,13 +13,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CpuTarget.h"
 #include "Trainer.h"
 #include "TrainerOptions.h"
 
 #include "HalideRuntime.h"
 #include "moert/BlasCore.h"
 #include "moert/Comm.h"
+#include "moert/CpuTarget.h"
 #include "moert/Data.h"
 #include "moert/MpiComm.h"
 #include "moert/Program.h"
@@ -208,10 +208,11 @@ int main(int argc, char **argv) {
     if (std::string missing = moert::missingCpuFeatures(target); !missing.empty()) {
       std::fprintf(stderr,
                    "error: this binary's kernels were compiled for %s, and this CPU lacks %s: "
-                   "compile the model again on this machine (moec --host-target host, the "
-                   "default) or name the features it has\n",
+                   "compile the model again for this CPU (moec --host-target host, the "
+                   "default, on this machine) or for what every machine it runs on has "
+                   "(e.g. --host-target x86-64-v3)\n",
                    target.c_str(), missing.c_str());
-      return 2;
+      return 1;
     }
   }
   // A fixed mmap threshold: large blocks (arenas, kernel scratch) map and

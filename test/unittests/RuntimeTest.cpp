@@ -4,7 +4,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CpuTarget.h"
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
 #include "moert/Program.h"
@@ -517,26 +516,3 @@ TEST_F(RuntimeTest, EveryResumeStateValueIsChecked) {
 // A Halide target's x86 features as the CPU checks the trainer makes before
 // the first step (an illegal instruction otherwise); other architectures
 // and the "host" target need none.
-TEST_F(RuntimeTest, KernelTargetsNeedTheirCpuFeatures) {
-  using V = std::vector<std::string>;
-  EXPECT_EQ(moert::cpuFeaturesOf("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime"),
-            (V{"avx", "avx2", "fma", "sse4.1"}));
-  EXPECT_EQ(moert::cpuFeaturesOf("x86-64-linux-avx512_skylake"),
-            (V{"avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq"}));
-  EXPECT_EQ(moert::cpuFeaturesOf("x86-64-linux-avx512-avx512_skylake"),
-            (V{"avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq"}));
-  EXPECT_EQ(moert::cpuFeaturesOf("arm-64-linux-arm_dot_prod"), V{});
-  EXPECT_EQ(moert::cpuFeaturesOf("host"), V{});
-  EXPECT_EQ(moert::cpuFeaturesOf(""), V{});
-  // This machine runs what it compiles for: the baseline x86-64 target.
-  EXPECT_EQ(moert::missingCpuFeatures("x86-64-linux"), "");
-  EXPECT_FALSE(moert::cpuHas("no-such-feature"));
-#if defined(__x86_64__)
-  std::string want;
-  if (!__builtin_cpu_supports("avx512f"))
-    want = "avx512f";
-  if (!__builtin_cpu_supports("avx512cd"))
-    want += std::string(want.empty() ? "" : ", ") + "avx512cd";
-  EXPECT_EQ(moert::missingCpuFeatures("x86-64-linux-avx512"), want);
-#endif
-}

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Codegen/HostTarget.h"
 #include "moe/Codegen/StepProgram.h"
 #include "moe/Codegen/Toolchain.h"
 #include "moe/Frontend/ClusterToMLIR.h"
@@ -20,6 +21,7 @@
 #include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
 #include "moert/Abi.h"
+#include "moert/CpuTarget.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -113,10 +115,17 @@ static cl::opt<unsigned> cudaCapability(
     cl::init(80), cl::cat(category));
 static cl::opt<std::string> hostTarget(
     "host-target",
-    cl::desc("The Halide target of the host CPU's kernels and of the host side of device "
-             "kernels: 'host' (default: this machine's CPU features), or arch-bits-os-features "
-             "for another machine's CPU, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41"),
+    cl::desc("The CPU the host kernels (and the host side of device kernels) run on: 'host' "
+             "(default: this machine's CPU features), an x86-64 level or LLVM CPU name "
+             "(x86-64-v3, x86-64-v4, znver4, sapphirerapids), several names comma-separated "
+             "(the features all have: a cluster of mixed CPUs), or a Halide target "
+             "arch-bits-os-features, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41"),
     cl::init("host"), cl::cat(category));
+static cl::opt<bool> printHostTarget(
+    "print-host-target",
+    cl::desc("Print the Halide target --host-target resolves to and the CPU features its "
+             "kernels need, then exit (no model needed)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<bool> verbose("v", cl::desc("Show each stage and its time"), cl::cat(category));
 static cl::opt<unsigned>
     jobs("j",
@@ -424,6 +433,17 @@ void warnIfThisHostIsTooSmall(mlir::ModuleOp module) {
 void pipelineOptions(mlir::moe::TrainPipelineOptions &options, StringRef reportJson,
                      StringRef reportTable);
 
+/// --print-host-target: the target and the CPU features it needs.
+int printResolvedHostTarget() {
+  Expected<std::string> resolved = moec::codegen::resolveHostTarget(hostTarget);
+  if (!resolved)
+    return fail(toString(resolved.takeError()));
+  std::vector<std::string> needs = moert::cpuFeaturesOf(*resolved);
+  outs() << *resolved << "\n  needs: " << (needs.empty() ? "the x86-64 baseline" : "")
+         << llvm::join(needs, " ") << "\n";
+  return 0;
+}
+
 int checkFlags() {
   if (modelFile.empty())
     return fail("give a model description: moec model.json -o OUT --emit=...");
@@ -471,14 +491,10 @@ int checkFlags() {
       return fail("--cuda-capability " + Twine(cudaCapability) +
                   ": Halide targets 30, 32, 35, 50, 61, 70, 75, 80 or 86");
   }
-  if (hostTarget != "host" &&
-      !llvm::Regex("^(x86-64|x86-32|arm-64|arm-32|riscv-64|powerpc-64)-linux(-[a-z0-9_]+)*$")
-           .match(hostTarget))
-    return fail(Twine("--host-target ") + hostTarget.getValue() +
-                ": expected 'host' or a Halide target arch-bits-os[-features], e.g. "
-                "x86-64-linux-avx-avx2-f16c-fma-sse41");
-  if (StringRef(hostTarget).contains("cuda") || StringRef(hostTarget).contains("opencl"))
-    return fail("--host-target names the CPU's features only; the device is --target");
+  if (Expected<std::string> resolved = moec::codegen::resolveHostTarget(hostTarget))
+    hostTarget = *resolved;
+  else
+    return fail(toString(resolved.takeError()));
   if (ranks > 1 && !clusterFile.empty())
     return fail("--ranks partitions the step for N ranks of this machine; with "
                 "--cluster the plan chooses the ranks (force degrees with "
@@ -869,6 +885,8 @@ int main(int argc, char **argv) {
        << "\n  built with LLVM/MLIR " << LLVM_VERSION_STRING << "\n";
   });
   cl::ParseCommandLineOptions(argc, argv, "MoEC driver: a model description to a training step\n");
+  if (printHostTarget)
+    return printResolvedHostTarget();
   if (int rc = checkFlags())
     return rc;
 
@@ -897,6 +915,7 @@ int main(int argc, char **argv) {
     return 1;
   nlohmann::json manifest = moec::codegen::kernelManifest(*module, *calls);
   manifest["target"] = moec::codegen::targetName(target).str();
+  manifest["host_target"] = hostTarget.getValue();
   if (emit == Emit::Plan) {
     if (!sharding.is_null() && !sharding.is_discarded())
       manifest["sharding"] = sharding;

@@ -40,8 +40,10 @@ struct ToolchainOptions {
   /// With Target::Cuda: the compute capability the PTX targets (Halide's
   /// cuda_capability_N: 30, 32, 35, 50, 61, 70, 75, 80 or 86).
   int cudaCapability = 80;
-  /// The Halide target of the CPU side: "host" (this machine's features) or
-  /// arch-bits-os[-features].
+  /// The Halide target of the CPU side, arch-bits-os[-features] (moec
+  /// resolves --host-target into one, HostTarget.h; a "host" left here is
+  /// resolved from this CPU's features by moe-halide-gen, never by Halide's
+  /// family names).
   std::string hostTarget = "host";
   /// How many generator (and compiler) processes run at once; 0: one per
   /// hardware thread, at most 8.
