@@ -10,7 +10,11 @@
 // independent reference needs to recompute the first step's loss:
 // DIR/params.safetensors (the initial parameters, rounded to f32, which the
 // run then uses) and DIR/step1.json (the first batch's tokens and targets,
-// its shape, and the loss the interpreter computed from them).
+// its shape, and the loss the interpreter computed from them). With more
+// than one step it writes the same for every later step K:
+// DIR/params-stepK.safetensors, the parameters step K starts from (after
+// the previous steps' updates, router biases included), exactly (F64, not
+// rounded: the run goes on with them), and DIR/stepK.json.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +35,28 @@
 #include <sys/stat.h>
 
 using namespace moec::frontend;
+
+/// A safetensors file of `params` in F64: what the interpreter holds,
+/// exactly (moert's checkpoints are F32 only).
+static std::string encodeF64(const std::map<std::string, moec::reference::Tensor> &params) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto &[name, t] : params) {
+    uint64_t bytes = t.data.size() * sizeof(double);
+    header[name] = {{"dtype", "F64"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  out += text;
+  for (const auto &[name, t] : params)
+    out.append(reinterpret_cast<const char *>(t.data.data()), t.data.size() * sizeof(double));
+  return out;
+}
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -105,6 +131,13 @@ int main(int argc, char **argv) {
   std::vector<int32_t> in, tg;
   for (long step = 0; step < steps; ++step) {
     sampler.next(in, tg);
+    std::string suffix = "step" + std::to_string(step + 1);
+    if (!dump.empty() && step > 0 &&
+        !moert::writeFileAtomic(dump + "/params-" + suffix + ".safetensors",
+                                encodeF64(interp.params), error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
     std::vector<moec::reference::Tensor> out;
     if (!interp.run("train_step",
                     {moec::reference::Tensor::ids({spec->batchSize, spec->seqLen}, in),
@@ -124,13 +157,13 @@ int main(int argc, char **argv) {
       line["z_loss"].push_back(z);
     }
     std::printf("%s\n", line.dump().c_str());
-    if (!dump.empty() && step == 0) {
-      nlohmann::json first = {{"batch_size", spec->batchSize},
+    if (!dump.empty()) {
+      nlohmann::json batch = {{"batch_size", spec->batchSize},
                               {"seq_len", spec->seqLen},
                               {"tokens", in},
                               {"targets", tg},
                               {"loss", out[0].data[0]}};
-      if (!moert::writeFileAtomic(dump + "/step1.json", first.dump() + "\n", error)) {
+      if (!moert::writeFileAtomic(dump + "/" + suffix + ".json", batch.dump() + "\n", error)) {
         std::fprintf(stderr, "%s\n", error.c_str());
         return 1;
       }

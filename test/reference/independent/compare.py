@@ -2,7 +2,7 @@
 """Compares the reference interpreter's first-step loss with reference.py.
 
     compare.py MODEL.json DUMP_DIR [--tol T] [--routing-groups G]
-               [--min-effect M] [--mutate NAME]
+               [--min-effect M] [--mutate NAME] [--steps N]
 
 DUMP_DIR is what `moe-ref-train MODEL.json ... --dump DUMP_DIR` wrote:
 params.safetensors (the initial parameters, rounded to f32, that the run
@@ -23,6 +23,24 @@ top-k choice is so close to a tie that rounding could flip it.
 
 --mutate NAME computes the independent side with that mutant instead (to
 show that the comparison fails when the reference is wrong).
+
+--steps N (N > 1, a model with `router_bias`) checks the selection bias
+over N steps (`moe-ref-train ... --steps N --dump DUMP_DIR` also writes
+params-stepK.safetensors and stepK.json for every step K): the independent
+side keeps its own bias, zero at step 1 and moved by the load rule after
+each step from the loads it computed itself (reference.update_biases), and
+recomputes each step's loss from the parameters the interpreter started that
+step from, with that bias. Per step it prints
+
+    step K: interpreter L1, independent L2, relative difference D, biases moved M of E (largest |bias| B)
+
+and fails when D > tol, or when its bias differs from the interpreter's at
+all (both add the same +-u to the same float64 values). Then, at the last
+step, how much the bias's features move the loss: `router-bias-selection`
+(the mutant bias-in-gates also adds the bias to the gate weights),
+`router-bias-update` (bias-fixed: never updated) and
+`router-bias-direction` (bias-sign-flipped: moved away from balance), each
+at least --min-effect.
 """
 
 import argparse
@@ -123,6 +141,103 @@ def features(spec, groups, base):
     return out
 
 
+def load_step(args, spec, k):
+    """Parameters step k started from and its batch (tokens, targets, loss)."""
+    name = "params.safetensors" if k == 1 else "params-step%d.safetensors" % k
+    params = reference.load_safetensors(os.path.join(args.dump, name))
+    with open(os.path.join(args.dump, "step%d.json" % k)) as f:
+        step = json.load(f)
+    b, s = step["batch_size"], step["seq_len"]
+    if (b, s) != (spec["batch_size"], spec["seq_len"]):
+        raise ValueError("step%d.json is %d x %d, the model %d x %d"
+                         % (k, b, s, spec["batch_size"], spec["seq_len"]))
+    return (params, np.array(step["tokens"]).reshape(b, s),
+            np.array(step["targets"]).reshape(b, s), float(step["loss"]))
+
+
+def compare_steps(args):
+    """--steps N: the selection bias over N steps (see the module doc)."""
+    spec = reference.load_model(args.model)
+    groups = args.routing_groups
+    if not reference.initial_biases(spec):
+        print("FAIL --steps %d compares the selection bias over steps: %s has no router_bias"
+              % (args.steps, args.model))
+        return 1
+    bias = reference.initial_biases(spec)
+    failures, worst, steps = [], 0.0, []
+    print("model %s: %d steps, routing groups %d, selection bias on %s, update rate %s%s"
+          % (spec["name"], args.steps, groups, ", ".join(p[:-1] for p in sorted(bias)),
+             ", ".join("%g" % spec["layers"][int(p[1:-1])]["router_bias_update_rate"]
+                       for p in sorted(bias)),
+             "" if not args.mutate else ", independent side mutated: " + ", ".join(args.mutate)))
+    for k in range(1, args.steps + 1):
+        try:
+            params, tokens, targets, interp = load_step(args, spec, k)
+        except (OSError, ValueError, KeyError) as e:
+            print("FAIL step %d: %s" % (k, e))
+            return 1
+        problems = reference.check_params(spec, params)
+        if problems:
+            for p in problems:
+                print("FAIL step %d parameters: %s" % (k, p))
+            return 1
+        # The interpreter's bias at the start of step k against ours.
+        bias_diff = max(float(np.max(np.abs(params[p + "router_bias"] - b)))
+                        for p, b in bias.items())
+        out = reference.forward_loss(spec, params, tokens, targets, groups, args.mutate, bias)
+        indep = out["loss"]
+        diff = abs(indep - interp) / abs(interp) if interp != 0 else abs(indep - interp)
+        worst = diff if not diff <= worst else worst
+        moved = sum(int(np.count_nonzero(b)) for b in bias.values())
+        total = sum(len(b) for b in bias.values())
+        largest = max(float(np.max(np.abs(b))) for b in bias.values())
+        print("step %d: interpreter %.17g, independent %.17g, relative difference %.3g, "
+              "biases moved %d of %d (largest |bias| %.3g)"
+              % (k, interp, indep, diff, moved, total, largest))
+        if not (math.isfinite(interp) and math.isfinite(indep) and diff <= args.tol):
+            failures.append("step %d loss: relative difference %.3g exceeds %g (interpreter "
+                            "%.17g, independent %.17g)" % (k, diff, args.tol, interp, indep))
+        if not bias_diff == 0:
+            failures.append("step %d: the interpreter's selection bias differs from the load "
+                            "rule's by up to %.3g" % (k, bias_diff))
+        margin = out["min_margin"]
+        if margin is not None and not margin > MIN_TOPK_MARGIN:
+            failures.append("step %d: a top-k choice is within %.3g of a tie: rounding could "
+                            "flip it, choose another instance" % (k, margin))
+        steps.append((params, tokens, targets))
+        last_bias, base = bias, out
+        bias = reference.update_biases(spec, bias, out["load"], args.mutate)
+    # What the bias's features do to the last step's loss: a mutant of the
+    # gates on the last step, and mutants of the load rule over every step.
+    if not any(np.count_nonzero(b) for b in last_bias.values()):
+        failures.append("the bias is still zero at step %d: no step exercised it" % args.steps)
+    for name, mutant in [("router-bias-selection", "bias-in-gates"),
+                         ("router-bias-update", "bias-fixed"),
+                         ("router-bias-direction", "bias-sign-flipped")]:
+        b = last_bias
+        if mutant != "bias-in-gates":
+            b = reference.initial_biases(spec)
+            for params, tokens, targets in steps[:-1]:
+                o = reference.forward_loss(spec, params, tokens, targets, groups, [], b)
+                b = reference.update_biases(spec, b, o["load"], [mutant])
+        params, tokens, targets = steps[-1]
+        m = reference.forward_loss(spec, params, tokens, targets, groups,
+                                   [mutant] if mutant == "bias-in-gates" else [], b)
+        effect = abs(m["loss"] - base["loss"]) / abs(base["loss"])
+        print("%s at step %d: %s moves the loss by %.3g" % (name, args.steps, mutant, effect))
+        if not effect >= args.min_effect:
+            failures.append("%s: the mutant %s moves the loss by only %.3g (< %g): this "
+                            "instance does not exercise the feature"
+                            % (name, mutant, effect, args.min_effect))
+    for msg in failures:
+        print("FAIL " + msg)
+    if failures:
+        return 1
+    print("PASS %s: %d steps, relative difference at most %.3g <= %g, the selection bias as "
+          "the interpreter's at every step" % (spec["name"], args.steps, worst, args.tol))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -132,7 +247,10 @@ def main():
     ap.add_argument("--routing-groups", type=int, default=1)
     ap.add_argument("--mutate", action="append", default=[],
                     choices=sorted(reference.MUTANTS))
+    ap.add_argument("--steps", type=int, default=1)
     args = ap.parse_args()
+    if args.steps > 1:
+        return compare_steps(args)
 
     spec = reference.load_model(args.model)
     params = reference.load_safetensors(os.path.join(args.dump, "params.safetensors"))
@@ -189,7 +307,7 @@ def main():
                         % (diff, args.tol, interp, indep, ", ".join(names)))
     if any(not L["dense"] and L["router_bias"] for L in spec["layers"]):
         print("note: router_bias is present but zero at initialisation, so it does not "
-              "change the selection of this step")
+              "change the selection of this step (--steps N checks it over N steps)")
     for msg in failures:
         print("FAIL " + msg)
     if failures:

@@ -13,6 +13,16 @@ check each other. Everything is float64.
     out = forward_loss(spec, params, tokens, targets)   # tokens: [B, S] ints
     out["loss"]                                         # CE + router losses
 
+With `router_bias` the selection bias is the reference's own state across
+steps (DeepSeek-V3's auxiliary-loss-free balancing, docs/ModelJSON.md and
+docs/Autodiff.md): zero at the start, it steers which experts are chosen
+(top-k of score + bias) but not the gate weights (the scores of the chosen
+experts), and after every step moves by the load rule:
+
+    bias = initial_biases(spec)                         # {"l1.": zeros(E)}
+    out = forward_loss(spec, params, tokens, targets, bias=bias)
+    bias = update_biases(spec, bias, out["load"])       # for the next step
+
 `forward_loss(..., mutate={"rope-interleaved", ...})` computes a plausible
 *wrong* reading of one feature instead (see MUTANTS): compare.py uses it to
 show that every feature it reports actually moves the loss of the instance,
@@ -44,6 +54,7 @@ _MOE_DEFAULTS = {
     "router_z_loss_coef": 0.0,
     "routed_scaling": 1.0,
     "router_bias": False,
+    "router_bias_update_rate": 0.001,
 }
 
 
@@ -120,7 +131,7 @@ def load_model(path):
 
 
 def load_safetensors(path):
-    """Reads a safetensors file (F32 tensors only) into float64 arrays."""
+    """Reads a safetensors file (F32 or F64 tensors) into float64 arrays."""
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
@@ -130,10 +141,11 @@ def load_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] != "F32":
-            raise ValueError("%s: dtype %s, expected F32" % (name, info["dtype"]))
+        if info["dtype"] not in ("F32", "F64"):
+            raise ValueError("%s: dtype %s, expected F32 or F64" % (name, info["dtype"]))
         a, b = info["data_offsets"]
-        arr = np.frombuffer(data[a:b], dtype="<f4").astype(np.float64)
+        arr = np.frombuffer(data[a:b], dtype="<f4" if info["dtype"] == "F32" else "<f8")
+        arr = arr.astype(np.float64)
         out[name] = arr.reshape(info["shape"])
     return out
 
@@ -223,6 +235,9 @@ MUTANTS = {
     "relu-as-gelu": "GELU where ReLU is set",
     "capacity-f32": "capacity from the float32-rounded capacity_factor",
     "hyper-f64": "hyper-parameters in float64 instead of rounded to float32 as the IR stores them",
+    "bias-in-gates": "the selection bias also added to the gate weights (score + bias)",
+    "bias-fixed": "the selection bias never updated (stays at its initial zero)",
+    "bias-sign-flipped": "the load rule moving each bias away from balance",
 }
 
 
@@ -308,10 +323,11 @@ def logsumexp(x):
     return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
 
 
-def moe_layer(h, L, P, pre, groups, mutate, stats):
+def moe_layer(h, L, P, pre, groups, mutate, stats, bias=None):
     """A MoE FFN on the normalised hidden states h [B, S, D]: router (scores,
     top-k, gates, losses), capacity and drops per routing group, the routed
-    experts, and the shared experts. Returns (output [B, S, D], router loss)."""
+    experts, and the shared experts. `bias` is the selection bias [E] (None:
+    the parameter's value). Returns (output [B, S, D], router loss)."""
     b, s, d = h.shape
     x = h.reshape(b * s, d)
     t_all = b * s
@@ -338,7 +354,11 @@ def moe_layer(h, L, P, pre, groups, mutate, stats):
         scores = z / z.sum(axis=-1, keepdims=True)
     else:
         scores = 1.0 / (1.0 + np.exp(-logits))
-    sel = scores + P[pre + "router_bias"][None, :] if L["router_bias"] else scores
+    if L["router_bias"]:
+        b_sel = P[pre + "router_bias"] if bias is None else bias
+        sel = scores + b_sel[None, :]
+    else:
+        sel = scores
 
     # Top-k by (score + bias), largest first, ties to the lower expert index.
     order = np.argsort(-sel, axis=-1, kind="stable")
@@ -349,7 +369,9 @@ def moe_layer(h, L, P, pre, groups, mutate, stats):
         srt = np.take_along_axis(sel, order, axis=-1)
         stats["min_margin"] = min(stats.get("min_margin", np.inf),
                                   float(np.min(srt[:, k - 1] - srt[:, k])))
-    gates = np.take_along_axis(scores, experts, axis=-1)
+    # The gate weights are the chosen experts' scores: the bias only
+    # chooses (DeepSeek-V3's auxiliary-loss-free balancing).
+    gates = np.take_along_axis(sel if "bias-in-gates" in mutate else scores, experts, axis=-1)
     if renorm:
         gates = gates / gates.sum(axis=-1, keepdims=True)
     gates = gates * scaling
@@ -398,6 +420,9 @@ def moe_layer(h, L, P, pre, groups, mutate, stats):
         z_total += z_coef * float(np.mean(logsumexp(logits[lo:hi]) ** 2))
     router_loss = aux_total / groups + z_total / groups
     stats.setdefault("dropped", []).append(int((~kept).sum()))
+    # The load rule's input: token-slots routed to each expert over the whole
+    # batch (every group), counted before capacity drops.
+    stats.setdefault("load", {})[pre] = np.bincount(experts.reshape(-1), minlength=e_num)
     stats.setdefault("capacity", []).append(cap)
 
     out = np.zeros((t_all, d))
@@ -416,10 +441,13 @@ def moe_layer(h, L, P, pre, groups, mutate, stats):
     return out.reshape(b, s, d), router_loss
 
 
-def forward_loss(spec, params, tokens, targets, groups=1, mutate=()):
+def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
     """The training step's loss before any update: mean cross-entropy plus the
-    sum of the MoE layers' router losses. Returns a dict with the loss, its
-    parts and routing statistics."""
+    sum of the MoE layers' router losses. `bias` maps a MoE layer's prefix
+    ("l1.") to its selection bias (initial_biases, update_biases); without
+    it the parameters' router_bias is used. Returns a dict with the loss, its
+    parts and routing statistics (`load`: each MoE layer's token-slots per
+    expert)."""
     mutate = set(mutate)
     P = params
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -445,7 +473,8 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=()):
                 x = x + ffn(h2, "swiglu", P[pre + "ffn.up"], P[pre + "ffn.down"],
                             P[pre + "ffn.gate"], mutate)
         else:
-            y, rl = moe_layer(h2, L, P, pre, groups, mutate, stats)
+            y, rl = moe_layer(h2, L, P, pre, groups, mutate, stats,
+                              None if bias is None else bias.get(pre))
             x = x + y
             router_loss += rl
     hf = rms_norm(x, P["norm_f"], eps)
@@ -455,4 +484,38 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=()):
     ce = float(np.mean(lse - picked))
     return {"loss": ce + router_loss, "cross_entropy": ce, "router_loss": router_loss,
             "dropped": stats.get("dropped", []), "capacity": stats.get("capacity", []),
-            "min_margin": stats.get("min_margin")}
+            "min_margin": stats.get("min_margin"), "load": stats.get("load", {})}
+
+
+def initial_biases(spec):
+    """{prefix: zeros(E)} for every MoE layer with a selection bias: the bias
+    starts at zero (ModelJSON.md, `router_bias`)."""
+    return {"l%d." % i: np.zeros(L["num_experts"]) for i, L in enumerate(spec["layers"])
+            if not L["dense"] and L["router_bias"]}
+
+
+def update_biases(spec, bias, load, mutate=()):
+    """The load rule after a training step (ModelJSON.md,
+    `router_bias_update_rate` u): bias[e] += u * sign(mean load - load[e]),
+    load[e] the token-slots routed to expert e in the whole batch before
+    drops; a bias at the mean does not move. u is the JSON number (the IR
+    keeps it as an f64 attribute). Returns the new {prefix: bias}."""
+    mutate = set(mutate)
+    out = {}
+    for pre, b in bias.items():
+        L = spec["layers"][int(pre[1:-1])]
+        if "bias-fixed" in mutate:
+            out[pre] = b.copy()
+            continue
+        counts = np.asarray(load[pre], dtype=np.int64)
+        # sign(mean - load[e]) in integers: sign(total - E * load[e]).
+        gap = np.sign(counts.sum() - len(counts) * counts)
+        if "bias-sign-flipped" in mutate:
+            gap = -gap
+        new = b.copy()
+        rate = float(L["router_bias_update_rate"])
+        for e in range(len(new)):  # one addition per expert, as the definition
+            if gap[e] != 0:
+                new[e] += rate if gap[e] > 0 else -rate
+        out[pre] = new
+    return out
