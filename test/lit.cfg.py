@@ -23,6 +23,10 @@ llvm_config.use_default_substitutions()
 # moec's kernel cache in the build tree, not the user's home (every test
 # compiling a model shares it; test/Driver/kernel-cache.test checks it).
 config.environment["MOEC_KERNEL_CACHE"] = os.path.join(config.moe_obj_root, "test", "kernel-cache")
+# MOERT_ASSUME_CPU=x86-64-v3 (or another x86-64 level) runs the suite as on
+# a CPU of that level: moec builds for it and the binaries check against it
+# (docs/Targets.md, "The host CPU").
+llvm_config.with_system_environment(["MOERT_ASSUME_CPU"])
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server", "moe-report"], [config.moe_tools_dir])
 
