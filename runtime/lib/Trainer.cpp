@@ -400,10 +400,8 @@ int Trainer::run() {
     evaluate(o.steps);
   if (o.sample > 0)
     sampleText();
-  // Ranks as threads share one process: the memory report is for runs with
-  // one rank per process (one rank, or mpirun), each rank's own.
-  if (sh.processPerRank)
-    reportMemory();
+  // Every rank: the metrics line gathers each rank's plan and peak.
+  reportMemory();
   if (!o.checkpoint.empty())
     saveCheckpoint(o.steps);
   writeTrace();
@@ -869,7 +867,10 @@ void Trainer::reportKernelProfile() {
 /// The peak resident set against the plan's prediction. The plan covers
 /// every tensor buffer and bounds the kernels' scratch; the corpus (as
 /// stored) is added to it, and the process's resident size before main
-/// (code, shared libraries) is the baseline.
+/// (code, shared libraries) is the baseline. With several ranks every rank
+/// takes part: the lead's metrics line carries each rank's planned bytes and
+/// peak resident memory (ranks as threads share one process, whose peak each
+/// of them reports; the printed comparison is for one rank per process).
 void Trainer::reportMemory() {
   long long planned = prog.activation_bytes + prog.gradient_bytes;
   for (int i = 0; i < prog.num_params; ++i)
@@ -881,21 +882,54 @@ void Trainer::reportMemory() {
   long long peak = static_cast<long long>(usage.ru_maxrss) * 1024;
   long long grown = peak - sh.startResident;
   long long predicted = planned + prog.planned_scratch_bytes + dataBytes;
-  std::printf("%smemory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
-              "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
-              "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
-              "%.1f MB\n",
-              ranks > 1 ? ("rank " + std::to_string(rank) + " ").c_str() : "", peak / 1e6,
-              sh.startResident / 1e6, grown / 1e6,
-              predicted ? 100.0 * (grown - predicted) / predicted : 0.0, predicted / 1e6,
-              planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6, scratch / 1e6);
-  if (metrics && lead) // a rank's own metrics file is the lead's
-    writeMetrics({{"peak_rss_bytes", peak},
-                  {"start_rss_bytes", sh.startResident},
-                  {"planned_bytes", planned},
-                  {"planned_scratch_bytes", prog.planned_scratch_bytes},
-                  {"data_bytes", dataBytes},
-                  {"kernel_scratch_bytes", scratch}});
+  if (sh.processPerRank)
+    std::printf("%smemory: peak resident %.1f MB = %.1f MB at start (code, libraries) + "
+                "%.1f MB (%+.0f%% of the %.1f MB predicted: %.1f MB planned buffers, "
+                "%.1f MB kernel scratch bound, %.1f MB data); kernel scratch peak "
+                "%.1f MB\n",
+                ranks > 1 ? ("rank " + std::to_string(rank) + " ").c_str() : "", peak / 1e6,
+                sh.startResident / 1e6, grown / 1e6,
+                predicted ? 100.0 * (grown - predicted) / predicted : 0.0, predicted / 1e6,
+                planned / 1e6, prog.planned_scratch_bytes / 1e6, dataBytes / 1e6, scratch / 1e6);
+  // Each rank's plan and peak, in rank order.
+  std::vector<int64_t> mine = {planned, peak}, all(2 * static_cast<size_t>(ranks));
+  if (ranks > 1) {
+    std::vector<int32_t> everyone(ranks);
+    int size =
+        moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, everyone.data());
+    if (moert_all_gather(comm, mine.data(), static_cast<int64_t>(mine.size() * sizeof(int64_t)),
+                         all.data(), everyone.data(), size) != 0)
+      commError("gathering the ranks' memory");
+  } else {
+    all = mine;
+  }
+  if (lead && !sh.processPerRank) {
+    long long most = 0;
+    for (int r = 0; r < ranks; ++r)
+      most = std::max<long long>(most, all[2 * r]);
+    std::printf("memory: peak resident %.1f MB for the process's %d thread ranks = %.1f MB at "
+                "start + %.1f MB; planned buffers per rank up to %.1f MB\n",
+                peak / 1e6, ranks, sh.startResident / 1e6, grown / 1e6, most / 1e6);
+  }
+  if (metrics && lead) { // a rank's own metrics file is the lead's
+    nlohmann::json line = {{"peak_rss_bytes", peak},
+                           {"start_rss_bytes", sh.startResident},
+                           {"planned_bytes", planned},
+                           {"planned_scratch_bytes", prog.planned_scratch_bytes},
+                           {"data_bytes", dataBytes},
+                           {"kernel_scratch_bytes", scratch}};
+    if (ranks > 1) {
+      std::vector<int64_t> plans, peaks;
+      for (int r = 0; r < ranks; ++r) {
+        plans.push_back(all[2 * r]);
+        peaks.push_back(all[2 * r + 1]);
+      }
+      line["rank_planned_bytes"] = plans;
+      line["rank_peak_rss_bytes"] = peaks;
+      line["rank_processes"] = sh.processPerRank;
+    }
+    writeMetrics(line);
+  }
 }
 
 //===----------------------------------------------------------------------===//

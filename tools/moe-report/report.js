@@ -96,7 +96,13 @@
     if (data.evals.length) card("last validation loss", data.evals[data.evals.length - 1].val_loss.toFixed(4));
     const tps = steps.map((r) => r.tokens_per_s).filter(Number.isFinite).sort((a, b) => a - b);
     if (tps.length) card("median tokens/s", Math.round(tps[tps.length >> 1]).toLocaleString("en"));
-    if (data.memory && data.memory.peak_rss_bytes) card("peak resident memory", (data.memory.peak_rss_bytes / 1e6).toFixed(1) + " MB");
+    const mem = data.memory || {}, mb = (b) => (b / 1e6).toFixed(1) + " MB";
+    const span = (list) => { const lo = mb(Math.min(...list)), hi = mb(Math.max(...list)); return lo === hi ? lo : lo + " to " + hi; };
+    // Several ranks: each one's planned buffers; its own peak where each
+    // rank is a process (mpirun), the process's where ranks are threads.
+    if (mem.peak_rss_bytes) card(mem.rank_processes === false ? "peak resident memory (the process's " + mem.rank_planned_bytes.length + " thread ranks)" : "peak resident memory", mb(mem.peak_rss_bytes));
+    if (mem.rank_planned_bytes) card("planned buffers per rank", span(mem.rank_planned_bytes));
+    if (mem.rank_processes && mem.rank_peak_rss_bytes) card("peak resident memory per rank", span(mem.rank_peak_rss_bytes));
     card("migrations", String(data.migrations.length));
   }
 
