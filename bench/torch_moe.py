@@ -8,6 +8,20 @@ top-k, renormalised gates, capacity per expert with drops, SwiGLU experts,
 shared experts, load-balancing and z losses); final RMSNorm, LM head,
 cross-entropy; AdamW with clipping. Only its speed is measured.
 
+Configured as the strongest honest baseline this PyTorch allows:
+- each expert's weights are their own parameters (as HF's Mixtral/OLMoE
+  modules hold them), so the backward pass writes each expert's gradient
+  directly, not through select-backward zero-fills of one stacked
+  [E, D, F] tensor per expert;
+- attention is torch.nn.functional.scaled_dot_product_attention where the
+  installed PyTorch has it (2.0 and later; `attention` in the output says
+  which ran), else the manual form (scores, causal mask, softmax, product),
+  with the mask and RoPE's rotations computed once a step;
+- AdamW's per-tensor form (PyTorch 1.13's CPU default: its multi-tensor
+  `foreach=True` form measured 1.5-1.7x slower on small's and moe16's
+  parameters here);
+- the corpus held as bytes (one a token, as the moec binary holds it) and
+  each batch widened to int64 indices.
 Two dispatches, the same routing and drops (token-slots in token order, then
 choice order, each expert keeping its first `capacity`):
 - `sorted` (default, the strong one): a stable sort of the token-slots by
@@ -15,7 +29,8 @@ choice order, each expert keeping its first `capacity`):
   its slice, index_add back (what Megablocks-style and HF implementations
   do on CPU): only routed rows are computed;
 - `capacity`: GShard/Tutel-style [E, capacity, D] buffers and batched
-  matmuls, every slot computed (padding included).
+  matmuls, every slot computed (padding included; the experts' weights are
+  stacked for it each step).
 
 usage: torch_moe.py MODEL.json STEPS THREADS [--data FILE] [--warm N]
                     [--dispatch sorted|capacity] [--device cpu|cuda]
@@ -29,11 +44,19 @@ usage: torch_moe.py MODEL.json STEPS THREADS [--data FILE] [--warm N]
   the GEMMs (mm, bmm and kin, their own time) and the top operators.
 Prints one JSON line: median tokens/s over STEPS timed steps (after two
 warm-up steps), the median seconds of each phase (forward, backward,
-clipping, optimizer), the kept fraction of token-slots, peak resident bytes.
+clipping, optimizer), the kept fraction of token-slots, and memory:
+peak_rss_bytes, the process's peak resident size; base_rss_bytes, its
+resident size after `import torch` (code and libraries, before the model);
+net_peak_bytes, the peak net of that base (parameters, gradients, AdamW
+state, activations, the corpus, allocator and BLAS buffers: what the model
+and its training steps add, the basis the moec binary's peak net of its
+start_rss_bytes compares with); model_rss_bytes, what creating the model
+and optimizer added to the base.
 """
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import sys
@@ -43,16 +66,28 @@ import torch
 import torch.nn.functional as F
 
 
+def resident_bytes():
+    """The process's resident size now (not its peak)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+BASE_RSS = resident_bytes()  # code and libraries: after `import torch`
+SDPA = getattr(F, "scaled_dot_product_attention", None)  # PyTorch 2.0+
+
+
 def rms_norm(x, g, eps=1e-5):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
 
 
-def rope(x, theta):
-    # x: [B, H, S, Dh]
-    s, dh = x.shape[-2], x.shape[-1]
+def rope_tables(s, dh, theta):
     inv = 1.0 / (theta ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh))
     ang = torch.arange(s, dtype=torch.float32)[:, None] * inv[None, :]
-    cos, sin = ang.cos(), ang.sin()
+    return ang.cos(), ang.sin()
+
+
+def rope(x, cos, sin):
+    # x: [B, H, S, Dh]; rotates the pairs (x[2i], x[2i+1])
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
 
@@ -66,7 +101,8 @@ class Model(torch.nn.Module):
         d, v = m["d_model"], m["vocab_size"]
         moe = m.get("moe", {})
         dense = set(moe.get("dense_layers", [])) if moe else set(range(m["n_layers"]))
-        p = lambda *shape: torch.nn.Parameter(torch.randn(*shape) * 0.02)
+        # In place: no temporaries for the allocator to keep.
+        p = lambda *shape: torch.nn.Parameter(torch.empty(*shape).normal_(0.0, 0.02))
         ones = lambda n: torch.nn.Parameter(torch.ones(n))
         self.emb = p(v, d)
         self.layers = []
@@ -82,7 +118,10 @@ class Model(torch.nn.Module):
                 cfg = dict(moe)
                 cfg.update(over)
                 e, f = cfg["num_experts"], cfg["expert_ffn_dim"]
-                L.update(router=p(d, e), eup=p(e, d, f), egate=p(e, d, f), edown=p(e, f, d), moe=cfg)
+                # One parameter per expert and matrix, not [E, ...] stacks.
+                L.update(router=p(d, e), moe=cfg,
+                         eup=[p(d, f) for _ in range(e)], egate=[p(d, f) for _ in range(e)],
+                         edown=[p(f, d) for _ in range(e)])
                 ns = cfg.get("num_shared_experts", 0)
                 if ns:
                     sf = cfg.get("shared_expert_ffn_dim", f) * ns
@@ -90,6 +129,9 @@ class Model(torch.nn.Module):
             for k, t in L.items():
                 if isinstance(t, torch.nn.Parameter):
                     self.register_parameter(f"l{i}_{k}", t)
+                elif isinstance(t, list):
+                    for j, tj in enumerate(t):
+                        self.register_parameter(f"l{i}_{k}{j}", tj)
             self.layers.append(L)
         self.norm_f = ones(d)
         self.lm_head = p(d, v)
@@ -117,10 +159,12 @@ class Model(torch.nn.Module):
             tok = order // k
             xs = x.index_select(0, tok)
             ys = []
+            # Experts with no kept row too: their gradient is then zero, not
+            # None, so AdamW still decays them and their moments, as it does
+            # every parameter of a stacked tensor (and the moec binary's).
             for i, rows in enumerate(xs.split(kept)):
-                if kept[i]:
-                    h = F.silu(rows @ L["egate"][i]) * (rows @ L["eup"][i])
-                    ys.append(h @ L["edown"][i])
+                h = F.silu(rows @ L["egate"][i]) * (rows @ L["eup"][i])
+                ys.append(h @ L["edown"][i])
             y = torch.cat(ys)
             w = gates.reshape(-1).index_select(0, order)[:, None]
             out = x.new_zeros(t, d).index_add(0, tok, y * w)
@@ -133,8 +177,9 @@ class Model(torch.nn.Module):
             buf = x.new_zeros(e * cap, d)
             buf = buf.index_add(0, slot[keep], x[tok[keep]])
             h = buf.view(e, cap, d)
-            h = F.silu(torch.bmm(h, L["egate"])) * torch.bmm(h, L["eup"])
-            y = torch.bmm(h, L["edown"]).reshape(e * cap, d)
+            wg, wu, wd = (torch.stack(L[n]) for n in ("egate", "eup", "edown"))
+            h = F.silu(torch.bmm(h, wg)) * torch.bmm(h, wu)
+            y = torch.bmm(h, wd).reshape(e * cap, d)
             w = (gates.reshape(-1) * keep)[:, None]
             out = x.new_zeros(t, d).index_add(0, tok, y[slot] * w)
             self.kept.append(float(keep.float().mean()))
@@ -152,19 +197,28 @@ class Model(torch.nn.Module):
         dh = m["d_model"] // hq
         x = self.emb[tokens]
         extra = 0.0
+        if m.get("rope_theta"):
+            cos, sin = rope_tables(s, dh, m["rope_theta"])
+        if SDPA is None:  # once a step, not once a layer
+            mask = torch.full((s, s), float("-inf")).triu(1)
         for L in self.layers:
             a = rms_norm(x, L["attn_norm"])
             q = (a @ L["wq"]).view(b, s, hq, dh).transpose(1, 2)
             kk = (a @ L["wk"]).view(b, s, hk, dh).transpose(1, 2)
             v = (a @ L["wv"]).view(b, s, hk, dh).transpose(1, 2)
             if m.get("rope_theta"):
-                q, kk = rope(q, m["rope_theta"]), rope(kk, m["rope_theta"])
-            kk = kk.repeat_interleave(hq // hk, 1)
-            v = v.repeat_interleave(hq // hk, 1)
-            att = (q @ kk.transpose(-1, -2)) / math.sqrt(dh)
-            att = att.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-            o = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, s, -1)
-            x = x + o @ L["wo"]
+                q, kk = rope(q, cos, sin), rope(kk, cos, sin)
+            if hq != hk:
+                kk = kk.repeat_interleave(hq // hk, 1)
+                v = v.repeat_interleave(hq // hk, 1)
+            if SDPA is not None:
+                o = SDPA(q, kk, v, is_causal=True)
+            else:
+                att = torch.baddbmm(mask, q.reshape(b * hq, s, dh),
+                                    kk.reshape(b * hq, s, dh).transpose(1, 2),
+                                    alpha=1.0 / math.sqrt(dh))
+                o = torch.bmm(att.softmax(-1), v.reshape(b * hq, s, dh)).view(b, hq, s, dh)
+            x = x + o.transpose(1, 2).reshape(b, s, -1) @ L["wo"]
             f = rms_norm(x, L["ffn_norm"])
             if L["moe"] is None:
                 x = x + (F.silu(f @ L["gate"]) * (f @ L["up"])) @ L["down"]
@@ -198,15 +252,20 @@ def main():
     betas = tuple(o.get("betas", [0.9, 0.95]))
     opt = torch.optim.AdamW(model.parameters(), lr=o.get("lr", 3e-4), betas=betas,
                             weight_decay=o.get("weight_decay", 0.1))
+    model_rss = resident_bytes() - BASE_RSS
     b, s, v = m["batch_size"], m["seq_len"], m["vocab_size"]
     corpus = None
     if args.data:
-        raw = bytearray(open(args.data, "rb").read())
+        # One byte a token, read straight into its buffer (as the moec
+        # binary holds a byte corpus); each batch's windows are widened.
+        raw = bytearray(os.path.getsize(args.data))
+        with open(args.data, "rb") as f:
+            f.readinto(raw)
         if cuda:
             with torch.device("cpu"):
-                corpus = torch.frombuffer(raw, dtype=torch.uint8).long()
+                corpus = torch.frombuffer(raw, dtype=torch.uint8)
         else:
-            corpus = torch.frombuffer(raw, dtype=torch.uint8).long()
+            corpus = torch.frombuffer(raw, dtype=torch.uint8)
         if v != 256 or len(corpus) <= s + 1:
             sys.exit("torch_moe.py: --data needs vocab_size 256 and a file longer than seq_len")
 
@@ -215,7 +274,7 @@ def main():
             return torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))
         starts = torch.randint(0, len(corpus) - s - 1, (b,))
         windows = torch.stack([corpus[i:i + s + 1] for i in starts.tolist()])
-        windows = windows.to(args.device)
+        windows = windows.to(args.device).long()
         return windows[:, :-1], windows[:, 1:]
 
     times, kept = [], []
@@ -278,7 +337,9 @@ def main():
                       "warm": args.warm, "tokens_per_s": b * s / statistics.median(times),
                       "kept_fraction": statistics.median(kept) if kept else 1.0,
                       "device": args.device,
-                      "peak_rss_bytes": peak_rss,
+                      "attention": "scaled_dot_product_attention" if SDPA else "manual",
+                      "peak_rss_bytes": peak_rss, "base_rss_bytes": BASE_RSS,
+                      "net_peak_bytes": peak_rss - BASE_RSS, "model_rss_bytes": model_rss,
                       "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
                       "loss": float(loss), **extra}))
 

@@ -3,7 +3,9 @@
 # says why each setting matters), side by side, alternating rounds, medians:
 # - PyTorch 1.13 (Debian) on OpenBLAS's OpenMP build (libopenblas0-openmp,
 #   through LD_LIBRARY_PATH), torch.set_num_threads(THREADS), sort-based
-#   dispatch computing only the kept token rows (bench/torch_moe.py);
+#   dispatch computing only the kept token rows, each expert its own
+#   parameters, scaled_dot_product_attention where the PyTorch has it (2.0+;
+#   1.13 runs the manual attention) (bench/torch_moe.py);
 # - both processes on OpenBLAS's best kernels for this CPU: OPENBLAS_CORETYPE
 #   unset (not a forced older one), or set to the core a training binary
 #   selects where the OpenBLAS release does not recognise the CPU
@@ -17,6 +19,12 @@
 # after WARM steps, PyTorch trains WARM untimed steps first). Reported per
 # model and regime: tokens/s (median of the per-step medians over ROUNDS
 # rounds), the kept fraction of token-slots, peak resident memory, ratios;
+# memory is compared net: each process's peak resident size less its
+# resident size once its code and libraries are loaded, before any model
+# memory (ours: start_rss_bytes, at main's start; PyTorch: after `import
+# torch`), so both count parameters, gradients, AdamW state, activations,
+# the corpus and their allocators' and BLAS's buffers, and neither counts
+# libtorch's or our binary's code (the gross peaks are printed beside);
 # then where the time goes on each side, from one more profiled run of each.
 #   bench/vs-torch.sh [BUILD_DIR]
 #   env: THREADS (all cores), ROUNDS (3), STEPS (12), WARM (300),
@@ -73,11 +81,14 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in rows if "tokens_per_s" in r][2:]  # two warm-up steps
 slots = [sum(map(sum, r["expert_tokens"])) for r in steps]
 drops = [r["dropped_tokens"] for r in steps]
-peak = [r["peak_rss_bytes"] for r in rows if "peak_rss_bytes" in r]
+mem = [r for r in rows if "peak_rss_bytes" in r]
+peak = mem[-1]["peak_rss_bytes"] if mem else 0
+base = mem[-1]["start_rss_bytes"] if mem else 0
 print(json.dumps({"impl": "moec", "model": sys.argv[2], "regime": sys.argv[3],
                   "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
                   "kept_fraction": statistics.median(1 - d / s for d, s in zip(drops, slots)),
-                  "peak_rss_bytes": peak[-1] if peak else 0}))
+                  "peak_rss_bytes": peak, "base_rss_bytes": base,
+                  "net_peak_bytes": peak - base}))
 PY
       w=0; [ "$regime" = trained ] && w=$warm
       LD_LIBRARY_PATH="$omp" "${tuned[@]}" "$py" bench/torch_moe.py "$model" "$steps" "$threads" \
@@ -106,8 +117,12 @@ done
 "$py" - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-7s %-8s %11s %11s %6s %7s %7s %9s %9s %6s" % ("model", "regime", "moec tok/s", "torch tok/s",
-      "ratio", "kept us", "kept pt", "moec MB", "torch MB", "memory"))
+pt = next(r for r in rows if r["impl"] != "moec")
+print("PyTorch: %s, %s attention; memory: peak resident MB net of each process's "
+      "resident size before the model (code, libraries), gross peak in brackets"
+      % (pt["impl"], pt.get("attention", "manual")))
+print("%-7s %-8s %11s %11s %6s %7s %7s %15s %15s %6s" % ("model", "regime", "moec tok/s",
+      "torch tok/s", "ratio", "kept us", "kept pt", "moec MB net", "torch MB net", "memory"))
 for model in dict.fromkeys(r["model"] for r in rows):
     for regime in ("first", "trained"):
         sel = lambda moec: [r for r in rows if r["model"] == model and r["regime"] == regime
@@ -117,10 +132,11 @@ for model in dict.fromkeys(r["model"] for r in rows):
             continue
         med = lambda rs, k: statistics.median(r[k] for r in rs)
         a, b = med(ours, "tokens_per_s"), med(torch, "tokens_per_s")
-        ma, mb = med(ours, "peak_rss_bytes") / 1e6, med(torch, "peak_rss_bytes") / 1e6
-        print("%-7s %-8s %11.0f %11.0f %5.2fx %7.2f %7.2f %9.0f %9.0f %5.2fx" % (
+        ma, mb = med(ours, "net_peak_bytes") / 1e6, med(torch, "net_peak_bytes") / 1e6
+        ga, gb = med(ours, "peak_rss_bytes") / 1e6, med(torch, "peak_rss_bytes") / 1e6
+        print("%-7s %-8s %11.0f %11.0f %5.2fx %7.2f %7.2f %6.0f (%6.0f) %6.0f (%6.0f) %5.2fx" % (
             model, regime, a, b, a / b, med(ours, "kept_fraction"), med(torch, "kept_fraction"),
-            ma, mb, ma / mb))
+            ma, ga, mb, gb, ma / mb))
 PY
 # Where the time goes, from the profiled runs. Ours: the contractions
 # (linear, FFN, expert FFN and attention kernel families, forward and
