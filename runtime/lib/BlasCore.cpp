@@ -14,10 +14,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/BlasCore.h"
+#include "moert/CpuTarget.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <strings.h>
 #include <unistd.h>
 
@@ -41,18 +43,24 @@ int levelOf(const char *core) {
   return -1; // not an x86 core OpenBLAS names here: leave it
 }
 
-/// The best OpenBLAS core this CPU executes, and its level.
+/// The best OpenBLAS core this CPU executes, and its level: from the same
+/// features the kernels' check reads (moert/CpuTarget.h), so
+/// MOERT_ASSUME_CPU=x86-64-v3 also keeps OpenBLAS to AVX2.
 const char *bestCore(int &level) {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
+  moert::CpuFeatures cpu = moert::hostCpuFeatures();
+  auto has = [&](std::initializer_list<const char *> names) {
+    for (const char *n : names)
+      if (!cpu.count(n))
+        return false;
+    return true;
+  };
+  if (has({"avx512bf16", "avx512bw", "avx512vl"}))
     return level = 4, "Cooperlake";
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  if (has({"avx512f", "avx512bw", "avx512vl", "avx512dq"}))
     return level = 3, "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (has({"avx2", "fma"}))
     return level = 2, "Haswell";
-  if (__builtin_cpu_supports("avx"))
+  if (has({"avx"}))
     return level = 1, "Sandybridge";
   return level = 0, nullptr;
 }
