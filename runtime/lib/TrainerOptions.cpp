@@ -91,7 +91,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
-              "          [--max-memory GB] [--rebalance-every N]\n"
+              "          [--comm threads|mpi] [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--profile-kernels]\n"
               "          [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
@@ -118,6 +118,9 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               thread, as separate devices do\n"
               "  --ranks N    ranks of a binary compiled with moec --ranks run as threads\n"
               "               (the compiled grid; under mpirun, one rank per process)\n"
+              "  --comm NAME  the communicator: threads (every rank in this process) or\n"
+              "               mpi (one rank per process under mpirun), where linked;\n"
+              "               default: mpi under mpirun, else threads\n"
               "  --rebalance-every N  every N steps, move experts between the ep ranks\n"
               "               when the measured load says it pays (expert parallelism)\n"
               "  --trace FILE  a Chrome trace (Perfetto) of every rank's compute,\n"
@@ -214,6 +217,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.topK = parseInt(a, value(), 0);
     else if (a == "--no-progress")
       o.progress = false;
+    else if (a == "--comm")
+      o.comm = value();
     else if (a == "--ranks")
       o.ranks = static_cast<int>(parseInt(a, value(), 1));
     else if (a == "--max-memory")

@@ -20,6 +20,7 @@ namespace moert::trainer {
 struct Options {
   int ranks = 0;          ///< 0: the grid the binary was compiled for
   double timeout = 120.0; ///< seconds a collective may wait for a peer
+  std::string comm;       ///< --comm: a backend's name (moert/CommBackend.h); "": the default
   std::string data, metrics, checkpoint;
   long long steps = 100;
   bool stepsGiven = false;                                ///< --steps on the command line
