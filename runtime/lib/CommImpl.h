@@ -3,7 +3,10 @@
 // moert_comm is a C++ object behind the C ABI of moert/Comm.h: Comm.cpp
 // checks groups and counts bytes once for all backends, then calls the
 // backend (ThreadComm.cpp, MpiComm.cpp). `index` is the caller's position
-// in the group; groups are validated before a backend sees them.
+// in the group; groups are validated before a backend sees them. Backends'
+// buffers are host memory: CommBuffers.cpp stages device buffers first.
+// moert/CommBackend.h's table (CommRegistry.cpp) says how a backend starts
+// its ranks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,9 +69,14 @@ struct moert_comm {
   virtual bool barrier(const int32_t *group, int n, int index) = 0;
 };
 
+struct moert_comm_backend;
+
 namespace moert {
 /// "[0, 2, 3]".
 std::string groupText(const int32_t *group, int n);
+/// The threads backend (ThreadComm.cpp), the registry's first
+/// (CommRegistry.cpp).
+const moert_comm_backend &threadsBackend();
 /// moert_all_reduce_f32 of several tensors at once, each scaled by
 /// `factor` after the sum (in double, rounded to float): one message, the
 /// bytes of their total, no packing on backends that can avoid it.

@@ -7,16 +7,22 @@
 // naming the collective and the group after the timeout, not a hang (the
 // trainer then aborts the job with MPI_Abort).
 //
+// The backend "mpi" of moert/CommBackend.h: moert_mpi_register adds it to
+// the table, and a static initialiser below calls it, so a binary that
+// links this object (moec links libmoert_mpi whole) offers --comm mpi.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moert/MpiComm.h"
 
 #include "CommImpl.h"
+#include "moert/CommBackend.h"
 
 #include <mpi.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -261,3 +267,30 @@ extern "C" void moert_mpi_finalize(moert_comm *comm) {
 }
 
 extern "C" void moert_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+namespace {
+
+moert_comm *initBackend(int *argc, char ***argv, double timeoutSeconds, char *, size_t) {
+  return moert_mpi_init(argc, argv, timeoutSeconds);
+}
+
+/// This process's rank of `comm`, which must hold `ranks` processes.
+int runBackend(moert_comm *comm, int ranks, double, int (*fn)(moert_comm *, void *), void *user,
+               char *error, size_t errorSize) {
+  if (moert_comm_size(comm) != ranks) {
+    std::snprintf(error, errorSize,
+                  "mpirun started %d processes; this binary was compiled for %d ranks",
+                  moert_comm_size(comm), ranks);
+    return -1;
+  }
+  return fn(comm, user);
+}
+
+const moert_comm_backend kBackend = {"mpi",      1,          moert_mpi_launched,
+                                     initBackend, runBackend, moert_mpi_finalize};
+
+[[maybe_unused]] const bool registered = (moert_mpi_register(), true);
+
+} // namespace
+
+extern "C" void moert_mpi_register(void) { moert_comm_register_backend(&kBackend); }

@@ -15,10 +15,12 @@
 #include "CommImpl.h"
 #include "CopyBytes.h"
 #include "Staging.h"
+#include "moert/CommBackend.h"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -372,4 +374,21 @@ extern "C" int moert_run_threads(int ranks, double timeoutSeconds,
     if (r != 0)
       return r;
   return 0;
+}
+
+namespace {
+int runThreads(moert_comm *, int ranks, double timeoutSeconds, int (*fn)(moert_comm *, void *),
+               void *user, char *error, size_t errorSize) {
+  if (ranks < 1 || !(timeoutSeconds > 0)) {
+    std::snprintf(error, errorSize, "threads: %d ranks with a timeout of %g s", ranks,
+                  timeoutSeconds);
+    return -1;
+  }
+  return moert_run_threads(ranks, timeoutSeconds, fn, user);
+}
+} // namespace
+
+const moert_comm_backend &moert::threadsBackend() {
+  static const moert_comm_backend backend = {"threads", 0, nullptr, nullptr, runThreads, nullptr};
+  return backend;
 }

@@ -1,18 +1,23 @@
-//===- CommTest.cpp - the threads communicator ----------------------------===//
+//===- CommTest.cpp - the threads communicator and the backend table -----===//
 //
 // Collectives between ranks that are threads: results against serial
 // references (bit for bit, and the same bits on every member), concurrent
 // sub-groups, ragged all-to-all, byte counters equal to the analytical
 // volumes, and a missing peer that turns into an error naming it instead of
-// a hang.
+// a hang. Every registered backend that holds its ranks in this process
+// passes the shared checks (CommConformance.h) through the buffer API; the
+// MPI backend passes them in MpiCommTest.cpp.
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommConformance.h"
 #include "moert/Comm.h"
+#include "moert/CommBackend.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -225,6 +230,112 @@ TEST(CommTest, BadGroupsAreErrors) {
     EXPECT_EQ(b, "rank 0: group [0, 0] names a rank twice");
     EXPECT_EQ(c, "rank 0: group [0, 7] names a rank outside [0, 2)");
     return failures == 3 ? 0 : 1;
+  };
+  EXPECT_EQ(run(2), 0);
+}
+
+/// The registered backends whose ranks this process holds (threads; MPI
+/// runs in MpiCommTest under mpirun).
+std::vector<std::string> inProcessBackends() {
+  std::vector<std::string> names;
+  for (int i = 0; const moert_comm_backend *b = moert_comm_backend_at(i); ++i)
+    if (!b->rank_per_process)
+      names.push_back(b->name);
+  return names;
+}
+
+class CommBackendTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CommBackendTest, PassesTheSharedChecksOnHostBuffers) {
+  const auto &[name, ranks] = GetParam();
+  const moert_comm_backend *backend = moert_comm_backend_named(name.c_str());
+  ASSERT_NE(backend, nullptr);
+  std::vector<std::string> failures;
+  std::mutex mutex;
+  struct Run {
+    std::vector<std::string> *failures;
+    std::mutex *mutex;
+  } run{&failures, &mutex};
+  auto body = [](moert_comm *comm, void *user) {
+    auto *r = static_cast<Run *>(user);
+    std::vector<std::string> mine = moert::test::checkCollectives(comm);
+    std::lock_guard<std::mutex> lock(*r->mutex);
+    r->failures->insert(r->failures->end(), mine.begin(), mine.end());
+    return mine.empty() ? 0 : 1;
+  };
+  char error[256] = "";
+  EXPECT_EQ(backend->run(nullptr, ranks, 10.0, body, &run, error, sizeof error), 0) << error;
+  for (const std::string &f : failures)
+    ADD_FAILURE() << name << ": " << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommBackendTest,
+                         ::testing::Combine(::testing::ValuesIn(inProcessBackends()),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const auto &info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+int launchedNow() { return 1; }
+
+TEST(CommRegistryTest, NamesDefaultsAndRegistration) {
+  ASSERT_NE(moert_comm_backend_at(0), nullptr);
+  EXPECT_STREQ(moert_comm_backend_at(0)->name, "threads");
+  EXPECT_EQ(moert_comm_backend_named("nccl"), nullptr);
+  EXPECT_EQ(moert_comm_backend_named("threads"), moert_comm_backend_at(0));
+  // Nothing launched this test: the default is threads.
+  EXPECT_EQ(moert_comm_backend_default(), moert_comm_backend_at(0));
+  EXPECT_EQ(std::string(moert_comm_backend_names()).find("threads"), 0u);
+  // A backend whose launcher started this process becomes the default; a
+  // name registered again replaces the first registration.
+  static moert_comm_backend launched = *moert_comm_backend_at(0);
+  launched.name = "launched-threads";
+  launched.launched = launchedNow;
+  moert_comm_register_backend(&launched);
+  EXPECT_EQ(moert_comm_backend_named("launched-threads"), &launched);
+  EXPECT_EQ(moert_comm_backend_default(), &launched);
+  static moert_comm_backend again = launched;
+  moert_comm_register_backend(&again);
+  EXPECT_EQ(moert_comm_backend_named("launched-threads"), &again);
+  std::string names = moert_comm_backend_names();
+  EXPECT_EQ(names.find("launched-threads"), names.rfind("launched-threads")) << names;
+  EXPECT_NE(names.find("threads, "), std::string::npos) << names;
+  // It runs ranks as threads do.
+  char error[64] = "";
+  EXPECT_EQ(again.run(nullptr, 2, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error,
+                      sizeof error),
+            0);
+  EXPECT_EQ(again.run(nullptr, 0, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error,
+                      sizeof error),
+            -1);
+  EXPECT_STREQ(error, "threads: 0 ranks with a timeout of 5 s");
+}
+
+TEST(CommBufferTest, SizesThatDoNotFitAreErrorsNamingThem) {
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    const int32_t all[] = {0, 1};
+    float x[3] = {};
+    int failures = 0;
+    moert_buffer odd = moert_host_buffer(x, 6), nine = moert_host_buffer(x, 9),
+                 eight = moert_host_buffer(x, 8), four = moert_host_buffer(x, 4);
+    failures += moert_all_reduce_buffer(comm, &odd, all, 2) != 0;
+    std::string a = moert_comm_error(comm);
+    failures += moert_reduce_scatter_buffer(comm, &nine, &four, all, 2) != 0;
+    std::string b = moert_comm_error(comm);
+    const int64_t sends[] = {4, 4};
+    failures += moert_all_to_all_v_buffer(comm, &four, sends, &eight, sends, all, 2) != 0;
+    std::string c = moert_comm_error(comm);
+    moert_buffer device = moert_device_buffer(nullptr, 4);
+    failures += moert_all_reduce_buffer(comm, &device, all, 2) != 0;
+    std::string d = moert_comm_error(comm);
+    std::string r = "rank " + std::to_string(moert_comm_rank(comm)) + ": ";
+    EXPECT_EQ(a, r + "all_reduce: 6 bytes are not a whole number of floats");
+    EXPECT_EQ(b, r + "reduce_scatter: the send buffer holds 9 bytes where 8 are expected");
+    EXPECT_EQ(c, r + "all_to_all_v: the send buffer holds 4 bytes where 8 are expected");
+    EXPECT_EQ(d, r + "all_reduce: a device buffer without a device allocation");
+    return failures == 4 ? 0 : 1;
   };
   EXPECT_EQ(run(2), 0);
 }

@@ -1,16 +1,20 @@
 //===- MpiCommTest.cpp - the MPI communicator under mpirun ----------------===//
 //
 // Run as `mpiexec -n N MoEMpiCommTest` (ctest does, with N = 2 and 3): the
-// same collectives as CommTest.cpp over MPI processes, checked against
-// serial references computed on every rank, byte counters included.
+// checks every backend passes (CommConformance.h, as CommTest.cpp runs
+// them on threads) over MPI processes: the collectives through the buffer
+// API and its host forms, against serial references computed on every
+// rank, byte counters included; and the backend table under mpirun (mpi
+// registered and the default).
 // Prints one line per rank; exits non-zero on the first mismatch.
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommConformance.h"
+#include "moert/CommBackend.h"
 #include "moert/MpiComm.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -50,64 +54,15 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  // all_reduce: every rank contributes rank + k / 8.
-  const int count = 257;
-  std::vector<float> data(count);
-  for (int k = 0; k < count; ++k)
-    data[k] = static_cast<float>(rank) + static_cast<float>(k) / 8;
-  CHECK(moert_all_reduce_f32(comm, data.data(), count, all.data(), size) == 0, "%s",
-        moert_comm_error(comm));
-  for (int k = 0; k < count; ++k) {
-    float want = 0;
-    for (int r = 0; r < size; ++r)
-      want += static_cast<float>(r) + static_cast<float>(k) / 8;
-    CHECK(std::fabs(data[k] - want) <= 1e-5f * std::fabs(want), "k=%d got %g want %g", k, data[k],
-          want);
-  }
-  CHECK(moert_comm_bytes(comm, MOERT_ALL_REDUCE) == 2 * (size - 1) * count * 4 / size, "bytes %lld",
-        (long long)moert_comm_bytes(comm, MOERT_ALL_REDUCE));
-
-  // Ragged all-to-all: rank r sends r + j + 1 bytes of 'a' + r to rank j.
-  std::vector<int64_t> sendBytes(size), recvBytes(size);
-  std::string send, want;
-  for (int j = 0; j < size; ++j) {
-    sendBytes[j] = rank + j + 1;
-    recvBytes[j] = j + rank + 1;
-    send += std::string(sendBytes[j], static_cast<char>('a' + rank));
-    want += std::string(recvBytes[j], static_cast<char>('a' + j));
-  }
-  std::string recv(want.size(), '?');
-  CHECK(moert_all_to_all_v(comm, send.data(), sendBytes.data(), &recv[0], recvBytes.data(),
-                           all.data(), size) == 0,
-        "%s", moert_comm_error(comm));
-  CHECK(recv == want, "got %s want %s", recv.c_str(), want.c_str());
-
-  // all_gather, reduce_scatter, broadcast, barrier.
-  int32_t mine = 10 * rank;
-  std::vector<int32_t> gathered(size);
-  CHECK(moert_all_gather(comm, &mine, sizeof mine, gathered.data(), all.data(), size) == 0, "%s",
-        moert_comm_error(comm));
-  for (int r = 0; r < size; ++r)
-    CHECK(gathered[r] == 10 * r, "gathered[%d] = %d", r, gathered[r]);
-  std::vector<float> chunks(2 * size), part(2);
-  for (int j = 0; j < size; ++j)
-    chunks[2 * j] = chunks[2 * j + 1] = static_cast<float>(rank + j);
-  CHECK(moert_reduce_scatter_f32(comm, chunks.data(), part.data(), 2, all.data(), size) == 0, "%s",
-        moert_comm_error(comm));
-  float sumWant = static_cast<float>(size * (size - 1) / 2 + size * rank);
-  CHECK(part[0] == sumWant && part[1] == sumWant, "got %g want %g", part[0], sumWant);
-  double value = rank == size - 1 ? 3.25 : 0;
-  CHECK(moert_broadcast(comm, &value, sizeof value, size - 1, all.data(), size) == 0, "%s",
-        moert_comm_error(comm));
-  CHECK(value == 3.25, "broadcast got %g", value);
-
-  // A sub-group in reverse order: members' chunks follow the group order.
-  std::vector<int32_t> reversed(all.rbegin(), all.rend());
-  std::vector<int32_t> order(size);
-  CHECK(moert_all_gather(comm, &rank, sizeof rank, order.data(), reversed.data(), size) == 0, "%s",
-        moert_comm_error(comm));
-  CHECK(order == reversed, "reverse-ordered gather");
-  CHECK(moert_barrier(comm, all.data(), size) == 0, "%s", moert_comm_error(comm));
+  // The backend table: linking the library registered "mpi", and under
+  // mpiexec it is the default.
+  const moert_comm_backend *mpi = moert_comm_backend_named("mpi");
+  CHECK(mpi && mpi->rank_per_process && mpi->launched && mpi->launched(), "mpi backend");
+  CHECK(moert_comm_backend_default() == mpi, "default backend %s", moert_comm_backend_default()->name);
+  CHECK(std::string(moert_comm_backend_names()) == "threads, mpi", "backends %s",
+        moert_comm_backend_names());
+  for (const std::string &failure : moert::test::checkCollectives(comm))
+    CHECK(false, "%s", failure.c_str());
 
   std::printf("rank %d of %d: %s\n", rank, size, failures ? "FAILED" : "ok");
   moert_mpi_finalize(comm);

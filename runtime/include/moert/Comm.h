@@ -1,8 +1,9 @@
 /*===- Comm.h - collectives between ranks --------------------------------===*
  *
  * The communicator API generated step programs and the trainer use: one C
- * ABI with two backends, ranks as threads of one process (the default, and
- * what the tests use) and, later, ranks as MPI processes. Every collective
+ * ABI over registered backends (moert/CommBackend.h): ranks as threads of
+ * one process (the default, and what the tests use) and ranks as MPI
+ * processes (moert/MpiComm.h). Every collective
  * works on a group: an explicit list of global ranks, the caller included,
  * in the same order on every member (the order sets the layout of
  * per-member chunks and the summation order, so results are bit-identical
@@ -23,6 +24,20 @@
  *   reduce_scatter the chunks of the other members, (p-1) * count * 4
  *   broadcast      the root sends bytes to p-1 members; others send nothing
  * so they equal the analytical volumes of docs/CostModel.md.
+ *
+ * Buffers with a memory space (moert_buffer): every collective also has a
+ * form (moert_*_buffer) whose buffers say where their bytes live, on the
+ * host or in a device allocation (a halide_buffer_t with its device
+ * interface, as the device layer of moert/Device.h makes them), so a
+ * communicator that moves device memory itself (NCCL, a vendor CCL) needs
+ * no change of this API. The host backends (threads, MPI) stage a device
+ * buffer through host memory: its bytes are copied to a host buffer with
+ * the device interface's copy_to_host before the collective and back with
+ * copy_to_device after it (only the buffers the collective writes), and
+ * counted as the device layer's copies (moert_device_copied). The float*
+ * and void* entry points are the host form.
+ *
+ * Backends are chosen at run time by name (moert/CommBackend.h).
  *
  *===----------------------------------------------------------------------===*/
 
@@ -88,6 +103,50 @@ int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv, i
 int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root, const int32_t *group,
                     int group_size);
 int moert_barrier(moert_comm *comm, const int32_t *group, int group_size);
+
+/* Where a buffer's bytes live. */
+typedef enum moert_memory_space {
+  MOERT_MEMORY_HOST = 0,  /* `data` */
+  MOERT_MEMORY_DEVICE = 1 /* the device allocation of `device` */
+} moert_memory_space;
+
+struct halide_buffer_t;
+
+/* A collective's buffer: `bytes` bytes at `data` (host), or the first
+ * `bytes` bytes of the device allocation of `device` (device: a dense
+ * halide_buffer_t with a device allocation and its device_interface; its
+ * host field, if any, is not read). A device buffer whose host copy is the
+ * newer one (host_dirty) is read from the host. After a collective writes
+ * a device buffer, its device copy is the newer one (device_dirty). */
+typedef struct moert_buffer {
+  void *data;
+  int64_t bytes;
+  moert_memory_space space;
+  struct halide_buffer_t *device;
+} moert_buffer;
+
+moert_buffer moert_host_buffer(void *data, int64_t bytes);
+moert_buffer moert_device_buffer(struct halide_buffer_t *device, int64_t bytes);
+
+/* The collectives above on buffers in either memory space, with the same
+ * semantics, checks, byte counters and emulated link (all_reduce and
+ * broadcast in place). Counts follow the buffers' sizes: all_reduce sums
+ * data->bytes / 4 floats; all_to_all_v's send and recv hold exactly the
+ * sum of send_bytes and of recv_bytes; all_gather sends send->bytes and
+ * recv holds group_size times that; reduce_scatter receives recv->bytes / 4
+ * floats of send's group_size chunks. A size that does not fit is an error
+ * naming the sizes. */
+int moert_all_reduce_buffer(moert_comm *comm, const moert_buffer *data, const int32_t *group,
+                            int group_size);
+int moert_all_to_all_v_buffer(moert_comm *comm, const moert_buffer *send,
+                              const int64_t *send_bytes, const moert_buffer *recv,
+                              const int64_t *recv_bytes, const int32_t *group, int group_size);
+int moert_all_gather_buffer(moert_comm *comm, const moert_buffer *send, const moert_buffer *recv,
+                            const int32_t *group, int group_size);
+int moert_reduce_scatter_buffer(moert_comm *comm, const moert_buffer *send,
+                                const moert_buffer *recv, const int32_t *group, int group_size);
+int moert_broadcast_buffer(moert_comm *comm, const moert_buffer *data, int root,
+                           const int32_t *group, int group_size);
 
 /* The last failure's message ("" when none). */
 const char *moert_comm_error(const moert_comm *comm);

@@ -1,8 +1,10 @@
 /*===- MpiComm.h - the MPI communicator backend --------------------------===*
  *
- * Ranks as MPI processes (libmoert_mpi, built when MPI is found). A binary
- * started by mpirun detects it (moert_mpi_launched) and runs one rank per
- * process; started alone it is one rank.
+ * Ranks as MPI processes (libmoert_mpi, built when MPI is found): the
+ * backend "mpi" of moert/CommBackend.h, registered when the library's
+ * object is linked. A binary started by mpirun detects it
+ * (moert_mpi_launched) and runs one rank per process; started alone it is
+ * one rank.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -20,6 +22,9 @@ int moert_mpi_launched(void);
 /* Initialises MPI and returns the world communicator. */
 moert_comm *moert_mpi_init(int *argc, char ***argv, double timeout_seconds);
 void moert_mpi_finalize(moert_comm *comm);
+/* Adds the backend "mpi" to moert/CommBackend.h's table (done at load by
+ * the library; calling it again changes nothing). */
+void moert_mpi_register(void);
 /* Ends every rank of the job (after an error that leaves peers waiting). */
 void moert_mpi_abort(int code);
 
