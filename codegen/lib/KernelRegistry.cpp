@@ -6,18 +6,6 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace moec::codegen;
 
-StringRef moec::codegen::targetName(Target target) {
-  switch (target) {
-  case Target::Host:
-    return "host";
-  case Target::OpenCL:
-    return "opencl";
-  case Target::Cuda:
-    return "cuda";
-  }
-  return "host";
-}
-
 KernelSpec::KernelSpec(KernelOp kernel)
     : family(kernel.getFamily()), signature(kernel.getSignature()), config(kernel.getConfig()),
       epilogue(kernel.getEpilogue()) {}

@@ -94,7 +94,8 @@ private:
 class Emitter {
 public:
   Emitter(ModuleOp module, const KernelCalls &calls, raw_ostream &out,
-          const StepProgramNames &names, Target target, std::vector<std::string> *units)
+          const StepProgramNames &names, const TargetBackend &target,
+          std::vector<std::string> *units)
       : module(module), calls(calls), out(out), redirect(out), os(redirect), names(names),
         target(target), units(units) {}
 
@@ -152,7 +153,9 @@ private:
   Redirect redirect; ///< `out`, or a step function's part being written
   raw_ostream &os;
   const StepProgramNames &names;
-  Target target;
+  /// Where the kernels run: on a device, the arenas have device copies and
+  /// host code brackets what it reads and writes (hostRead, hostWrote).
+  const TargetBackend &target;
   /// Not null: the parts of a function cut into several go to translation
   /// units of their own (their bodies here; emitStepProgram adds the
   /// preamble).
@@ -229,20 +232,20 @@ static int64_t byteSize(Value v) {
 }
 
 void Emitter::hostRead(Value v, StringRef indent) {
-  if (target == Target::Host || !storage.count(v))
+  if (!target.onDevice() || !storage.count(v))
     return;
   os << indent << "if (int rc = moert_device_host(ctx, " << pointer(v) << ", " << byteSize(v)
      << ")) return rc;\n";
 }
 
 void Emitter::hostWrote(Value v, StringRef indent) {
-  if (target == Target::Host || !storage.count(v))
+  if (!target.onDevice() || !storage.count(v))
     return;
   os << indent << "moert_device_wrote(ctx, " << pointer(v) << ", " << byteSize(v) << ");\n";
 }
 
 void Emitter::hostParam(unsigned index, bool wrote) {
-  if (target == Target::Host)
+  if (!target.onDevice())
     return;
   if (wrote)
     os << "  moert_device_wrote(ctx, ctx->params[" << index << "], -1);\n";
@@ -469,7 +472,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
   bool skippable = family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName);
   if (skippable)
     os << "    if (!ctx->skip_update) {\n";
-  if (target == Target::Host) {
+  if (!target.onDevice()) {
     // --profile-kernels: the clock is 0 unless this rank is profiling.
     os << "    const double t0 = moert_kernel_profile_clock();\n    int rc = "
        << kernel.getSymName() << "(";
@@ -887,10 +890,9 @@ struct InstallHandler {
 } installHandler;
 } // namespace
 )cpp";
-  if (target != Target::Host) // Device kernels: moert/Device.h stages each call's buffers.
-    os << "#include \""
-       << (target == Target::OpenCL ? "HalideRuntimeOpenCL.h" : "HalideRuntimeCuda.h")
-       << "\"\n#include \"moert/Device.h\"\n";
+  // A device target's runtime header and the device layer (moert/Device.h).
+  for (StringRef header : target.preludeIncludes())
+    os << "#include \"" << header << "\"\n";
   os << R"cpp(namespace {
 View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
   View v = {};
@@ -1068,7 +1070,7 @@ View view(const void *p, halide_type_t t, std::initializer_list<int> extents) {
      << "    .replica_batches = " << (replicaTables ? "kReplicaBatches" : "nullptr") << ",\n"
      << "    .replica_programs = " << (replicaTables ? "kReplicaPrograms" : "nullptr") << ",\n"
      << "    .loss_scale = " << llvm::format("%.9g", lossScale) << ",\n";
-  if (target != Target::Host)
+  if (target.onDevice())
     os << "    .device_sync = moert_device_sync,\n"
        << "    .device_wrote = moert_device_wrote_all,\n"
        << "    .device_free = moert_device_free,\n";
@@ -1139,12 +1141,10 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       units->back() += part;
     }
   };
-  if (target != Target::Host) {
+  if (target.onDevice()) {
     auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
-    os << "  if (int rc = moert_device_attach(ctx, "
-       << (target == Target::OpenCL ? "halide_opencl_device_interface"
-                                    : "halide_cuda_device_interface")
-       << "(), \"" << targetName(target) << "\", kParams, " << paramIndex.size() << ", "
+    os << "  if (int rc = moert_device_attach(ctx, " << target.deviceInterface() << "(), \""
+       << target.name() << "\", kParams, " << paramIndex.size() << ", "
        << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
        << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ")) return rc;\n";
   }
@@ -1245,7 +1245,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     // Views (moe-pipeline-experts): a chunk is its input's rows from the
     // chunk's offset; a concat's inputs were planned in its buffer, one
     // after another, so it starts at its first input.
-    if (isa<ChunkOp, ConcatOp>(op) && target != Target::Host)
+    if (isa<ChunkOp, ConcatOp>(op) && !target.expertChunks())
       return op.emitOpError("is a view into a planned buffer; device steps keep one copy per "
                             "value, so moe-pipeline-experts needs a host target");
     if (auto chunk = dyn_cast<ChunkOp>(op)) {
@@ -1382,7 +1382,8 @@ int64_t KernelCalls::scratchBytes() const {
 
 LogicalResult moec::codegen::emitStepProgram(ModuleOp module, const KernelCalls &calls,
                                              raw_ostream &os, const StepProgramNames &names,
-                                             Target target, std::vector<std::string> *units) {
+                                             const TargetBackend &target,
+                                             std::vector<std::string> *units) {
   if (!units)
     return Emitter(module, calls, os, names, target, nullptr).run();
   // The program goes to a string first: each unit repeats its preamble

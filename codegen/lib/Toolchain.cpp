@@ -51,6 +51,17 @@ static Error run(StringRef program, ArrayRef<std::string> args, const Twine &wha
                            what + ": " + (error.empty() ? "exit " + std::to_string(rc) : error));
 }
 
+const TargetBackend &ToolchainOptions::targetBackend() const {
+  return backend ? *backend : lookupTarget(target);
+}
+
+TargetOptionValues ToolchainOptions::targetOptions() const {
+  if (backend)
+    return backendOptions;
+  // moec's --cuda-capability, until it passes the back end's options.
+  return {{"cuda-capability", std::to_string(cudaCapability)}};
+}
+
 std::string moec::codegen::defaultKernelCache() {
   if (const char *dir = std::getenv("MOEC_KERNEL_CACHE"))
     return StringRef(dir) == "none" ? "" : dir;
@@ -171,13 +182,10 @@ Error generateCached(const ToolchainOptions &options, std::vector<std::string> a
 Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      const ToolchainOptions &options) {
   const std::string &gen = options.generator;
-  // GPU targets: Halide's device back end (the generators schedule for it,
-  // codegen/generators/GpuSchedule.h).
-  std::string halideTarget = options.hostTarget;
-  if (options.target != Target::Host)
-    halideTarget += options.target == Target::OpenCL
-                        ? "-opencl"
-                        : "-cuda-cuda_capability_" + std::to_string(options.cudaCapability);
+  // A device target adds its Halide back end's features (the generators
+  // schedule for a GPU feature, codegen/generators/GpuSchedule.h).
+  std::string target =
+      halideTarget(options.targetBackend(), options.hostTarget, options.targetOptions());
   // One job per kernel, then the Halide runtime (once per binary); each a
   // process of its own, run side by side.
   struct Job {
@@ -195,14 +203,14 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
                                      name,
                                      "-e",
                                      "static_library,c_header",
-                                     "target=" + halideTarget + "-no_runtime"};
+                                     "target=" + target + "-no_runtime"};
     args.insert(args.end(), call.params.begin(), call.params.end());
     jobs.push_back({std::move(args),
                     {name + ".a", name + ".h"},
                     "moe-halide-gen failed on kernel " + name + " (" + call.generator + ")",
                     name + " (" + call.generator + ")"});
   }
-  jobs.push_back({{gen, "-r", "halide_runtime", "-e", "static_library", "target=" + halideTarget},
+  jobs.push_back({{gen, "-r", "halide_runtime", "-e", "static_library", "target=" + target},
                   {"halide_runtime.a"},
                   "moe-halide-gen failed to emit the Halide runtime",
                   "the Halide runtime"});
@@ -226,6 +234,9 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
                                       "-I" + dir.str(),
                                       "-I" MOEC_RUNTIME_INCLUDE,
                                       "-I" MOEC_HALIDE_INCLUDE};
+  const TargetBackend &backend = options.targetBackend();
+  for (std::string &flag : backend.compileFlags(options.targetOptions()))
+    compile.push_back(std::move(flag));
   auto cxxPath = sys::findProgramByName(cxx);
   if (!cxxPath)
     return createStringError(inconvertibleErrorCode(), "C++ compiler '" + cxx + "' not found");
@@ -271,6 +282,8 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   (void)mpi;
 #endif
   args.push_back(MOEC_RUNTIME_LIB);
+  for (std::string &flag : backend.linkFlags(options.targetOptions()))
+    args.push_back(std::move(flag));
   args.push_back(MOEC_RUNTIME_CPU_LIB);
   args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs
   args.push_back("-lpthread");

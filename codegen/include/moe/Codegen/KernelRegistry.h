@@ -15,6 +15,8 @@
 #define MOE_CODEGEN_KERNELREGISTRY_H
 
 #include "moe/Dialect/MoE/MoEOps.h"
+// Target, until moec passes back ends (TargetBackend.h).
+#include "moe/Codegen/TargetBackend.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -31,13 +33,6 @@ namespace moec::codegen {
 /// or, `Auto`, OpenBLAS for products of at least kBlasMinMacs multiply-adds
 /// per group, Halide below (where OpenBLAS's per-call cost dominates).
 enum class Gemm { Auto, Halide, Blas };
-
-/// Where the kernels run: the host CPU, or a GPU through Halide's OpenCL or
-/// CUDA back end (generators/GpuSchedule.h; no OpenBLAS extern stages).
-enum class Target { Host, OpenCL, Cuda };
-
-/// The target's name (`host`, `opencl`, `cuda`).
-llvm::StringRef targetName(Target target);
 
 /// Multiply-adds (m n k, per group) from which `Gemm::Auto` takes OpenBLAS.
 constexpr int64_t kBlasMinMacs = int64_t(1) << 22;

@@ -12,6 +12,7 @@
 #define MOE_CODEGEN_STEPPROGRAM_H
 
 #include "moe/Codegen/KernelRegistry.h"
+#include "moe/Codegen/TargetBackend.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
@@ -53,8 +54,8 @@ struct StepProgramNames {
 };
 
 /// Writes the C++ step program of a lowered module, calling kernels
-/// generated for `target` (a device target's calls stage their buffers
-/// through the device).
+/// generated for `target` (a device target's kernels take crops of the
+/// arenas' device copies, moert/Device.h).
 ///
 /// A step function of more than 150 ops is cut into parts that it calls in
 /// order. With `units` not null, those parts go to separate translation
@@ -64,8 +65,16 @@ struct StepProgramNames {
 mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
                                     llvm::raw_ostream &os,
                                     const StepProgramNames &names = StepProgramNames(),
-                                    Target target = Target::Host,
+                                    const TargetBackend &target = defaultTarget(),
                                     std::vector<std::string> *units = nullptr);
+
+/// The same for moec's --target enum, until it passes back ends.
+inline mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
+                                           llvm::raw_ostream &os, const StepProgramNames &names,
+                                           Target target,
+                                           std::vector<std::string> *units = nullptr) {
+  return emitStepProgram(module, calls, os, names, lookupTarget(target), units);
+}
 
 } // namespace moec::codegen
 

@@ -34,12 +34,19 @@ struct ToolchainOptions {
   /// Where generated kernels are kept between compiles, keyed by everything
   /// that determines them (empty: no cache).
   std::string cacheDir;
-  /// Where the kernels run (the Halide target of every kernel and of the
-  /// runtime).
+  /// Where the kernels run: the Halide target of every kernel and of the
+  /// runtime, the training binary's extra flags. Null: `target`'s.
+  const TargetBackend *backend = nullptr;
+  /// The back end's options, by name (`cuda-capability`); with a null
+  /// `backend`, `cudaCapability`.
+  TargetOptionValues backendOptions;
+  /// Deprecated, until moec sets `backend` and `backendOptions`: its
+  /// --target enum and --cuda-capability.
   Target target = Target::Host;
-  /// With Target::Cuda: the compute capability the PTX targets (Halide's
-  /// cuda_capability_N: 30, 32, 35, 50, 61, 70, 75, 80 or 86).
   int cudaCapability = 80;
+  /// The back end and its options, from the fields above.
+  const TargetBackend &targetBackend() const;
+  TargetOptionValues targetOptions() const;
   /// The Halide target of the CPU side, arch-bits-os[-features] (moec
   /// resolves --host-target into one, HostTarget.h; a "host" left here is
   /// resolved from this CPU's features by moe-halide-gen, never by Halide's
