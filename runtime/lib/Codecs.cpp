@@ -1,6 +1,7 @@
 //===- Codecs.cpp - compression of collective payloads --------------------===//
 
 #include "CopyBytes.h"
+#include "HostStaging.h"
 #include "moert/Codecs.h"
 
 #include <algorithm>
@@ -379,4 +380,47 @@ void moert::decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float
     return;
   }
   }
+}
+
+namespace {
+
+/// Checks that a codec's floats and encoded bytes have the sizes it needs.
+bool codecSizes(const CodecSpec &spec, int64_t floatBytes, int64_t encoded, int64_t rows,
+                int64_t cols, std::string &error) {
+  if (floatBytes < 0 || floatBytes % 4) {
+    error = std::to_string(floatBytes) + " bytes are not a whole number of floats";
+    return false;
+  }
+  int64_t want = encodedBytes(spec, floatBytes / 4, rows, cols);
+  if (encoded != want)
+    error = "the encoded buffer holds " + std::to_string(encoded) + " bytes where " +
+            std::to_string(want) + " are expected";
+  return encoded == want;
+}
+
+} // namespace
+
+bool moert::encodeBuffer(const CodecSpec &spec, const moert_buffer &data, const moert_buffer &out,
+                         CodecState &state, std::string &error, int64_t rows, int64_t cols) {
+  if (!codecSizes(spec, data.bytes, out.bytes, rows, cols, error))
+    return false;
+  HostStaging in, to;
+  if (!in.open(data, true, error) || !to.open(out, false, error))
+    return false;
+  std::vector<uint8_t> encoded;
+  encode(spec, static_cast<const float *>(in.data()), data.bytes / 4, encoded, state, rows, cols);
+  copyBytes(to.data(), encoded.data(), encoded.size());
+  return to.close(true, error);
+}
+
+bool moert::decodeBuffer(const CodecSpec &spec, const moert_buffer &bytes, const moert_buffer &out,
+                         std::string &error, int64_t rows, int64_t cols) {
+  if (!codecSizes(spec, out.bytes, bytes.bytes, rows, cols, error))
+    return false;
+  HostStaging in, to;
+  if (!in.open(bytes, true, error) || !to.open(out, false, error))
+    return false;
+  decode(spec, static_cast<const uint8_t *>(in.data()), out.bytes / 4,
+         static_cast<float *>(to.data()), rows, cols);
+  return to.close(true, error);
 }

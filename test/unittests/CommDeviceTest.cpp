@@ -8,12 +8,14 @@
 // back), against a serial host computation. The binary links the Halide
 // runtime for OpenCL (moe-halide-gen -r, as the device kernel tests).
 // Without an OpenCL platform the tests are skipped, saying so; with one,
-// any device failure fails them.
+// any device failure fails them. The codecs' buffer forms are staged the
+// same way and are checked here too.
 //
 //===----------------------------------------------------------------------===//
 
 #include "HalideRuntime.h"
 #include "HalideRuntimeOpenCL.h"
+#include "moert/Codecs.h"
 #include "moert/Comm.h"
 #include "moert/DeviceCopies.h"
 
@@ -121,13 +123,15 @@ void onRanks(int ranks, const std::function<int(moert_comm *)> &body) {
   EXPECT_EQ(rc, 0) << (run.errors.empty() ? "" : run.errors[0]);
 }
 
-class CommDeviceTest : public ::testing::TestWithParam<int> {
+class OpenCLTest : public ::testing::Test {
 protected:
   void SetUp() override {
     if (openCLPlatforms() == 0)
       GTEST_SKIP() << "no OpenCL platform (clGetPlatformIDs finds none)";
   }
 };
+
+class CommDeviceTest : public OpenCLTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(CommDeviceTest, AllReduceOfDeviceBuffersIsTheHostSum) {
   const int ranks = GetParam();
@@ -189,6 +193,34 @@ TEST_P(CommDeviceTest, AllGatherBetweenDeviceAndHostBuffers) {
     EXPECT_EQ(onDevice[r], want) << "rank " << r;
     EXPECT_EQ(onHost[r], want) << "rank " << r;
   }
+}
+
+// The codecs' buffer forms: int8 from device floats into device bytes,
+// and back into device floats, give the host forms' bytes and values.
+TEST_F(OpenCLTest, CodecsEncodeAndDecodeDeviceBuffers) {
+  const int64_t count = 300;
+  moert::CodecSpec spec;
+  std::string error;
+  ASSERT_TRUE(moert::parseCodec("int8:64", spec, error)) << error;
+  std::vector<float> x = valuesOf(2, count);
+  moert::CodecState hostState, deviceState;
+  std::vector<uint8_t> want;
+  moert::encode(spec, x.data(), count, want, hostState);
+  std::vector<float> wantDecoded(count);
+  moert::decode(spec, want.data(), count, wantDecoded.data());
+
+  int64_t encoded = moert::encodedBytes(spec, count);
+  ASSERT_EQ(encoded % 4, 0);
+  DeviceFloats floats(count), bytes(encoded / 4), decoded(count);
+  ASSERT_EQ(floats.upload(x), 0);
+  ASSERT_EQ(bytes.allocate(), 0);
+  ASSERT_EQ(decoded.allocate(), 0);
+  moert_buffer in = floats.buffer(), wire = bytes.buffer(), out = decoded.buffer();
+  ASSERT_TRUE(moert::encodeBuffer(spec, in, wire, deviceState, error)) << error;
+  ASSERT_TRUE(moert::decodeBuffer(spec, wire, out, error)) << error;
+  std::vector<float> wireWords = bytes.download();
+  EXPECT_EQ(std::memcmp(wireWords.data(), want.data(), static_cast<size_t>(encoded)), 0);
+  EXPECT_EQ(decoded.download(), wantDecoded);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CommDeviceTest, ::testing::Values(2, 3),

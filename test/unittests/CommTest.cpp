@@ -13,6 +13,7 @@
 #include "CommConformance.h"
 #include "moert/Comm.h"
 #include "moert/CommBackend.h"
+#include "moert/Codecs.h"
 
 #include <gtest/gtest.h>
 
@@ -338,6 +339,38 @@ TEST(CommBufferTest, SizesThatDoNotFitAreErrorsNamingThem) {
     return failures == 4 ? 0 : 1;
   };
   EXPECT_EQ(run(2), 0);
+}
+
+// The codecs' buffer forms on host buffers give the pointer forms' bytes
+// (CommDeviceTest.cpp runs them on device buffers).
+TEST(CommBufferTest, CodecsOnHostBuffersEqualThePointerForms) {
+  for (const char *name : {"fp16", "int8:64", "topk:0.1"}) {
+    moert::CodecSpec spec;
+    std::string error;
+    ASSERT_TRUE(moert::parseCodec(name, spec, error)) << error;
+    std::vector<float> x = dataOf(3, 300);
+    moert::CodecState a, b;
+    std::vector<uint8_t> want, got(moert::encodedBytes(spec, 300));
+    moert::encode(spec, x.data(), 300, want, a);
+    moert_buffer in = moert_host_buffer(x.data(), 1200),
+                 bytes = moert_host_buffer(got.data(), static_cast<int64_t>(got.size()));
+    ASSERT_TRUE(moert::encodeBuffer(spec, in, bytes, b, error)) << error;
+    EXPECT_EQ(got, want) << name;
+    EXPECT_EQ(b.residual, a.residual) << name;
+    std::vector<float> wantDecoded(300), gotDecoded(300, -1.0f);
+    moert::decode(spec, want.data(), 300, wantDecoded.data());
+    moert_buffer out = moert_host_buffer(gotDecoded.data(), 1200);
+    ASSERT_TRUE(moert::decodeBuffer(spec, bytes, out, error)) << error;
+    EXPECT_EQ(gotDecoded, wantDecoded) << name;
+  }
+  moert::CodecSpec fp16;
+  moert::CodecState state;
+  std::string error;
+  float x[4] = {};
+  uint8_t bytes[8];
+  moert_buffer in = moert_host_buffer(x, 16), shortBytes = moert_host_buffer(bytes, 7);
+  EXPECT_FALSE(moert::encodeBuffer(fp16, in, shortBytes, state, error));
+  EXPECT_EQ(error, "the encoded buffer holds 7 bytes where 8 are expected");
 }
 
 } // namespace

@@ -21,6 +21,7 @@
 #ifndef MOERT_CODECS_H
 #define MOERT_CODECS_H
 
+#include "moert/Comm.h"
 #include "moert/Program.h"
 
 #include <cstdint>
@@ -77,6 +78,18 @@ void encode(const CodecSpec &spec, const float *data, int64_t n, std::vector<uin
 /// Decodes what `encode` wrote into `n` floats.
 void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out, int64_t rows = 0,
             int64_t cols = 0);
+
+/// encode and decode between buffers in either memory space (moert/Comm.h's
+/// moert_buffer): the floats (n = their bytes / 4) and the encoded bytes
+/// (exactly encodedBytes(...)) may each be on the host or on a device. The
+/// codecs run on the host: a device buffer is staged through host memory as
+/// the host communicators stage it (runtime/lib/HostStaging.h), the output
+/// copied back to the device. False with `error` on a size that does not
+/// fit or a failed copy.
+bool encodeBuffer(const CodecSpec &spec, const moert_buffer &data, const moert_buffer &out,
+                  CodecState &state, std::string &error, int64_t rows = 0, int64_t cols = 0);
+bool decodeBuffer(const CodecSpec &spec, const moert_buffer &bytes, const moert_buffer &out,
+                  std::string &error, int64_t rows = 0, int64_t cols = 0);
 
 /// `data` plus the residual of `state` when the codec keeps one (created at
 /// zero on first use).
