@@ -1,7 +1,8 @@
 //===- DeviceCopies.cpp - the device layer's byte counts and kernel times -===//
 //
-// Apart from Device.cpp so that the trainer, which reads the counts of
-// every binary, does not pull Halide's device API into host binaries.
+// Apart from the device layer (runtime/devices/) so that the trainer, which
+// reads the counts of every binary, does not pull Halide's device API into
+// host binaries.
 //
 //===----------------------------------------------------------------------===//
 

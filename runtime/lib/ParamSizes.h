@@ -1,7 +1,7 @@
 //===- ParamSizes.h - how many floats a rank holds of a parameter ---------===//
 //
 // What the trainer allocates for a parameter and its AdamW moments, which
-// the device layer (Device.cpp) mirrors on the device.
+// the device layer (runtime/devices/DeviceArenas.cpp) mirrors on the device.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,14 +1,16 @@
-//===- Device.cpp - device-resident arenas for device kernels -------------===//
+//===- DeviceArenas.cpp - device-resident arenas for device kernels -------===//
 //
 // moert/Device.h says what this does. Crops and copies of an arena go
 // through Halide's device interface only (halide_device_crop, copies of
-// cropped buffers), so any device API Halide drives works unchanged.
+// cropped buffers), so any device API Halide drives works unchanged; what
+// else differs between APIs is their DeviceKind (runtime/devices/<name>/).
 //
 //===----------------------------------------------------------------------===//
 
 #include "moert/Device.h"
 
-#include "ParamSizes.h"
+#include "../lib/ParamSizes.h"
+#include "DeviceKind.h"
 
 #include <algorithm>
 #include <chrono>
@@ -131,11 +133,8 @@ constexpr int64_t kRow = int64_t(1) << 20;
 struct State {
   const halide_device_interface_t *device = nullptr;
   const char *target = "";
-  // A kernel argument's crop starts at a multiple of this in its arena:
-  // OpenCL passes a crop as a sub-buffer, whose origin must be a multiple
-  // of the device's base address alignment (moec plans buffers at 512
-  // bytes, the largest common one, for device targets); CUDA's crops are
-  // plain device pointers. Other arguments are staged.
+  // A kernel argument's crop starts at a multiple of this in its arena
+  // (the device kind's); other arguments are staged.
   int64_t cropAlignment = 1;
   std::vector<Arena> arenas; // by host address
   // The current kernel call's arguments that are crops (else staged).
@@ -340,7 +339,7 @@ extern "C" int moert_device_attach(moert_context *ctx, const halide_device_inter
   }
   s->device = device;
   s->target = target;
-  s->cropAlignment = std::strcmp(target, "opencl") == 0 ? 512 : 1;
+  s->cropAlignment = moert::deviceKind(target).cropAlignment;
   s->arenas.resize(want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     Arena &a = s->arenas[i];
