@@ -269,7 +269,8 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
 #ifdef MOEC_RUNTIME_MPI_LIB
   // A partitioned binary also runs under mpirun, one rank per process.
   if (mpi) {
-    // The trainer refers to the MPI backend weakly: pull it in whole.
+    // The MPI backend registers itself (moert/CommBackend.h) from a static
+    // initialiser that nothing refers to: pull it in whole.
     args.push_back("-Wl,--whole-archive");
     args.push_back(MOEC_RUNTIME_MPI_LIB);
     args.push_back("-Wl,--no-whole-archive");

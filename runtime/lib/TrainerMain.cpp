@@ -8,8 +8,9 @@
 // training (Trainer.h: parameters, AdamW moments and the planned arenas,
 // initialised from the seed as the reference interpreter does; batches, the
 // generated step, progress, metrics, checkpoints, and text sampled at the
-// end) on one rank, on the compiled grid's ranks as threads, or on this
-// process's rank under mpirun.
+// end) on one rank, or on the compiled grid's ranks through the
+// communicator backend --comm names (moert/CommBackend.h: threads, or this
+// process's rank under mpirun).
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,9 +20,9 @@
 #include "HalideRuntime.h"
 #include "moert/BlasCore.h"
 #include "moert/Comm.h"
+#include "moert/CommBackend.h"
 #include "moert/CpuTarget.h"
 #include "moert/Data.h"
-#include "moert/MpiComm.h"
 #include "moert/Program.h"
 #include "moert/ScratchPool.h"
 
@@ -33,14 +34,6 @@
 #include <new>
 #include <string>
 #include <unistd.h>
-
-// The MPI backend, when the binary links libmoert_mpi (weak: a binary
-// without it runs ranks as threads only).
-extern "C" {
-int moert_mpi_launched(void) __attribute__((weak));
-moert_comm *moert_mpi_init(int *argc, char ***argv, double timeout_seconds) __attribute__((weak));
-void moert_mpi_finalize(moert_comm *comm) __attribute__((weak));
-}
 
 using namespace moert::trainer;
 
@@ -138,38 +131,67 @@ int launcherProcesses() {
   return 0;
 }
 
-/// Several processes of a binary that cannot talk to each other would each
-/// run the whole job into the same metrics and checkpoint files.
-void refuseForeignLauncher(int ranks) {
-  int processes = launcherProcesses();
-  if (processes <= 1)
-    return;
-  bool mpi = moert_mpi_launched != nullptr;
-  if (ranks == 1 || !mpi)
-    die("started as " + std::to_string(processes) + " processes (mpirun or a PMI launcher), but " +
-        (ranks == 1 ? std::string("this binary was compiled for one rank")
-                    : "this binary was linked without MPI") +
-        ": run it without the launcher, or recompile with moec --ranks " +
-        std::to_string(processes));
+/// The backend --comm names (default: the launcher's, else threads); an
+/// unknown name is an error listing the linked ones.
+const moert_comm_backend &chooseBackend(const std::string &name) {
+  if (name.empty())
+    return *moert_comm_backend_default();
+  if (const moert_comm_backend *b = moert_comm_backend_named(name.c_str()))
+    return *b;
+  die("--comm " + name + ": this binary has no such communicator (it has: " +
+      moert_comm_backend_names() + ")");
 }
 
-/// Runs the compiled grid's ranks: one, this process's under mpirun, or all
-/// of them as threads. Returns the exit status.
-int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
+/// Several processes of a binary that cannot talk to each other would each
+/// run the whole job into the same metrics and checkpoint files.
+void refuseForeignLauncher(int ranks, const moert_comm_backend &backend) {
+  int processes = launcherProcesses();
+  if (processes <= 1 || (ranks > 1 && backend.rank_per_process))
+    return;
+  std::string started = "started as " + std::to_string(processes) +
+                        " processes (mpirun or a PMI launcher), but ";
+  const moert_comm_backend *perProcess = nullptr;
+  for (int i = 0; const moert_comm_backend *b = moert_comm_backend_at(i); ++i)
+    if (b->rank_per_process && !perProcess)
+      perProcess = b;
+  if (ranks > 1 && perProcess)
+    die(started + "--comm " + backend.name + " holds every rank in one process: run it without " +
+        "the launcher, or with --comm " + perProcess->name);
+  die(started +
+      (ranks == 1 ? std::string("this binary was compiled for one rank")
+                  : "this binary was linked without MPI") +
+      ": run it without the launcher, or recompile with moec --ranks " +
+      std::to_string(processes));
+}
+
+/// Runs the compiled grid's ranks through `backend`: this process's under
+/// mpirun, or all of them as threads. Returns the exit status.
+int launchBackend(const moert_comm_backend &backend, Shared &shared, int ranks, int &argc,
+                  char **&argv) {
+  char error[512] = "";
+  moert_comm *comm = nullptr;
+  if (backend.init && !(comm = backend.init(&argc, &argv, shared.o.timeout, error, sizeof error)))
+    die(std::string(backend.name) + ": " + (error[0] ? error : "initialisation failed"));
+  int rc = backend.run(
+      comm, ranks, shared.o.timeout,
+      [](moert_comm *c, void *user) { return trainRank(*static_cast<Shared *>(user), c); },
+      &shared, error, sizeof error);
+  if (rc < 0)
+    die(error);
+  if (backend.finalize)
+    backend.finalize(comm);
+  return rc;
+}
+
+/// Runs the compiled grid's ranks: one, or all of them through `backend`.
+/// Returns the exit status.
+int launchRanks(const moert_comm_backend &backend, Shared &shared, int ranks, int &argc,
+                char **&argv) {
   const moert_program &prog = moec_program;
   if (ranks <= 1)
     return trainRank(shared, nullptr);
-  if (moert_mpi_launched && moert_mpi_launched()) {
-    moert_comm *comm = moert_mpi_init(&argc, &argv, shared.o.timeout);
-    if (!comm)
-      die("MPI initialisation failed");
-    if (moert_comm_size(comm) != ranks)
-      die("mpirun started " + std::to_string(moert_comm_size(comm)) +
-          " processes; this binary was compiled for " + std::to_string(ranks) + " ranks");
-    int rc = trainRank(shared, comm);
-    moert_mpi_finalize(comm);
-    return rc;
-  }
+  if (backend.rank_per_process)
+    return launchBackend(backend, shared, ranks, argc, argv);
   std::string shares; // unequal token shares: sequences per data replica
   for (int r = 0; prog.replica_batches && r < prog.grid_dp * prog.grid_ep; ++r)
     shares += (r ? " + " : ", token shares ") + std::to_string(prog.replica_batches[r]);
@@ -179,10 +201,7 @@ int launchRanks(Shared &shared, int ranks, int &argc, char **&argv) {
   else
     std::printf("ranks: %d threads (dp %d x ep %d)%s\n", ranks, prog.grid_dp, prog.grid_ep,
                 shares.c_str());
-  int rc = moert_run_threads(
-      ranks, shared.o.timeout,
-      [](moert_comm *comm, void *user) { return trainRank(*static_cast<Shared *>(user), comm); },
-      &shared);
+  int rc = launchBackend(backend, shared, ranks, argc, argv);
   // Ranks stopped by a signal saved and return 128 + signal, as one rank does.
   if (rc != 0 && stopSignal())
     return 128 + stopSignal();
@@ -257,10 +276,11 @@ int main(int argc, char **argv) {
         std::to_string(ranks) + (ranks == 1 ? " rank (dp " : " ranks (dp ") +
         std::to_string(prog.grid_dp) + " x ep " + std::to_string(prog.grid_ep) +
         "); recompile with moec --ranks");
-  refuseForeignLauncher(ranks);
-  bool mpi = ranks > 1 && moert_mpi_launched && moert_mpi_launched();
-  checkMemory(o, mpi ? 1 : ranks, data);
-  Shared shared{o, data, split, seed, startResident, ranks == 1 || mpi};
+  const moert_comm_backend &backend = chooseBackend(o.comm);
+  refuseForeignLauncher(ranks, backend);
+  bool perProcess = ranks > 1 && backend.rank_per_process;
+  checkMemory(o, perProcess ? 1 : ranks, data);
+  Shared shared{o, data, split, seed, startResident, ranks == 1 || perProcess};
   installStopHandlers();
-  return launchRanks(shared, ranks, argc, argv);
+  return launchRanks(backend, shared, ranks, argc, argv);
 }
