@@ -1,4 +1,4 @@
-//===- TrainerRebalance.cpp - moving experts between ranks while training -===//
+//===- Rebalancer.cpp - moving experts between ranks while training ------===//
 //
 // Online load balancing (--rebalance-every N). The load monitor keeps a
 // moving average of each expert's kept token-slots per MoE layer (those
@@ -6,7 +6,7 @@
 // on every rank; exponential, spanning about N steps). Every N steps, a
 // placement algorithm proposes, per layer, a new placement of the layer's
 // P positions (P/ep per rank; EPLB-style): where the program asks for
-// replicas (Trainer::replicaRoom: moec --redundant-experts, or a placement
+// replicas (Rank::replicaRoom: moec --redundant-experts, or a placement
 // that replicates), the spare positions (P - E) go one by one to the
 // expert with the most tokens per replica (else they stay empty, or take
 // moved experts), then the
@@ -45,12 +45,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Placement.h"
-#include "Trainer.h"
+#include "Rebalancer.h"
+
+#include "../Placement.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <numeric>
 
 using namespace moert::trainer;
@@ -253,19 +255,33 @@ int changingRank(const std::vector<int32_t> &order, const std::vector<int32_t> &
 
 } // namespace
 
-void Trainer::checkRebalance() const {
-  if (o.rebalanceEvery <= 0)
+void Rebalancer::configure() {
+  if (r.o.rebalanceEvery <= 0)
     return;
-  if (ep < 2)
+  bool zero = false;
+  for (int i = 0; i < r.prog.num_params; ++i)
+    zero = zero || r.prog.params[i].zero_parts > 1;
+  if (r.tp > 1)
+    die("--rebalance-every with tensor parallelism (moec --tp) is not supported yet: the "
+        "migration moves whole expert rows");
+  if (zero)
+    die("--rebalance-every with a ZeRO binary (moec --zero) is not supported: the AdamW "
+        "moments are sharded over the data replicas and would not move with the experts");
+}
+
+void Rebalancer::onStart() {
+  if (r.o.rebalanceEvery <= 0)
+    return;
+  if (r.ep < 2)
     die("--rebalance-every moves experts between expert-parallel ranks; this binary has ep = " +
-        std::to_string(ep) + " (compile with moec --ranks N for ep > 1)");
+        std::to_string(r.ep) + " (compile with moec --ranks N for ep > 1)");
   bool placed = false;
-  for (int i = 0; i < prog.num_params; ++i)
-    placed |= prog.params[i].shard_layer >= 0;
+  for (int i = 0; i < r.prog.num_params; ++i)
+    placed |= r.prog.params[i].shard_layer >= 0;
   if (!placed)
     die("--rebalance-every: this step program's expert placement is fixed (recompile it with "
         "this moec)");
-  if (prog.step_codec_bytes > 0)
+  if (r.prog.step_codec_bytes > 0)
     die("--rebalance-every with compressed gradient all-reduces is not supported yet: their "
         "per-rank codec state would not move with the experts");
 }
@@ -273,10 +289,10 @@ void Trainer::checkRebalance() const {
 /// The share of a step's compute in the routed experts: per token, top-k
 /// experts' FFN weights against every weight it multiplies (2 FLOPs per
 /// weight each way, the same factor for all, so weights suffice).
-double Trainer::expertShare(double topK) const {
+double Rebalancer::expertShare(double topK) const {
   double expert = 0, other = 0;
-  for (int i = 0; i < prog.num_params; ++i) {
-    const moert_param_info &p = prog.params[i];
+  for (int i = 0; i < r.prog.num_params; ++i) {
+    const moert_param_info &p = r.prog.params[i];
     double n = 1;
     for (int d = 0; d < p.rank; ++d)
       n *= static_cast<double>(p.shape[d]);
@@ -290,55 +306,62 @@ double Trainer::expertShare(double topK) const {
   return expert + other > 0 ? expert / (expert + other) : 0;
 }
 
-void Trainer::rebalance(long long s, double stepSeconds) {
-  if (o.rebalanceEvery <= 0)
+void Rebalancer::report(const StepState &, nlohmann::json *line) {
+  if (line)
+    (*line)["balancedness"] = balancedness();
+}
+
+void Rebalancer::endOfStep(const StepState &st) { rebalance(st.step, st.seconds); }
+
+void Rebalancer::rebalance(long long s, double stepSeconds) {
+  if (r.o.rebalanceEvery <= 0)
     return;
   // An exponential moving average of each expert's kept token-slots (the
   // rows it computes: a hot expert past its capacity computes the
   // capacity, wherever it sits) spanning about one window (weight
   // 2 / (N + 1) on the newest step): routing drifts while training, so
   // recent steps predict the next ones best.
-  recentLoads.emplace_back(keptCounts.begin(), keptCounts.end());
-  if (static_cast<long long>(recentLoads.size()) > o.rebalanceEvery)
+  recentLoads.emplace_back(r.keptCounts.begin(), r.keptCounts.end());
+  if (static_cast<long long>(recentLoads.size()) > r.o.rebalanceEvery)
     recentLoads.pop_front();
-  double alpha = 2.0 / (o.rebalanceEvery + 1.0);
+  double alpha = 2.0 / (r.o.rebalanceEvery + 1.0);
   if (loadWindow.empty())
-    loadWindow.assign(keptCounts.begin(), keptCounts.end());
-  for (size_t e = 0; e < keptCounts.size(); ++e)
-    loadWindow[e] += alpha * (keptCounts[e] - loadWindow[e]);
+    loadWindow.assign(r.keptCounts.begin(), r.keptCounts.end());
+  for (size_t e = 0; e < r.keptCounts.size(); ++e)
+    loadWindow[e] += alpha * (r.keptCounts[e] - loadWindow[e]);
   windowSeconds += stepSeconds;
   ++windowSteps;
-  if ((s + 1) % o.rebalanceEvery != 0 || s + 1 == o.steps)
+  if ((s + 1) % r.o.rebalanceEvery != 0 || s + 1 == r.o.steps)
     return;
   // Every rank decides from the same numbers: the ranks' mean step time.
   float seconds = static_cast<float>(windowSeconds / windowSteps);
-  if (moert_step_all_reduce(&ctx, &seconds, &seconds, 1,
+  if (moert_step_all_reduce(&r.ctx, &seconds, &seconds, 1,
                             MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
-    commError("step " + std::to_string(s) + ": rebalancing");
+    r.commError("step " + std::to_string(s) + ": rebalancing");
 
   // Routed token-slots per token: top-k.
-  double slots = std::accumulate(expertCounts.begin(), expertCounts.end(), 0.0);
+  double slots = std::accumulate(r.expertCounts.begin(), r.expertCounts.end(), 0.0);
   double topK =
-      slots / static_cast<double>(globalBatch * prog.seq_len * std::max(prog.num_moe_layers, 1));
+      slots / static_cast<double>(r.globalBatch * r.prog.seq_len * std::max(r.prog.num_moe_layers, 1));
   double share = expertShare(topK), meanStep = seconds;
   auto start = std::chrono::steady_clock::now();
-  int64_t sentBefore = comm ? moert_comm_bytes(comm, MOERT_ALL_GATHER) : 0;
+  int64_t sentBefore = r.comm ? moert_comm_bytes(r.comm, MOERT_ALL_GATHER) : 0;
   nlohmann::json moved = nlohmann::json::array(), before = nlohmann::json::array(),
                  after = nlohmann::json::array();
   int expertsMoved = 0;
   size_t offset = 0;
-  const std::vector<double> &speeds = epSpeedTable;
-  for (int l = 0; l < prog.num_moe_layers; ++l) {
-    size_t experts = prog.layer_experts[l];
+  const std::vector<double> &speeds = r.epSpeedTable;
+  for (int l = 0; l < r.prog.num_moe_layers; ++l) {
+    size_t experts = r.prog.layer_experts[l];
     std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
     offset += experts;
     // The greedy placement improved by swaps, or the one in force improved
     // by swaps (fewer moves) when it predicts as well.
     std::vector<int32_t> next = improveBySwaps(
-        load, proposeOrder(load, expertOrder[l], ep, replicaRoom[l], speeds), ep, speeds);
-    std::vector<int32_t> kept = improveBySwaps(load, expertOrder[l], ep, speeds);
-    if (scoreOf(rankLoads(load, kept, ep, speeds), speeds) <=
-        scoreOf(rankLoads(load, next, ep, speeds), speeds))
+        load, proposeOrder(load, r.expertOrder[l], r.ep, r.replicaRoom[l], speeds), r.ep, speeds);
+    std::vector<int32_t> kept = improveBySwaps(load, r.expertOrder[l], r.ep, speeds);
+    if (scoreOf(rankLoads(load, kept, r.ep, speeds), speeds) <=
+        scoreOf(rankLoads(load, next, r.ep, speeds), speeds))
       next = std::move(kept);
     // Judged on the window's steps one by one: the step waits for its most
     // loaded rank, and a proposal fitted to the average may not hold step
@@ -346,32 +369,32 @@ void Trainer::rebalance(long long s, double stepSeconds) {
     double oldMax = 0, newMax = 0, oldBalance = 0, newBalance = 0;
     for (const std::vector<int32_t> &counts : recentLoads) {
       std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
-      std::vector<double> oldRanks = rankLoads(stepLoad, expertOrder[l], ep, speeds);
-      std::vector<double> newRanks = rankLoads(stepLoad, next, ep, speeds);
+      std::vector<double> oldRanks = rankLoads(stepLoad, r.expertOrder[l], r.ep, speeds);
+      std::vector<double> newRanks = rankLoads(stepLoad, next, r.ep, speeds);
       oldMax += maxTime(oldRanks, speeds);
       newMax += maxTime(newRanks, speeds);
       oldBalance += balancednessOf(oldRanks, speeds) / recentLoads.size();
       newBalance += balancednessOf(newRanks, speeds) / recentLoads.size();
     }
     // Rows that change rank, times parameter and moments.
-    int changing = changingRank(expertOrder[l], next, ep);
+    int changing = changingRank(r.expertOrder[l], next, r.ep);
     double bytes = 0;
-    for (int i = 0; i < prog.num_params; ++i)
-      if (prog.params[i].shard_layer == l)
-        bytes += 3.0 * 4.0 * numel(prog.params[i]) / static_cast<double>(prog.params[i].shape[0]) *
+    for (int i = 0; i < r.prog.num_params; ++i)
+      if (r.prog.params[i].shard_layer == l)
+        bytes += 3.0 * 4.0 * numel(r.prog.params[i]) / static_cast<double>(r.prog.params[i].shape[0]) *
                  changing;
     // Replicas add their gradient sums to every step until the next
     // rebalancing.
     double replicaBytes = 0;
-    for (int i = 0; i < prog.num_params; ++i)
-      if (const moert_param_info &p = prog.params[i]; p.shard_layer == l && p.adamw) {
+    for (int i = 0; i < r.prog.num_params; ++i)
+      if (const moert_param_info &p = r.prog.params[i]; p.shard_layer == l && p.adamw) {
         int64_t rowSize = numel(p) / p.shape[0];
         replicaBytes += static_cast<double>(
-            moert_replica_sum_bytes(next.data(), positionsOf(l), rowSize, ep) -
-            moert_replica_sum_bytes(expertOrder[l].data(), positionsOf(l), rowSize, ep));
+            moert_replica_sum_bytes(next.data(), r.positionsOf(l), rowSize, r.ep) -
+            moert_replica_sum_bytes(r.expertOrder[l].data(), r.positionsOf(l), rowSize, r.ep));
       }
-    bytes += std::max(0.0, replicaBytes) * o.rebalanceEvery;
-    double gain = o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
+    bytes += std::max(0.0, replicaBytes) * r.o.rebalanceEvery;
+    double gain = r.o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
     double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
     if (changing == 0 || !(gain > cost))
       continue;
@@ -386,14 +409,14 @@ void Trainer::rebalance(long long s, double stepSeconds) {
   if (moved.empty())
     return;
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int64_t sent = (comm ? moert_comm_bytes(comm, MOERT_ALL_GATHER) : 0) - sentBefore;
+  int64_t sent = (r.comm ? moert_comm_bytes(r.comm, MOERT_ALL_GATHER) : 0) - sentBefore;
   float perByte[2] = {static_cast<float>(took), static_cast<float>(sent)};
-  if (moert_step_all_reduce(&ctx, perByte, perByte, 2,
+  if (moert_step_all_reduce(&r.ctx, perByte, perByte, 2,
                             MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
-    commError("step " + std::to_string(s) + ": rebalancing");
+    r.commError("step " + std::to_string(s) + ": rebalancing");
   if (perByte[1] > 0)
     secondsPerByte = perByte[0] / perByte[1];
-  if (lead) {
+  if (r.lead) {
     std::printf("step %lld: moved %d experts between ranks (layers", s + 1, expertsMoved);
     for (auto &l : moved)
       std::printf(" %d", l.get<int>());
@@ -402,8 +425,8 @@ void Trainer::rebalance(long long s, double stepSeconds) {
       std::printf(" %.2f -> %.2f", before[i].get<double>(), after[i].get<double>());
     std::printf(", %.1f MB in %.3f s\n", sent / 1e6, took);
   }
-  if (metrics)
-    writeMetrics({{"step", s + 1},
+  if (r.metrics)
+    r.writeMetrics({{"step", s + 1},
                   {"migration",
                    {{"layers", moved},
                     {"experts_moved", expertsMoved},
@@ -416,16 +439,16 @@ void Trainer::rebalance(long long s, double stepSeconds) {
 /// Moves layer `l` to `order`: each rank receives the rows (weights,
 /// moments) of the experts it gains and keeps the others, in place (the
 /// step program reads the tensors through fixed pointers).
-void Trainer::migrate(int l, std::vector<int32_t> order) {
+void Rebalancer::migrate(int l, std::vector<int32_t> order) {
   // Only the rows of the experts a rank gains travel (weights and AdamW
   // moments), each from the first rank that held it; the rest stay.
-  deviceSync();
-  const std::vector<int32_t> &old = expertOrder[l];
-  size_t local = old.size() / static_cast<size_t>(ep);
-  int32_t experts = prog.layer_experts[l];
-  auto slot = [&](const std::vector<int32_t> &o, int r, int32_t e) -> int64_t {
+  r.deviceSync();
+  const std::vector<int32_t> &old = r.expertOrder[l];
+  size_t local = old.size() / static_cast<size_t>(r.ep);
+  int32_t experts = r.prog.layer_experts[l];
+  auto slot = [&](const std::vector<int32_t> &in, int rk, int32_t e) -> int64_t {
     for (size_t j = 0; j < local; ++j)
-      if (o[r * local + j] == e)
+      if (in[rk * local + j] == e)
         return static_cast<int64_t>(j);
     return -1;
   };
@@ -435,37 +458,37 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
       source[old[p]] = static_cast<int>(p / local);
   // Each moving expert's index in its source's list, and the longest list.
   std::vector<int64_t> indexAtSource(experts, -1);
-  std::vector<int64_t> sent(ep, 0);
-  std::vector<int32_t> mine; // the experts this rank sends, in order
+  std::vector<int64_t> sent(r.ep, 0);
+  std::vector<int32_t> sending; // the experts this rank sends, in order
   for (int32_t e = 0; e < experts; ++e) {
     bool gained = false;
-    for (int r = 0; r < ep && !gained; ++r)
-      gained = slot(order, r, e) >= 0 && slot(old, r, e) < 0;
+    for (int k = 0; k < r.ep && !gained; ++k)
+      gained = slot(order, k, e) >= 0 && slot(old, k, e) < 0;
     if (!gained)
       continue;
     indexAtSource[e] = sent[source[e]]++;
-    if (source[e] == epIndex)
-      mine.push_back(e);
+    if (source[e] == r.epIndex)
+      sending.push_back(e);
   }
   int64_t most = *std::max_element(sent.begin(), sent.end());
-  std::vector<int32_t> epGroup(ep);
-  int epSize = moert_grid_group(&ctx, MOERT_AXIS_EP, epGroup.data());
+  std::vector<int32_t> epGroup(r.ep);
+  int epSize = moert_grid_group(&r.ctx, MOERT_AXIS_EP, epGroup.data());
   // Each new slot's old slot on this rank, where it keeps an expert that
   // changes slot (-1: unchanged, empty or received).
   std::vector<int64_t> keptFrom(local, -1);
   for (size_t j = 0; j < local; ++j)
-    if (int32_t e = order[epIndex * local + j]; e >= 0 && e != old[epIndex * local + j])
-      keptFrom[j] = slot(old, epIndex, e);
+    if (int32_t e = order[r.epIndex * local + j]; e >= 0 && e != old[r.epIndex * local + j])
+      keptFrom[j] = slot(old, r.epIndex, e);
   auto move = [&](moert::AlignedFloats &t) {
     size_t rowSize = t.size() / local;
-    std::vector<float> send(static_cast<size_t>(most) * rowSize), recv(send.size() * ep);
-    for (size_t k = 0; k < mine.size(); ++k)
-      std::copy_n(t.begin() + slot(old, epIndex, mine[k]) * rowSize, rowSize,
+    std::vector<float> send(static_cast<size_t>(most) * rowSize), recv(send.size() * r.ep);
+    for (size_t k = 0; k < sending.size(); ++k)
+      std::copy_n(t.begin() + slot(old, r.epIndex, sending[k]) * rowSize, rowSize,
                   send.begin() + k * rowSize);
     if (most > 0 &&
-        moert_all_gather(comm, send.data(), static_cast<int64_t>(send.size() * sizeof(float)),
+        moert_all_gather(r.comm, send.data(), static_cast<int64_t>(send.size() * sizeof(float)),
                          recv.data(), epGroup.data(), epSize) != 0)
-      commError("moving experts");
+      r.commError("moving experts");
     // In place, only the rows whose expert changes: kept experts that
     // change slot are set aside first (their old rows may be overwritten).
     std::vector<float> stash;
@@ -476,9 +499,9 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
         stash.insert(stash.end(), t.begin() + kept * rowSize, t.begin() + (kept + 1) * rowSize);
       }
     for (size_t j = 0; j < local; ++j) {
-      int32_t e = order[epIndex * local + j];
+      int32_t e = order[r.epIndex * local + j];
       float *to = t.data() + j * rowSize;
-      if (e == old[epIndex * local + j])
+      if (e == old[r.epIndex * local + j])
         continue;
       if (e < 0)
         std::fill_n(to, rowSize, 0.0f);
@@ -488,40 +511,17 @@ void Trainer::migrate(int l, std::vector<int32_t> order) {
         std::copy_n(recv.begin() + (source[e] * most + indexAtSource[e]) * rowSize, rowSize, to);
     }
   };
-  for (int i = 0; i < prog.num_params; ++i)
-    if (prog.params[i].shard_layer == l) {
-      move(params[i]);
-      if (!moments[2 * i].empty()) {
-        move(moments[2 * i]);
-        move(moments[2 * i + 1]);
+  for (int i = 0; i < r.prog.num_params; ++i)
+    if (r.prog.params[i].shard_layer == l) {
+      move(r.params[i]);
+      if (!r.moments[2 * i].empty()) {
+        move(r.moments[2 * i]);
+        move(r.moments[2 * i + 1]);
       }
     }
-  expertOrder[l] = std::move(order);
-  orderPtrs[l] = expertOrder[l].data();
-  deviceWrote();
-}
-
-/// The device speed of each ep rank of this rank's dp group (its slowest tp
-/// rank's): --emulate-cluster's, else, on a mixed cluster's binary (unequal
-/// token shares), its data replica's share over the largest, as the planner
-/// gives each replica sequences in proportion to its devices' speed; else 1.
-std::vector<double> Trainer::epSpeeds() const {
-  std::vector<double> speeds(ep, 1.0);
-  int d = replica / ep;
-  if (o.rankSpeeds.empty() && moec_program.replica_batches) {
-    int64_t most = 1;
-    for (int r = 0; r < replicas; ++r)
-      most = std::max(most, moec_program.replica_batches[r]);
-    for (int e = 0; e < ep; ++e)
-      speeds[e] =
-          static_cast<double>(std::max<int64_t>(moec_program.replica_batches[d * ep + e], 1)) /
-          static_cast<double>(most);
-    return speeds;
-  }
-  for (int e = 0; e < ep; ++e)
-    for (int t = 0; t < tp; ++t)
-      speeds[e] = std::min(speeds[e], deviceSpeed((d * ep + e) * tp + t));
-  return speeds;
+  r.expertOrder[l] = std::move(order);
+  r.orderPtrs[l] = r.expertOrder[l].data();
+  r.deviceWrote();
 }
 
 /// Each MoE layer's balancedness in the last step under the placement in
@@ -529,15 +529,15 @@ std::vector<double> Trainer::epSpeeds() const {
 /// proportion to the ep ranks' speeds over the slowest rank's time (1:
 /// even; at equal speeds the mean over the max of the ranks' kept
 /// token-slots).
-nlohmann::json Trainer::balancedness() const {
+nlohmann::json Rebalancer::balancedness() const {
   nlohmann::json layers = nlohmann::json::array();
-  const std::vector<double> &speeds = epSpeedTable;
+  const std::vector<double> &speeds = r.epSpeedTable;
   size_t offset = 0;
-  for (int l = 0; l < prog.num_moe_layers; ++l) {
-    size_t experts = prog.layer_experts[l];
-    std::vector<double> load(keptCounts.begin() + offset, keptCounts.begin() + offset + experts);
+  for (int l = 0; l < r.prog.num_moe_layers; ++l) {
+    size_t experts = r.prog.layer_experts[l];
+    std::vector<double> load(r.keptCounts.begin() + offset, r.keptCounts.begin() + offset + experts);
     offset += experts;
-    layers.push_back(balancednessOf(rankLoads(load, expertOrder[l], ep, speeds), speeds));
+    layers.push_back(balancednessOf(rankLoads(load, r.expertOrder[l], r.ep, speeds), speeds));
   }
   return layers;
 }

@@ -1,13 +1,12 @@
-//===- TrainerEval.cpp - validation loss and text sampling ----------------===//
+//===- Sampling.cpp - text sampling (--sample) ----------------------------===//
 //
-// Both run the step program's evaluation step (the forward loss, no
-// update) on every rank: the validation loss over the same held-out windows
-// at every evaluation, and --sample, which continues --prompt one token at
-// a time, drawn by the lead rank and broadcast to the others.
+// --sample N continues --prompt one token at a time with the step
+// program's evaluation step: the lead rank draws each token from the
+// logits and broadcasts it to the others.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Trainer.h"
+#include "Sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,103 +62,86 @@ int32_t drawToken(const float *logits, int64_t vocab, double temperature, long l
 
 } // namespace
 
-/// The mean validation loss over --eval-batches held-out batches after
-/// `step` steps; the lead rank prints it and writes it to the metrics.
-double Trainer::evaluate(long long step) {
-  valSampler.setPosition(0);
-  std::vector<int32_t> in, tg;
-  double total = 0;
-  for (long long b = 0; b < o.evalBatches; ++b) {
-    valSampler.next(in, tg);
-    float loss = 0;
-    if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss, nullptr) != 0)
-      commError("evaluation failed in a kernel or collective");
-    total += loss;
-  }
-  double mean = total / o.evalBatches;
-  if (!lead)
-    return mean;
-  if (bar)
-    std::printf("\r\033[K");
-  std::printf("step %5lld  validation loss %.4f (%lld x %lld held-out tokens)\n", step, mean,
-              (long long)o.evalBatches, (long long)(globalBatch * prog.seq_len));
-  if (metrics)
-    writeMetrics({{"step", step}, {"val_loss", mean}});
-  return mean;
+void Sampling::onFinish(const RunEnd &end) {
+  if (!end.stopped && r.o.sample > 0)
+    sampleText();
 }
 
-/// --sample: --sample tokens continuing the prompt. Row 0 holds the context
-/// (the last seq_len tokens); positions after it cannot influence it
-/// (causal attention) and come later in routing priority. The other rows
-/// hold held-out text, so the experts see a typical load.
-void Trainer::checkSampling() const {
-  if (o.sample <= 0)
+void Sampling::withoutTraining() { sampleText(); }
+
+/// --sample and --prompt, checked before anything runs.
+void Sampling::configure() {
+  if (r.o.sample <= 0)
     return;
-  if (!prog.eval_step)
+  if (!r.prog.eval_step)
     die("--sample: this binary has no evaluation step to sample from");
-  promptTokens(o, data, prog.vocab);
+  promptTokens(r.o, r.data, r.prog.vocab);
 }
 
-void Trainer::sampleText() {
-  const std::vector<int32_t> prompt = promptTokens(o, data, prog.vocab);
+/// --sample tokens continuing the prompt. Row 0 holds the context (the
+/// last seq_len tokens); positions after it cannot influence it (causal
+/// attention) and come later in routing priority. The other rows hold
+/// held-out text, so the experts see a typical load.
+void Sampling::sampleText() {
+  const std::vector<int32_t> prompt = promptTokens(r.o, r.data, r.prog.vocab);
   std::vector<int32_t> context = prompt, in, tg;
-  std::mt19937_64 rng(sh.seed + 2);
-  moert::AlignedFloats logits(static_cast<size_t>(prog.batch * prog.seq_len * prog.vocab));
+  std::mt19937_64 rng(r.sh.seed + 2);
+  moert::AlignedFloats logits(static_cast<size_t>(r.prog.batch * r.prog.seq_len * r.prog.vocab));
   std::string error;
-  if (data.size() == 0) {
+  if (r.data.size() == 0) {
     // No data (sampling from a checkpoint): the other rows are token 0.
-    in.assign(static_cast<size_t>(globalBatch * prog.seq_len), 0);
+    in.assign(static_cast<size_t>(r.globalBatch * r.prog.seq_len), 0);
     tg = in;
   } else {
     bool heldOut =
-        moert::BatchSampler(data, sh.split, data.size(), globalBatch, prog.seq_len, sh.seed + 3)
+        moert::BatchSampler(r.data, r.sh.split, r.data.size(), r.globalBatch, r.prog.seq_len, r.sh.seed + 3)
             .valid(error);
-    moert::BatchSampler filler(data, heldOut ? sh.split : 0, data.size(), globalBatch, prog.seq_len,
-                               sh.seed + 3);
+    moert::BatchSampler filler(r.data, heldOut ? r.sh.split : 0, r.data.size(), r.globalBatch, r.prog.seq_len,
+                               r.sh.seed + 3);
     filler.next(in, tg);
   }
   std::vector<int32_t> generated;
-  for (long long i = 0; i < o.sample; ++i) {
+  for (long long i = 0; i < r.o.sample; ++i) {
     int32_t next = sampleNext(context, in, tg, logits, rng);
     context.push_back(next);
     generated.push_back(next);
   }
-  if (lead)
+  if (r.lead)
     printSample(prompt, context, generated);
 }
 
 /// The token after `context`, from the evaluation step's logits at its last
 /// position. Row 0 of the global batch is row 0 of rank 0: it draws the
 /// token and tells the others.
-int32_t Trainer::sampleNext(const std::vector<int32_t> &context, std::vector<int32_t> &in,
+int32_t Sampling::sampleNext(const std::vector<int32_t> &context, std::vector<int32_t> &in,
                             const std::vector<int32_t> &tg, moert::AlignedFloats &logits,
                             std::mt19937_64 &rng) {
-  size_t n = std::min<size_t>(context.size(), static_cast<size_t>(prog.seq_len));
+  size_t n = std::min<size_t>(context.size(), static_cast<size_t>(r.prog.seq_len));
   std::copy(context.end() - n, context.end(), in.begin());
-  std::fill(in.begin() + n, in.begin() + prog.seq_len, 0);
+  std::fill(in.begin() + n, in.begin() + r.prog.seq_len, 0);
   float loss = 0;
-  if (prog.eval_step(&ctx, aligned(mine(in), inA), aligned(mine(tg), tgA), &loss,
-                     lead ? logits.data() : nullptr) != 0)
-    commError("sampling failed in a kernel or collective");
+  if (r.prog.eval_step(&r.ctx, r.aligned(r.mine(in), r.inA), r.aligned(r.mine(tg), r.tgA), &loss,
+                     r.lead ? logits.data() : nullptr) != 0)
+    r.commError("sampling failed in a kernel or collective");
   int32_t next =
-      lead ? drawToken(logits.data() + (n - 1) * prog.vocab, prog.vocab, o.temperature, o.topK, rng)
+      r.lead ? drawToken(logits.data() + (n - 1) * r.prog.vocab, r.prog.vocab, r.o.temperature, r.o.topK, rng)
            : 0;
-  if (ranks > 1) {
-    std::vector<int32_t> all(ranks);
-    int size = moert_grid_group(&ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, all.data());
-    if (moert_broadcast(comm, &next, sizeof next, 0, all.data(), size) != 0)
-      commError("sampling: broadcasting the next token");
+  if (r.ranks > 1) {
+    std::vector<int32_t> all(r.ranks);
+    int size = moert_grid_group(&r.ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, all.data());
+    if (moert_broadcast(r.comm, &next, sizeof next, 0, all.data(), size) != 0)
+      r.commError("sampling: broadcasting the next token");
   }
   return next;
 }
 
 /// The sample (lead rank): text with unprintable bytes as '?', or the
 /// prompt's and the generated token ids for token data; and its metrics.
-void Trainer::printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
+void Sampling::printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
                           const std::vector<int32_t> &generated) {
-  std::printf("sample (%lld tokens, temperature %g%s):\n", o.sample, o.temperature,
-              o.topK ? (", top-k " + std::to_string(o.topK)).c_str() : "");
-  if (!data.wide()) {
+  std::printf("sample (%lld tokens, temperature %g%s):\n", r.o.sample, r.o.temperature,
+              r.o.topK ? (", top-k " + std::to_string(r.o.topK)).c_str() : "");
+  if (!r.data.wide()) {
     std::string out;
     for (int32_t t : context) // the prompt, then the generated tokens
       out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);
@@ -172,6 +154,6 @@ void Trainer::printSample(const std::vector<int32_t> &prompt, const std::vector<
       std::printf(" %d", t);
     std::printf("\n");
   }
-  if (metrics)
-    writeMetrics({{"sample_prompt", prompt}, {"sample", generated}});
+  if (r.metrics)
+    r.writeMetrics({{"sample_prompt", prompt}, {"sample", generated}});
 }
