@@ -34,7 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "../comm/CommImpl.h"
 #include "CopyBytes.h"
 #include "StepReduce.h"
 #include "Trace.h"

@@ -1,7 +1,7 @@
 //===- Codecs.cpp - compression of collective payloads --------------------===//
 
 #include "CopyBytes.h"
-#include "HostStaging.h"
+#include "../comm/HostStaging.h"
 #include "moert/Codecs.h"
 
 #include <algorithm>

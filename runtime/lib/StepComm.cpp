@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "../comm/CommImpl.h"
 #include "CopyBytes.h"
 #include "StepReduce.h"
 #include "Placement.h"

@@ -83,7 +83,7 @@ void decode(const CodecSpec &spec, const uint8_t *bytes, int64_t n, float *out, 
 /// moert_buffer): the floats (n = their bytes / 4) and the encoded bytes
 /// (exactly encodedBytes(...)) may each be on the host or on a device. The
 /// codecs run on the host: a device buffer is staged through host memory as
-/// the host communicators stage it (runtime/lib/HostStaging.h), the output
+/// the host communicators stage it (runtime/comm/HostStaging.h), the output
 /// copied back to the device. False with `error` on a size that does not
 /// fit or a failed copy.
 bool encodeBuffer(const CodecSpec &spec, const moert_buffer &data, const moert_buffer &out,

@@ -3,7 +3,7 @@
  * The communicator backends a binary holds, in a table the binary fills at
  * start-up and the trainer's --comm NAME chooses from (default: the first
  * backend whose launcher started this process, e.g. mpi under mpirun, else
- * threads). `threads` (ThreadComm.cpp) is always there; every other backend
+ * threads). `threads` (comm/threads/) is always there; every other backend
  * registers itself with moert_comm_register_backend: libmoert_mpi does it
  * in moert_mpi_register, which a static initialiser of its object calls
  * when the binary links it (moec links it whole). docs/AddingACommunicator.md

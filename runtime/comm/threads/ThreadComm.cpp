@@ -12,9 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
-#include "CopyBytes.h"
-#include "Staging.h"
+#include "../CommImpl.h"
+#include "../../lib/CopyBytes.h"
+#include "../../lib/Staging.h"
 #include "moert/CommBackend.h"
 
 #include <algorithm>

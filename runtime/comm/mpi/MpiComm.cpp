@@ -15,7 +15,7 @@
 
 #include "moert/MpiComm.h"
 
-#include "CommImpl.h"
+#include "../CommImpl.h"
 #include "moert/CommBackend.h"
 
 #include <mpi.h>

@@ -1,9 +1,9 @@
 //===- Comm.cpp - the communicator C ABI over its backends ----------------===//
 
 #include "CommImpl.h"
-#include "CopyBytes.h"
-#include "Staging.h"
-#include "Trace.h"
+#include "../lib/CopyBytes.h"
+#include "../lib/Staging.h"
+#include "../lib/Trace.h"
 
 #include <algorithm>
 #include <vector>
