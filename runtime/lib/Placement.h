@@ -3,7 +3,7 @@
 // A placement lists the expert at each position of a MoE layer (-1: an
 // empty position; an expert at several positions is replicated). Shared by
 // the step's collectives (StepComm.cpp), moe.place_slots (Program.cpp) and
-// online rebalancing (TrainerRebalance.cpp). Internal to the runtime.
+// online rebalancing (trainer/Rebalancer.cpp). Internal to the runtime.
 //
 //===----------------------------------------------------------------------===//
 

@@ -313,14 +313,13 @@ void Rebalancer::report(const StepState &, nlohmann::json *line) {
 
 void Rebalancer::endOfStep(const StepState &st) { rebalance(st.step, st.seconds); }
 
-void Rebalancer::rebalance(long long s, double stepSeconds) {
-  if (r.o.rebalanceEvery <= 0)
-    return;
-  // An exponential moving average of each expert's kept token-slots (the
-  // rows it computes: a hot expert past its capacity computes the
-  // capacity, wherever it sits) spanning about one window (weight
-  // 2 / (N + 1) on the newest step): routing drifts while training, so
-  // recent steps predict the next ones best.
+/// Adds a step's kept token-slots to the load monitor: an exponential
+/// moving average of each expert's (the rows it computes: a hot expert past
+/// its capacity computes the capacity, wherever it sits) spanning about one
+/// window (weight 2 / (N + 1) on the newest step), since routing drifts
+/// while training and recent steps predict the next ones best; and the last
+/// N steps' counts one by one.
+void Rebalancer::watch(double stepSeconds) {
   recentLoads.emplace_back(r.keptCounts.begin(), r.keptCounts.end());
   if (static_cast<long long>(recentLoads.size()) > r.o.rebalanceEvery)
     recentLoads.pop_front();
@@ -331,6 +330,67 @@ void Rebalancer::rebalance(long long s, double stepSeconds) {
     loadWindow[e] += alpha * (r.keptCounts[e] - loadWindow[e]);
   windowSeconds += stepSeconds;
   ++windowSteps;
+}
+
+/// MoE layer `l`'s proposal (its experts' loads at `offset` of the
+/// window), judged by the rule: `meanStep` the ranks' mean step seconds,
+/// `share` the experts' share of a step.
+Rebalancer::Proposal Rebalancer::propose(int l, size_t offset, double meanStep,
+                                         double share) const {
+  const std::vector<double> &speeds = r.epSpeedTable;
+  const std::vector<int32_t> &order = r.expertOrder[l];
+  size_t experts = r.prog.layer_experts[l];
+  std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
+  Proposal out;
+  // The greedy placement improved by swaps, or the one in force improved
+  // by swaps (fewer moves) when it predicts as well.
+  out.order = improveBySwaps(load, proposeOrder(load, order, r.ep, r.replicaRoom[l], speeds), r.ep,
+                             speeds);
+  std::vector<int32_t> kept = improveBySwaps(load, order, r.ep, speeds);
+  if (scoreOf(rankLoads(load, kept, r.ep, speeds), speeds) <=
+      scoreOf(rankLoads(load, out.order, r.ep, speeds), speeds))
+    out.order = std::move(kept);
+  // Judged on the window's steps one by one: the step waits for its most
+  // loaded rank, and a proposal fitted to the average may not hold step
+  // by step (routing noise and drift).
+  double oldMax = 0, newMax = 0;
+  for (const std::vector<int32_t> &counts : recentLoads) {
+    std::vector<double> stepLoad(counts.begin() + offset, counts.begin() + offset + experts);
+    std::vector<double> oldRanks = rankLoads(stepLoad, order, r.ep, speeds);
+    std::vector<double> newRanks = rankLoads(stepLoad, out.order, r.ep, speeds);
+    oldMax += maxTime(oldRanks, speeds);
+    newMax += maxTime(newRanks, speeds);
+    out.oldBalance += balancednessOf(oldRanks, speeds) / recentLoads.size();
+    out.newBalance += balancednessOf(newRanks, speeds) / recentLoads.size();
+  }
+  // Rows that change rank, times parameter and moments.
+  out.changing = changingRank(order, out.order, r.ep);
+  double bytes = 0;
+  for (int i = 0; i < r.prog.num_params; ++i)
+    if (r.prog.params[i].shard_layer == l)
+      bytes += 3.0 * 4.0 * numel(r.prog.params[i]) /
+               static_cast<double>(r.prog.params[i].shape[0]) * out.changing;
+  // Replicas add their gradient sums to every step until the next
+  // rebalancing.
+  double replicaBytes = 0;
+  for (int i = 0; i < r.prog.num_params; ++i)
+    if (const moert_param_info &p = r.prog.params[i]; p.shard_layer == l && p.adamw) {
+      int64_t rowSize = numel(p) / p.shape[0];
+      replicaBytes += static_cast<double>(
+          moert_replica_sum_bytes(out.order.data(), r.positionsOf(l), rowSize, r.ep) -
+          moert_replica_sum_bytes(order.data(), r.positionsOf(l), rowSize, r.ep));
+    }
+  bytes += std::max(0.0, replicaBytes) * r.o.rebalanceEvery;
+  double gain = r.o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
+  double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
+  out.pays = out.changing > 0 && gain > cost;
+  return out;
+}
+
+void Rebalancer::rebalance(long long s, double stepSeconds) {
+  if (r.o.rebalanceEvery <= 0)
+    return;
+  watch(stepSeconds);
   if ((s + 1) % r.o.rebalanceEvery != 0 || s + 1 == r.o.steps)
     return;
   // Every rank decides from the same numbers: the ranks' mean step time.
@@ -338,102 +398,61 @@ void Rebalancer::rebalance(long long s, double stepSeconds) {
   if (moert_step_all_reduce(&r.ctx, &seconds, &seconds, 1,
                             MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
     r.commError("step " + std::to_string(s) + ": rebalancing");
-
   // Routed token-slots per token: top-k.
   double slots = std::accumulate(r.expertCounts.begin(), r.expertCounts.end(), 0.0);
-  double topK =
-      slots / static_cast<double>(r.globalBatch * r.prog.seq_len * std::max(r.prog.num_moe_layers, 1));
+  double topK = slots / static_cast<double>(r.globalBatch * r.prog.seq_len *
+                                            std::max(r.prog.num_moe_layers, 1));
   double share = expertShare(topK), meanStep = seconds;
   auto start = std::chrono::steady_clock::now();
   int64_t sentBefore = r.comm ? moert_comm_bytes(r.comm, MOERT_ALL_GATHER) : 0;
-  nlohmann::json moved = nlohmann::json::array(), before = nlohmann::json::array(),
-                 after = nlohmann::json::array();
-  int expertsMoved = 0;
+  Migration done;
   size_t offset = 0;
-  const std::vector<double> &speeds = r.epSpeedTable;
   for (int l = 0; l < r.prog.num_moe_layers; ++l) {
-    size_t experts = r.prog.layer_experts[l];
-    std::vector<double> load(loadWindow.begin() + offset, loadWindow.begin() + offset + experts);
-    offset += experts;
-    // The greedy placement improved by swaps, or the one in force improved
-    // by swaps (fewer moves) when it predicts as well.
-    std::vector<int32_t> next = improveBySwaps(
-        load, proposeOrder(load, r.expertOrder[l], r.ep, r.replicaRoom[l], speeds), r.ep, speeds);
-    std::vector<int32_t> kept = improveBySwaps(load, r.expertOrder[l], r.ep, speeds);
-    if (scoreOf(rankLoads(load, kept, r.ep, speeds), speeds) <=
-        scoreOf(rankLoads(load, next, r.ep, speeds), speeds))
-      next = std::move(kept);
-    // Judged on the window's steps one by one: the step waits for its most
-    // loaded rank, and a proposal fitted to the average may not hold step
-    // by step (routing noise and drift).
-    double oldMax = 0, newMax = 0, oldBalance = 0, newBalance = 0;
-    for (const std::vector<int32_t> &counts : recentLoads) {
-      std::vector<double> stepLoad(counts.begin() + (offset - experts), counts.begin() + offset);
-      std::vector<double> oldRanks = rankLoads(stepLoad, r.expertOrder[l], r.ep, speeds);
-      std::vector<double> newRanks = rankLoads(stepLoad, next, r.ep, speeds);
-      oldMax += maxTime(oldRanks, speeds);
-      newMax += maxTime(newRanks, speeds);
-      oldBalance += balancednessOf(oldRanks, speeds) / recentLoads.size();
-      newBalance += balancednessOf(newRanks, speeds) / recentLoads.size();
-    }
-    // Rows that change rank, times parameter and moments.
-    int changing = changingRank(r.expertOrder[l], next, r.ep);
-    double bytes = 0;
-    for (int i = 0; i < r.prog.num_params; ++i)
-      if (r.prog.params[i].shard_layer == l)
-        bytes += 3.0 * 4.0 * numel(r.prog.params[i]) / static_cast<double>(r.prog.params[i].shape[0]) *
-                 changing;
-    // Replicas add their gradient sums to every step until the next
-    // rebalancing.
-    double replicaBytes = 0;
-    for (int i = 0; i < r.prog.num_params; ++i)
-      if (const moert_param_info &p = r.prog.params[i]; p.shard_layer == l && p.adamw) {
-        int64_t rowSize = numel(p) / p.shape[0];
-        replicaBytes += static_cast<double>(
-            moert_replica_sum_bytes(next.data(), r.positionsOf(l), rowSize, r.ep) -
-            moert_replica_sum_bytes(r.expertOrder[l].data(), r.positionsOf(l), rowSize, r.ep));
-      }
-    bytes += std::max(0.0, replicaBytes) * r.o.rebalanceEvery;
-    double gain = r.o.rebalanceEvery * meanStep * share * (oldMax > 0 ? 1 - newMax / oldMax : 0);
-    double cost = bytes * (secondsPerByte >= 0 ? secondsPerByte : meanStep / std::max(bytes, 1.0));
-    if (changing == 0 || !(gain > cost))
+    Proposal proposal = propose(l, offset, meanStep, share);
+    offset += r.prog.layer_experts[l];
+    if (!proposal.pays)
       continue;
-    before.push_back(oldBalance);
-    after.push_back(newBalance);
-    moved.push_back(l);
-    expertsMoved += changing;
-    migrate(l, std::move(next));
+    done.before.push_back(proposal.oldBalance);
+    done.after.push_back(proposal.newBalance);
+    done.layers.push_back(l);
+    done.experts += proposal.changing;
+    migrate(l, std::move(proposal.order));
   }
   windowSeconds = 0;
   windowSteps = 0;
-  if (moved.empty())
+  if (done.layers.empty())
     return;
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int64_t sent = (r.comm ? moert_comm_bytes(r.comm, MOERT_ALL_GATHER) : 0) - sentBefore;
-  float perByte[2] = {static_cast<float>(took), static_cast<float>(sent)};
+  done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done.bytes = (r.comm ? moert_comm_bytes(r.comm, MOERT_ALL_GATHER) : 0) - sentBefore;
+  float perByte[2] = {static_cast<float>(done.seconds), static_cast<float>(done.bytes)};
   if (moert_step_all_reduce(&r.ctx, perByte, perByte, 2,
                             MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 1, 1.0) != 0)
     r.commError("step " + std::to_string(s) + ": rebalancing");
   if (perByte[1] > 0)
     secondsPerByte = perByte[0] / perByte[1];
+  reportMigration(s, done);
+}
+
+/// The lead rank's line and the metrics' "migration".
+void Rebalancer::reportMigration(long long s, const Migration &done) {
   if (r.lead) {
-    std::printf("step %lld: moved %d experts between ranks (layers", s + 1, expertsMoved);
-    for (auto &l : moved)
-      std::printf(" %d", l.get<int>());
+    std::printf("step %lld: moved %d experts between ranks (layers", s + 1, done.experts);
+    for (int l : done.layers)
+      std::printf(" %d", l);
     std::printf("), balancedness");
-    for (size_t i = 0; i < moved.size(); ++i)
-      std::printf(" %.2f -> %.2f", before[i].get<double>(), after[i].get<double>());
-    std::printf(", %.1f MB in %.3f s\n", sent / 1e6, took);
+    for (size_t i = 0; i < done.layers.size(); ++i)
+      std::printf(" %.2f -> %.2f", done.before[i], done.after[i]);
+    std::printf(", %.1f MB in %.3f s\n", done.bytes / 1e6, done.seconds);
   }
   if (r.metrics)
     r.writeMetrics({{"step", s + 1},
-                  {"migration",
-                   {{"layers", moved},
-                    {"experts_moved", expertsMoved},
-                    {"bytes", sent},
-                    {"seconds", took},
-                    {"balancedness_before", before},
-                    {"balancedness_predicted", after}}}});
+                    {"migration",
+                     {{"layers", done.layers},
+                      {"experts_moved", done.experts},
+                      {"bytes", done.bytes},
+                      {"seconds", done.seconds},
+                      {"balancedness_before", done.before},
+                      {"balancedness_predicted", done.after}}}});
 }
 
 /// Moves layer `l` to `order`: each rank receives the rows (weights,

@@ -33,6 +33,25 @@ private:
   /// Adds step `s`'s loads to the window; every --rebalance-every steps,
   /// moves the experts of the layers where the rule says it pays.
   void rebalance(long long s, double stepSeconds);
+  void watch(double stepSeconds);
+  /// A layer's new placement, and what the rule says of it.
+  struct Proposal {
+    std::vector<int32_t> order;
+    int changing = 0;                   ///< expert copies that change rank
+    bool pays = false;                  ///< gain > cost
+    double oldBalance = 0, newBalance = 0; ///< over the window's steps
+  };
+  Proposal propose(int layer, size_t offset, double meanStep, double share) const;
+  /// What one rebalancing moved: layers, expert copies, all-gathered bytes
+  /// and seconds, each layer's balancedness before and predicted.
+  struct Migration {
+    std::vector<int> layers;
+    int experts = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+    std::vector<double> before, after;
+  };
+  void reportMigration(long long s, const Migration &done);
   void migrate(int layer, std::vector<int32_t> order);
   double expertShare(double topK) const;
 
