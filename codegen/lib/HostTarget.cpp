@@ -1,6 +1,7 @@
 //===- HostTarget.cpp - the Halide target of the kernels' CPU side --------===//
 
 #include "moe/Codegen/HostTarget.h"
+#include "moe/Codegen/TargetBackend.h"
 
 #include "moert/CpuTarget.h"
 
@@ -60,7 +61,7 @@ Expected<std::string> moec::codegen::resolveHostTarget(StringRef spec) {
       return fail("--host-target " + spec +
                   ": expected a Halide target arch-bits-os[-features], e.g. "
                   "x86-64-linux-avx-avx2-f16c-fma-sse41");
-    if (spec.contains("cuda") || spec.contains("opencl"))
+    if (targetInHalideTarget(spec))
       return fail("--host-target names the CPU's features only; the device is --target");
     return spec.str();
   }

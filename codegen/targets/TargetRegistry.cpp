@@ -10,6 +10,7 @@
 #include "moe/Codegen/TargetBackend.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/Twine.h"
 
 using namespace llvm;
@@ -94,6 +95,18 @@ Error moec::codegen::checkTargetOption(const TargetBackend &backend, StringRef n
 std::string moec::codegen::halideTarget(const TargetBackend &backend, StringRef hostTarget,
                                         const TargetOptionValues &values) {
   return hostTarget.str() + backend.halideFeatures(values);
+}
+
+const TargetBackend *moec::codegen::targetInHalideTarget(StringRef halideTarget) {
+  for (const TargetBackend *backend : registered()) {
+    std::string text = backend->halideFeatures({});
+    SmallVector<StringRef> features;
+    StringRef(text).split(features, '-', -1, /*KeepEmpty=*/false);
+    for (StringRef feature : features)
+      if (halideTarget.contains(feature))
+        return backend;
+  }
+  return nullptr;
 }
 
 Error TargetBackend::checkOption(StringRef, StringRef) const { return Error::success(); }

@@ -74,6 +74,12 @@ TEST(TargetRegistryTest, HalideTargetsAndOptions) {
             "--opencl-platform applies to no target");
 }
 
+TEST(TargetRegistryTest, AHalideTargetNamesItsDevice) {
+  EXPECT_EQ(targetInHalideTarget("x86-64-linux-avx2"), nullptr);
+  EXPECT_EQ(targetInHalideTarget("x86-64-linux-avx2-opencl"), lookupTarget("opencl"));
+  EXPECT_EQ(targetInHalideTarget("x86-64-linux-cuda_capability_75"), lookupTarget("cuda"));
+}
+
 TEST(TargetRegistryTest, TheEnumNamesItsBackEnd) {
   EXPECT_EQ(&lookupTarget(Target::Host), &defaultTarget());
   EXPECT_EQ(lookupTarget(Target::OpenCL).name(), "opencl");
@@ -91,6 +97,14 @@ TEST(TargetRegistryTest, TargetValuesMakeAFlag) {
   EXPECT_NE(testing::internal::GetCapturedStderr().find("Cannot find option named 'rocm'"),
             std::string::npos);
   flag.removeArgument();
+
+  // With external storage, as a driver's options struct binds it.
+  const TargetBackend *field = &defaultTarget();
+  llvm::cl::opt<const TargetBackend *, true> bound("test-bound-target", llvm::cl::desc("Where"),
+                                                   llvm::cl::location(field), TargetValues());
+  EXPECT_FALSE(bound.addOccurrence(0, "test-bound-target", "opencl"));
+  EXPECT_EQ(field, lookupTarget("opencl"));
+  bound.removeArgument();
 }
 
 /// A device back end registered nowhere: what a vendor folder would add.

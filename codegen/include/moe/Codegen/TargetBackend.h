@@ -129,6 +129,11 @@ llvm::Error checkTargetOption(const TargetBackend &backend, llvm::StringRef name
 std::string halideTarget(const TargetBackend &backend, llvm::StringRef hostTarget,
                          const TargetOptionValues &values);
 
+/// The back end whose Halide features `halideTarget` names (a feature of
+/// its default options, as a substring: `cuda` also finds
+/// `cuda_capability_75`), or null: a CPU's target names none.
+const TargetBackend *targetInHalideTarget(llvm::StringRef halideTarget);
+
 /// An `llvm::cl::opt<const TargetBackend *>` modifier (like `cl::values`):
 /// every registered back end is a value of the flag, with its description.
 struct TargetValues {
