@@ -192,7 +192,7 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                            "function");
     return success();
   }
-  if (name == kBufferPlanAttrName || name == kPlanAttrName) {
+  if (name == kBufferPlanAttrName || name == kPlanAttrName || name == kPlanReportAttrName) {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << name << "' must be a dictionary on a builtin.module";
     return success();

@@ -70,3 +70,11 @@ std::string moec::frontend::closestMatch(const std::string &word,
   }
   return best;
 }
+
+DiagnosticList DiagnosticList::warningsAsErrors() const {
+  DiagnosticList strict;
+  for (const Diagnostic &d : list)
+    strict.error(d.file, d.pos,
+                 d.kind == Diagnostic::Kind::Warning ? d.message + " [-Werror]" : d.message);
+  return strict;
+}

@@ -33,15 +33,25 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
     if (tp < 1)
       return fail("tp must be >= 1");
     if (ranks == 1) {
-      if (ep > 1 || tp > 1)
-        return fail("ep " + Twine(std::max<int64_t>(ep, 1)) + " x tp " + Twine(tp) +
-                    " needs ranks > 1");
+      if (ep > 1 || tp > 1 || dp > 1)
+        return fail("dp " + Twine(std::max<int64_t>(dp, 1)) + " x ep " +
+                    Twine(std::max<int64_t>(ep, 1)) + " x tp " + Twine(tp) + " needs ranks > 1");
       return;
     }
     if (ranks % tp != 0)
       return fail("tp " + Twine(tp) + " does not divide ranks " + Twine(ranks));
     // Tensor-parallel ranks share their replica's tokens.
-    int64_t replicas = ranks / tp;
+    int64_t replicas = dataReplicas(ranks, tp);
+    int64_t epGiven = ep;
+    if (dp < 0)
+      return fail("dp must be >= 0");
+    if (dp) {
+      // dp x ep x tp = ranks: dp alone sets ep.
+      if (replicas % dp != 0 || (ep && dp * ep != replicas))
+        return fail("dp " + Twine(dp) + (ep ? " x ep " + Twine(ep) : Twine("")) + " x tp " +
+                    Twine(tp) + " does not make ranks " + Twine(ranks));
+      epGiven = replicas / dp;
+    }
     if (module->hasAttr(MoEDialect::kGridAttrName))
       return fail("the module already has a moe.grid");
     // The expert count every layer's ep must divide.
@@ -49,7 +59,9 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
     module.walk([&](ExpertFFNOp ffn) {
       experts = std::gcd(experts, cast<RankedTensorType>(ffn.getX().getType()).getShape()[0]);
     });
-    int64_t degree = ep ? int64_t(ep) : experts ? std::gcd<int64_t>(experts, int64_t(replicas)) : 1;
+    int64_t degree = epGiven   ? epGiven
+                     : experts ? std::gcd<int64_t>(experts, int64_t(replicas))
+                               : 1;
     if (replicas % degree != 0)
       return fail(tp == 1
                       ? "ep " + Twine(degree) + " does not divide ranks " + Twine(ranks)
@@ -74,3 +86,7 @@ struct MakeGridPass : public moe::impl::MakeGridPassBase<MakeGridPass> {
 };
 
 } // namespace
+
+int64_t mlir::moe::dataReplicas(int64_t ranks, int64_t tp) {
+  return tp > 0 && ranks % tp == 0 ? ranks / tp : 0;
+}

@@ -16,6 +16,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     PlanShardingPassOptions plan;
     plan.reportJson = options.reportJson;
     plan.reportTable = options.reportTable;
+    plan.reportAttr = options.reportAttr;
     plan.dpDegree = options.dp;
     plan.epDegree = options.ep;
     plan.tpDegree = options.tp;
@@ -29,10 +30,11 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     ExecutablePlanPassOptions check;
     check.strict = options.strictPlan;
     pm.addPass(createExecutablePlanPass(check));
-  } else if (options.ranks != 1 || options.ep > 1 || options.tp > 1) {
+  } else if (options.ranks != 1 || options.ep > 1 || options.tp > 1 || options.dp > 1) {
     MakeGridPassOptions grid;
     grid.ranks = options.ranks;
     grid.ep = options.ep;
+    grid.dp = options.dp;
     grid.tp = std::max<int64_t>(options.tp, 1);
     pm.addPass(createMakeGridPass(grid));
   }

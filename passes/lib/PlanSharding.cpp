@@ -753,8 +753,9 @@ void PlanShardingPass::runOnOperation() {
   std::string devicesText;
   for (auto &[name, count] : kindCounts)
     devicesText += (devicesText.empty() ? "" : " + ") + std::to_string(count) + " x " + name;
-  if (!reportTable.empty()) {
-    std::string text;
+  std::string tableText, jsonText;
+  if (!reportTable.empty() || reportAttr) {
+    std::string &text = tableText;
     llvm::raw_string_ostream os(text);
     os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model") << " on "
        << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
@@ -799,10 +800,10 @@ void PlanShardingPass::runOnOperation() {
         os << " " << l.size();
     }
     os << "\nchosen: " << why << "\n";
-    if (failed(writeTo(reportTable, text, module)))
+    if (!reportTable.empty() && failed(writeTo(reportTable, text, module)))
       return signalPassFailure();
   }
-  if (!reportJson.empty()) {
+  if (!reportJson.empty() || reportAttr) {
     llvm::json::Array cands;
     for (size_t i : order) {
       const Candidate &c = candidates[i];
@@ -852,12 +853,18 @@ void PlanShardingPass::runOnOperation() {
                               {"device_kinds", std::move(kinds)},
                               {"placement", std::move(placement)},
                               {"why", why}};
-    std::string text;
+    std::string &text = jsonText;
     llvm::raw_string_ostream os(text);
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
-    if (failed(writeTo(reportJson, text, module)))
+    if (!reportJson.empty() && failed(writeTo(reportJson, text, module)))
       return signalPassFailure();
   }
+  if (reportAttr)
+    module->setAttr(MoEDialect::kPlanReportAttrName,
+                    b.getDictionaryAttr({
+                        b.getNamedAttr("json", b.getStringAttr(jsonText)),
+                        b.getNamedAttr("table", b.getStringAttr(tableText)),
+                    }));
 }
 
 } // namespace

@@ -41,6 +41,8 @@ public:
   const std::vector<Diagnostic> &all() const { return list; }
   /// Every diagnostic, one per line.
   std::string str() const;
+  /// The same list with every warning an error, marked `[-Werror]`.
+  DiagnosticList warningsAsErrors() const;
 
 private:
   std::vector<Diagnostic> list;

@@ -15,6 +15,10 @@ namespace mlir::moe {
 #include "moe/Transforms/Passes.h.inc"
 
 /// Sequences of a step module's batch (its tokens input), 0 when unknown.
+/// The data replicas (dp x ep) of a grid of `ranks` with tensor-parallel
+/// degree `tp` (moe-make-grid's rule), 0 when tp does not divide ranks.
+int64_t dataReplicas(int64_t ranks, int64_t tp);
+
 int64_t batchSequences(ModuleOp module);
 
 } // namespace mlir::moe

@@ -69,7 +69,8 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     `moe.grid` (with the device kind of every rank on mixed clusters), a
     `placement` on every `moe.expert_ffn`, and `moe.plan` (the predicted
     costs); `report-table` and `report-json` write the candidates and why
-    the winner won ("-" for stdout). `dp` / `ep` / `tp` force a degree;
+    the winner won ("-" for stdout), `report-attr` attaches both to the
+    module as `moe.plan_report`. `dp` / `ep` / `tp` force a degree;
     `pin=3@0,5@1` pins experts to ep ranks, `pin=3@0,3@1` replicates one
     (pinned experts first, the others fill each rank to its
     speed-proportional count; experts left when pins took more than a
@@ -101,7 +102,10 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
     Option<"reportTable", "report-table", "std::string", "\"\"",
            "Write the readable plan table here ('-': stdout)">,
     Option<"reportJson", "report-json", "std::string", "\"\"",
-           "Write the JSON plan report here ('-': stdout)">
+           "Write the JSON plan report here ('-': stdout)">,
+    Option<"reportAttr", "report-attr", "bool", "false",
+           "Attach both reports to the module as moe.plan_report = {json, table} "
+           "(strings; for a driver, which removes it)">
   ];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
@@ -348,8 +352,9 @@ def MakeGridPass : Pass<"moe-make-grid", "::mlir::ModuleOp"> {
     MoE layer's experts) must divide N / tp and every layer's expert count,
     and the batch must split into whole sequences over the N / tp data
     replicas (dp x ep). An unsuitable choice is an error that says why.
-    `ranks=1` leaves the module as it is (`ep` must then be 0 or 1, `tp`
-    1).
+    `dp`, when given, sets `ep = N / (dp tp)` (or must make `dp ep tp = N`
+    with `ep`). `ranks=1` leaves the module as it is (`ep` must then be 0
+    or 1, `tp` 1).
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];
   let options = [
@@ -358,6 +363,8 @@ def MakeGridPass : Pass<"moe-make-grid", "::mlir::ModuleOp"> {
            "Tensor-parallel degree (>= 1, divides ranks; its ranks share a replica's tokens)">,
     Option<"ep", "ep", "int64_t", /*default=*/"0",
            "Expert-parallel degree (0: the largest divisor of ranks dividing the experts)">,
+    Option<"dp", "dp", "int64_t", /*default=*/"0",
+           "Data-parallel degree (0: ranks / (ep tp)); with dp, ep defaults to ranks / (dp tp)">,
   ];
 }
 

@@ -29,7 +29,9 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                     llvm::cl::desc("Plan the grid on the module's moe.cluster "
                                    "(moe-plan-sharding, then moe-executable-plan)"),
                     llvm::cl::init(false)};
-  Option<int64_t> dp{*this, "dp", llvm::cl::desc("With plan: force the data-parallel degree"),
+  Option<int64_t> dp{*this, "dp",
+                     llvm::cl::desc("Data-parallel degree of ranks (ep = ranks / (dp tp)), or "
+                                    "forced on the cluster plan (0: chosen)"),
                      llvm::cl::init(0)};
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("With plan: force the tensor-parallel degree"),
                      llvm::cl::init(0)};
@@ -42,6 +44,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> reportTable{*this, "report-table",
                                   llvm::cl::desc("With plan: write the plan table here"),
                                   llvm::cl::init("")};
+  Option<bool> reportAttr{
+      *this, "report-attr",
+      llvm::cl::desc("With plan: attach both reports to the module as moe.plan_report"),
+      llvm::cl::init(false)};
   Option<bool> tokenShares{
       *this, "token-shares",
       llvm::cl::desc("With plan: write a mixed cluster's token shares as moe.token_shares "

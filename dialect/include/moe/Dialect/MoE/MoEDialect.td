@@ -62,6 +62,9 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kBufferPlanAttrName = "moe.buffer_plan";
     /// On the module: the sharding plan's choices (moe-plan-sharding).
     static constexpr ::llvm::StringLiteral kPlanAttrName = "moe.plan";
+    /// On the module: the sharding plan's report, {json, table} strings
+    /// (moe-plan-sharding report-attr, for a driver, which removes it).
+    static constexpr ::llvm::StringLiteral kPlanReportAttrName = "moe.plan_report";
     /// On the module: moe-compress-collectives' settings.
     static constexpr ::llvm::StringLiteral kCompressionAttrName = "moe.compression";
     /// On a collective: the cost model's codec judgement.
