@@ -61,7 +61,8 @@ int moert_all_reduce_buffer(moert_comm *comm, const moert_buffer *data, const in
   const char *what = "all_reduce";
   int64_t count = floats(data->bytes);
   if (count < 0)
-    return fail(comm, what, std::to_string(data->bytes) + " bytes are not a whole number of floats");
+    return fail(comm, what,
+                std::to_string(data->bytes) + " bytes are not a whole number of floats");
   HostStaging s;
   if (stage(comm, what, s, *data, true))
     return 1;
@@ -106,7 +107,8 @@ int moert_reduce_scatter_buffer(moert_comm *comm, const moert_buffer *send,
   const char *what = "reduce_scatter";
   int64_t count = floats(recv->bytes);
   if (count < 0)
-    return fail(comm, what, std::to_string(recv->bytes) + " bytes are not a whole number of floats");
+    return fail(comm, what,
+                std::to_string(recv->bytes) + " bytes are not a whole number of floats");
   if (send->bytes != recv->bytes * n)
     return fail(comm, what, "the send buffer holds " + sizes(send->bytes, recv->bytes * n));
   HostStaging in, out;

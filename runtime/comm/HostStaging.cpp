@@ -56,7 +56,8 @@ bool moert::HostStaging::open(const moert_buffer &b, bool read, std::string &err
     return host || b.bytes == 0;
   }
   if (b.space != MOERT_MEMORY_DEVICE) {
-    error = "memory space " + std::to_string(static_cast<int>(b.space)) + " is neither host nor device";
+    error =
+        "memory space " + std::to_string(static_cast<int>(b.space)) + " is neither host nor device";
     return false;
   }
   const halide_buffer_t *d = b.device;

@@ -138,8 +138,8 @@ const moert_comm_backend &chooseBackend(const std::string &name) {
     return *moert_comm_backend_default();
   if (const moert_comm_backend *b = moert_comm_backend_named(name.c_str()))
     return *b;
-  die("--comm " + name + ": this binary has no such communicator (it has: " +
-      moert_comm_backend_names() + ")");
+  die("--comm " + name +
+      ": this binary has no such communicator (it has: " + moert_comm_backend_names() + ")");
 }
 
 /// Several processes of a binary that cannot talk to each other would each
@@ -148,8 +148,8 @@ void refuseForeignLauncher(int ranks, const moert_comm_backend &backend) {
   int processes = launcherProcesses();
   if (processes <= 1 || (ranks > 1 && backend.rank_per_process))
     return;
-  std::string started = "started as " + std::to_string(processes) +
-                        " processes (mpirun or a PMI launcher), but ";
+  std::string started =
+      "started as " + std::to_string(processes) + " processes (mpirun or a PMI launcher), but ";
   const moert_comm_backend *perProcess = nullptr;
   for (int i = 0; const moert_comm_backend *b = moert_comm_backend_at(i); ++i)
     if (b->rank_per_process && !perProcess)
@@ -160,8 +160,7 @@ void refuseForeignLauncher(int ranks, const moert_comm_backend &backend) {
   die(started +
       (ranks == 1 ? std::string("this binary was compiled for one rank")
                   : "this binary was linked without MPI") +
-      ": run it without the launcher, or recompile with moec --ranks " +
-      std::to_string(processes));
+      ": run it without the launcher, or recompile with moec --ranks " + std::to_string(processes));
 }
 
 /// Runs the compiled grid's ranks through `backend`: this process's under
@@ -174,8 +173,8 @@ int launchBackend(const moert_comm_backend &backend, Shared &shared, int ranks, 
     die(std::string(backend.name) + ": " + (error[0] ? error : "initialisation failed"));
   int rc = backend.run(
       comm, ranks, shared.o.timeout,
-      [](moert_comm *c, void *user) { return trainRank(*static_cast<Shared *>(user), c); },
-      &shared, error, sizeof error);
+      [](moert_comm *c, void *user) { return trainRank(*static_cast<Shared *>(user), c); }, &shared,
+      error, sizeof error);
   if (rc < 0)
     die(error);
   if (backend.finalize)

@@ -76,8 +76,8 @@ struct Checker {
     if (!ran(moert_all_gather_buffer(comm, &s, &r, group.data(), size), what))
       return;
     for (int j = 0; j < size; ++j)
-      check(got[j] == 10 * group[j], std::string(what) + "[" + std::to_string(j) +
-                                         "] = " + std::to_string(got[j]));
+      check(got[j] == 10 * group[j],
+            std::string(what) + "[" + std::to_string(j) + "] = " + std::to_string(got[j]));
   }
 
   /// Chunk j of rank r holds r + j (2 floats): rank j gets sum_r (r + j).
@@ -85,7 +85,8 @@ struct Checker {
     std::vector<float> chunks(2 * size), part(2, -1.0f);
     for (int j = 0; j < size; ++j)
       chunks[2 * j] = chunks[2 * j + 1] = static_cast<float>(rank + j);
-    moert_buffer s = moert_host_buffer(chunks.data(), 8 * size), r = moert_host_buffer(part.data(), 8);
+    moert_buffer s = moert_host_buffer(chunks.data(), 8 * size),
+                 r = moert_host_buffer(part.data(), 8);
     if (!ran(moert_reduce_scatter_buffer(comm, &s, &r, all.data(), size), "reduce_scatter"))
       return;
     float want = static_cast<float>(size * (size - 1) / 2 + size * rank);
@@ -107,8 +108,9 @@ struct Checker {
     moert_buffer s = moert_host_buffer(&mine, 4), r = moert_host_buffer(got, 3);
     check(moert_all_gather_buffer(comm, &s, &r, all.data(), size) != 0,
           "all_gather into a short buffer succeeded");
-    std::string want = "rank " + std::to_string(rank) + ": all_gather: the receive buffer holds 3 " +
-                       "bytes where " + std::to_string(4 * size) + " are expected";
+    std::string want = "rank " + std::to_string(rank) +
+                       ": all_gather: the receive buffer holds 3 " + "bytes where " +
+                       std::to_string(4 * size) + " are expected";
     check(moert_comm_error(comm) == want, std::string("error ") + moert_comm_error(comm));
   }
 };

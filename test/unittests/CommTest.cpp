@@ -304,12 +304,14 @@ TEST(CommRegistryTest, NamesDefaultsAndRegistration) {
   EXPECT_NE(names.find("threads, "), std::string::npos) << names;
   // It runs ranks as threads do.
   char error[64] = "";
-  EXPECT_EQ(again.run(nullptr, 2, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error,
-                      sizeof error),
-            0);
-  EXPECT_EQ(again.run(nullptr, 0, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error,
-                      sizeof error),
-            -1);
+  EXPECT_EQ(
+      again.run(
+          nullptr, 2, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error, sizeof error),
+      0);
+  EXPECT_EQ(
+      again.run(
+          nullptr, 0, 5.0, [](moert_comm *, void *) { return 0; }, nullptr, error, sizeof error),
+      -1);
   EXPECT_STREQ(error, "threads: 0 ranks with a timeout of 5 s");
 }
 

@@ -58,7 +58,8 @@ int main(int argc, char **argv) {
   // mpiexec it is the default.
   const moert_comm_backend *mpi = moert_comm_backend_named("mpi");
   CHECK(mpi && mpi->rank_per_process && mpi->launched && mpi->launched(), "mpi backend");
-  CHECK(moert_comm_backend_default() == mpi, "default backend %s", moert_comm_backend_default()->name);
+  CHECK(moert_comm_backend_default() == mpi, "default backend %s",
+        moert_comm_backend_default()->name);
   CHECK(std::string(moert_comm_backend_names()) == "threads, mpi", "backends %s",
         moert_comm_backend_names());
   for (const std::string &failure : moert::test::checkCollectives(comm))

@@ -286,7 +286,7 @@ int runBackend(moert_comm *comm, int ranks, double, int (*fn)(moert_comm *, void
   return fn(comm, user);
 }
 
-const moert_comm_backend kBackend = {"mpi",      1,          moert_mpi_launched,
+const moert_comm_backend kBackend = {"mpi",       1,          moert_mpi_launched,
                                      initBackend, runBackend, moert_mpi_finalize};
 
 [[maybe_unused]] const bool registered = (moert_mpi_register(), true);

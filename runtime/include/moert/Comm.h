@@ -138,9 +138,9 @@ moert_buffer moert_device_buffer(struct halide_buffer_t *device, int64_t bytes);
  * naming the sizes. */
 int moert_all_reduce_buffer(moert_comm *comm, const moert_buffer *data, const int32_t *group,
                             int group_size);
-int moert_all_to_all_v_buffer(moert_comm *comm, const moert_buffer *send,
-                              const int64_t *send_bytes, const moert_buffer *recv,
-                              const int64_t *recv_bytes, const int32_t *group, int group_size);
+int moert_all_to_all_v_buffer(moert_comm *comm, const moert_buffer *send, const int64_t *send_bytes,
+                              const moert_buffer *recv, const int64_t *recv_bytes,
+                              const int32_t *group, int group_size);
 int moert_all_gather_buffer(moert_comm *comm, const moert_buffer *send, const moert_buffer *recv,
                             const int32_t *group, int group_size);
 int moert_reduce_scatter_buffer(moert_comm *comm, const moert_buffer *send,

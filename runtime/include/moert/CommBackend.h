@@ -58,8 +58,7 @@ const moert_comm_backend *moert_comm_backend_named(const char *name);
 const moert_comm_backend *moert_comm_backend_at(int i);
 /* The first backend whose launcher started this process, else threads. */
 const moert_comm_backend *moert_comm_backend_default(void);
-/* "threads, mpi": the registered names (valid until the next
- * registration). */
+/* "threads, mpi": the registered names (valid until the next call). */
 const char *moert_comm_backend_names(void);
 
 #ifdef __cplusplus
