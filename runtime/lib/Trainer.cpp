@@ -70,8 +70,8 @@ int Trainer::run() {
     c->onStart();
   if (r.lead)
     std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
-                r.prog.num_params, (long long)r.globalBatch, (long long)r.prog.seq_len,
-                r.firstStep, o.steps - 1);
+                r.prog.num_params, (long long)r.globalBatch, (long long)r.prog.seq_len, r.firstStep,
+                o.steps - 1);
   r.bar = r.lead && o.progress && isatty(fileno(stdout));
   writeRunLine(r);
   RunEnd end;
@@ -178,8 +178,8 @@ void Trainer::reportStep(const StepState &st, std::chrono::steady_clock::time_po
     if (r.bar)
       std::printf("\r\033[K");
     if (!r.bar || s == r.firstStep || (s + 1) % 100 == 0 || s + 1 == o.steps)
-      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps,
-                  st.loss, st.tokensPerSecond, st.dropped);
+      std::printf("step %5lld/%lld  loss %.4f  %.0f tok/s  dropped %lld\n", s + 1, o.steps, st.loss,
+                  st.tokensPerSecond, st.dropped);
   }
   nlohmann::json line;
   if (r.metrics)

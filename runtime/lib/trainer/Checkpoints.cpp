@@ -137,7 +137,8 @@ moert::CodecStates restoreCodecStates(Rank &r, const moert::TensorMap &tensors) 
       continue;
     }
     int64_t n = tensor.shape[1];
-    std::vector<float> rows(tensor.data.begin() + r.rank * n, tensor.data.begin() + (r.rank + 1) * n);
+    std::vector<float> rows(tensor.data.begin() + r.rank * n,
+                            tensor.data.begin() + (r.rank + 1) * n);
     moert::CodecState &codec = restored[site];
     (what == "residual" ? codec.residual : codec.q) = std::move(rows);
   }
@@ -152,7 +153,8 @@ moert::CodecStates restoreCodecStates(Rank &r, const moert::TensorMap &tensors) 
 /// [ranks, n] tensors, so a resume on the same grid continues exactly.
 void gatherCodecStates(Rank &r, moert::TensorMap &tensors) {
   std::vector<int32_t> everyone(r.ranks);
-  int size = moert_grid_group(&r.ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, everyone.data());
+  int size =
+      moert_grid_group(&r.ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, everyone.data());
   for (auto &[site, codec] : moert::codecStates(&r.ctx))
     for (auto [what, values] :
          {std::pair<const char *, std::vector<float> *>{"residual", &codec.residual},
@@ -167,7 +169,6 @@ void gatherCodecStates(Rank &r, moert::TensorMap &tensors) {
       tensors[codecTensorName(site, what)] = {{r.ranks, static_cast<int64_t>(values->size())}, all};
     }
 }
-
 
 } // namespace
 
@@ -191,8 +192,8 @@ void moert::trainer::resumeRun(Rank &r, Components &all) {
   r.firstStep = resume.step;
   if (!r.o.data.empty() && r.firstStep > r.o.steps) // (without data nothing trains or is saved)
     die(r.o.checkpoint + " is at step " + std::to_string(r.firstStep) + "; --steps " +
-        std::to_string(r.o.steps) +
-        " would rewrite it over later weights (give --steps >= " + std::to_string(r.firstStep) + ")");
+        std::to_string(r.o.steps) + " would rewrite it over later weights (give --steps >= " +
+        std::to_string(r.firstStep) + ")");
   restorePlacement(r, state);
   restoreParameters(r, tensors);
   r.restoredCodecs = restoreCodecStates(r, tensors);

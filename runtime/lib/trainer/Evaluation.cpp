@@ -12,8 +12,8 @@
 using namespace moert::trainer;
 
 Evaluation::Evaluation(Rank &r)
-    : Component(r), valSampler(r.data, r.sh.split, r.data.size(), r.globalBatch, r.prog.seq_len,
-                               r.sh.seed + 1) {}
+    : Component(r),
+      valSampler(r.data, r.sh.split, r.data.size(), r.globalBatch, r.prog.seq_len, r.sh.seed + 1) {}
 
 /// Without an evaluation step or a validation split nothing is evaluated;
 /// a split too small for one batch is an error.
@@ -21,8 +21,7 @@ void Evaluation::onStart() {
   std::string error;
   canEval = r.prog.eval_step && r.o.valFraction > 0;
   if (canEval && !valSampler.valid(error))
-    die(r.o.data + ": validation split: " + error +
-        " (use more data or a larger --val-fraction)");
+    die(r.o.data + ": validation split: " + error + " (use more data or a larger --val-fraction)");
 }
 
 void Evaluation::endOfStep(const StepState &st) {
@@ -45,7 +44,8 @@ double Evaluation::evaluate(long long step) {
   for (long long b = 0; b < r.o.evalBatches; ++b) {
     valSampler.next(in, tg);
     float loss = 0;
-    if (r.prog.eval_step(&r.ctx, r.aligned(r.mine(in), r.inA), r.aligned(r.mine(tg), r.tgA), &loss, nullptr) != 0)
+    if (r.prog.eval_step(&r.ctx, r.aligned(r.mine(in), r.inA), r.aligned(r.mine(tg), r.tgA), &loss,
+                         nullptr) != 0)
       r.commError("evaluation failed in a kernel or collective");
     total += loss;
   }
@@ -60,4 +60,3 @@ double Evaluation::evaluate(long long step) {
     r.writeMetrics({{"step", step}, {"val_loss", mean}});
   return mean;
 }
-

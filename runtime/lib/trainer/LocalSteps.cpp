@@ -120,13 +120,14 @@ void LocalSteps::onStart() {
     struct stat st;
     if ((::mkdir(r.o.saveReplicas.c_str(), 0755) != 0 && errno != EEXIST) ||
         ::stat(r.o.saveReplicas.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      die("--save-replicas " + r.o.saveReplicas + ": cannot create the directory: " +
-          std::strerror(errno));
+      die("--save-replicas " + r.o.saveReplicas +
+          ": cannot create the directory: " + std::strerror(errno));
   }
   if (r.lead)
     std::printf("local steps: %lld per outer step over %d data replicas (outer lr %g, "
                 "Nesterov momentum %g), from step %lld\n",
-                r.o.localSteps, r.replicas / r.ep, r.o.outerLr, r.o.outerMomentum, r.o.syncSteps + 1);
+                r.o.localSteps, r.replicas / r.ep, r.o.outerLr, r.o.outerMomentum,
+                r.o.syncSteps + 1);
   if (r.lead && r.o.localSteps < 50 && r.o.outerMomentum > 0)
     std::printf("note: DiLoCo's outer momentum is tuned for hundreds of local steps; with few, "
                 "plain averaging (--outer-lr 1 --outer-momentum 0) measured closer to "
@@ -168,9 +169,9 @@ void LocalSteps::outerStep(long long s, bool force) {
   } else {
     const moert::CodecSpec &spec = *r.o.outerCodec;
     moert_codec codec = {static_cast<int>(spec.kind), spec.blockSize, spec.ratio, spec.rank, 0};
-    rc = moert_step_all_reduce_codec(&r.ctx, delta.data(), delta.data(), static_cast<int64_t>(total),
-                                     MOERT_AXIS_DP, 1, 1.0, &codec, kOuterCodecSite,
-                                     static_cast<int64_t>(total), 1);
+    rc = moert_step_all_reduce_codec(&r.ctx, delta.data(), delta.data(),
+                                     static_cast<int64_t>(total), MOERT_AXIS_DP, 1, 1.0, &codec,
+                                     kOuterCodecSite, static_cast<int64_t>(total), 1);
   }
   if (rc != 0)
     r.commError("step " + std::to_string(s) + ": the outer step's all-reduce");
@@ -199,7 +200,8 @@ void LocalSteps::saveReplica(long long steps) {
   char name[64];
   std::snprintf(name, sizeof name, "/step-%lld-replica-%d.safetensors", steps, r.replica / r.ep);
   std::string error;
-  if (!moert::writeFileAtomic(r.o.saveReplicas + name, moert::encodeSafetensors(replicaState.tensors), error))
+  if (!moert::writeFileAtomic(r.o.saveReplicas + name,
+                              moert::encodeSafetensors(replicaState.tensors), error))
     die("--save-replicas: " + error);
 }
 

@@ -61,8 +61,7 @@ namespace {
 /// full tensors are drawn in order on every rank, and a shard keeps its
 /// rows (`rowsOf`), so every grid starts from the same model.
 void initialise(const moert_program &binary, std::vector<moert::AlignedFloats> &params,
-                uint64_t seed,
-                const std::function<std::vector<int64_t>(int)> &rowsOf,
+                uint64_t seed, const std::function<std::vector<int64_t>(int)> &rowsOf,
                 const std::function<int64_t(int)> &fullRows) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < binary.num_params; ++i) {
@@ -323,9 +322,8 @@ std::vector<double> Rank::epSpeeds() const {
     for (int r = 0; r < replicas; ++r)
       most = std::max(most, binary.replica_batches[r]);
     for (int e = 0; e < ep; ++e)
-      speeds[e] =
-          static_cast<double>(std::max<int64_t>(binary.replica_batches[d * ep + e], 1)) /
-          static_cast<double>(most);
+      speeds[e] = static_cast<double>(std::max<int64_t>(binary.replica_batches[d * ep + e], 1)) /
+                  static_cast<double>(most);
     return speeds;
   }
   for (int e = 0; e < ep; ++e)

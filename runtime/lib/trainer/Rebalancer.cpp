@@ -344,8 +344,8 @@ Rebalancer::Proposal Rebalancer::propose(int l, size_t offset, double meanStep,
   Proposal out;
   // The greedy placement improved by swaps, or the one in force improved
   // by swaps (fewer moves) when it predicts as well.
-  out.order = improveBySwaps(load, proposeOrder(load, order, r.ep, r.replicaRoom[l], speeds), r.ep,
-                             speeds);
+  out.order =
+      improveBySwaps(load, proposeOrder(load, order, r.ep, r.replicaRoom[l], speeds), r.ep, speeds);
   std::vector<int32_t> kept = improveBySwaps(load, order, r.ep, speeds);
   if (scoreOf(rankLoads(load, kept, r.ep, speeds), speeds) <=
       scoreOf(rankLoads(load, out.order, r.ep, speeds), speeds))
@@ -554,7 +554,8 @@ nlohmann::json Rebalancer::balancedness() const {
   size_t offset = 0;
   for (int l = 0; l < r.prog.num_moe_layers; ++l) {
     size_t experts = r.prog.layer_experts[l];
-    std::vector<double> load(r.keptCounts.begin() + offset, r.keptCounts.begin() + offset + experts);
+    std::vector<double> load(r.keptCounts.begin() + offset,
+                             r.keptCounts.begin() + offset + experts);
     offset += experts;
     layers.push_back(balancednessOf(rankLoads(load, r.expertOrder[l], r.ep, speeds), speeds));
   }

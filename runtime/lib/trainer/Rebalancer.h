@@ -37,8 +37,8 @@ private:
   /// A layer's new placement, and what the rule says of it.
   struct Proposal {
     std::vector<int32_t> order;
-    int changing = 0;                   ///< expert copies that change rank
-    bool pays = false;                  ///< gain > cost
+    int changing = 0;                      ///< expert copies that change rank
+    bool pays = false;                     ///< gain > cost
     double oldBalance = 0, newBalance = 0; ///< over the window's steps
   };
   Proposal propose(int layer, size_t offset, double meanStep, double share) const;

@@ -71,8 +71,9 @@ void Communication::report(const StepState &, nlohmann::json *line) {
   (*line)["comm_bytes"] = commBytes(bytes.sent);
   (*line)["comm_bytes_analytical"] = commBytes(analytical);
   (*line)["comm_bytes_ragged_bound"] = r.prog.step_ragged_bound;
-  (*line)["codec_bytes"] = {
-      {"sent", bytes.codecSent}, {"uncompressed", bytes.codecPlain}, {"expected", bytes.codecExpected}};
+  (*line)["codec_bytes"] = {{"sent", bytes.codecSent},
+                            {"uncompressed", bytes.codecPlain},
+                            {"expected", bytes.codecExpected}};
 }
 
 /// The last step's bytes per rank against the program's analytical volume
@@ -238,12 +239,10 @@ void MemoryReport::onFinish(const RunEnd &end) {
                 peak / 1e6, r.ranks, r.sh.startResident / 1e6, grown / 1e6, most / 1e6);
   }
   if (r.metrics && r.lead) { // a rank's own metrics file is the lead's
-    nlohmann::json line = {{"peak_rss_bytes", peak},
-                           {"start_rss_bytes", r.sh.startResident},
-                           {"planned_bytes", planned},
-                           {"planned_scratch_bytes", r.prog.planned_scratch_bytes},
-                           {"data_bytes", dataBytes},
-                           {"kernel_scratch_bytes", scratch}};
+    nlohmann::json line = {
+        {"peak_rss_bytes", peak},   {"start_rss_bytes", r.sh.startResident},
+        {"planned_bytes", planned}, {"planned_scratch_bytes", r.prog.planned_scratch_bytes},
+        {"data_bytes", dataBytes},  {"kernel_scratch_bytes", scratch}};
     if (r.ranks > 1) {
       std::vector<int64_t> plans, peaks;
       for (int k = 0; k < r.ranks; ++k) {
@@ -257,4 +256,3 @@ void MemoryReport::onFinish(const RunEnd &end) {
     r.writeMetrics(line);
   }
 }
-

@@ -93,11 +93,11 @@ void Sampling::sampleText() {
     in.assign(static_cast<size_t>(r.globalBatch * r.prog.seq_len), 0);
     tg = in;
   } else {
-    bool heldOut =
-        moert::BatchSampler(r.data, r.sh.split, r.data.size(), r.globalBatch, r.prog.seq_len, r.sh.seed + 3)
-            .valid(error);
-    moert::BatchSampler filler(r.data, heldOut ? r.sh.split : 0, r.data.size(), r.globalBatch, r.prog.seq_len,
-                               r.sh.seed + 3);
+    bool heldOut = moert::BatchSampler(r.data, r.sh.split, r.data.size(), r.globalBatch,
+                                       r.prog.seq_len, r.sh.seed + 3)
+                       .valid(error);
+    moert::BatchSampler filler(r.data, heldOut ? r.sh.split : 0, r.data.size(), r.globalBatch,
+                               r.prog.seq_len, r.sh.seed + 3);
     filler.next(in, tg);
   }
   std::vector<int32_t> generated;
@@ -114,18 +114,18 @@ void Sampling::sampleText() {
 /// position. Row 0 of the global batch is row 0 of rank 0: it draws the
 /// token and tells the others.
 int32_t Sampling::sampleNext(const std::vector<int32_t> &context, std::vector<int32_t> &in,
-                            const std::vector<int32_t> &tg, moert::AlignedFloats &logits,
-                            std::mt19937_64 &rng) {
+                             const std::vector<int32_t> &tg, moert::AlignedFloats &logits,
+                             std::mt19937_64 &rng) {
   size_t n = std::min<size_t>(context.size(), static_cast<size_t>(r.prog.seq_len));
   std::copy(context.end() - n, context.end(), in.begin());
   std::fill(in.begin() + n, in.begin() + r.prog.seq_len, 0);
   float loss = 0;
   if (r.prog.eval_step(&r.ctx, r.aligned(r.mine(in), r.inA), r.aligned(r.mine(tg), r.tgA), &loss,
-                     r.lead ? logits.data() : nullptr) != 0)
+                       r.lead ? logits.data() : nullptr) != 0)
     r.commError("sampling failed in a kernel or collective");
-  int32_t next =
-      r.lead ? drawToken(logits.data() + (n - 1) * r.prog.vocab, r.prog.vocab, r.o.temperature, r.o.topK, rng)
-           : 0;
+  int32_t next = r.lead ? drawToken(logits.data() + (n - 1) * r.prog.vocab, r.prog.vocab,
+                                    r.o.temperature, r.o.topK, rng)
+                        : 0;
   if (r.ranks > 1) {
     std::vector<int32_t> all(r.ranks);
     int size = moert_grid_group(&r.ctx, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, all.data());
@@ -138,7 +138,7 @@ int32_t Sampling::sampleNext(const std::vector<int32_t> &context, std::vector<in
 /// The sample (lead rank): text with unprintable bytes as '?', or the
 /// prompt's and the generated token ids for token data; and its metrics.
 void Sampling::printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
-                          const std::vector<int32_t> &generated) {
+                           const std::vector<int32_t> &generated) {
   std::printf("sample (%lld tokens, temperature %g%s):\n", r.o.sample, r.o.temperature,
               r.o.topK ? (", top-k " + std::to_string(r.o.topK)).c_str() : "");
   if (!r.data.wide()) {

@@ -29,9 +29,9 @@ void moert::trainer::gatherParameters(Rank &r, moert::TensorMap &tensors) {
       return gatherFull(r, block, i);
     };
     bool zero = p.zero_parts > 1;
-    tensors[p.name] = {
-        shape, whole(zero ? moert::AlignedFloats(r.params[i].begin(), r.params[i].begin() + numel(p))
-                          : r.params[i])};
+    tensors[p.name] = {shape, whole(zero ? moert::AlignedFloats(r.params[i].begin(),
+                                                                r.params[i].begin() + numel(p))
+                                         : r.params[i])};
     if (p.adamw)
       for (auto [suffix, k] : {std::pair<const char *, int>{".adam_m", 0}, {".adam_v", 1}})
         tensors[std::string(p.name) + suffix] = {
@@ -128,7 +128,8 @@ void moert::trainer::keepZero(const Rank &r, const moert::AlignedFloats &block,
 
 /// This rank's block of parameter `i` (or of a moment) from the full
 /// tensor `full`: the rows rowsOf gives it (zeros at empty positions).
-void moert::trainer::keepRows(const Rank &r, const float *full, moert::AlignedFloats &local, int i) {
+void moert::trainer::keepRows(const Rank &r, const float *full, moert::AlignedFloats &local,
+                              int i) {
   std::vector<int64_t> rows = r.rowsOf(i, r.epIndex);
   size_t rowSize = local.size() / rows.size();
   for (size_t j = 0; j < rows.size(); ++j) {
@@ -138,4 +139,3 @@ void moert::trainer::keepRows(const Rank &r, const float *full, moert::AlignedFl
       std::fill_n(local.begin() + j * rowSize, rowSize, 0.0f);
   }
 }
-

@@ -29,8 +29,7 @@ void keepRows(const Rank &r, const float *full, moert::AlignedFloats &local, int
 /// ZeRO: the rank's whole block of a moment (its group's shards gathered),
 /// and the rank's shard of it kept.
 moert::AlignedFloats gatherZero(Rank &r, const moert::AlignedFloats &shard, int i);
-void keepZero(const Rank &r, const moert::AlignedFloats &block, moert::AlignedFloats &shard,
-              int i);
+void keepZero(const Rank &r, const moert::AlignedFloats &block, moert::AlignedFloats &shard, int i);
 /// Tensor parallelism: this tp rank's slice of the rank's block with the
 /// tp dimension whole (`full`), and that block gathered over tp.
 void sliceTp(const Rank &r, const float *full, moert::AlignedFloats &slice, int i);

@@ -56,8 +56,8 @@ void Staleness::afterStep(StepState &st) {
   // Each rank's corrected gradient is its own: every rank stops if one
   // rank's norm is not finite.
   float bad = st.badNorm ? 1.0f : 0.0f;
-  if (moert_step_all_reduce(&r.ctx, &bad, &bad, 1, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP,
-                            0, 1.0) != 0)
+  if (moert_step_all_reduce(&r.ctx, &bad, &bad, 1, MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0,
+                            1.0) != 0)
     r.commError("step " + std::to_string(st.step) + ": agreeing on the gradient norm");
   st.badNorm = bad > 0;
 }

@@ -67,9 +67,10 @@ nlohmann::json moert::trainer::gradientGroupNorms(Rank &r, long long s) {
                   ((divided & MOERT_AXIS_TP) || r.rank % r.tp == 0);
     squares[i] = counts ? static_cast<float>(r.gradSquares[i]) : 0.0f;
   }
-  if (r.ranks > 1 && moert_step_all_reduce(
-                       &r.ctx, squares.data(), squares.data(), static_cast<int64_t>(squares.size()),
-                       MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0, 1.0) != 0)
+  if (r.ranks > 1 &&
+      moert_step_all_reduce(&r.ctx, squares.data(), squares.data(),
+                            static_cast<int64_t>(squares.size()),
+                            MOERT_AXIS_DP | MOERT_AXIS_EP | MOERT_AXIS_TP, 0, 1.0) != 0)
     r.commError("step " + std::to_string(s) + ": gradient norms");
   std::map<std::string, double> groups;
   for (size_t i = 0; i < squares.size(); ++i)
@@ -121,19 +122,20 @@ void moert::trainer::writeRunLine(Rank &r) {
   nlohmann::json layers = nlohmann::json::array(), experts = nlohmann::json::array();
   for (int l = 0; l < r.prog.num_moe_layers; ++l) {
     layers.push_back(r.prog.layer_names && r.prog.layer_names[l] ? r.prog.layer_names[l]
-                                                             : "moe" + std::to_string(l));
+                                                                 : "moe" + std::to_string(l));
     experts.push_back(r.prog.layer_experts[l]);
   }
-  r.writeMetrics({{"run",
-                 {{"first_step", r.firstStep + 1},
-                  {"steps", r.o.steps},
-                  {"ranks", r.ranks},
-                  {"grid", {{"dp", r.prog.grid_dp}, {"ep", r.prog.grid_ep}, {"tp", r.prog.grid_tp}}},
-                  {"global_batch", r.globalBatch},
-                  {"token_shares", tokenShares(r)},
-                  {"seq_len", r.prog.seq_len},
-                  {"moe_layers", layers},
-                  {"experts", experts}}}});
+  r.writeMetrics(
+      {{"run",
+        {{"first_step", r.firstStep + 1},
+         {"steps", r.o.steps},
+         {"ranks", r.ranks},
+         {"grid", {{"dp", r.prog.grid_dp}, {"ep", r.prog.grid_ep}, {"tp", r.prog.grid_tp}}},
+         {"global_batch", r.globalBatch},
+         {"token_shares", tokenShares(r)},
+         {"seq_len", r.prog.seq_len},
+         {"moe_layers", layers},
+         {"experts", experts}}}});
 }
 
 /// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE
@@ -156,4 +158,3 @@ nlohmann::json moert::trainer::expertTokens(const Rank &r, const std::vector<int
   }
   return layers;
 }
-

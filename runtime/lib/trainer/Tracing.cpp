@@ -78,10 +78,11 @@ void Tracing::onFinish(const RunEnd &) {
     if (r.lead)
       recvBytes = lengths;
     std::string gathered(
-        r.lead ? static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t(0))) : 0,
+        r.lead ? static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t(0)))
+               : 0,
         ' ');
-    if (moert_all_to_all_v(r.comm, events.data(), sendBytes.data(), gathered.data(), recvBytes.data(),
-                           all.data(), r.ranks) != 0)
+    if (moert_all_to_all_v(r.comm, events.data(), sendBytes.data(), gathered.data(),
+                           recvBytes.data(), all.data(), r.ranks) != 0)
       r.commError("--trace: gathering the events");
     texts.clear();
     size_t at = 0;

@@ -29,8 +29,7 @@ TEST_F(StalenessTest, NeedsBackgroundAllReduces) {
   o.staleness = 1;
   Rank &r = boundRank(); // compiled for one rank: no async buckets
   Staleness component(r);
-  EXPECT_EXIT(component.configure(), testing::ExitedWithCode(1),
-              "this binary has none");
+  EXPECT_EXIT(component.configure(), testing::ExitedWithCode(1), "this binary has none");
 }
 
 TEST_F(StalenessTest, RefusesLocalSteps) {
