@@ -9,7 +9,7 @@ set(moec_rpath "\$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" "${LLVM_LIBRARY_DIR}")
 set(moec_tools moe-opt moe-translate moe-lsp-server moe-report)
 set_target_properties(MoEDialect ${moec_tools} PROPERTIES INSTALL_RPATH "${moec_rpath}")
 
-install(TARGETS MoEDialect MoETransforms EXPORT MoECTargets
+install(TARGETS MoEContract MoEDialect MoETransforms EXPORT MoECTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS ${moec_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -19,8 +19,8 @@ foreach(dir ${PROJECT_SOURCE_DIR}/dialect/include ${PROJECT_BINARY_DIR}/dialect/
           FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "*.td"
           PATTERN "CMakeFiles" EXCLUDE)
 endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/moert/Abi.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/moert)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/contract/include/moec
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/MoEC)
 install(EXPORT MoECTargets NAMESPACE MoEC:: DESTINATION ${cmake_dir})

@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Codegen/KernelRegistry.h"
-#include "moert/Abi.h"
+#include "moec/contract/Abi.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"

@@ -1,7 +1,7 @@
 //===- StepProgram.cpp - the step program as C++ --------------------------===//
 
 #include "moe/Codegen/StepProgram.h"
-#include "moert/Abi.h"
+#include "moec/contract/Abi.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"

@@ -233,6 +233,7 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
                                       "-std=c++20",
                                       "-I" + dir.str(),
                                       "-I" MOEC_RUNTIME_INCLUDE,
+                                      "-I" MOEC_CONTRACT_INCLUDE,
                                       "-I" MOEC_HALIDE_INCLUDE};
   const TargetBackend &backend = options.targetBackend();
   for (std::string &flag : backend.compileFlags(options.targetOptions()))

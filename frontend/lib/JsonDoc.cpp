@@ -2,7 +2,7 @@
 
 #include "moe/Frontend/JsonDoc.h"
 
-#include "moert/JsonDepth.h"
+#include "moec/contract/NestingDepth.h"
 
 #include <algorithm>
 #include <cctype>
@@ -170,9 +170,9 @@ std::unique_ptr<JsonDoc> JsonDoc::parse(std::string file, const std::string &tex
   doc->fileName = std::move(file);
   // Iterative, so any input is safe to scan; the parser and the position
   // scanner (recursive) only see documents that pass.
-  if (size_t at = moert::jsonTooDeepAt(text, kMaxDepth); at != std::string::npos) {
+  if (auto deep = moec::contract::findTooDeep(text, kMaxDepth, moec::contract::kJsonNesting)) {
     PositionScanner lines(text, *doc, diags);
-    diags.error(doc->fileName, lines.pos(at),
+    diags.error(doc->fileName, lines.pos(deep->offset),
                 "malformed JSON: nested deeper than " + std::to_string(kMaxDepth) + " levels");
     return nullptr;
   }

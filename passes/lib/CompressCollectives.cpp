@@ -9,7 +9,7 @@
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/CostModel.h"
 #include "moe/Transforms/Passes.h"
-#include "moert/Abi.h"
+#include "moec/contract/Abi.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -1,7 +1,7 @@
 //===- Checkpoint.cpp - atomic checkpoints in safetensors + JSON ----------===//
 
 #include "moert/Checkpoint.h"
-#include "moert/JsonDepth.h"
+#include "moec/contract/NestingDepth.h"
 
 #include <algorithm>
 #include <functional>
@@ -23,12 +23,12 @@ using nlohmann::json;
 /// The safetensors `__metadata__` key of the state saved with the tensors.
 static const char kStateKey[] = "moec.state";
 
-/// JSON nested deeper than this is refused before parsing (moert/JsonDepth.h).
+/// JSON nested deeper than this is refused before parsing (moec/contract/NestingDepth.h).
 static constexpr size_t kMaxJsonDepth = 64;
 
 /// Parses `text` as a JSON object; on failure says why in `why`.
 static json parseObject(const std::string &text, std::string &why) {
-  if (jsonTooDeepAt(text, kMaxJsonDepth) != std::string::npos) {
+  if (moec::contract::findTooDeep(text, kMaxJsonDepth, moec::contract::kJsonNesting)) {
     why = "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return json(json::value_t::discarded);
   }

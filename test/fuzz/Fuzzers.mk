@@ -7,7 +7,8 @@ OUT := $(BUILD)/fuzz
 LLVM_PREFIX ?= /usr/lib/llvm-22
 CXXFLAGS := -std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
   -fno-sanitize-recover=undefined -fexceptions -MMD -MP \
-  -I$(SRC)/test/fuzz -I$(SRC)/frontend/include -I$(SRC)/runtime/include
+  -I$(SRC)/test/fuzz -I$(SRC)/frontend/include -I$(SRC)/runtime/include \
+  -I$(SRC)/contract/include
 # What includes MLIR matches libMLIR.so: no RTTI (so no vptr check).
 MLIRFLAGS := -fno-rtti -fno-sanitize=vptr -DNDEBUG -I$(SRC)/dialect/include \
   -I$(BUILD)/dialect/include -isystem $(LLVM_PREFIX)/include

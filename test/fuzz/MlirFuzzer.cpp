@@ -9,7 +9,7 @@
 
 #include "FuzzContract.h"
 #include "FuzzMLIRContext.h"
-#include "moe/Support/NestingDepth.h"
+#include "moec/contract/NestingDepth.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
@@ -28,7 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // A null-terminated copy, as moe-opt's file buffers are (MLIR's lexer
   // relies on the terminator).
   std::string source(reinterpret_cast<const char *>(data), size);
-  if (mlir::moe::findDeepNesting(source)) // moe-opt refuses it before parsing
+  // moe-opt refuses it before parsing.
+  if (moec::contract::findTooDeep(source, moec::contract::kMaxMlirNesting,
+                                  moec::contract::kMlirNesting))
     return 0;
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(source, &ctx, "fuzz.mlir");

@@ -5,7 +5,7 @@
 // grid groups, scaled all-reduces (alone and bucketed), dense and ragged
 // all-to-alls, the sharded global norm, compressed all-reduces with their
 // state and byte counters, and the error paths. Every expectation is
-// computed here from the definitions in moert/Program.h and moert/Abi.h,
+// computed here from the definitions in moert/Program.h and moec/contract/Abi.h,
 // with plain loops over the grid, not by the routines under test.
 //
 //===----------------------------------------------------------------------===//

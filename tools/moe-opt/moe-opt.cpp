@@ -6,9 +6,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/InitAllDialects.h"
-#include "moe/Support/NestingDepth.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
+#include "moec/contract/NestingDepth.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/FileUtilities.h"
@@ -72,10 +72,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "moe-opt: " << error << "\n";
     return 1;
   }
-  if (auto deep = mlir::moe::findDeepNesting(file->getBuffer())) {
-    llvm::errs() << (input == "-" ? "<stdin>" : input) << ":" << deep->first << ":" << deep->second
-                 << ": error: brackets nested deeper than " << mlir::moe::kMaxNesting
-                 << " levels\n";
+  using moec::contract::kMaxMlirNesting;
+  if (auto deep = moec::contract::findTooDeep(file->getBuffer(), kMaxMlirNesting,
+                                              moec::contract::kMlirNesting)) {
+    llvm::errs() << (input == "-" ? "<stdin>" : input) << ":" << deep->line << ":" << deep->column
+                 << ": error: brackets nested deeper than " << kMaxMlirNesting << " levels\n";
     return 1;
   }
   std::unique_ptr<llvm::ToolOutputFile> out = mlir::openOutputFile(output, &error);

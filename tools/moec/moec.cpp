@@ -16,7 +16,7 @@
 #include "moe/Codegen/HostTarget.h"
 #include "moe/Driver/Driver.h"
 #include "moe/InitAllDialects.h"
-#include "moert/Abi.h"
+#include "moec/contract/Abi.h"
 #include "moert/CpuTarget.h"
 
 #include "mlir/IR/MLIRContext.h"

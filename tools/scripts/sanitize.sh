@@ -38,7 +38,7 @@ trainer() {
   cmake --build "build-$job" --target moert_main
   rm -rf "$dir" && mkdir -p "$dir"
   c++ -O1 -g -std=c++20 -fsanitize="$flags" -fno-omit-frame-pointer -fno-sanitize-recover=all \
-    -I"$src/kernels" -Iruntime/include -I/usr/include/halide14 "$src"/*.cpp "$src"/kernels/*.a \
+    -I"$src/kernels" -Iruntime/include -Icontract/include -I/usr/include/halide14 "$src"/*.cpp "$src"/kernels/*.a \
     "build-$job/runtime/libmoert_main.a" "build-$job/runtime/libmoert.a" \
     "build-$job/runtime/libmoert_cpu.a" -lopenblas -lpthread -ldl -o "$dir/train"
   local train=("$dir/train" --data test/Driver/Inputs/text.txt --ranks 4 --no-progress)

@@ -31,7 +31,7 @@
 
 namespace moert {
 
-/// The values of enum moert_codec_kind (moert/Abi.h).
+/// The values of enum moert_codec_kind (moec/contract/Abi.h).
 enum class CodecKind {
   FP16 = MOERT_CODEC_FP16,
   BF16 = MOERT_CODEC_BF16,

@@ -9,7 +9,7 @@
 #ifndef MOERT_PROGRAM_H
 #define MOERT_PROGRAM_H
 
-#include "moert/Abi.h"
+#include "moec/contract/Abi.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -269,7 +269,7 @@ void moert_widen(float *out, const uint16_t *in, int64_t count, int bf16);
 
 /* Collectives of a partitioned step (runtime/lib/StepComm.cpp) over the
  * group of ranks that differ from ctx's only in the grid axes of
- * `axes` (a bit mask of enum moert_axis, moert/Abi.h). Return 0, or non-zero after a
+ * `axes` (a bit mask of enum moert_axis, moec/contract/Abi.h). Return 0, or non-zero after a
  * communicator error (moert_comm_error names it). */
 /* Fills `members` (global ranks, in axis order) and returns the size. */
 int moert_grid_group(const moert_context *ctx, int axes, int32_t *members);
@@ -317,7 +317,7 @@ int moert_step_all_to_all(moert_context *ctx, float *out, const float *in, const
                           int rank, int split, int concat, int axes,
                           const struct moert_codec *codec);
 /* A codec of moe.all_reduce (moert/Codecs.h); `kind` is an enum
- * moert_codec_kind (moert/Abi.h). */
+ * moert_codec_kind (moec/contract/Abi.h). */
 typedef struct moert_codec {
   int kind;
   int64_t block_size;

@@ -5,15 +5,16 @@
  * Halide). It holds the enums that cross from the compiler to the runtime
  * as integers, and the exact wire sizes of the codecs, so that the cost
  * model, the emitted analytical volumes and the bytes the runtime sends are
- * computed by one formula. Plain C: static inline functions only.
+ * computed by one formula. Plain C: static inline functions only, no
+ * includes beyond <stdint.h> (contract/README.md).
  *
  * The dialect's enums (dialect/include/moe/Dialect/MoE/MoEAttributes.td) use
  * the same values; codegen/lib/StepProgram.cpp checks that at compile time.
  *
  *===----------------------------------------------------------------------===*/
 
-#ifndef MOERT_ABI_H
-#define MOERT_ABI_H
+#ifndef MOEC_CONTRACT_ABI_H
+#define MOEC_CONTRACT_ABI_H
 
 #include <stdint.h>
 
@@ -143,4 +144,4 @@ static inline int64_t moert_all_to_all_wire_bytes(int kind, int64_t block_size, 
 }
 #endif
 
-#endif /* MOERT_ABI_H */
+#endif /* MOEC_CONTRACT_ABI_H */
