@@ -41,6 +41,7 @@ bench: build
 
 docs: build
 	@echo "generated dialect reference: $(BUILD_DIR)/docs/Dialects/MoE.md"
+	@echo "generated pass reference: $(BUILD_DIR)/docs/MoEPasses.md"
 
 clean:
 	rm -rf $(BUILD_DIR)

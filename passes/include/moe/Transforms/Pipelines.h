@@ -147,12 +147,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 };
 
 /// A forward step to a planned training-step program, one rank's when the
-/// step is partitioned: [moe-add-eval-step], [moe-make-grid | moe-fuse-gating
-/// + moe-plan-sharding + moe-executable-plan], moe-fuse-gating,
-/// moe-routing-groups, moe-partition, moe-autodiff, moe-insert-collectives,
-/// [moe-compress-collectives], [moe-routed-rows], moe-lower-to-kernels,
-/// moe-bucket-gradients, [moe-pipeline-experts], [moe-schedule].
-/// `moec` runs exactly this pipeline (moec --emit=mlir prints its result).
+/// step is partitioned. Its passes in order, with the option that runs
+/// each: the table of passes/README.md (test/Transforms/pass-lists.test
+/// checks that it names every pass of Passes.td). `moec` runs exactly this
+/// pipeline (moec --emit=mlir prints its result).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 
 /// Registers --moe-train-pipeline.
