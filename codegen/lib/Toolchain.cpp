@@ -51,17 +51,6 @@ static Error run(StringRef program, ArrayRef<std::string> args, const Twine &wha
                            what + ": " + (error.empty() ? "exit " + std::to_string(rc) : error));
 }
 
-const TargetBackend &ToolchainOptions::targetBackend() const {
-  return backend ? *backend : lookupTarget(target);
-}
-
-TargetOptionValues ToolchainOptions::targetOptions() const {
-  if (backend)
-    return backendOptions;
-  // moec's --cuda-capability, until it passes the back end's options.
-  return {{"cuda-capability", std::to_string(cudaCapability)}};
-}
-
 std::string moec::codegen::defaultKernelCache() {
   if (const char *dir = std::getenv("MOEC_KERNEL_CACHE"))
     return StringRef(dir) == "none" ? "" : dir;
@@ -185,7 +174,7 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
   // A device target adds its Halide back end's features (the generators
   // schedule for a GPU feature, codegen/generators/GpuSchedule.h).
   std::string target =
-      halideTarget(options.targetBackend(), options.hostTarget, options.targetOptions());
+      halideTarget(options.targetBackend(), options.hostTarget, options.backendOptions);
   // One job per kernel, then the Halide runtime (once per binary); each a
   // process of its own, run side by side.
   struct Job {
@@ -236,7 +225,7 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
                                       "-I" MOEC_CONTRACT_INCLUDE,
                                       "-I" MOEC_HALIDE_INCLUDE};
   const TargetBackend &backend = options.targetBackend();
-  for (std::string &flag : backend.compileFlags(options.targetOptions()))
+  for (std::string &flag : backend.compileFlags(options.backendOptions))
     compile.push_back(std::move(flag));
   auto cxxPath = sys::findProgramByName(cxx);
   if (!cxxPath)
@@ -284,7 +273,7 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   (void)mpi;
 #endif
   args.push_back(MOEC_RUNTIME_LIB);
-  for (std::string &flag : backend.linkFlags(options.targetOptions()))
+  for (std::string &flag : backend.linkFlags(options.backendOptions))
     args.push_back(std::move(flag));
   args.push_back(MOEC_RUNTIME_CPU_LIB);
   args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs

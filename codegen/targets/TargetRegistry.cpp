@@ -125,14 +125,3 @@ std::vector<std::string> TargetBackend::compileFlags(const TargetOptionValues &)
 }
 
 std::vector<std::string> TargetBackend::linkFlags(const TargetOptionValues &) const { return {}; }
-
-//===- moec's --target enum, until it passes back ends ---------------------===//
-
-StringRef moec::codegen::targetName(Target target) {
-  static constexpr StringLiteral names[] = {"host", "opencl", "cuda"};
-  return names[static_cast<int>(target)];
-}
-
-const TargetBackend &moec::codegen::lookupTarget(Target target) {
-  return *lookupTarget(targetName(target));
-}

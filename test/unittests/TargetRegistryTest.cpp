@@ -80,12 +80,6 @@ TEST(TargetRegistryTest, AHalideTargetNamesItsDevice) {
   EXPECT_EQ(targetInHalideTarget("x86-64-linux-cuda_capability_75"), lookupTarget("cuda"));
 }
 
-TEST(TargetRegistryTest, TheEnumNamesItsBackEnd) {
-  EXPECT_EQ(&lookupTarget(Target::Host), &defaultTarget());
-  EXPECT_EQ(lookupTarget(Target::OpenCL).name(), "opencl");
-  EXPECT_EQ(lookupTarget(Target::Cuda).name(), targetName(Target::Cuda));
-}
-
 TEST(TargetRegistryTest, TargetValuesMakeAFlag) {
   llvm::cl::opt<const TargetBackend *> flag("test-target", llvm::cl::desc("Where"),
                                             TargetValues(), llvm::cl::init(&defaultTarget()));

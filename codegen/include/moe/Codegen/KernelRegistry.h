@@ -15,8 +15,6 @@
 #define MOE_CODEGEN_KERNELREGISTRY_H
 
 #include "moe/Dialect/MoE/MoEOps.h"
-// Target, until moec passes back ends (TargetBackend.h).
-#include "moe/Codegen/TargetBackend.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"

@@ -68,14 +68,6 @@ mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &ca
                                     const TargetBackend &target = defaultTarget(),
                                     std::vector<std::string> *units = nullptr);
 
-/// The same for moec's --target enum, until it passes back ends.
-inline mlir::LogicalResult emitStepProgram(mlir::ModuleOp module, const KernelCalls &calls,
-                                           llvm::raw_ostream &os, const StepProgramNames &names,
-                                           Target target,
-                                           std::vector<std::string> *units = nullptr) {
-  return emitStepProgram(module, calls, os, names, lookupTarget(target), units);
-}
-
 } // namespace moec::codegen
 
 #endif // MOE_CODEGEN_STEPPROGRAM_H

@@ -147,19 +147,6 @@ struct TargetValues {
 /// calls it once, from registerAllTargets).
 void registerTarget(const TargetBackend &backend);
 
-//===- Until moec passes back ends: its --target enum ----------------------===//
-
-/// moec's `--target` values as an enum. Deprecated: the driver takes a
-/// `const TargetBackend *` (TargetValues) instead; nothing in codegen
-/// branches on it.
-enum class Target { Host, OpenCL, Cuda };
-
-/// The enum value's name (`host`, `opencl`, `cuda`).
-llvm::StringRef targetName(Target target);
-
-/// The back end the enum value names.
-const TargetBackend &lookupTarget(Target target);
-
 } // namespace moec::codegen
 
 #endif // MOE_CODEGEN_TARGETBACKEND_H

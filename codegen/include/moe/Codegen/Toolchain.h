@@ -35,18 +35,12 @@ struct ToolchainOptions {
   /// that determines them (empty: no cache).
   std::string cacheDir;
   /// Where the kernels run: the Halide target of every kernel and of the
-  /// runtime, the training binary's extra flags. Null: `target`'s.
+  /// runtime, the training binary's extra flags (the host when null).
   const TargetBackend *backend = nullptr;
-  /// The back end's options, by name (`cuda-capability`); with a null
-  /// `backend`, `cudaCapability`.
+  /// The back end's options, by name (`cuda-capability`).
   TargetOptionValues backendOptions;
-  /// Deprecated, until moec sets `backend` and `backendOptions`: its
-  /// --target enum and --cuda-capability.
-  Target target = Target::Host;
-  int cudaCapability = 80;
-  /// The back end and its options, from the fields above.
-  const TargetBackend &targetBackend() const;
-  TargetOptionValues targetOptions() const;
+  /// The back end, `backend` or the host.
+  const TargetBackend &targetBackend() const { return backend ? *backend : defaultTarget(); }
   /// The Halide target of the CPU side, arch-bits-os[-features] (moec
   /// resolves --host-target into one, HostTarget.h; a "host" left here is
   /// resolved from this CPU's features by moe-halide-gen, never by Halide's
