@@ -844,9 +844,8 @@ LogicalResult Emitter::replicaSum(ReplicaSumOp op) {
 }
 
 LogicalResult Emitter::run() {
-  if (auto compression = module->getAttrOfType<DictionaryAttr>(MoEDialect::kCompressionAttrName))
-    if (auto warmup = compression.getAs<IntegerAttr>("warmup_steps"))
-      codecWarmup = warmup.getInt();
+  if (auto compression = module->getAttrOfType<CompressionAttr>(MoEDialect::kCompressionAttrName))
+    codecWarmup = compression.getWarmupSteps();
   func::FuncOp step, eval;
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal())
@@ -925,7 +924,7 @@ LogicalResult Emitter::run() {
   if (failed(emitFunction(step, "trainStep", true)) ||
       (eval && failed(emitFunction(eval, "evalStep", false))))
     return failure();
-  auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
+  auto plan = module->getAttrOfType<BufferPlanAttr>(MoEDialect::kBufferPlanAttrName);
   auto tokensType = cast<RankedTensorType>(step.getArgument(0).getType());
   int64_t vocab = 0;
   if (auto emb = module.lookupSymbol<ParamOp>("tok_emb"))
@@ -996,8 +995,8 @@ LogicalResult Emitter::run() {
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
      << "    .params = kParams,\n"
-     << "    .activation_bytes = " << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ",\n"
-     << "    .gradient_bytes = " << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ",\n"
+     << "    .activation_bytes = " << plan.getActivationBytes() << ",\n"
+     << "    .gradient_bytes = " << plan.getGradientBytes() << ",\n"
      << "    .batch = " << tokensType.getShape()[0] << ",\n"
      << "    .seq_len = " << tokensType.getNumElements() / tokensType.getShape()[0] << ",\n"
      << "    .vocab = " << vocab << ",\n"
@@ -1096,11 +1095,10 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     }
   };
   if (target.onDevice()) {
-    auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
+    auto plan = module->getAttrOfType<BufferPlanAttr>(MoEDialect::kBufferPlanAttrName);
     os << "  if (int rc = moert_device_attach(ctx, " << target.deviceInterface() << "(), \""
-       << target.name() << "\", kParams, " << paramIndex.size() << ", "
-       << plan.getAs<IntegerAttr>("activation_bytes").getInt() << ", "
-       << plan.getAs<IntegerAttr>("gradient_bytes").getInt() << ")) return rc;\n";
+       << target.name() << "\", kParams, " << paramIndex.size() << ", " << plan.getActivationBytes()
+       << ", " << plan.getGradientBytes() << ")) return rc;\n";
   }
   for (BlockArgument arg : step.getArguments()) {
     auto kind = step.getArgAttrOfType<StringAttr>(arg.getArgNumber(), MoEDialect::kInputAttrName);

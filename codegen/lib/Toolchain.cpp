@@ -32,11 +32,16 @@ nlohmann::json moec::codegen::kernelManifest(mlir::ModuleOp module, const Kernel
     kernels[name] = entry;
   }
   nlohmann::json plan = nlohmann::json::object();
-  if (auto dict =
-          module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kBufferPlanAttrName))
-    for (auto entry : dict)
-      if (auto i = dyn_cast<mlir::IntegerAttr>(entry.getValue()))
-        plan[entry.getName().str()] = i.getInt();
+  if (auto bufferPlan = module->getAttrOfType<mlir::moe::BufferPlanAttr>(
+          mlir::moe::MoEDialect::kBufferPlanAttrName))
+    plan = {{"activation_bytes", bufferPlan.getActivationBytes()},
+            {"gradient_bytes", bufferPlan.getGradientBytes()},
+            {"parameter_bytes", bufferPlan.getParameterBytes()},
+            {"optimizer_state_bytes", bufferPlan.getOptimizerStateBytes()},
+            {"total_bytes", bufferPlan.getTotalBytes()},
+            {"num_kernels", bufferPlan.getNumKernels()},
+            {"num_launches", bufferPlan.getNumLaunches()},
+            {"alignment", bufferPlan.getAlignment()}};
   plan["kernel_scratch_bytes"] = calls.scratchBytes();
   return {{"buffer_plan", plan}, {"kernels", kernels}};
 }

@@ -7,11 +7,34 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::moe;
 
 #include "moe/Dialect/MoE/MoEEnums.cpp.inc"
+
+/// A double parameter (MoE_F64Parameter): a float literal.
+static FailureOr<APFloat> parseF64(AsmParser &parser) {
+  double value;
+  if (parser.parseFloat(value))
+    return failure();
+  return APFloat(value);
+}
+
+/// A whole number below 2^53 as `N.0` (MLIR's float syntax would print it in
+/// hexadecimal when six significant digits do not hold it), else as MLIR
+/// prints floats.
+static void printF64(AsmPrinter &printer, const APFloat &value) {
+  double v = value.convertToDouble();
+  if (v == std::trunc(v) && std::fabs(v) < 0x1p53 && !value.isNegZero())
+    printer.getStream() << llvm::format("%.1f", v);
+  else
+    printer << value;
+}
 
 #define GET_ATTRDEF_CLASSES
 #include "moe/Dialect/MoE/MoEAttributes.cpp.inc"
@@ -277,4 +300,83 @@ LogicalResult CodecAttr::verify(function_ref<InFlightDiagnostic()> emitError, Co
 bool CodecAttr::isElementwise() const {
   CodecKind kind = getKind();
   return kind == CodecKind::fp16 || kind == CodecKind::bf16 || kind == CodecKind::int8;
+}
+
+//===----------------------------------------------------------------------===//
+// BufferPlanAttr, PlanAttr, CompressionAttr, CodecChoiceAttr
+//===----------------------------------------------------------------------===//
+
+/// Fails with "<what> <name> must be >= 0, got <value>" for the first
+/// negative (or NaN) value.
+template <typename T>
+static LogicalResult checkNonNegative(function_ref<InFlightDiagnostic()> emitError, StringRef what,
+                                      std::initializer_list<std::pair<StringRef, T>> values) {
+  for (auto [name, value] : values)
+    if (!(value >= 0))
+      return emitError() << what << " " << name << " must be >= 0, got " << value;
+  return success();
+}
+
+LogicalResult BufferPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                     int64_t activationBytes, int64_t gradientBytes,
+                                     int64_t parameterBytes, int64_t optimizerStateBytes,
+                                     int64_t totalBytes, int64_t numKernels, int64_t numLaunches,
+                                     int64_t alignment) {
+  if (failed(checkNonNegative<int64_t>(emitError, "buffer plan",
+                                       {{"activation_bytes", activationBytes},
+                                        {"gradient_bytes", gradientBytes},
+                                        {"parameter_bytes", parameterBytes},
+                                        {"optimizer_state_bytes", optimizerStateBytes},
+                                        {"total_bytes", totalBytes},
+                                        {"num_kernels", numKernels},
+                                        {"num_launches", numLaunches}})))
+    return failure();
+  if (!llvm::isPowerOf2_64(alignment))
+    return emitError() << "buffer plan alignment must be a power of two, got " << alignment;
+  int64_t sum = 0;
+  for (int64_t bytes : {activationBytes, gradientBytes, parameterBytes, optimizerStateBytes})
+    if (llvm::AddOverflow(sum, bytes, sum))
+      break;
+  if (sum != totalBytes)
+    return emitError() << "buffer plan total_bytes must be the sum of the activation, gradient, "
+                          "parameter and optimizer-state bytes, got "
+                       << totalBytes;
+  return success();
+}
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, APFloat predictedStep,
+                               APFloat compute, APFloat allToAll, APFloat allReduce,
+                               APFloat allReduceExposed, APFloat tensorParallel, int64_t zeroStage,
+                               APFloat maxMemoryBytes, int64_t candidates) {
+  if (failed(checkNonNegative<double>(emitError, "plan",
+                                      {{"predicted_step_s", predictedStep.convertToDouble()},
+                                       {"compute_s", compute.convertToDouble()},
+                                       {"all_to_all_s", allToAll.convertToDouble()},
+                                       {"all_reduce_s", allReduce.convertToDouble()},
+                                       {"all_reduce_exposed_s", allReduceExposed.convertToDouble()},
+                                       {"tensor_parallel_s", tensorParallel.convertToDouble()},
+                                       {"max_memory_bytes", maxMemoryBytes.convertToDouble()}})))
+    return failure();
+  if (zeroStage < 0 || zeroStage > 2)
+    return emitError() << "plan zero_stage must be 0, 1 or 2, got " << zeroStage;
+  if (candidates < 1)
+    return emitError() << "plan candidates must be >= 1, got " << candidates;
+  return success();
+}
+
+LogicalResult CompressionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                      int64_t warmupSteps, int64_t compressed) {
+  return checkNonNegative<int64_t>(emitError, "compression",
+                                   {{"warmup_steps", warmupSteps}, {"compressed", compressed}});
+}
+
+LogicalResult CodecChoiceAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef codec,
+                                      APFloat uncompressed, APFloat predicted) {
+  if (codec != "none" && !symbolizeCodecKind(codec))
+    return emitError() << "codec choice codec must be \"none\" or one of fp16, bf16, int8, topk, "
+                          "sign, powersgd, got \""
+                       << codec << "\"";
+  return checkNonNegative<double>(emitError, "codec choice",
+                                  {{"uncompressed_s", uncompressed.convertToDouble()},
+                                   {"predicted_s", predicted.convertToDouble()}});
 }

@@ -72,6 +72,15 @@ LogicalResult mlir::moe::verifyBoundedTensors(Operation *op) {
   return success();
 }
 
+/// A module attribute that must be a `#moe.<mnemonic>` of type AttrT.
+template <typename AttrT>
+static LogicalResult verifyModuleAttr(Operation *op, NamedAttribute attr) {
+  if (isa<ModuleOp>(op) && isa<AttrT>(attr.getValue()))
+    return success();
+  return op->emitError() << "'" << attr.getName().getValue() << "' must be a #moe."
+                         << AttrT::getMnemonic() << " on a builtin.module, got " << attr.getValue();
+}
+
 LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
   if (attr.getName() == kGridAttrName) {
     if (!isa<ModuleOp>(op))
@@ -88,17 +97,21 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                            "[arena, offset, bytes] per result");
     return success();
   }
-  if (name == kCompressionAttrName) {
-    // moe-compress-collectives' settings (warm-up steps, compressed count).
-    if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
-      return op->emitError("'moe.compression' must be a dictionary on a module");
-    return success();
-  }
+  // What passes leave on the module for later stages: moe-compress-collectives'
+  // settings, moe-lower-to-kernels' buffer plan, moe-plan-sharding's costs.
+  if (name == kCompressionAttrName)
+    return verifyModuleAttr<CompressionAttr>(op, attr);
+  if (name == kBufferPlanAttrName)
+    return verifyModuleAttr<BufferPlanAttr>(op, attr);
+  if (name == kPlanAttrName)
+    return verifyModuleAttr<PlanAttr>(op, attr);
   if (name == kCodecChoiceAttrName) {
     // moe-compress-collectives' cost-model judgement of a collective.
-    if (!isa<AllReduceOp, AllToAllOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
-      return op->emitError("'moe.codec_choice' must be a dictionary on a moe.all_reduce "
-                           "or moe.all_to_all");
+    if (!isa<AllReduceOp, AllToAllOp>(op) || !isa<CodecChoiceAttr>(attr.getValue()))
+      return op->emitError() << "'" << kCodecChoiceAttrName
+                             << "' must be a #moe.codec_choice on a moe.all_reduce or "
+                                "moe.all_to_all, got "
+                             << attr.getValue();
     return success();
   }
   if (name == kShardAttrName) {
@@ -192,9 +205,10 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                            "function");
     return success();
   }
-  if (name == kBufferPlanAttrName || name == kPlanAttrName || name == kPlanReportAttrName) {
+  if (name == kPlanReportAttrName) {
     if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))
-      return op->emitError() << "'" << name << "' must be a dictionary on a builtin.module";
+      return op->emitError() << "'" << kPlanReportAttrName
+                             << "' must be a dictionary on a builtin.module";
     return success();
   }
   if (name == kOptimizerAttrName || name == kSeedAttrName || name == kClusterAttrName) {

@@ -67,12 +67,11 @@ void pipelineOptions(const CompileOptions &o, mlir::ModuleOp module,
 /// machine cannot hold the plan (the binary refuses to start then).
 void warnIfThisHostIsTooSmall(mlir::ModuleOp module) {
   auto plan =
-      module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kBufferPlanAttrName);
-  auto total = plan ? plan.getAs<mlir::IntegerAttr>("total_bytes") : nullptr;
+      module->getAttrOfType<mlir::moe::BufferPlanAttr>(mlir::moe::MoEDialect::kBufferPlanAttrName);
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
-  if (!total)
+  if (!plan)
     return;
-  double need = static_cast<double>(total.getInt()) * (grid ? grid.getNumRanks() : 1);
+  double need = static_cast<double>(plan.getTotalBytes()) * (grid ? grid.getNumRanks() : 1);
   std::ifstream meminfo("/proc/meminfo");
   std::string name, unit;
   double kb = 0;
@@ -108,9 +107,8 @@ void notePartitionedPlan(mlir::ModuleOp module, const CompileOptions &options) {
   auto grid = module->getAttrOfType<mlir::moe::GridAttr>(mlir::moe::MoEDialect::kGridAttrName);
   if (!grid || grid.getNumRanks() == 1)
     return;
-  if (auto plan = module->getAttrOfType<mlir::DictionaryAttr>(mlir::moe::MoEDialect::kPlanAttrName))
-    if (auto stage = plan.getAs<mlir::IntegerAttr>("zero_stage");
-        stage && stage.getInt() && options.parallel.zero == 0)
+  if (auto plan = module->getAttrOfType<mlir::moe::PlanAttr>(mlir::moe::MoEDialect::kPlanAttrName))
+    if (plan.getZeroStage() && options.parallel.zero == 0)
       errs() << "moec: note: the plan shards the optimiser state (ZeRO-1) and --zero 0 keeps "
                 "it replicated, so each rank holds more than the plan's memory\n";
   if (options.emit == Emit::Exe)

@@ -214,25 +214,18 @@ void mlir::moe::planBuffers(func::FuncOp fn, BufferPeaks &peaks, int64_t alignme
 }
 
 void mlir::moe::replanBuffers(ModuleOp module, ArrayRef<func::FuncOp> fns) {
-  auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName);
+  auto plan = module->getAttrOfType<BufferPlanAttr>(MoEDialect::kBufferPlanAttrName);
   if (!plan)
     return;
-  auto get = [&](StringRef key) {
-    auto a = plan.getAs<IntegerAttr>(key);
-    return a ? a.getInt() : 0;
-  };
   BufferPeaks peaks;
   for (func::FuncOp fn : fns)
-    planBuffers(fn, peaks, std::max<int64_t>(get("alignment"), 64));
-  int64_t params = get("parameter_bytes");
-  Builder builder(module.getContext());
-  NamedAttrList entries(plan);
-  entries.set("activation_bytes", builder.getI64IntegerAttr(peaks.activation));
-  entries.set("gradient_bytes", builder.getI64IntegerAttr(peaks.gradient));
-  entries.set("optimizer_state_bytes", builder.getI64IntegerAttr(peaks.state));
-  entries.set("total_bytes",
-              builder.getI64IntegerAttr(peaks.activation + peaks.gradient + params + peaks.state));
-  module->setAttr(MoEDialect::kBufferPlanAttrName, entries.getDictionary(module.getContext()));
+    planBuffers(fn, peaks, std::max<int64_t>(plan.getAlignment(), 64));
+  int64_t params = plan.getParameterBytes();
+  module->setAttr(
+      MoEDialect::kBufferPlanAttrName,
+      BufferPlanAttr::get(module.getContext(), peaks.activation, peaks.gradient, params,
+                          peaks.state, peaks.activation + peaks.gradient + params + peaks.state,
+                          plan.getNumKernels(), plan.getNumLaunches(), plan.getAlignment()));
 }
 
 SmallVector<func::FuncOp> mlir::moe::stepFunctions(ModuleOp module) {

@@ -122,14 +122,9 @@ struct CodecChooser {
         chosen = CodecAttr::get(ctx, k, k == CodecKind::int8 ? 256 : 0, 0.0, 0, false);
       }
     }
-    Builder b(ctx);
-    op->setAttr(
-        MoEDialect::kCodecChoiceAttrName,
-        b.getDictionaryAttr(
-            {b.getNamedAttr(
-                 "codec", b.getStringAttr(chosen ? stringifyCodecKind(chosen.getKind()) : "none")),
-             b.getNamedAttr("uncompressed_s", b.getF64FloatAttr(plain)),
-             b.getNamedAttr("predicted_s", b.getF64FloatAttr(best))}));
+    op->setAttr(MoEDialect::kCodecChoiceAttrName,
+                CodecChoiceAttr::get(ctx, chosen ? stringifyCodecKind(chosen.getKind()) : "none",
+                                     plain, best));
     return chosen;
   }
 };
@@ -292,11 +287,8 @@ struct CompressCollectivesPass
                        "and stay exact)");
       return signalPassFailure();
     }
-    OpBuilder b(module.getContext());
-    module->setAttr(
-        MoEDialect::kCompressionAttrName,
-        b.getDictionaryAttr({b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(warmupSteps)),
-                             b.getNamedAttr("compressed", b.getI64IntegerAttr(compressed))}));
+    module->setAttr(MoEDialect::kCompressionAttrName,
+                    CompressionAttr::get(module.getContext(), warmupSteps, compressed));
   }
 };
 

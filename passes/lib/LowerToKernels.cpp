@@ -253,18 +253,11 @@ void Lowering::finish() {
   for (ParamOp p : module.getOps<ParamOp>())
     paramBytes += tensorBytes(p.getType());
   int64_t total = peaks.activation + peaks.gradient + paramBytes + peaks.state;
-  module->setAttr(
-      MoEDialect::kBufferPlanAttrName,
-      builder.getDictionaryAttr({
-          builder.getNamedAttr("activation_bytes", builder.getI64IntegerAttr(peaks.activation)),
-          builder.getNamedAttr("gradient_bytes", builder.getI64IntegerAttr(peaks.gradient)),
-          builder.getNamedAttr("parameter_bytes", builder.getI64IntegerAttr(paramBytes)),
-          builder.getNamedAttr("optimizer_state_bytes", builder.getI64IntegerAttr(peaks.state)),
-          builder.getNamedAttr("total_bytes", builder.getI64IntegerAttr(total)),
-          builder.getNamedAttr("num_kernels", builder.getI64IntegerAttr(kernels.size())),
-          builder.getNamedAttr("num_launches", builder.getI64IntegerAttr(numLaunches)),
-          builder.getNamedAttr("alignment", builder.getI64IntegerAttr(alignment)),
-      }));
+  module->setAttr(MoEDialect::kBufferPlanAttrName,
+                  BufferPlanAttr::get(module.getContext(), peaks.activation, peaks.gradient,
+                                      paramBytes, peaks.state, total,
+                                      static_cast<int64_t>(kernels.size()), numLaunches,
+                                      alignment));
 }
 
 struct LowerToKernelsPass : public moe::impl::LowerToKernelsPassBase<LowerToKernelsPass> {

@@ -503,9 +503,8 @@ void PlanShardingPass::runOnOperation() {
     double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
     (expertParams.contains(p.getSymName()) ? step.expertParamBytes : step.denseParamBytes) += bytes;
   }
-  if (auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kBufferPlanAttrName))
-    step.activationBytes =
-        static_cast<double>(plan.getAs<IntegerAttr>("activation_bytes").getInt());
+  if (auto plan = module->getAttrOfType<BufferPlanAttr>(MoEDialect::kBufferPlanAttrName))
+    step.activationBytes = static_cast<double>(plan.getActivationBytes());
   else
     step.activationBytes = forwardActivations;
   for (double &t : step.denseTime)
@@ -732,19 +731,11 @@ void PlanShardingPass::runOnOperation() {
     }
     e.setPlacementAttr(PlacementAttr::get(module.getContext(), flat, sizes));
   }
-  module->setAttr(
-      MoEDialect::kPlanAttrName,
-      b.getDictionaryAttr({
-          b.getNamedAttr("predicted_step_s", b.getF64FloatAttr(best.step())),
-          b.getNamedAttr("compute_s", b.getF64FloatAttr(best.compute)),
-          b.getNamedAttr("all_to_all_s", b.getF64FloatAttr(best.allToAll)),
-          b.getNamedAttr("all_reduce_s", b.getF64FloatAttr(best.allReduce)),
-          b.getNamedAttr("all_reduce_exposed_s", b.getF64FloatAttr(best.exposedAllReduce())),
-          b.getNamedAttr("tensor_parallel_s", b.getF64FloatAttr(best.tensorParallel)),
-          b.getNamedAttr("zero_stage", b.getI64IntegerAttr(best.zero ? 1 : 0)),
-          b.getNamedAttr("max_memory_bytes", b.getF64FloatAttr(best.memory)),
-          b.getNamedAttr("candidates", b.getI64IntegerAttr(order.size())),
-      }));
+  module->setAttr(MoEDialect::kPlanAttrName,
+                  PlanAttr::get(module.getContext(), best.step(), best.compute, best.allToAll,
+                                best.allReduce, best.exposedAllReduce(), best.tensorParallel,
+                                best.zero ? 1 : 0, best.memory,
+                                static_cast<int64_t>(order.size())));
 
   // Reports.
   std::map<std::string, int64_t> kindCounts;

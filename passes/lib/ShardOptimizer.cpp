@@ -140,9 +140,8 @@ struct ShardOptimizerPass : public moe::impl::ShardOptimizerPassBase<ShardOptimi
     int64_t stage = this->stage;
     if (stage == -1) {
       // The planner's choice (moe-plan-sharding's zero_stage), else off.
-      auto plan = module->getAttrOfType<DictionaryAttr>(MoEDialect::kPlanAttrName);
-      auto chosen = plan ? plan.getAs<IntegerAttr>("zero_stage") : IntegerAttr();
-      stage = chosen ? chosen.getInt() : 0;
+      auto plan = module->getAttrOfType<PlanAttr>(MoEDialect::kPlanAttrName);
+      stage = plan ? plan.getZeroStage() : 0;
     }
     if (stage == 0)
       return;

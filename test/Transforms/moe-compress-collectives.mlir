@@ -1,7 +1,7 @@
 // moe-compress-collectives: codecs on the gradient all-reduces of a
 // partitioned step, per parameter group; the loss and the norm stay exact.
 // RUN: sed 's/moe.grid = #moe.grid<dp = 1, ep = 2>/moe.grid = #moe.grid<dp = 2, ep = 2>/' %S/Inputs/routed-step.mlir | moe-opt --moe-train-pipeline="lower=false compress-grad=int8 compress-warmup=5" | FileCheck %s --check-prefix=INT8
-// INT8: moe.compression = {compressed = 6 : i64, warmup_steps = 5 : i64}
+// INT8: moe.compression = #moe.compression<warmup_steps = 5, compressed = 6>
 // INT8: moe.all_reduce mean %{{.*}} over [dp, ep] codec <int8, block_size = 256> : tensor<4x4xf32>
 // INT8: moe.all_reduce sum %{{.*}} over [dp] codec <int8, block_size = 256> {scale = 2.500000e-01 : f64} : tensor<2x4x5xf32>
 // INT8: moe.global_norm
@@ -10,7 +10,7 @@
 // Over a group of one nothing travels, so nothing is encoded: with dp = 1
 // the expert shards' reduction stays exact.
 // RUN: moe-opt --moe-train-pipeline="lower=false compress-grad=int8" %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=DP1
-// DP1: moe.compression = {compressed = 3 : i64, warmup_steps = 0 : i64}
+// DP1: moe.compression = #moe.compression<warmup_steps = 0, compressed = 3>
 // DP1: moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x4x5xf32>
 
 // PowerSGD factors matrices only; sparsifiers keep a residual unless told.
@@ -65,9 +65,9 @@
 // codec kernel launch costs more than their bytes), and nothing is chosen
 // where nothing travels (expert shards over dp = 1).
 // RUN: moe-translate --import-model %examples/models/tiny.json --cluster %S/Inputs/two-nodes-10gbe.json | moe-opt --moe-fuse-gating --moe-plan-sharding=ep=2 --moe-routing-groups --moe-partition --moe-autodiff --moe-insert-collectives --moe-compress-collectives="grad=auto dispatch=auto" | FileCheck %s --check-prefix=AUTO
-// AUTO: moe.all_to_all %{{.*}} over [ep] split 0 concat 1 counts %{{.*}} codec <int8, block_size = 256> {moe.codec_choice = {codec = "int8", predicted_s = {{.*}}, uncompressed_s = {{.*}}}} : (tensor<4x160x64xf32>
-// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> {moe.codec_choice = {codec = "int8", {{.*}}}} : tensor<256x64xf32>
-// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] {moe.codec_choice = {codec = "none", {{.*}}}} : tensor<64xf32>
+// AUTO: moe.all_to_all %{{.*}} over [ep] split 0 concat 1 counts %{{.*}} codec <int8, block_size = 256> {moe.codec_choice = #moe.codec_choice<codec = "int8", uncompressed_s = {{.*}}, predicted_s = {{.*}}>} : (tensor<4x160x64xf32>
+// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] codec <int8, block_size = 256> {moe.codec_choice = #moe.codec_choice<codec = "int8", {{.*}}>} : tensor<256x64xf32>
+// AUTO-DAG: moe.all_reduce mean %{{.*}} over [ep] {moe.codec_choice = #moe.codec_choice<codec = "none", {{.*}}>} : tensor<64xf32>
 // AUTO-DAG: moe.all_reduce sum %{{.*}} over [dp] {scale = 5.000000e-01 : f64} : tensor<2x128x64xf32>
 // RUN: not moe-opt --moe-train-pipeline="lower=false compress-grad=auto" %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=NOCLUSTER
 // NOCLUSTER: error: moe-compress-collectives: 'auto' chooses codecs with the cost model and needs the module's moe.cluster and moe.grid (moec --cluster, or moe-translate --cluster and moe-plan-sharding)

@@ -12,7 +12,7 @@
 // Lifetimes (program positions): x [0,2], t [0,5], a [2,3], b [3,4],
 // c [4,5], loss [5,6]. Greedy by size: x at 0; a overlaps x -> 64; b at 0
 // (x is dead); c at 64; t overlaps all four -> 128; loss at 0. Peak 136.
-// CHECK: module attributes {moe.buffer_plan = {activation_bytes = 136 : i64, alignment = 64 : i64, gradient_bytes = 0 : i64, num_kernels = 2 : i64, num_launches = 4 : i64, optimizer_state_bytes = 0 : i64, parameter_bytes = 64 : i64, total_bytes = 200 : i64}}
+// CHECK: module attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 136, gradient_bytes = 0, parameter_bytes = 64, optimizer_state_bytes = 0, total_bytes = 200, num_kernels = 2, num_launches = 4, alignment = 64>}
 // CHECK: moe.param @w
 // CHECK: moe.kernel @linear_0 family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = []}
 // CHECK: moe.kernel @cross_entropy_0 family "cross_entropy" : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
@@ -22,7 +22,7 @@
 // CHECK: %[[C:.*]] = moe.launch @linear_0(%[[B]], %{{.*}}) {buffers = array<i64: 0, 64, 32>}
 // CHECK: moe.launch @cross_entropy_0(%[[C]], %{{.*}}) {buffers = array<i64: 0, 0, 4>}
 // The same at 512 bytes: a and c at 512, t at 1024.
-// ALIGN: module attributes {moe.buffer_plan = {activation_bytes = 1032 : i64, alignment = 512 : i64,
+// ALIGN: module attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 1032, {{.*}}, alignment = 512>
 // ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 512, 32>}
 // ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 0, 32>}
 // ALIGN: moe.launch @linear_0(%{{.*}}, %{{.*}}) {buffers = array<i64: 0, 512, 32>}
@@ -41,7 +41,7 @@ func.func @chain(%x: tensor<2x4xf32>, %t: tensor<2xi32>) -> tensor<f32> {
 // linear + residual add -> one launch with an epilogue; AdamW launches
 // update parameters in place, their gradients live in the gradient arena
 // and their moments count as optimiser state (2 x 4 bytes x 16).
-// CHECK: moe.buffer_plan = {{{.*}}gradient_bytes = 64 : i64{{.*}}optimizer_state_bytes = 128 : i64, parameter_bytes = 64 : i64
+// CHECK: moe.buffer_plan = #moe.buffer_plan<{{.*}}gradient_bytes = 64, parameter_bytes = 64, optimizer_state_bytes = 128,
 // CHECK: moe.kernel @linear_0 family "linear" : (tensor<2x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> {config = {}, epilogue = ["residual_add"]}
 // CHECK: moe.kernel @adamw_update_0 family "adamw_update"
 // CHECK-NOT: param = @w

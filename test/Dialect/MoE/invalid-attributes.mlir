@@ -321,17 +321,52 @@ moe.param @w : tensor<2x4xf32> init <ones> {moe.shard = ["ep"], moe.shard_layer 
 
 // -----
 
-// plan: a dictionary on a module
-// expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
+// plan: a #moe.plan on a module
+// expected-error @+1 {{'moe.plan' must be a #moe.plan on a builtin.module, got "dp=2"}}
 module attributes {moe.plan = "dp=2"} {
 }
 
 // -----
 
 // plan: only on a module
-// expected-error @+1 {{'moe.plan' must be a dictionary on a builtin.module}}
-func.func @f() attributes {moe.plan = {dp = 2 : i64}} {
+// expected-error @+1 {{'moe.plan' must be a #moe.plan on a builtin.module, got #moe.plan<}}
+func.func @f() attributes {moe.plan = #moe.plan<predicted_step_s = 1.0, compute_s = 1.0, all_to_all_s = 0.0, all_reduce_s = 0.0, all_reduce_exposed_s = 0.0, tensor_parallel_s = 0.0, zero_stage = 0, max_memory_bytes = 1.0, candidates = 1>} {
   return
+}
+
+// -----
+
+// plan: times and memory are >= 0
+// expected-error @+1 {{plan all_to_all_s must be >= 0, got -1.000000e+00}}
+module attributes {moe.plan = #moe.plan<predicted_step_s = 1.0, compute_s = 1.0, all_to_all_s = -1.0, all_reduce_s = 0.0, all_reduce_exposed_s = 0.0, tensor_parallel_s = 0.0, zero_stage = 0, max_memory_bytes = 1.0, candidates = 1>} {
+}
+
+// -----
+
+// plan: ZeRO stage 0, 1 or 2
+// expected-error @+1 {{plan zero_stage must be 0, 1 or 2, got 3}}
+module attributes {moe.plan = #moe.plan<predicted_step_s = 1.0, compute_s = 1.0, all_to_all_s = 0.0, all_reduce_s = 0.0, all_reduce_exposed_s = 0.0, tensor_parallel_s = 0.0, zero_stage = 3, max_memory_bytes = 1.0, candidates = 1>} {
+}
+
+// -----
+
+// plan: at least one candidate was costed
+// expected-error @+1 {{plan candidates must be >= 1, got 0}}
+module attributes {moe.plan = #moe.plan<predicted_step_s = 1.0, compute_s = 1.0, all_to_all_s = 0.0, all_reduce_s = 0.0, all_reduce_exposed_s = 0.0, tensor_parallel_s = 0.0, zero_stage = 0, max_memory_bytes = 1.0, candidates = 0>} {
+}
+
+// -----
+
+// plan: every parameter is given
+// expected-error @+1 {{expected ','}}
+module attributes {moe.plan = #moe.plan<predicted_step_s = 1.0, compute_s = 1.0, all_to_all_s = 0.0, all_reduce_s = 0.0, all_reduce_exposed_s = 0.0, tensor_parallel_s = 0.0, zero_stage = 0, max_memory_bytes = 1.0>} {
+}
+
+// -----
+
+// plan_report: a dictionary on a module
+// expected-error @+1 {{'moe.plan_report' must be a dictionary on a builtin.module}}
+module attributes {moe.plan_report = "table"} {
 }
 
 // -----

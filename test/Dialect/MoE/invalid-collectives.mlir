@@ -400,8 +400,8 @@ func.func @f(%g: tensor<8x16xbf16>) {
 
 // -----
 
-// moe.compression: a dictionary on a module
-// expected-error @+1 {{'moe.compression' must be a dictionary on a module}}
+// moe.compression: a #moe.compression on a module
+// expected-error @+1 {{'moe.compression' must be a #moe.compression on a builtin.module, got 1 : i64}}
 module attributes {moe.compression = 1 : i64} {
 }
 
@@ -409,18 +409,25 @@ module attributes {moe.compression = 1 : i64} {
 
 // moe.compression: only on a module
 module {
-// expected-error @+1 {{'moe.compression' must be a dictionary on a module}}
-func.func @f() attributes {moe.compression = {warmup_steps = 10 : i64}} {
+// expected-error @+1 {{'moe.compression' must be a #moe.compression on a builtin.module, got #moe.compression<warmup_steps = 10, compressed = 0>}}
+func.func @f() attributes {moe.compression = #moe.compression<warmup_steps = 10, compressed = 0>} {
   return
 }
 }
 
 // -----
 
-// moe.codec_choice: a dictionary
+// moe.compression: counts are >= 0
+// expected-error @+1 {{compression warmup_steps must be >= 0, got -1}}
+module attributes {moe.compression = #moe.compression<warmup_steps = -1, compressed = 0>} {
+}
+
+// -----
+
+// moe.codec_choice: a #moe.codec_choice
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
-  // expected-error @+1 {{'moe.codec_choice' must be a dictionary on a moe.all_reduce or moe.all_to_all}}
+  // expected-error @+1 {{'moe.codec_choice' must be a #moe.codec_choice on a moe.all_reduce or moe.all_to_all, got "int8"}}
   %0 = moe.all_reduce sum %g over [dp] {moe.codec_choice = "int8"} : tensor<8x16xf32>
   return %0 : tensor<8x16xf32>
 }
@@ -431,9 +438,31 @@ func.func @f(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
 // moe.codec_choice: only on all_reduce and all_to_all
 module attributes {moe.grid = #moe.grid<dp = 2>} {
 func.func @f(%g: tensor<8x16xf32>) -> tensor<16x16xf32> {
-  // expected-error @+1 {{'moe.codec_choice' must be a dictionary on a moe.all_reduce or moe.all_to_all}}
-  %0 = moe.all_gather %g over [dp] dim 0 {moe.codec_choice = {codec = "int8"}} : tensor<8x16xf32> -> tensor<16x16xf32>
+  // expected-error @+1 {{'moe.codec_choice' must be a #moe.codec_choice on a moe.all_reduce or moe.all_to_all, got #moe.codec_choice<codec = "int8"}}
+  %0 = moe.all_gather %g over [dp] dim 0 {moe.codec_choice = #moe.codec_choice<codec = "int8", uncompressed_s = 2.0, predicted_s = 1.0>} : tensor<8x16xf32> -> tensor<16x16xf32>
   return %0 : tensor<16x16xf32>
+}
+}
+
+// -----
+
+// moe.codec_choice: "none" or a codec kind
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{codec choice codec must be "none" or one of fp16, bf16, int8, topk, sign, powersgd, got "int4"}}
+  %0 = moe.all_reduce sum %g over [dp] {moe.codec_choice = #moe.codec_choice<codec = "int4", uncompressed_s = 2.0, predicted_s = 1.0>} : tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+}
+
+// -----
+
+// moe.codec_choice: times are >= 0
+module attributes {moe.grid = #moe.grid<dp = 2>} {
+func.func @f(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{codec choice predicted_s must be >= 0, got -1.000000e+00}}
+  %0 = moe.all_reduce sum %g over [dp] {moe.codec_choice = #moe.codec_choice<codec = "none", uncompressed_s = 2.0, predicted_s = -1.0>} : tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
 }
 }
 

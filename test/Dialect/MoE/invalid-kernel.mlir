@@ -86,9 +86,38 @@ func.func @f(%g: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// moe.buffer_plan is a dictionary on a module.
-// expected-error @+1 {{'moe.buffer_plan' must be a dictionary on a builtin.module}}
+// moe.buffer_plan is a #moe.buffer_plan on a module.
+// expected-error @+1 {{'moe.buffer_plan' must be a #moe.buffer_plan on a builtin.module, got [16, 32]}}
 module attributes {moe.buffer_plan = [16, 32]} {
+}
+
+// -----
+
+// moe.buffer_plan: only on a module
+// expected-error @+1 {{'moe.buffer_plan' must be a #moe.buffer_plan on a builtin.module, got #moe.buffer_plan<}}
+func.func @f() attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 8, gradient_bytes = 0, parameter_bytes = 0, optimizer_state_bytes = 0, total_bytes = 8, num_kernels = 1, num_launches = 1, alignment = 64>} {
+  return
+}
+
+// -----
+
+// moe.buffer_plan: sizes and counts are >= 0
+// expected-error @+1 {{buffer plan num_launches must be >= 0, got -1}}
+module attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 8, gradient_bytes = 0, parameter_bytes = 0, optimizer_state_bytes = 0, total_bytes = 8, num_kernels = 1, num_launches = -1, alignment = 64>} {
+}
+
+// -----
+
+// moe.buffer_plan: the alignment is a power of two
+// expected-error @+1 {{buffer plan alignment must be a power of two, got 48}}
+module attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 8, gradient_bytes = 0, parameter_bytes = 0, optimizer_state_bytes = 0, total_bytes = 8, num_kernels = 1, num_launches = 1, alignment = 48>} {
+}
+
+// -----
+
+// moe.buffer_plan: the total is the sum of the four arenas
+// expected-error @+1 {{buffer plan total_bytes must be the sum of the activation, gradient, parameter and optimizer-state bytes, got 9}}
+module attributes {moe.buffer_plan = #moe.buffer_plan<activation_bytes = 8, gradient_bytes = 0, parameter_bytes = 0, optimizer_state_bytes = 0, total_bytes = 9, num_kernels = 1, num_launches = 1, alignment = 64>} {
 }
 
 // -----

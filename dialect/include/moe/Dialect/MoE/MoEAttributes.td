@@ -179,4 +179,139 @@ def MoE_CodecAttr : MoE_Attr<"Codec", "codec"> {
     }]>];
 }
 
+//===----------------------------------------------------------------------===//
+// Module and collective attributes that passes write for later stages
+//===----------------------------------------------------------------------===//
+
+// A double held as an APFloat (attribute storage hashes and compares it
+// bitwise), written as a float literal: `compute_s = 1.5e-03`, and a whole
+// number as `7413453.0` (parseF64 and printF64 in MoEAttributes.cpp).
+class MoE_F64Parameter<string desc> : APFloatParameter<desc> {
+  let parser = [{ parseF64($_parser) }];
+  let printer = [{ printF64($_printer, $_self) }];
+}
+
+def MoE_BufferPlanAttr : MoE_Attr<"BufferPlan", "buffer_plan"> {
+  let summary = "the buffer plan's sizes, on the module";
+  let description = [{
+    Written by `moe-lower-to-kernels` (and rewritten when the buffers are
+    planned again) as the module's `moe.buffer_plan`: the peak bytes of each
+    arena, the parameters' bytes, their total, the kernel and launch counts
+    and the alignment of every buffer. The step program sizes its arenas
+    from it; `moec --emit=plan` prints it.
+
+    ```mlir
+    #moe.buffer_plan<activation_bytes = 136, gradient_bytes = 0,
+                     parameter_bytes = 64, optimizer_state_bytes = 0,
+                     total_bytes = 200, num_kernels = 2, num_launches = 4,
+                     alignment = 64>
+    ```
+
+    Constraints:
+    - every size and count is >= 0;
+    - `alignment` is a power of two;
+    - `total_bytes` is the sum of the activation, gradient, parameter and
+      optimizer-state bytes.
+  }];
+  let parameters = (ins "int64_t":$activation_bytes, "int64_t":$gradient_bytes,
+                        "int64_t":$parameter_bytes,
+                        "int64_t":$optimizer_state_bytes, "int64_t":$total_bytes,
+                        "int64_t":$num_kernels, "int64_t":$num_launches,
+                        "int64_t":$alignment);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def MoE_PlanAttr : MoE_Attr<"Plan", "plan"> {
+  let summary = "the sharding plan's predicted costs, on the module";
+  let description = [{
+    Written by `moe-plan-sharding` as the module's `moe.plan`: the chosen
+    candidate's predicted step time and its parts (seconds), its memory per
+    device (bytes), its ZeRO stage and how many candidates were costed.
+    `moe-shard-optimizer` (stage -1) and `moec` read `zero_stage`.
+
+    ```mlir
+    #moe.plan<predicted_step_s = 5.2e-03, compute_s = 4.9e-03,
+              all_to_all_s = 2.0e-04, all_reduce_s = 7.8e-05,
+              all_reduce_exposed_s = 7.8e-05, tensor_parallel_s = 0.0,
+              zero_stage = 0, max_memory_bytes = 7413453.0, candidates = 2>
+    ```
+
+    Constraints:
+    - every time and `max_memory_bytes` is >= 0;
+    - `zero_stage` is 0, 1 or 2;
+    - `candidates` is >= 1.
+  }];
+  let parameters = (ins MoE_F64Parameter<"">:$predicted_step_s,
+                        MoE_F64Parameter<"">:$compute_s,
+                        MoE_F64Parameter<"">:$all_to_all_s,
+                        MoE_F64Parameter<"">:$all_reduce_s,
+                        MoE_F64Parameter<"">:$all_reduce_exposed_s,
+                        MoE_F64Parameter<"">:$tensor_parallel_s,
+                        "int64_t":$zero_stage,
+                        MoE_F64Parameter<"">:$max_memory_bytes,
+                        "int64_t":$candidates);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins "double":$predictedStep, "double":$compute, "double":$allToAll,
+                     "double":$allReduce, "double":$allReduceExposed,
+                     "double":$tensorParallel, "int64_t":$zeroStage,
+                     "double":$maxMemoryBytes, "int64_t":$candidates), [{
+      return $_get($_ctxt, ::llvm::APFloat(predictedStep), ::llvm::APFloat(compute),
+                   ::llvm::APFloat(allToAll), ::llvm::APFloat(allReduce),
+                   ::llvm::APFloat(allReduceExposed), ::llvm::APFloat(tensorParallel),
+                   zeroStage, ::llvm::APFloat(maxMemoryBytes), candidates);
+    }]>];
+}
+
+def MoE_CompressionAttr : MoE_Attr<"Compression", "compression"> {
+  let summary = "moe-compress-collectives' settings, on the module";
+  let description = [{
+    Written by `moe-compress-collectives` as the module's `moe.compression`:
+    the steps that run uncompressed before the codecs start
+    (`warmup_steps`), and how many collectives it compressed. The step
+    program reads `warmup_steps`.
+
+    ```mlir
+    #moe.compression<warmup_steps = 5, compressed = 6>
+    ```
+
+    Constraints:
+    - `warmup_steps` and `compressed` are >= 0.
+  }];
+  let parameters = (ins "int64_t":$warmup_steps, "int64_t":$compressed);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def MoE_CodecChoiceAttr : MoE_Attr<"CodecChoice", "codec_choice"> {
+  let summary = "the cost model's codec judgement of one collective";
+  let description = [{
+    Written by `moe-compress-collectives` (`grad=auto`, `dispatch=auto`) on
+    each collective it judged, as `moe.codec_choice`: the codec it chose
+    (`"none"` to send plain f32) and the predicted seconds of the collective
+    uncompressed and with that choice.
+
+    ```mlir
+    #moe.codec_choice<codec = "int8", uncompressed_s = 1.2e-04, predicted_s = 4.1e-05>
+    ```
+
+    Constraints:
+    - `codec` is `"none"` or a codec kind (`fp16`, `bf16`, `int8`, `topk`,
+      `sign`, `powersgd`);
+    - both times are >= 0.
+  }];
+  let parameters = (ins StringRefParameter<"">:$codec,
+                        MoE_F64Parameter<"">:$uncompressed_s,
+                        MoE_F64Parameter<"">:$predicted_s);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins "::llvm::StringRef":$codec, "double":$uncompressed,
+                     "double":$predicted), [{
+      return $_get($_ctxt, codec, ::llvm::APFloat(uncompressed), ::llvm::APFloat(predicted));
+    }]>];
+}
+
 #endif // MOE_ATTRIBUTES_TD

@@ -44,6 +44,15 @@ def MoE_Dialect : Dialect {
     - `moe.bucket` on a `moe.all_reduce`: a non-negative integer; adjacent
       all-reduces with the same bucket travel as one collective
       (`moe-bucket-gradients`).
+    - `moe.buffer_plan` on the module: a `#moe.buffer_plan`, the buffer
+      plan's sizes (`moe-lower-to-kernels`);
+    - `moe.plan` on the module: a `#moe.plan`, the sharding plan's predicted
+      costs and ZeRO stage (`moe-plan-sharding`);
+    - `moe.compression` on the module: a `#moe.compression`, the codecs'
+      warm-up steps and the compressed count (`moe-compress-collectives`);
+    - `moe.codec_choice` on a `moe.all_reduce` or `moe.all_to_all`: a
+      `#moe.codec_choice`, the cost model's codec judgement
+      (`moe-compress-collectives`, `auto`).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
@@ -58,16 +67,20 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kClusterAttrName = "moe.cluster";
     /// Per launch or collective result: [arena, offset, bytes] in the plan.
     static constexpr ::llvm::StringLiteral kBuffersAttrName = "moe.buffers";
-    /// On the module: the buffer plan's sizes (moe-lower-to-kernels).
+    /// On the module: the buffer plan's sizes, a #moe.buffer_plan
+    /// (moe-lower-to-kernels).
     static constexpr ::llvm::StringLiteral kBufferPlanAttrName = "moe.buffer_plan";
-    /// On the module: the sharding plan's choices (moe-plan-sharding).
+    /// On the module: the sharding plan's choices, a #moe.plan
+    /// (moe-plan-sharding).
     static constexpr ::llvm::StringLiteral kPlanAttrName = "moe.plan";
     /// On the module: the sharding plan's report, {json, table} strings
     /// (moe-plan-sharding report-attr, for a driver, which removes it).
     static constexpr ::llvm::StringLiteral kPlanReportAttrName = "moe.plan_report";
-    /// On the module: moe-compress-collectives' settings.
+    /// On the module: moe-compress-collectives' settings, a
+    /// #moe.compression.
     static constexpr ::llvm::StringLiteral kCompressionAttrName = "moe.compression";
-    /// On a collective: the cost model's codec judgement.
+    /// On a collective: the cost model's codec judgement, a
+    /// #moe.codec_choice.
     static constexpr ::llvm::StringLiteral kCodecChoiceAttrName = "moe.codec_choice";
     /// On a moe.param: held as one rank's block along dimension 0.
     static constexpr ::llvm::StringLiteral kShardAttrName = "moe.shard";
