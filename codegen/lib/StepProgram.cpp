@@ -129,8 +129,8 @@ private:
   /// The placement table of MoE layer `layer` in the step program: the
   /// runtime's, or the program's own when the runtime gives none.
   std::string layerTable(int64_t layer) {
-    return "(ctx->expert_order ? ctx->expert_order[" + std::to_string(layer) + "] : kLayerOrder" +
-           std::to_string(layer) + ")";
+    return "(ctx->run.expert_order ? ctx->run.expert_order[" + std::to_string(layer) +
+           "] : kLayerOrder" + std::to_string(layer) + ")";
   }
   void setStorage(Operation *op, ArrayRef<int64_t> plan);
   /// Device targets (moert/Device.h): host code reads `v` next (its
@@ -248,9 +248,10 @@ void Emitter::hostParam(unsigned index, bool wrote) {
   if (!target.onDevice())
     return;
   if (wrote)
-    os << "  moert_device_wrote(ctx, ctx->params[" << index << "], -1);\n";
+    os << "  moert_device_wrote(ctx, ctx->run.params[" << index << "], -1);\n";
   else
-    os << "  if (int rc = moert_device_host(ctx, ctx->params[" << index << "], -1)) return rc;\n";
+    os << "  if (int rc = moert_device_host(ctx, ctx->run.params[" << index
+       << "], -1)) return rc;\n";
 }
 
 LogicalResult Emitter::hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
@@ -289,7 +290,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << (sched == "cosine"   ? "MOERT_LR_COSINE"
            : sched == "linear" ? "MOERT_LR_LINEAR"
                                : "MOERT_LR_CONSTANT")
-       << ");\n  ctx->lr = *" << pointer(op.getResult(0)) << ";\n";
+       << ");\n  ctx->outputs.lr = *" << pointer(op.getResult(0)) << ";\n";
     return success();
   }
   if (family == "global_norm") {
@@ -443,9 +444,9 @@ LogicalResult Emitter::launch(LaunchOp op) {
         arg.source == KernelArg::MomentV) {
       unsigned idx = paramIndex.lookup(*op.getUpdates());
       ptr = arg.source == KernelArg::Param
-                ? "ctx->params[" + std::to_string(idx) + "]"
-                : "ctx->moments[" + std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) +
-                      "]";
+                ? "ctx->run.params[" + std::to_string(idx) + "]"
+                : "ctx->run.moments[" +
+                      std::to_string(2 * idx + (arg.source == KernelArg::MomentV)) + "]";
       // ZeRO: this rank's shard of the parameter (the moments hold only it).
       if (ArrayAttr axes = op.getShardAxesAttr(); axes && arg.source == KernelArg::Param)
         ptr = "(" + ptr + " + moert_step_shard_offset(ctx, " + std::to_string(axesMask(axes)) +
@@ -471,7 +472,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
   // Loss scaling: an overflowed step (moert_step_global_norm) updates nothing.
   bool skippable = family == "adamw_update" && module->hasAttr(MoEDialect::kLossScaleAttrName);
   if (skippable)
-    os << "    if (!ctx->skip_update) {\n";
+    os << "    if (!ctx->outputs.skip_update) {\n";
   if (!target.onDevice()) {
     // --profile-kernels: the clock is 0 unless this rank is profiling.
     os << "    const double t0 = moert_kernel_profile_clock();\n    int rc = "
@@ -513,23 +514,26 @@ LogicalResult Emitter::launch(LaunchOp op) {
                                          : name.str());
     hostRead(op.getResult(3), "    ");
     hostRead(op.getResult(2), "    ");
-    os << "    if (ctx->expert_counts)\n      for (int e = 0; e < " << experts
-       << "; ++e) ctx->expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
+    os << "    if (ctx->buffers.expert_counts)\n      for (int e = 0; e < " << experts
+       << "; ++e) ctx->buffers.expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
        << "[e];\n";
     // One pass over the slots: the dropped ones are -1 (exact with routing
     // groups); the kept ones count for the expert each routes to (the
     // gate's indices): the rows it computes.
     hostRead(op.getResult(1), "    ");
     std::string slots = pointer(op.getResult(2)), index = pointer(op.getResult(1));
-    os << "    if (ctx->dropped_slots || ctx->kept_slots) {\n      int32_t dropped = 0, kept["
-       << experts << "] = {};\n      for (int64_t i = 0; i < " << numel(op.getResult(2))
-       << "; ++i)\n        if (" << slots << "[i] < 0) ++dropped;\n        else if ((uint32_t)"
-       << index << "[i] < " << experts << "u) ++kept[" << index << "[i]];\n"
-       << "      if (ctx->dropped_slots) ctx->dropped_slots[" << moeLayers.size() - 1
-       << "] = dropped;\n      if (ctx->kept_slots) std::memcpy(ctx->kept_slots + " << offset
-       << ", kept, sizeof kept);\n    }\n";
+    os << "    if (ctx->buffers.dropped_slots || ctx->buffers.kept_slots) {\n"
+       << "      int32_t dropped = 0, kept[" << experts << "] = {};\n      for (int64_t i = 0; i < "
+       << numel(op.getResult(2)) << "; ++i)\n        if (" << slots
+       << "[i] < 0) ++dropped;\n        else if ((uint32_t)" << index << "[i] < " << experts
+       << "u) ++kept[" << index << "[i]];\n"
+       << "      if (ctx->buffers.dropped_slots) ctx->buffers.dropped_slots["
+       << moeLayers.size() - 1
+       << "] = dropped;\n      if (ctx->buffers.kept_slots) std::memcpy(ctx->buffers.kept_slots + "
+       << offset << ", kept, sizeof kept);\n    }\n";
     // The unweighted balancing and z-losses (the kernel's loss_parts).
-    os << "    if (ctx->router_losses)\n      for (int i = 0; i < 2; ++i) ctx->router_losses["
+    os << "    if (ctx->buffers.router_losses)\n"
+       << "      for (int i = 0; i < 2; ++i) ctx->buffers.router_losses["
        << 2 * (moeLayers.size() - 1) << " + i] = " << metricViews.back() << "[i];\n";
   }
   if (!training && family == "cross_entropy") {
@@ -728,7 +732,7 @@ LogicalResult Emitter::balanceBias(BalanceBiasOp op) {
       allReduceBytes += moert_ring_all_reduce_bytes(2 * experts, p); // the counts, hi and lo
   }
   hostParam(paramIndex.lookup(op.getParam()), false);
-  os << "  if (int rc = moert_step_balance_bias(ctx, ctx->params["
+  os << "  if (int rc = moert_step_balance_bias(ctx, ctx->run.params["
      << paramIndex.lookup(op.getParam()) << "], " << experts << ", " << pointer(op.getExperts())
      << ", " << cast<RankedTensorType>(op.getExperts().getType()).getNumElements() << ", "
      << llvm::format("%.17g", op.getRate().convertToDouble()) << ", " << axes << ")) return rc;\n";
@@ -808,7 +812,7 @@ LogicalResult Emitter::gatherParams(ArrayRef<Operation *> run) {
     auto gather = cast<GatherParamOp>(op);
     int64_t shard = (zeroFloats(op) + p - 1) / p;
     allGatherBytes += (p - 1) * shard * 4;
-    params += (params.empty() ? "" : ", ") + std::string("ctx->params[") +
+    params += (params.empty() ? "" : ", ") + std::string("ctx->run.params[") +
               std::to_string(paramIndex.lookup(gather.getParam())) + "]";
     shards += (shards.empty() ? "" : ", ") + std::to_string(shard);
   }
@@ -1065,8 +1069,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
         std::string("(ctx, tokens, targets, ") + (isTraining ? "step, loss)" : "loss, logits)");
     auto definition = [&](StringRef linkage, const Twine &fnName, const std::string &body) {
       return (linkage + fnName + params + " {\n" +
-              "  char *A = ctx->activations, *G = ctx->gradients;\n  (void)A; (void)G;\n" + body +
-              "  return 0;\n}\n\n")
+              "  char *A = ctx->run.activations, *G = ctx->run.gradients;\n  (void)A; (void)G;\n" +
+              body + "  return 0;\n}\n\n")
           .str();
     };
     if (parts.size() == 1) {
@@ -1220,7 +1224,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     }
     if (auto get = dyn_cast<GetParamOp>(op)) {
       storage[get.getResult()] =
-          "ctx->params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
+          "ctx->run.params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
       continue;
     }
     // A kernel: its arguments are on the device (moert/Device.h).
@@ -1257,7 +1261,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
                   os << "  moert_fill(" << pointer(fill.getResult()) << ", "
                      << type.getNumElements() << ", "
                      << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
-                     << (scaled ? " * ctx->loss_scale" : "") << ");\n";
+                     << (scaled ? " * ctx->inputs.loss_scale" : "") << ");\n";
                 } else if (scaled) {
                   return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
                 } else { // bf16, f16: the value's bits

@@ -153,7 +153,7 @@ int waitForDevice(State *s) {
   return 0;
 }
 
-State *stateOf(moert_context *ctx) { return static_cast<State *>(ctx->device); }
+State *stateOf(moert_context *ctx) { return static_cast<State *>(ctx->runtime.device); }
 
 /// The arena holding [p, p + bytes), or null.
 Arena *find(State *s, const void *p, int64_t bytes) {
@@ -312,14 +312,14 @@ extern "C" int moert_device_attach(moert_context *ctx, const halide_device_inter
     if (p && bytes > 0)
       want.emplace_back(static_cast<uint8_t *>(p), bytes);
   };
-  add(ctx->activations, activation_bytes);
-  add(ctx->gradients, gradient_bytes);
+  add(ctx->run.activations, activation_bytes);
+  add(ctx->run.gradients, gradient_bytes);
   for (int i = 0; i < num_params; ++i) {
     // As the trainer allocates them.
-    add(ctx->params[i], 4 * moert::paramBufferElements(params[i]));
-    if (params[i].adamw && ctx->moments) {
-      add(ctx->moments[2 * i], 4 * moert::zeroShardElements(params[i]));
-      add(ctx->moments[2 * i + 1], 4 * moert::zeroShardElements(params[i]));
+    add(ctx->run.params[i], 4 * moert::paramBufferElements(params[i]));
+    if (params[i].adamw && ctx->run.moments) {
+      add(ctx->run.moments[2 * i], 4 * moert::zeroShardElements(params[i]));
+      add(ctx->run.moments[2 * i + 1], 4 * moert::zeroShardElements(params[i]));
     }
   }
   std::sort(want.begin(), want.end());
@@ -331,7 +331,7 @@ extern "C" int moert_device_attach(moert_context *ctx, const halide_device_inter
     return 0;
   if (!s) {
     s = new State;
-    ctx->device = s;
+    ctx->runtime.device = s;
   } else {
     // The trainer gave the rank other arenas: their host copies hold the
     // state (it synced before it moved them).
@@ -506,5 +506,5 @@ extern "C" void moert_device_free(moert_context *ctx) {
     return;
   release(s);
   delete s;
-  ctx->device = nullptr;
+  ctx->runtime.device = nullptr;
 }

@@ -5,7 +5,7 @@
 // communicator (moert_comm_dup), so the step's blocking collectives and the
 // background ones never match each other. Jobs run in the order they were
 // started, the same on every member, as collectives need. With
-// moert_context.async_yield the worker starts no job while the step is in a
+// moert_context.run.async_yield the worker starts no job while the step is in a
 // blocking collective: the dispatch and combine all-to-alls go first (as
 // Lina schedules them). `moe.wait` blocks until its bucket is done; only
 // that blocked time counts as the step's communication, and the bucket's
@@ -22,7 +22,7 @@
 // completes one; the exchange is the blocking one's code, so the bits are
 // the same.
 //
-// With moert_context.staleness (delayed gradients), a start reduces a copy
+// With moert_context.inputs.staleness (delayed gradients), a start reduces a copy
 // of its inputs, and the wait of the next step gives that sum corrected by
 // how the rank's own gradient changed since (delayed averaging with local
 // correction): sum(t-1) + own x (g(t) - g(t-1)), where own x g is the
@@ -257,19 +257,20 @@ struct Channels {
 };
 
 Channels &channelsOf(moert_context *ctx) {
-  if (!ctx->async_comm) {
+  if (!ctx->runtime.async_comm) {
     // Every rank gets here at its first start (under MPI the duplicate is
     // a collective): the step program starts the same buckets everywhere.
     auto *channels = new Channels;
-    channels->reduce = std::make_unique<Engine>(ctx->comm ? moert_comm_dup(ctx->comm) : nullptr);
-    ctx->async_comm = channels;
+    channels->reduce =
+        std::make_unique<Engine>(ctx->run.comm ? moert_comm_dup(ctx->run.comm) : nullptr);
+    ctx->runtime.async_comm = channels;
   }
-  return *static_cast<Channels *>(ctx->async_comm);
+  return *static_cast<Channels *>(ctx->runtime.async_comm);
 }
 
 Engine &engineOf(moert_context *ctx) {
   auto &engine = *channelsOf(ctx).reduce;
-  engine.setYield(ctx->async_yield != 0);
+  engine.setYield(ctx->run.async_yield != 0);
   return engine;
 }
 
@@ -277,9 +278,10 @@ Engine &exchangeOf(moert_context *ctx) {
   Channels &channels = channelsOf(ctx);
   if (!channels.exchange) {
     // Likewise a collective under MPI, at the step's first async exchange.
-    channels.exchange = std::make_unique<Engine>(ctx->comm ? moert_comm_dup(ctx->comm) : nullptr);
+    channels.exchange =
+        std::make_unique<Engine>(ctx->run.comm ? moert_comm_dup(ctx->run.comm) : nullptr);
     Engine *reduce = channels.reduce.get();
-    bool yield = ctx->async_yield != 0;
+    bool yield = ctx->run.async_yield != 0;
     channels.exchange->around = [reduce, yield](int delta) { reduce->foreground(delta, yield); };
   }
   return *channels.exchange;
@@ -291,9 +293,9 @@ int submit(moert_context *ctx, Engine &engine, int handle, std::unique_ptr<Job> 
            const char *what) {
   if (engine.submit(handle, std::move(job), limit))
     return 0;
-  if (ctx->comm)
-    ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": background " + what + " #" +
-                       std::to_string(handle) + " started again before its wait";
+  if (ctx->run.comm)
+    ctx->run.comm->error = "rank " + std::to_string(ctx->run.rank) + ": background " + what + " #" +
+                           std::to_string(handle) + " started again before its wait";
   return 1;
 }
 
@@ -302,8 +304,9 @@ int submit(moert_context *ctx, Engine &engine, int handle, std::unique_ptr<Job> 
 extern "C" void moert_async_init(moert_context *ctx) { engineOf(ctx); }
 
 void moert::asyncForeground(moert_context *ctx, int delta) {
-  if (ctx->async_comm)
-    static_cast<Channels *>(ctx->async_comm)->reduce->foreground(delta, ctx->async_yield != 0);
+  if (ctx->runtime.async_comm)
+    static_cast<Channels *>(ctx->runtime.async_comm)
+        ->reduce->foreground(delta, ctx->run.async_yield != 0);
 }
 
 extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n,
@@ -318,7 +321,7 @@ extern "C" int moert_step_all_reduce_start(moert_context *ctx, int handle, int n
   int p = moert::bucketGroup(ctx, axes, mean, scale, job->group);
   job->scale = scale;
   // A group of one has nothing to wait for: never delayed (exact).
-  bool delayed = ctx->staleness > 0 && p > 1;
+  bool delayed = ctx->inputs.staleness > 0 && p > 1;
   job->delayed = delayed;
   if (delayed) {
     // The step's buffers change before the next step's wait: reduce a copy.
@@ -363,8 +366,8 @@ extern "C" int moert_step_reduce_scatter_start(moert_context *ctx, int handle, i
   job->shards.assign(shards, shards + n);
   job->mean = mean;
   job->scale = scale;
-  job->group.resize(
-      static_cast<size_t>(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1)));
+  job->group.resize(static_cast<size_t>(std::max(ctx->run.dp, 1) * std::max(ctx->run.ep, 1) *
+                                        std::max(ctx->run.tp, 1)));
   int p = moert_grid_group(ctx, axes, job->group.data());
   job->group.resize(static_cast<size_t>(p));
   if (p == 1 || !engine.background()) {
@@ -402,7 +405,7 @@ extern "C" int moert_step_all_to_all_ragged_start(moert_context *ctx, int handle
 }
 
 extern "C" int moert_step_exchange_wait(moert_context *ctx, int handle) {
-  auto *channels = static_cast<Channels *>(ctx->async_comm);
+  auto *channels = static_cast<Channels *>(ctx->runtime.async_comm);
   Engine *engine = channels ? channels->exchange.get() : nullptr;
   std::unique_ptr<Job> job;
   double start = moert::nowSeconds();
@@ -410,30 +413,31 @@ extern "C" int moert_step_exchange_wait(moert_context *ctx, int handle) {
     moert::CommTimer timer(ctx, "wait (background all_to_all)", /*foreground=*/false);
     job = engine ? engine->take(handle) : nullptr;
   }
-  ctx->async_wait_seconds += moert::nowSeconds() - start;
+  ctx->outputs.async_wait_seconds += moert::nowSeconds() - start;
   if (!job) {
-    if (ctx->comm)
-      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": wait on background all_to_all #" +
-                         std::to_string(handle) + ", which was not started";
+    if (ctx->run.comm)
+      ctx->run.comm->error = "rank " + std::to_string(ctx->run.rank) +
+                             ": wait on background all_to_all #" + std::to_string(handle) +
+                             ", which was not started";
     return 1;
   }
   if (job->end > job->start) {
-    ctx->async_seconds += job->end - job->start;
-    if (ctx->trace)
-      ctx->trace->add(moert::TraceLane::Background, "all_to_all (background)", job->start,
-                      job->end);
+    ctx->outputs.async_seconds += job->end - job->start;
+    if (ctx->run.trace)
+      ctx->run.trace->add(moert::TraceLane::Background, "all_to_all (background)", job->start,
+                          job->end);
   }
-  if (ctx->comm) {
+  if (ctx->run.comm) {
     for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
-      ctx->comm->bytes[k] += job->bytes[k];
+      ctx->run.comm->bytes[k] += job->bytes[k];
     if (job->rc)
-      ctx->comm->error = job->error;
+      ctx->run.comm->error = job->error;
   }
   return job->rc;
 }
 
 extern "C" int moert_step_wait(moert_context *ctx, int handle) {
-  auto *channels = static_cast<Channels *>(ctx->async_comm);
+  auto *channels = static_cast<Channels *>(ctx->runtime.async_comm);
   Engine *engine = channels ? channels->reduce.get() : nullptr;
   Job *current = engine ? engine->newest(handle) : nullptr;
   bool delayed = current && current->delayed;
@@ -448,11 +452,12 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
     if (delayed && !job && engine)
       engine->finishNewest(handle);
   }
-  ctx->async_wait_seconds += moert::nowSeconds() - start;
+  ctx->outputs.async_wait_seconds += moert::nowSeconds() - start;
   if (!current) {
-    if (ctx->comm)
-      ctx->comm->error = "rank " + std::to_string(ctx->rank) + ": wait on background all-reduce #" +
-                         std::to_string(handle) + ", which was not started";
+    if (ctx->run.comm)
+      ctx->run.comm->error = "rank " + std::to_string(ctx->run.rank) +
+                             ": wait on background all-reduce #" + std::to_string(handle) +
+                             ", which was not started";
     return 1;
   }
   if (delayed) {
@@ -476,18 +481,18 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
   }
   int rc = job->rc;
   if (job->end > job->start) {
-    ctx->async_seconds += job->end - job->start;
-    if (ctx->trace)
-      ctx->trace->add(moert::TraceLane::Background,
-                      job->shards.empty() ? "all_reduce (background)"
-                                          : "reduce_scatter (background)",
-                      job->start, job->end);
+    ctx->outputs.async_seconds += job->end - job->start;
+    if (ctx->run.trace)
+      ctx->run.trace->add(moert::TraceLane::Background,
+                          job->shards.empty() ? "all_reduce (background)"
+                                              : "reduce_scatter (background)",
+                          job->start, job->end);
   }
-  if (ctx->comm) {
+  if (ctx->run.comm) {
     for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
-      ctx->comm->bytes[k] += job->bytes[k];
+      ctx->run.comm->bytes[k] += job->bytes[k];
     if (job->rc)
-      ctx->comm->error = job->error;
+      ctx->run.comm->error = job->error;
   }
   if (delayed)
     engine->recycle(handle, std::move(job));
@@ -495,6 +500,6 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
 }
 
 extern "C" void moert_async_free(moert_context *ctx) {
-  delete static_cast<Channels *>(ctx->async_comm);
-  ctx->async_comm = nullptr;
+  delete static_cast<Channels *>(ctx->runtime.async_comm);
+  ctx->runtime.async_comm = nullptr;
 }

@@ -107,7 +107,7 @@ extern "C" int moert_place_slots(const moert_context *ctx, int32_t *outSlots,
   std::vector<double> parts;
   if (replicated)
     parts = moert::splitLoads(valid.data(), valid.size(), order, static_cast<size_t>(positions),
-                              ctx ? ctx->ep : 1, ctx ? ctx->ep_speeds : nullptr);
+                              ctx ? ctx->run.ep : 1, ctx ? ctx->run.ep_speeds : nullptr);
   std::vector<int64_t> first(static_cast<size_t>(positions), 0);
   for (int32_t e = 0; e < experts; ++e) {
     const std::vector<int32_t> &mine = at[e];

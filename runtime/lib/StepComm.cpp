@@ -24,8 +24,8 @@
 #include <vector>
 
 extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *members) {
-  int dp = std::max(ctx->dp, 1), ep = std::max(ctx->ep, 1), tp = std::max(ctx->tp, 1);
-  int t = ctx->rank % tp, e = ctx->rank / tp % ep, d = ctx->rank / tp / ep;
+  int dp = std::max(ctx->run.dp, 1), ep = std::max(ctx->run.ep, 1), tp = std::max(ctx->run.tp, 1);
+  int t = ctx->run.rank % tp, e = ctx->run.rank / tp % ep, d = ctx->run.rank / tp / ep;
   int n = 0;
   for (int di = 0; di < dp; ++di)
     for (int ei = 0; ei < ep; ++ei)
@@ -39,19 +39,19 @@ extern "C" int moert_grid_group(const moert_context *ctx, int axes, int32_t *mem
 }
 
 extern "C" void moert_step_end_compute(moert_context *ctx) {
-  if (ctx->step_mark <= 0)
+  if (ctx->runtime.step_mark <= 0)
     return;
   double now = moert::nowSeconds();
-  if (ctx->trace)
-    ctx->trace->add(moert::TraceLane::Compute, "compute", ctx->step_mark, now);
-  if (ctx->compute_slowdown > 0 && now > ctx->step_mark) {
+  if (ctx->run.trace)
+    ctx->run.trace->add(moert::TraceLane::Compute, "compute", ctx->runtime.step_mark, now);
+  if (ctx->run.compute_slowdown > 0 && now > ctx->runtime.step_mark) {
     double waited = now;
-    moert::waitUntil(now + (now - ctx->step_mark) * ctx->compute_slowdown);
+    moert::waitUntil(now + (now - ctx->runtime.step_mark) * ctx->run.compute_slowdown);
     now = moert::nowSeconds();
-    if (ctx->trace)
-      ctx->trace->add(moert::TraceLane::Compute, "emulated slowdown", waited, now);
+    if (ctx->run.trace)
+      ctx->run.trace->add(moert::TraceLane::Compute, "emulated slowdown", waited, now);
   }
-  ctx->step_mark = now;
+  ctx->runtime.step_mark = now;
 }
 
 thread_local int moert::CommTimer::depth = 0;
@@ -60,7 +60,8 @@ namespace {
 using moert::CommTimer;
 
 std::vector<int32_t> groupOf(const moert_context *ctx, int axes) {
-  std::vector<int32_t> members(std::max(ctx->dp, 1) * std::max(ctx->ep, 1) * std::max(ctx->tp, 1));
+  std::vector<int32_t> members(std::max(ctx->run.dp, 1) * std::max(ctx->run.ep, 1) *
+                               std::max(ctx->run.tp, 1));
   members.resize(moert_grid_group(ctx, axes, members.data()));
   return members;
 }
@@ -135,15 +136,15 @@ int exchangeSegments(moert_comm *comm, const std::vector<int32_t> &group, const 
 
 } // namespace
 
-/// In a replica-local step (moert_context.replica_local), a reduction over
+/// In a replica-local step (moert_context.inputs.replica_local), a reduction over
 /// the dp axis stays within the data replica: dp leaves the axes and a sum
 /// becomes dp times the replica's own (its estimate). True when it did.
 static bool withinReplica(const moert_context *ctx, int &axes, int mean, double &scale) {
-  if (!ctx->replica_local || !(axes & MOERT_AXIS_DP))
+  if (!ctx->inputs.replica_local || !(axes & MOERT_AXIS_DP))
     return false;
   axes &= ~MOERT_AXIS_DP;
   if (!mean)
-    scale *= ctx->dp;
+    scale *= ctx->run.dp;
   return true;
 }
 
@@ -196,12 +197,12 @@ extern "C" int moert_step_all_reduce(moert_context *ctx, float *out, const float
   CommTimer timer(ctx, "all_reduce");
   std::vector<int32_t> group;
   int p = moert::bucketGroup(ctx, axes, mean, scale, group);
-  return moert::reduceBucket(ctx->comm, group.data(), p, 1, &out, &in, &count, mean, scale);
+  return moert::reduceBucket(ctx->run.comm, group.data(), p, 1, &out, &in, &count, mean, scale);
 }
 
 /// The calling rank's index among the members of `group`.
 static int64_t memberIndex(const moert_context *ctx, const std::vector<int32_t> &group) {
-  return std::find(group.begin(), group.end(), ctx->rank) - group.begin();
+  return std::find(group.begin(), group.end(), ctx->run.rank) - group.begin();
 }
 
 extern "C" int64_t moert_step_shard_offset(const moert_context *ctx, int axes, int64_t shard) {
@@ -254,7 +255,7 @@ extern "C" int moert_step_reduce_scatter(moert_context *ctx, int n, float *const
                                          const int64_t *shards, int axes, int mean, double scale) {
   CommTimer timer(ctx, "reduce_scatter");
   std::vector<int32_t> group = groupOf(ctx, axes);
-  return moert::reduceScatterBucket(ctx->comm, group.data(), static_cast<int>(group.size()), n,
+  return moert::reduceScatterBucket(ctx->run.comm, group.data(), static_cast<int>(group.size()), n,
                                     outs, ins, counts, shards, mean, scale);
 }
 
@@ -271,7 +272,7 @@ extern "C" int moert_step_gather_params(moert_context *ctx, int n, float *const 
   for (int i = 0, at = 0; i < n; at += shards[i++])
     moert::copyBytes(send + at, params[i] + index * shards[i],
                      static_cast<size_t>(shards[i]) * sizeof(float));
-  if (moert_all_gather(ctx->comm, send, total * static_cast<int64_t>(sizeof(float)), recv,
+  if (moert_all_gather(ctx->run.comm, send, total * static_cast<int64_t>(sizeof(float)), recv,
                        group.data(), static_cast<int>(p)))
     return 1;
   // Member j's chunk holds its shard of each parameter; the padding past a
@@ -293,7 +294,7 @@ extern "C" int moert_step_all_reduce_bucket(moert_context *ctx, int n, float *co
   CommTimer timer(ctx, "all_reduce (bucket)");
   std::vector<int32_t> group;
   int p = moert::bucketGroup(ctx, axes, mean, scale, group);
-  return moert::reduceBucket(ctx->comm, group.data(), p, n, outs, ins, counts, mean, scale);
+  return moert::reduceBucket(ctx->run.comm, group.data(), p, n, outs, ins, counts, mean, scale);
 }
 
 extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float *in,
@@ -317,7 +318,7 @@ extern "C" int moert_step_all_to_all(moert_context *ctx, float *out, const float
                        &in[(o * s.extent + q * part) * s.inner],
                        static_cast<size_t>(part * s.inner) * sizeof(float));
   std::vector<int64_t> elems(p, chunk);
-  if (int rc = exchangeSegments(ctx->comm, group, send, elems, recv, elems, codec))
+  if (int rc = exchangeSegments(ctx->run.comm, group, send, elems, recv, elems, codec))
     return rc;
   // Unpack: the chunk from member q is the q-th slice of `out` along
   // `concat`; a chunk has the input's shape with `split` divided by p.
@@ -340,8 +341,8 @@ extern "C" int moert_step_all_to_all_ragged(moert_context *ctx, float *out, cons
                                             const int32_t *counts, int32_t *recv,
                                             const moert_codec *codec) {
   CommTimer timer(ctx, "all_to_all (ragged)");
-  return moert::raggedAllToAll(ctx, ctx->comm, out, in, shape, split, concat, axes, counts, recv,
-                               codec);
+  return moert::raggedAllToAll(ctx, ctx->run.comm, out, in, shape, split, concat, axes, counts,
+                               recv, codec);
 }
 
 int moert::raggedAllToAll(const moert_context *ctx, moert_comm *comm, float *out, const float *in,
@@ -349,7 +350,7 @@ int moert::raggedAllToAll(const moert_context *ctx, moert_comm *comm, float *out
                           const int32_t *counts, int32_t *recv, const moert_codec *codec) {
   std::vector<int32_t> group = groupOf(ctx, axes);
   int64_t p = static_cast<int64_t>(group.size());
-  auto found = std::find(group.begin(), group.end(), ctx->rank);
+  auto found = std::find(group.begin(), group.end(), ctx->run.rank);
   if (found == group.end())
     return 1; // a context whose rank is outside its grid
   int me = static_cast<int>(found - group.begin());
@@ -433,7 +434,7 @@ using moert::replicaCounts;
 
 /// This rank's index in its ep group (its block of a placement's positions).
 int epIndexOf(const moert_context *ctx) {
-  return ctx->rank / std::max(ctx->tp, 1) % std::max(ctx->ep, 1);
+  return ctx->run.rank / std::max(ctx->run.tp, 1) % std::max(ctx->run.ep, 1);
 }
 
 /// The sum of squares of `x[0, n)` in double, in 16 independent partial
@@ -488,8 +489,8 @@ int globalNorm(moert_context *ctx, const float *const *grads, const int64_t *siz
     } else {
       sum = sumOf(grads[i], sizes[i]);
     }
-    if (ctx->grad_squares && param_of && param_of[i] >= 0)
-      ctx->grad_squares[param_of[i]] = sum;
+    if (ctx->buffers.grad_squares && param_of && param_of[i] >= 0)
+      ctx->buffers.grad_squares[param_of[i]] = sum;
     if (sharded && sharded[i] && copies && copies[i] > 1)
       sum /= static_cast<double>(copies[i]); // every copy adds its share
     (sharded && sharded[i] ? shards : replicated) += sum;
@@ -506,16 +507,16 @@ int globalNorm(moert_context *ctx, const float *const *grads, const int64_t *siz
     shards = double(part[0]) + double(part[1]);
   }
   double total = replicated + shards;
-  ctx->skip_update = 0;
-  if (ctx->loss_scale > 0) {
+  ctx->outputs.skip_update = 0;
+  if (ctx->inputs.loss_scale > 0) {
     // Loss scaling: the gradients are loss_scale times the loss's; an
     // overflow (not finite) skips the update, else they are unscaled here
     // (at scale 1, nothing to divide).
-    double inverse = 1.0 / ctx->loss_scale;
+    double inverse = 1.0 / ctx->inputs.loss_scale;
     total *= inverse * inverse;
     if (!std::isfinite(total)) {
-      ctx->skip_update = 1;
-    } else if (ctx->loss_scale != 1) {
+      ctx->outputs.skip_update = 1;
+    } else if (ctx->inputs.loss_scale != 1) {
       if (squares) { // the gradients are not here to divide
         std::fprintf(stderr, "moert: loss scaling needs the gradients on the host\n");
         return 1;
@@ -525,13 +526,13 @@ int globalNorm(moert_context *ctx, const float *const *grads, const int64_t *siz
         for (int64_t j = 0; j < sizes[i]; ++j)
           g[j] = static_cast<float>(g[j] * inverse);
       }
-      if (ctx->grad_squares && param_of)
+      if (ctx->buffers.grad_squares && param_of)
         for (int i = 0; i < count; ++i)
           if (param_of[i] >= 0)
-            ctx->grad_squares[param_of[i]] *= inverse * inverse;
+            ctx->buffers.grad_squares[param_of[i]] *= inverse * inverse;
     }
   }
-  *norm = ctx->grad_norm = static_cast<float>(std::sqrt(total));
+  *norm = ctx->outputs.grad_norm = static_cast<float>(std::sqrt(total));
   return 0;
 }
 
@@ -597,7 +598,8 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
                  static_cast<long long>(rows), group.size(), positions);
     return 1;
   }
-  int member = static_cast<int>(std::find(group.begin(), group.end(), ctx->rank) - group.begin());
+  int member =
+      static_cast<int>(std::find(group.begin(), group.end(), ctx->run.rank) - group.begin());
   // Only the placed rows: nothing reads an empty position's gradient (the
   // norm and AdamW skip it).
   if (out != in)
@@ -713,7 +715,7 @@ int compressedSum(moert_context *ctx, float *out, const float *in, int64_t n,
                   const std::vector<int32_t> &group, int me, int64_t rows, int64_t cols) {
   int64_t p = static_cast<int64_t>(group.size());
   int size = static_cast<int>(p);
-  moert_comm *comm = ctx->comm;
+  moert_comm *comm = ctx->run.comm;
   if (p > 1 && !comm)
     return 1;
   switch (spec.kind) {
@@ -817,7 +819,7 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
   if (withinReplica(ctx, axes, mean, scale)) // what is left is not compressed
     return moert_step_all_reduce(ctx, out, in, count, axes, mean, scale);
   std::vector<int32_t> group = groupOf(ctx, axes);
-  auto found = std::find(group.begin(), group.end(), ctx->rank);
+  auto found = std::find(group.begin(), group.end(), ctx->run.rank);
   if (found == group.end())
     return 1; // a context whose rank is outside its grid
   int me = static_cast<int>(found - group.begin());
@@ -827,15 +829,15 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
     rows = count;
     cols = 1;
   }
-  std::vector<int64_t> before = sentBy(ctx->comm);
+  std::vector<int64_t> before = sentBy(ctx->run.comm);
   std::vector<float> result(count);
   if (int rc = compressedSum(ctx, result.data(), in, count, spec, stateOf(ctx, site), group, me,
                              rows, cols))
     return rc;
-  std::vector<int64_t> after = sentBy(ctx->comm);
+  std::vector<int64_t> after = sentBy(ctx->run.comm);
   for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
-    ctx->codec_sent[k] += after[k] - before[k];
-  ctx->codec_uncompressed += p > 1 ? 2 * (p - 1) * count * 4 / p : 0;
+    ctx->runtime.codec_sent[k] += after[k] - before[k];
+  ctx->runtime.codec_uncompressed += p > 1 ? 2 * (p - 1) * count * 4 / p : 0;
   double factor = scale / (mean ? static_cast<double>(p) : 1.0);
   for (int64_t i = 0; i < count; ++i)
     out[i] = static_cast<float>(result[i] * factor);
@@ -843,12 +845,12 @@ extern "C" int moert_step_all_reduce_codec(moert_context *ctx, float *out, const
 }
 
 moert::CodecStates &moert::codecStates(moert_context *ctx) {
-  if (!ctx->codec_states)
-    ctx->codec_states = new CodecStates();
-  return *static_cast<CodecStates *>(ctx->codec_states);
+  if (!ctx->runtime.codec_states)
+    ctx->runtime.codec_states = new CodecStates();
+  return *static_cast<CodecStates *>(ctx->runtime.codec_states);
 }
 
 extern "C" void moert_codec_states_free(moert_context *ctx) {
-  delete static_cast<CodecStates *>(ctx->codec_states);
-  ctx->codec_states = nullptr;
+  delete static_cast<CodecStates *>(ctx->runtime.codec_states);
+  ctx->runtime.codec_states = nullptr;
 }

@@ -22,7 +22,7 @@ namespace moert {
 void asyncForeground(moert_context *ctx, int delta);
 
 /// Adds the time of the outermost collective routine of this rank (ranks
-/// may be threads; routines call each other) to ctx->comm_seconds; in a
+/// may be threads; routines call each other) to ctx->outputs.comm_seconds; in a
 /// step, ends the compute before it and records it (`name`) in the trace.
 /// A `foreground` one holds back background all-reduces that yield; a wait
 /// for them must not.
@@ -44,11 +44,11 @@ public:
     double end = nowSeconds();
     if (foreground)
       asyncForeground(ctx, -1);
-    ctx->comm_seconds += end - start;
-    if (ctx->trace)
-      ctx->trace->add(TraceLane::Communication, name, start, end);
-    if (ctx->step_mark > 0)
-      ctx->step_mark = end;
+    ctx->outputs.comm_seconds += end - start;
+    if (ctx->run.trace)
+      ctx->run.trace->add(TraceLane::Communication, name, start, end);
+    if (ctx->runtime.step_mark > 0)
+      ctx->runtime.step_mark = end;
   }
   CommTimer(const CommTimer &) = delete;
   CommTimer &operator=(const CommTimer &) = delete;
@@ -69,7 +69,7 @@ int raggedAllToAll(const moert_context *ctx, moert_comm *comm, float *out, const
 
 /// The group of grid `axes` for the calling rank into `group` (its size
 /// returned), after a replica-local step's adjustment of axes and scale
-/// (moert_context.replica_local).
+/// (moert_context.inputs.replica_local).
 int bucketGroup(const moert_context *ctx, int &axes, int mean, double &scale,
                 std::vector<int32_t> &group);
 

@@ -122,40 +122,44 @@ void Trainer::runStep(StepState &st) {
   long long s = st.step;
   moert_context &ctx = r.ctx;
   r.sampler.next(tokens, targets);
-  ctx.comm_seconds = ctx.async_seconds = ctx.async_wait_seconds = 0;
+  ctx.outputs = moert_step_outputs{}; // what the step returns, from zero
   auto start = std::chrono::steady_clock::now();
   for (auto &c : components)
     c->beforeStep(st);
   // Emulated slowdown and the trace: the step's compute starts now.
   double stepStart = 0;
-  if (ctx.compute_slowdown > 0 || ctx.trace)
-    ctx.step_mark = stepStart = moert::nowSeconds();
+  if (ctx.run.compute_slowdown > 0 || ctx.run.trace)
+    ctx.runtime.step_mark = stepStart = moert::nowSeconds();
   int64_t copied[2];
   moert_device_copied(copied); // from the step's start (evaluations run between)
+  // The components' inputs for this step only: evaluations and collectives
+  // between steps are neither replica-local nor delayed.
+  ctx.inputs = st.inputs;
   int rc = r.prog.train_step(&ctx, r.aligned(r.mine(tokens), r.inA),
                              r.aligned(r.mine(targets), r.tgA), static_cast<int32_t>(s), &st.loss);
+  ctx.inputs = moert_step_inputs{};
   moert_device_copied(copied);
   if (rc != 0)
     r.commError("step " + std::to_string(s) + " failed in a kernel or collective (code " +
                 std::to_string(rc) + ")");
-  if (ctx.step_mark > 0) {
+  if (ctx.runtime.step_mark > 0) {
     moert_step_end_compute(&ctx); // the compute after the last collective
-    ctx.step_mark = 0;
-    if (ctx.trace)
-      ctx.trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
-                     moert::nowSeconds());
+    ctx.runtime.step_mark = 0;
+    if (ctx.run.trace)
+      ctx.run.trace->add(moert::TraceLane::Step, "step " + std::to_string(s + 1), stepStart,
+                         moert::nowSeconds());
   }
-  st.badNorm = !std::isfinite(ctx.grad_norm);
+  st.badNorm = !std::isfinite(ctx.outputs.grad_norm);
   for (auto &c : components)
     c->afterStep(st);
   st.end = std::chrono::steady_clock::now();
   st.seconds = std::chrono::duration<double>(st.end - start).count();
-  st.commSeconds = std::min(ctx.comm_seconds, st.seconds);
-  st.backgroundSeconds = ctx.async_seconds;
-  st.backgroundWaitSeconds = ctx.async_wait_seconds;
+  st.commSeconds = std::min(ctx.outputs.comm_seconds, st.seconds);
+  st.backgroundSeconds = ctx.outputs.async_seconds;
+  st.backgroundWaitSeconds = ctx.outputs.async_wait_seconds;
   st.tokensPerSecond = r.globalBatch * r.prog.seq_len / st.seconds;
-  st.gradNorm = ctx.grad_norm;
-  st.lr = ctx.lr;
+  st.gradNorm = ctx.outputs.grad_norm;
+  st.lr = ctx.outputs.lr;
   st.deviceCopies[0] = copied[0];
   st.deviceCopies[1] = copied[1];
   if (!std::isfinite(st.loss))

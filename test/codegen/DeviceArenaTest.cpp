@@ -45,7 +45,7 @@ class DeviceArenaTest : public ::testing::Test {
 protected:
   void SetUp() override {
     arena.assign(kArena / 4, 0.0f);
-    ctx.activations = reinterpret_cast<char *>(arena.data());
+    ctx.run.activations = reinterpret_cast<char *>(arena.data());
     ASSERT_EQ(moert_device_attach(&ctx, DEVICE_INTERFACE, DEVICE_API, nullptr, 0, kArena, 0), 0);
     copied(); // reset
   }

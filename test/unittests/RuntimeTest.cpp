@@ -246,8 +246,8 @@ TEST_F(RuntimeTest, PlaceSlotsSplitsAReplicatedExpertsSlotsByTheRanksTimes) {
   // remainder first).
   const double speeds[] = {1.0, 0.5};
   moert_context ctx{};
-  ctx.ep = 2;
-  ctx.ep_speeds = speeds;
+  ctx.run.ep = 2;
+  ctx.run.ep_speeds = speeds;
   ASSERT_EQ(moert_place_slots(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
                               counts, 3, order, 6, block),
             0);
@@ -257,7 +257,7 @@ TEST_F(RuntimeTest, PlaceSlotsSplitsAReplicatedExpertsSlotsByTheRanksTimes) {
     EXPECT_EQ(placed[p], bySpeed[p]) << p;
   // At equal speeds rank 1 (time 1) takes 2.5 and rank 0 (time 2) 1.5:
   // whole 2 and 2 (the first replica on ties).
-  ctx.ep_speeds = nullptr;
+  ctx.run.ep_speeds = nullptr;
   ASSERT_EQ(moert_place_slots(&ctx, out.data(), in.data(), static_cast<int64_t>(in.size()), placed,
                               counts, 3, order, 6, block),
             0);

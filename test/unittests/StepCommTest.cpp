@@ -47,11 +47,11 @@ struct Grid {
 moert_context contextOf(const Grid &grid, int rank, moert_comm *comm) {
   moert_context ctx;
   std::memset(&ctx, 0, sizeof ctx);
-  ctx.comm = comm;
-  ctx.rank = rank;
-  ctx.dp = grid.dp;
-  ctx.ep = grid.ep;
-  ctx.tp = grid.tp;
+  ctx.run.comm = comm;
+  ctx.run.rank = rank;
+  ctx.run.dp = grid.dp;
+  ctx.run.ep = grid.ep;
+  ctx.run.tp = grid.tp;
   return ctx;
 }
 
@@ -133,7 +133,7 @@ std::vector<float> integerData(int64_t n, int rank) {
 /// A blocking all-to-all over ep (4 floats per member) between a
 /// background collective's start and its wait.
 int foregroundAllToAll(moert_context &ctx, const Grid &g) {
-  std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(ctx.rank)), y(x.size());
+  std::vector<float> x(static_cast<size_t>(g.ep) * 4, float(ctx.run.rank)), y(x.size());
   const int64_t shape[] = {g.ep, 4};
   return moert_step_all_to_all(&ctx, y.data(), x.data(), shape, 2, 0, 0, MOERT_AXIS_EP, nullptr);
 }
@@ -300,11 +300,11 @@ PowerSGDRun runPowerSGD(int64_t rank, int64_t codecRank, int64_t rows, int64_t c
   }
   EXPECT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     run.out[ctx.rank].resize(n);
+                     run.out[ctx.run.rank].resize(n);
                      int rc = moert_step_all_reduce_codec(
-                         &ctx, run.out[ctx.rank].data(), run.in[ctx.rank].data(), n,
+                         &ctx, run.out[ctx.run.rank].data(), run.in[ctx.run.rank].data(), n,
                          MOERT_AXIS_DP | MOERT_AXIS_EP, 0, 1.0, &codec, 0, passedRows, passedCols);
-                     run.residual[ctx.rank] = moert::codecStates(&ctx).at(0).residual;
+                     run.residual[ctx.run.rank] = moert::codecStates(&ctx).at(0).residual;
                      return rc;
                    }),
             0);
@@ -408,7 +408,7 @@ TEST(StepCommTest, AllReduceSumMeanAndScale) {
       int failures = 0;
       std::mutex mutex;
       int rc = onGrid(g, [&](moert_context &ctx) {
-        std::vector<int32_t> group = expectedGroup(g, ctx.rank, axes);
+        std::vector<int32_t> group = expectedGroup(g, ctx.run.rank, axes);
         int64_t p = static_cast<int64_t>(group.size());
         for (int64_t count : counts) {
           // The exact sum over the group, element by element.
@@ -421,13 +421,13 @@ TEST(StepCommTest, AllReduceSumMeanAndScale) {
           for (int mean = 0; mean < 2; ++mean)
             for (double scale : scales)
               for (int inPlace = 0; inPlace < 2; ++inPlace) {
-                std::vector<float> in = integerData(count, ctx.rank), out(count, -7.0f);
+                std::vector<float> in = integerData(count, ctx.run.rank), out(count, -7.0f);
                 std::vector<float> original = in;
                 float *dst = inPlace ? in.data() : out.data();
-                int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                 if (int rc = moert_step_all_reduce(&ctx, dst, in.data(), count, axes, mean, scale))
                   return rc;
-                int64_t sent = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                int64_t sent = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) - before;
                 bool ok = sent == (p > 1 ? 2 * (p - 1) * count * 4 / p : 0);
                 if (!inPlace)
                   ok = ok && in == original;
@@ -436,9 +436,10 @@ TEST(StepCommTest, AllReduceSumMeanAndScale) {
                 if (!ok) {
                   std::lock_guard<std::mutex> lock(mutex);
                   ++failures;
-                  ADD_FAILURE() << g.name() << " axes " << axes << " rank " << ctx.rank << " count "
-                                << count << " mean " << mean << " scale " << scale << " in place "
-                                << inPlace << ": got " << (count ? dst[count - 1] : 0.0f) << " for "
+                  ADD_FAILURE() << g.name() << " axes " << axes << " rank " << ctx.run.rank
+                                << " count " << count << " mean " << mean << " scale " << scale
+                                << " in place " << inPlace << ": got "
+                                << (count ? dst[count - 1] : 0.0f) << " for "
                                 << (count ? scale * sum[count - 1] / (mean ? p : 1) : 0.0)
                                 << ", bytes " << sent;
                 }
@@ -462,9 +463,9 @@ TEST(StepCommTest, AllReduceIsBitIdenticalOnEveryMember) {
     in[r] = randomData(count, 1, r);
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     out[ctx.rank].assign(count, 0.0f);
-                     return moert_step_all_reduce(&ctx, out[ctx.rank].data(), in[ctx.rank].data(),
-                                                  count, axes, 1, 0.1);
+                     out[ctx.run.rank].assign(count, 0.0f);
+                     return moert_step_all_reduce(&ctx, out[ctx.run.rank].data(),
+                                                  in[ctx.run.rank].data(), count, axes, 1, 0.1);
                    }),
             0);
   std::vector<float> sum = memberSum(in, expectedGroup(g, 0, axes), count);
@@ -527,7 +528,7 @@ TEST(StepCommTest, PlacedRunsSkipEmptyPositions) {
 
 //===----------------------------------------------------------------------===//
 // moert_step_all_reduce_bucket
-// Local steps (moert_context.replica_local): a reduction over dp stays in
+// Local steps (moert_context.inputs.replica_local): a reduction over dp stays in
 // the data replica (its ep group): a mean over what is left, a sum over dp
 // becomes dp times the replica's own; nothing crosses replicas (no bytes for
 // a dp-only group), in the bucket and compressed forms too.
@@ -538,9 +539,9 @@ TEST(StepCommTest, ReplicaLocalReductionsStayInTheReplica) {
   std::mutex mutex;
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     ctx.replica_local = 1;
-                     std::vector<float> in = integerData(count, ctx.rank), out(count);
-                     std::vector<int32_t> ep = expectedGroup(g, ctx.rank, MOERT_AXIS_EP);
+                     ctx.inputs.replica_local = 1;
+                     std::vector<float> in = integerData(count, ctx.run.rank), out(count);
+                     std::vector<int32_t> ep = expectedGroup(g, ctx.run.rank, MOERT_AXIS_EP);
                      std::vector<double> epSum(count, 0.0);
                      for (int32_t r : ep) {
                        std::vector<float> theirs = integerData(count, r);
@@ -555,7 +556,7 @@ TEST(StepCommTest, ReplicaLocalReductionsStayInTheReplica) {
                      for (int64_t k = 0; k < count; ++k)
                        ok = ok && out[k] == static_cast<float>(epSum[k] / 2);
                      // [dp] sum, scale 0.25: dp x the replica's own x 0.25, no bytes.
-                     int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                     int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                      float *outs[] = {out.data()};
                      const float *ins[] = {in.data()};
                      if (int rc = moert_step_all_reduce_bucket(&ctx, 1, outs, ins, &count,
@@ -563,7 +564,7 @@ TEST(StepCommTest, ReplicaLocalReductionsStayInTheReplica) {
                        return rc;
                      for (int64_t k = 0; k < count; ++k)
                        ok = ok && out[k] == static_cast<float>(in[k] * 0.5);
-                     ok = ok && moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) == before;
+                     ok = ok && moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) == before;
                      // A compressed [dp] reduction: uncompressed, within the replica.
                      moert_codec int8 = {MOERT_CODEC_INT8, 32, 0, 0, 0};
                      if (int rc =
@@ -591,16 +592,16 @@ TEST(StepCommTest, EmulatedSlowdownAndTraceAroundACollective) {
   std::vector<double> marks(2);
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     traces[ctx.rank].rank = ctx.rank;
-                     ctx.trace = &traces[ctx.rank];
-                     ctx.compute_slowdown = ctx.rank == 1 ? 2.0 : 0.0;
-                     ctx.step_mark = moert::nowSeconds();
-                     double busy = ctx.step_mark + 0.002; // 2 ms of "compute"
+                     traces[ctx.run.rank].rank = ctx.run.rank;
+                     ctx.run.trace = &traces[ctx.run.rank];
+                     ctx.run.compute_slowdown = ctx.run.rank == 1 ? 2.0 : 0.0;
+                     ctx.runtime.step_mark = moert::nowSeconds();
+                     double busy = ctx.runtime.step_mark + 0.002; // 2 ms of "compute"
                      while (moert::nowSeconds() < busy) {
                      }
                      float v = 1.0f;
                      int rc = moert_step_all_reduce(&ctx, &v, &v, 1, MOERT_AXIS_DP, 0, 1.0);
-                     marks[ctx.rank] = ctx.step_mark;
+                     marks[ctx.run.rank] = ctx.runtime.step_mark;
                      return rc;
                    }),
             0);
@@ -641,12 +642,12 @@ TEST(StepCommTest, EmulatedLinkTakesTheTransferTime) {
   std::vector<double> took(2);
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     moert_comm_emulate_link(ctx.comm, 1e6, 1e-3);
+                     moert_comm_emulate_link(ctx.run.comm, 1e6, 1e-3);
                      std::vector<float> v(1000, 1.0f);
                      double start = moert::nowSeconds();
-                     int rc = moert_all_reduce_f32(ctx.comm, v.data(), 1000,
+                     int rc = moert_all_reduce_f32(ctx.run.comm, v.data(), 1000,
                                                    std::vector<int32_t>{0, 1}.data(), 2);
-                     took[ctx.rank] = moert::nowSeconds() - start;
+                     took[ctx.run.rank] = moert::nowSeconds() - start;
                      return rc;
                    }),
             0);
@@ -672,7 +673,7 @@ TEST(StepCommTest, AllReduceBucketEqualsEachTensorAlone) {
           in[r].push_back(randomData(sizes[t], 10 + t, r));
       ASSERT_EQ(onGrid(g,
                        [&](moert_context &ctx) {
-                         int r = ctx.rank;
+                         int r = ctx.run.rank;
                          bucket[r] = in[r];
                          std::vector<float *> outs;
                          std::vector<const float *> ins;
@@ -682,11 +683,11 @@ TEST(StepCommTest, AllReduceBucketEqualsEachTensorAlone) {
                            outs.push_back(bucket[r][t].data());
                            ins.push_back(t == 3 ? bucket[r][t].data() : in[r][t].data());
                          }
-                         int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                         int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                          if (int rc = moert_step_all_reduce_bucket(&ctx, n, outs.data(), ins.data(),
                                                                    sizes.data(), axes, 1, 0.5))
                            return rc;
-                         bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                         bytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) - before;
                          alone[r] = in[r];
                          for (int t = 0; t < n; ++t)
                            if (int rc =
@@ -734,12 +735,12 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
       ASSERT_EQ(
           onGrid(g,
                  [&](moert_context &ctx) {
-                   int r = ctx.rank;
-                   ctx.async_yield = yield;
+                   int r = ctx.run.rank;
+                   ctx.run.async_yield = yield;
                    bg[r] = blocking[r] = in[r];
                    float *outs[] = {bg[r][0].data(), bg[r][1].data(), bg[r][2].data()};
                    const float *ins[] = {in[r][0].data(), in[r][1].data(), in[r][2].data()};
-                   int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                   int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                    // Bucket 0: tensors 0 and 1 (mean over dp, ep); bucket
                    // 1: tensor 2 (sum over ep, scaled).
                    if (int rc = moert_step_all_reduce_start(&ctx, 0, 2, outs, ins, sizes.data(),
@@ -754,8 +755,8 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
                      return rc;
                    if (int rc = moert_step_wait(&ctx, 0))
                      return rc;
-                   bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
-                   before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                   bgBytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) - before;
+                   before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                    float *bouts[] = {blocking[r][0].data(), blocking[r][1].data(),
                                      blocking[r][2].data()};
                    if (int rc = moert_step_all_reduce_bucket(&ctx, 2, bouts, ins, sizes.data(),
@@ -764,7 +765,7 @@ TEST(StepCommTest, BackgroundAllReduceEqualsTheBlockingOne) {
                    if (int rc = moert_step_all_reduce_bucket(
                            &ctx, 1, bouts + 2, ins + 2, sizes.data() + 2, MOERT_AXIS_EP, 0, 0.25))
                      return rc;
-                   blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
+                   blockingBytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) - before;
                    return 0;
                  }),
           0)
@@ -802,10 +803,10 @@ TEST(StepCommTest, BackgroundReduceScatterEqualsTheBlockingOne) {
       }
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
-                       int r = ctx.rank;
+                       int r = ctx.run.rank;
                        float *outs[] = {bg[r][0].data(), bg[r][1].data()};
                        const float *ins[] = {in[r][0].data(), in[r][1].data()};
-                       int64_t before = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER);
+                       int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_REDUCE_SCATTER);
                        if (int rc = moert_step_reduce_scatter_start(
                                &ctx, 3, 2, outs, ins, counts.data(), shards.data(), axes, 1, 1.0))
                          return rc;
@@ -813,13 +814,14 @@ TEST(StepCommTest, BackgroundReduceScatterEqualsTheBlockingOne) {
                          return rc;
                        if (int rc = moert_step_wait(&ctx, 3))
                          return rc;
-                       bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER) - before;
-                       before = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER);
+                       bgBytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_REDUCE_SCATTER) - before;
+                       before = moert_comm_bytes(ctx.run.comm, MOERT_REDUCE_SCATTER);
                        float *bouts[] = {blocking[r][0].data(), blocking[r][1].data()};
                        if (int rc = moert_step_reduce_scatter(&ctx, 2, bouts, ins, counts.data(),
                                                               shards.data(), axes, 1, 1.0))
                          return rc;
-                       blockingBytes[r] = moert_comm_bytes(ctx.comm, MOERT_REDUCE_SCATTER) - before;
+                       blockingBytes[r] =
+                           moert_comm_bytes(ctx.run.comm, MOERT_REDUCE_SCATTER) - before;
                        return 0;
                      }),
               0)
@@ -832,7 +834,7 @@ TEST(StepCommTest, BackgroundReduceScatterEqualsTheBlockingOne) {
   }
 }
 
-// Delayed gradients (moert_context.staleness = 1): the wait of step t
+// Delayed gradients (moert_context.inputs.staleness = 1): the wait of step t
 // gives the sum of step t - 1's inputs corrected by how the rank's own
 // input changed, sum(t-1) + p (x(t) - x(t-1)) for a sum over p ranks (the
 // exact sum at step 0), though the inputs change right after each start.
@@ -844,11 +846,11 @@ TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
   std::vector<std::vector<std::vector<float>>> got(g.size());
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
-                     ctx.staleness = 1;
+                     ctx.inputs.staleness = 1;
                      std::vector<float> in(n), out(n, -1.0f);
                      for (int s = 0; s < steps; ++s) {
                        for (int64_t k = 0; k < n; ++k)
-                         in[k] = float(100 * s * (ctx.rank + 1) + k + 10 * ctx.rank);
+                         in[k] = float(100 * s * (ctx.run.rank + 1) + k + 10 * ctx.run.rank);
                        float *outs[] = {out.data()};
                        const float *ins[] = {in.data()};
                        if (int rc = moert_step_all_reduce_start(&ctx, 7, 1, outs, ins, &n,
@@ -857,7 +859,7 @@ TEST(StepCommTest, DelayedWaitGivesTheLastSumsWithTheLocalCorrection) {
                        std::fill(in.begin(), in.end(), 1e9f); // the step goes on
                        if (int rc = moert_step_wait(&ctx, 7))
                          return rc;
-                       got[ctx.rank].push_back(out);
+                       got[ctx.run.rank].push_back(out);
                      }
                      return 0;
                    }),
@@ -963,12 +965,14 @@ TEST(StepCommTest, AllToAllMovesEachSliceToItsMember) {
       }
       ASSERT_EQ(onGrid(g,
                        [&](moert_context &ctx) {
-                         out[ctx.rank].assign(total, -1.0f);
-                         int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
-                         int rc = moert_step_all_to_all(
-                             &ctx, out[ctx.rank].data(), in[ctx.rank].data(), x.shape.data(),
-                             static_cast<int>(x.shape.size()), x.split, x.concat, c.axes, nullptr);
-                         bytes[ctx.rank] = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before;
+                         out[ctx.run.rank].assign(total, -1.0f);
+                         int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL);
+                         int rc = moert_step_all_to_all(&ctx, out[ctx.run.rank].data(),
+                                                        in[ctx.run.rank].data(), x.shape.data(),
+                                                        static_cast<int>(x.shape.size()), x.split,
+                                                        x.concat, c.axes, nullptr);
+                         bytes[ctx.run.rank] =
+                             moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - before;
                          return rc;
                        }),
                 0);
@@ -992,14 +996,15 @@ TEST(StepCommTest, AllToAllMovesEachSliceToItsMember) {
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
                        const int64_t there[] = {2L * p, 3, 2}, mid[] = {2, 3L * p, 2};
-                       in[ctx.rank] = randomData(12 * p, 20, ctx.rank);
+                       in[ctx.run.rank] = randomData(12 * p, 20, ctx.run.rank);
                        std::vector<float> owned(12 * p);
-                       back[ctx.rank].assign(12 * p, 0.0f);
-                       if (int rc = moert_step_all_to_all(&ctx, owned.data(), in[ctx.rank].data(),
-                                                          there, 3, 0, 1, c.axes, nullptr))
+                       back[ctx.run.rank].assign(12 * p, 0.0f);
+                       if (int rc =
+                               moert_step_all_to_all(&ctx, owned.data(), in[ctx.run.rank].data(),
+                                                     there, 3, 0, 1, c.axes, nullptr))
                          return rc;
-                       return moert_step_all_to_all(&ctx, back[ctx.rank].data(), owned.data(), mid,
-                                                    3, 1, 0, c.axes, nullptr);
+                       return moert_step_all_to_all(&ctx, back[ctx.run.rank].data(), owned.data(),
+                                                    mid, 3, 1, 0, c.axes, nullptr);
                      }),
               0);
     EXPECT_EQ(back, in) << g.name();
@@ -1023,11 +1028,12 @@ TEST(StepCommTest, AllToAllWithACodecRoundsOnTheWire) {
       for (int r = 0; r < p; ++r)
         in[r] = randomData(total, 30, r);
       auto body = [&](moert_context &ctx) {
-        out[ctx.rank].assign(total, 0.0f);
-        int64_t before = ctx.comm ? moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) : 0;
-        int rc = moert_step_all_to_all(&ctx, out[ctx.rank].data(), in[ctx.rank].data(),
+        out[ctx.run.rank].assign(total, 0.0f);
+        int64_t before = ctx.run.comm ? moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) : 0;
+        int rc = moert_step_all_to_all(&ctx, out[ctx.run.rank].data(), in[ctx.run.rank].data(),
                                        shape.data(), 3, 0, 1, MOERT_AXIS_EP, &codec);
-        bytes[ctx.rank] = ctx.comm ? moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before : 0;
+        bytes[ctx.run.rank] =
+            ctx.run.comm ? moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - before : 0;
         return rc;
       };
       if (p == 1) {
@@ -1084,17 +1090,17 @@ TEST(StepCommTest, AllToAllRaggedRoutesValidRowsOnly) {
     }
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
-                       int r = ctx.rank;
+                       int r = ctx.run.rank;
                        owned[r].assign(total, -1.0f);
                        back[r].assign(total, -1.0f);
                        recv[r].assign(E, -1);
                        backCounts[r].assign(E, -1);
-                       int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                       int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL);
                        if (int rc = moert_step_all_to_all_ragged(
                                &ctx, owned[r].data(), in[r].data(), dispatchShape, 0, 1, c.axes,
                                counts[r].data(), recv[r].data(), nullptr))
                          return rc;
-                       bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before;
+                       bytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - before;
                        return moert_step_all_to_all_ragged(
                            &ctx, back[r].data(), owned[r].data(), combineShape, 1, 0, c.axes,
                            recv[r].data(), backCounts[r].data(), nullptr);
@@ -1165,15 +1171,15 @@ TEST(StepCommTest, BackgroundExchangeEqualsTheBlockingOne) {
     ASSERT_EQ(
         onGrid(g,
                [&](moert_context &ctx) {
-                 int r = ctx.rank;
-                 ctx.async_yield = 1;
+                 int r = ctx.run.rank;
+                 ctx.run.async_yield = 1;
                  bg[r].assign(total, -1.0f);
                  bg2[r].assign(total, -1.0f);
                  blocking[r].assign(total, -1.0f);
                  recv[r].assign(E, -1);
                  recv2[r].assign(E, -1);
                  blockingRecv[r].assign(E, -1);
-                 int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL);
                  if (int rc = moert_step_all_to_all_ragged_start(
                          &ctx, 5, bg[r].data(), in[r].data(), shape, 0, 1, c.axes, counts[r].data(),
                          recv[r].data(), nullptr))
@@ -1187,7 +1193,7 @@ TEST(StepCommTest, BackgroundExchangeEqualsTheBlockingOne) {
                                                         0, 1, c.axes, counts[r].data(),
                                                         recv2[r].data(), nullptr) == 0)
                    return 2;
-                 errors[r] = moert_comm_error(ctx.comm);
+                 errors[r] = moert_comm_error(ctx.run.comm);
                  float sum = 1.0f, *out = &sum;
                  const float *inp = &sum;
                  const int64_t one = 1;
@@ -1195,23 +1201,23 @@ TEST(StepCommTest, BackgroundExchangeEqualsTheBlockingOne) {
                          moert_step_all_reduce_start(&ctx, 0, 1, &out, &inp, &one, c.axes, 0, 1.0))
                    return rc;
                  // The background bytes are counted at the waits.
-                 int64_t mark = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 int64_t mark = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL);
                  if (int rc = foregroundAllToAll(ctx, g))
                    return rc;
-                 before += moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - mark;
+                 before += moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - mark;
                  if (int rc = moert_step_exchange_wait(&ctx, 6))
                    return rc;
                  if (int rc = moert_step_exchange_wait(&ctx, 5))
                    return rc;
                  if (int rc = moert_step_wait(&ctx, 0))
                    return rc;
-                 bgBytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before;
-                 before = moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL);
+                 bgBytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - before;
+                 before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL);
                  if (int rc = moert_step_all_to_all_ragged(&ctx, blocking[r].data(), in[r].data(),
                                                            shape, 0, 1, c.axes, counts[r].data(),
                                                            blockingRecv[r].data(), nullptr))
                    return rc;
-                 blockingBytes[r] = 2 * (moert_comm_bytes(ctx.comm, MOERT_ALL_TO_ALL) - before);
+                 blockingBytes[r] = 2 * (moert_comm_bytes(ctx.run.comm, MOERT_ALL_TO_ALL) - before);
                  // Never started: an error, not a hang.
                  return moert_step_exchange_wait(&ctx, 9) == 0 ? 3 : 0;
                }),
@@ -1247,7 +1253,7 @@ TEST(StepCommTest, AllToAllRaggedWithACodecAndOnOneRank) {
       counts[r] = raggedCounts(r, E, C);
     }
     auto body = [&](moert_context &ctx) {
-      int r = ctx.rank;
+      int r = ctx.run.rank;
       out[r].assign(total, -1.0f);
       recv[r].assign(E, -1);
       return moert_step_all_to_all_ragged(&ctx, out[r].data(), in[r].data(), shape, 0, 1,
@@ -1287,7 +1293,7 @@ TEST(StepCommTest, AllToAllRaggedWithACodecAndOnOneRank) {
 // direct norm: the (hi, lo) pairs add in float, and a member's sum of
 // squares must fit float's range.) The all-reduce sends two floats (the
 // emitted volume 2 (p-1) * 2 * 4 / p). The norm also lands in
-// ctx->grad_norm, and with ctx->grad_squares each tensor's squares at its
+// ctx->outputs.grad_norm, and with ctx->buffers.grad_squares each tensor's squares at its
 // parameter's index.
 TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
   for (const Grid &g : {Grid{1, 2, 1}, Grid{2, 2, 1}, Grid{1, 4, 1}}) {
@@ -1305,20 +1311,20 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
     std::vector<std::vector<double>> squares(g.size(), std::vector<double>(4, -1.0));
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
-                       int r = ctx.rank;
+                       int r = ctx.run.rank;
                        const float *ptrs[4];
                        for (int t = 0; t < 4; ++t)
                          ptrs[t] = grads[r][t].data();
-                       int64_t before = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE);
+                       int64_t before = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE);
                        if (int rc = moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded,
                                                            nullptr, nullptr, 4, MOERT_AXIS_EP,
                                                            nullptr, nullptr, nullptr, &norms[r]))
                          return rc;
-                       bytes[r] = moert_comm_bytes(ctx.comm, MOERT_ALL_REDUCE) - before;
-                       gradNorms[r] = ctx.grad_norm;
+                       bytes[r] = moert_comm_bytes(ctx.run.comm, MOERT_ALL_REDUCE) - before;
+                       gradNorms[r] = ctx.outputs.grad_norm;
                        // No `sharded`: no collective, this rank's tensors only;
                        // each tensor's squares recorded at its parameter index.
-                       ctx.grad_squares = squares[r].data();
+                       ctx.buffers.grad_squares = squares[r].data();
                        const int paramOf[] = {3, -1, 0, 1};
                        return moert_step_global_norm(&ctx, ptrs, sizes.data(), nullptr, nullptr,
                                                      paramOf, 4, MOERT_AXIS_EP, nullptr, nullptr,
@@ -1337,7 +1343,7 @@ TEST(StepCommTest, GlobalNormCountsReplicatedOnceAndShardsOverTheGroup) {
           << g.name() << " rank " << r << ": " << norms[r] << " vs " << want;
       EXPECT_EQ(local[r], directNorm(grads[r])) << g.name() << " rank " << r;
       EXPECT_EQ(bytes[r], 2 * (g.ep - 1) * 2 * 4 / g.ep);
-      EXPECT_EQ(gradNorms[r], norms[r]) << "ctx->grad_norm, rank " << r;
+      EXPECT_EQ(gradNorms[r], norms[r]) << "ctx->outputs.grad_norm, rank " << r;
       const int tensorOf[] = {2, 3, -1, 0}; // inverse of paramOf; parameter 2 untouched
       for (int param = 0; param < 4; ++param) {
         double want = -1.0;
@@ -1375,7 +1381,7 @@ TEST(StepCommTest, ZeroReduceScatterShardSliceAndParameterGather) {
     std::vector<int64_t> offset(g.size());
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
-                       int r = ctx.rank;
+                       int r = ctx.run.rank;
                        std::vector<float *> outs;
                        std::vector<const float *> ins;
                        for (size_t t = 0; t < counts.size(); ++t) {
@@ -1450,14 +1456,15 @@ TEST(StepCommTest, GlobalNormCountsCopiedPiecesOnce) {
     (void)e;
   }
   std::vector<float> norms(g.size());
-  ASSERT_EQ(onGrid(g,
-                   [&](moert_context &ctx) {
-                     const float *ptrs[] = {grads[ctx.rank][0].data(), grads[ctx.rank][1].data()};
-                     return moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded, copies,
-                                                   nullptr, 2, MOERT_AXIS_EP | MOERT_AXIS_TP,
-                                                   nullptr, nullptr, nullptr, &norms[ctx.rank]);
-                   }),
-            0);
+  ASSERT_EQ(
+      onGrid(g,
+             [&](moert_context &ctx) {
+               const float *ptrs[] = {grads[ctx.run.rank][0].data(), grads[ctx.run.rank][1].data()};
+               return moert_step_global_norm(&ctx, ptrs, sizes.data(), sharded, copies, nullptr, 2,
+                                             MOERT_AXIS_EP | MOERT_AXIS_TP, nullptr, nullptr,
+                                             nullptr, &norms[ctx.run.rank]);
+             }),
+      0);
   double want = 0;
   for (int r = 0; r < g.size(); ++r)
     for (float x : grads[r][0])
@@ -1492,15 +1499,15 @@ TEST(StepCommTest, GlobalNormKeepsWhatOneFloatPerMemberWouldLose) {
                          sizes.push_back(static_cast<int64_t>(t.size()));
                          sharded.push_back(0);
                        }
-                       for (const auto &t : shardsByRank[ctx.rank]) {
+                       for (const auto &t : shardsByRank[ctx.run.rank]) {
                          ptrs.push_back(t.data());
                          sizes.push_back(static_cast<int64_t>(t.size()));
                          sharded.push_back(1);
                        }
-                       return moert_step_global_norm(&ctx, ptrs.data(), sizes.data(),
-                                                     sharded.data(), nullptr, nullptr,
-                                                     static_cast<int>(ptrs.size()), MOERT_AXIS_EP,
-                                                     nullptr, nullptr, nullptr, &norms[ctx.rank]);
+                       return moert_step_global_norm(
+                           &ctx, ptrs.data(), sizes.data(), sharded.data(), nullptr, nullptr,
+                           static_cast<int>(ptrs.size()), MOERT_AXIS_EP, nullptr, nullptr, nullptr,
+                           &norms[ctx.run.rank]);
                      }),
               0);
     EXPECT_EQ(norms[0], norms[1]);
@@ -1557,8 +1564,8 @@ TEST(StepCommTest, BalanceBiasMovesEveryRanksBiasByTheGroupsLoad) {
     std::vector<std::vector<float>> bias(g.size(), start);
     ASSERT_EQ(onGrid(g,
                      [&](moert_context &ctx) {
-                       return moert_step_balance_bias(&ctx, bias[ctx.rank].data(), experts,
-                                                      ids[ctx.rank].data(), 4, 1e-3, axes);
+                       return moert_step_balance_bias(&ctx, bias[ctx.run.rank].data(), experts,
+                                                      ids[ctx.run.rank].data(), 4, 1e-3, axes);
                      }),
               0);
     for (int r = 0; r < g.size(); ++r) {
@@ -1601,8 +1608,8 @@ TEST(StepCommTest, BalanceBiasCountsLargeLoadsExactly) {
   ASSERT_EQ(onGrid(g,
                    [&](moert_context &ctx) {
                      return moert_step_balance_bias(
-                         &ctx, bias[ctx.rank].data(), 2, ids[ctx.rank].data(),
-                         static_cast<int64_t>(ids[ctx.rank].size()), 0.5, MOERT_AXIS_EP);
+                         &ctx, bias[ctx.run.rank].data(), 2, ids[ctx.run.rank].data(),
+                         static_cast<int64_t>(ids[ctx.run.rank].size()), 0.5, MOERT_AXIS_EP);
                    }),
             0);
   for (int r = 0; r < 2; ++r) {
@@ -1652,10 +1659,10 @@ TEST(StepCommTest, CodecAllReduceOfHalfAndInt8Payloads) {
           in[r] = randomData(n, 70, r);
         ASSERT_EQ(onGrid(g,
                          [&](moert_context &ctx) {
-                           out[ctx.rank].assign(n, 0.0f);
-                           return moert_step_all_reduce_codec(&ctx, out[ctx.rank].data(),
-                                                              in[ctx.rank].data(), n, axes, 1, 2.0,
-                                                              &codec, 0, n, 1);
+                           out[ctx.run.rank].assign(n, 0.0f);
+                           return moert_step_all_reduce_codec(&ctx, out[ctx.run.rank].data(),
+                                                              in[ctx.run.rank].data(), n, axes, 1,
+                                                              2.0, &codec, 0, n, 1);
                          }),
                   0);
         int64_t chunk = (n + p - 1) / p;
@@ -1710,7 +1717,7 @@ TEST(StepCommTest, CodecAllReduceTopKCarriesTheResidual) {
   ASSERT_EQ(
       onGrid(g,
              [&](moert_context &ctx) {
-               int r = ctx.rank;
+               int r = ctx.run.rank;
                first[r].resize(n), second[r].resize(n), other[r].resize(n);
                fresh[r].resize(n);
                if (int rc = moert_step_all_reduce_codec(&ctx, first[r].data(), x[r].data(), n,
@@ -1724,7 +1731,7 @@ TEST(StepCommTest, CodecAllReduceTopKCarriesTheResidual) {
                                                         MOERT_AXIS_EP, 1, 3.0, &codec, 1, n, 1))
                  return rc;
                moert_codec_states_free(&ctx);
-               freed[r] = ctx.codec_states == nullptr;
+               freed[r] = ctx.runtime.codec_states == nullptr;
                moert_codec_states_free(&ctx); // twice is harmless
                return moert_step_all_reduce_codec(&ctx, fresh[r].data(), x[r].data(), n,
                                                   MOERT_AXIS_EP, 1, 3.0, &codec, 0, n, 1);
@@ -1816,19 +1823,20 @@ TEST(StepCommTest, CodecByteCountersFollowTheAbiFormulas) {
       std::vector<int64_t> uncompressed(g.size()), commTotal(g.size());
       ASSERT_EQ(onGrid(g,
                        [&](moert_context &ctx) {
-                         std::vector<float> in = randomData(n, 100, ctx.rank), out(n);
+                         std::vector<float> in = randomData(n, 100, ctx.run.rank), out(n);
                          for (int call = 0; call < 2; ++call)
                            if (int rc =
                                    moert_step_all_reduce_codec(&ctx, out.data(), in.data(), n, axes,
                                                                1, 1.0, &codec, 0, rows, cols))
                              return rc;
-                         sent[ctx.rank].assign(ctx.codec_sent, ctx.codec_sent + 6);
-                         uncompressed[ctx.rank] = ctx.codec_uncompressed;
+                         sent[ctx.run.rank].assign(ctx.runtime.codec_sent,
+                                                   ctx.runtime.codec_sent + 6);
+                         uncompressed[ctx.run.rank] = ctx.runtime.codec_uncompressed;
                          // The comm's own counters saw exactly the same.
                          int64_t all = 0;
                          for (int c = 0; c < MOERT_NUM_COLLECTIVES; ++c)
-                           all += moert_comm_bytes(ctx.comm, c);
-                         commTotal[ctx.rank] = all;
+                           all += moert_comm_bytes(ctx.run.comm, c);
+                         commTotal[ctx.run.rank] = all;
                          return 0;
                        }),
                 0);
@@ -1859,12 +1867,12 @@ TEST(StepCommTest, CodecByteCountersFollowTheAbiFormulas) {
                                         &topk, 0, 4, 1),
             0);
   EXPECT_EQ(out, (std::vector<float>{4.0f, 0.0f, 0.0f, 3.0f}));
-  for (int64_t v : ctx.codec_sent)
+  for (int64_t v : ctx.runtime.codec_sent)
     EXPECT_EQ(v, 0);
-  EXPECT_EQ(ctx.codec_uncompressed, 0);
-  EXPECT_NE(ctx.codec_states, nullptr);
+  EXPECT_EQ(ctx.runtime.codec_uncompressed, 0);
+  EXPECT_NE(ctx.runtime.codec_states, nullptr);
   moert_codec_states_free(&ctx);
-  EXPECT_EQ(ctx.codec_states, nullptr);
+  EXPECT_EQ(ctx.runtime.codec_states, nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1923,7 +1931,7 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
   EXPECT_NE(onGrid(
                 g,
                 [&](moert_context &ctx) {
-                  if (ctx.rank == 1)
+                  if (ctx.run.rank == 1)
                     return 0; // never joins
                   float x[3] = {1, 2, 3};
                   return moert_step_all_reduce(&ctx, x, x, 3, MOERT_AXIS_EP, 1, 1.0);
@@ -1937,7 +1945,7 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
                 g,
                 [&](moert_context &ctx) {
                   float x[4] = {1, 2, 3, 4};
-                  return moert_step_all_reduce(&ctx, x, x, 3 + ctx.rank, MOERT_AXIS_EP, 0, 1.0);
+                  return moert_step_all_reduce(&ctx, x, x, 3 + ctx.run.rank, MOERT_AXIS_EP, 0, 1.0);
                 },
                 &errors, 2),
             0);
@@ -1948,7 +1956,7 @@ TEST(StepCommTest, CommunicatorFailuresAreReturned) {
   EXPECT_NE(onGrid(
                 g,
                 [&](moert_context &ctx) {
-                  if (ctx.rank == 0)
+                  if (ctx.run.rank == 0)
                     return 0;
                   float g0[2] = {1, 2}, norm;
                   const float *grads[] = {g0};

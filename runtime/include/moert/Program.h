@@ -38,7 +38,7 @@ typedef struct {
    * other than equal blocks in order (pinned, uneven, replicated experts). */
   const int32_t *shard_rows;
   /* The MoE layer whose placement says which rows each ep rank holds (the
-   * trainer's table, moert_context.expert_order, which starts as
+   * trainer's table, moert_context.run.expert_order, which starts as
    * shard_rows or the contiguous blocks and which online rebalancing
    * changes); -1: the rows above, fixed. */
   int shard_layer;
@@ -57,76 +57,58 @@ typedef struct {
 struct moert_comm;
 struct moert_codec;
 
+/* The context a step runs in: one per rank, owned by the trainer, passed to
+ * every step and every runtime helper. Its fields are grouped by who writes
+ * them and when; each group states its direction. */
+
+/* trainer -> program, for the whole run: set before the first step (the
+ * trainer's Rank::bindContext and startBackground, its components'
+ * configure and onStart), read by the step and the helpers. Between steps
+ * only expert_order's tables change (the rebalancer moves experts);
+ * nothing changes during a step. */
 typedef struct {
   float **params;  /* one buffer per parameter, f32 */
   float **moments; /* 2 per parameter (m, v); null when adamw == 0 */
   char *activations;
   char *gradients;
-  int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
-  int32_t *dropped_slots; /* per MoE layer, token-slots past the capacity */
-  /* Per MoE layer, its experts' token-slots within the capacity: the rows
-   * each expert computes (expert_counts less the dropped ones). */
-  int32_t *kept_slots;
   /* The rank's communicator (null on one rank) and its grid coordinates:
    * rank = (d * ep + e) * tp + t. */
   struct moert_comm *comm;
   int rank, dp, ep, tp;
-  /* Compressed collectives: their per-tensor state (error-feedback
-   * residuals, PowerSGD factors; created on first use, freed by
-   * moert_codec_states_free), the bytes they sent, and the bytes the
-   * uncompressed collective would have sent (ring volume). */
-  void *codec_states;
-  int64_t codec_sent[6]; /* by enum moert_collective (moert/Comm.h) */
-  int64_t codec_uncompressed;
-  /* The last training step's global gradient norm, before clipping (the
-   * whole model's on every rank), and its learning rate (the schedule's). */
-  float grad_norm, lr;
-  /* When not null (one double per parameter, moert_program.params order):
-   * the training step writes the squared L2 norm of this rank's gradient of
-   * each parameter it updates (a shard's own block for expert shards). */
-  double *grad_squares;
   /* Per MoE layer: its experts by position (position p of the dispatch
    * buffer holds expert expert_order[layer][p], or nothing for -1; of the
    * layer's P positions, moert_program.layer_positions, ep rank r holds
    * [r P/ep, (r+1) P/ep)). Null: the step program's own orders. The
    * trainer changes them when it moves or replicates experts. */
   const int32_t *const *expert_order;
-  /* Seconds this rank spent in the step's collectives (the all-reduces,
-   * all-to-alls and replica sums of StepComm.cpp, packing and waiting for
-   * peers included; on one rank their local copies), accumulated; the
-   * trainer resets and reads it around each step. */
-  double comm_seconds;
-  /* When not null: per MoE layer, two floats the training step writes, the
-   * layer's balancing loss (Switch's E x sum_e f_e P_e, 1 when balanced;
-   * the mean over the rank's routing groups) and its z-loss (the mean
-   * squared log-sum-exp of the router logits over the rank's tokens), both
-   * before their coefficients. */
-  float *router_losses;
-  /* Emulation and tracing (the trainer's --emulate-cluster and --trace).
-   * While a step runs, step_mark is the monotonic time (seconds) the
-   * current compute began (the step's start or the last collective's end;
-   * 0 outside a step). Each outermost collective of StepComm.cpp first ends
-   * that compute: it waits compute_slowdown times the compute's duration
-   * (a device 1 / (1 + compute_slowdown) as fast; 0: no wait) and records
-   * the compute and then the collective in `trace` when not null. */
+  /* The relative speeds of the ep ranks of this rank's data replica (ep
+   * entries; the trainer's --emulate-cluster, else a mixed cluster's token
+   * shares over the largest), by which moert_place_slots
+   * splits a replicated expert's slots; null: equal. */
+  const double *ep_speeds;
+  /* Emulation and tracing (the trainer's --emulate-cluster and --trace):
+   * each outermost collective of StepComm.cpp first ends the compute since
+   * runtime.step_mark: it waits compute_slowdown times the compute's
+   * duration (a device 1 / (1 + compute_slowdown) as fast; 0: no wait) and
+   * records the compute and then the collective in `trace` when not null. */
   double compute_slowdown;
-  double step_mark;
   struct moert_trace *trace;
+  /* Whether background all-reduces yield to the step's blocking collectives
+   * (no bucket starts while one runs: dispatch and combine first; the
+   * trainer's --comm-priority). */
+  int async_yield;
+} moert_run_context;
+
+/* trainer -> program, per training step: the trainer fills them fresh for
+ * each step (its components' beforeStep) and installs them for train_step
+ * only; outside it (evaluations, the trainer's own collectives) they are
+ * all 0. */
+typedef struct {
   /* Local steps (the trainer's --local-steps): when not 0, the step's
    * all-reduces leave out the dp axis, so each data replica (its ep group)
    * trains on its own batch: a mean over the remaining members, and a sum
    * over dp estimated as dp times the replica's own. */
   int replica_local;
-  /* Background all-reduces (moe.all_reduce async, moert_step_all_reduce_start):
-   * the rank's engine (a worker thread and a second communicator; created at
-   * the first start, freed by moert_async_free); whether they yield to the
-   * step's blocking collectives (no bucket starts while one runs: dispatch
-   * and combine first; the trainer's --comm-priority); and the seconds they
-   * ran, accumulated (their exposed part, the waits, is in comm_seconds). */
-  void *async_comm;
-  int async_yield;
-  double async_seconds;
-  double async_wait_seconds; /* of comm_seconds, the waits for them */
   /* 1: delayed gradients (the trainer's --staleness 1): a background
    * reduction started in step t is waited for in step t + 1, whose wait
    * writes it corrected by the change of the rank's own gradient,
@@ -136,19 +118,87 @@ typedef struct {
   int staleness;
   /* Dynamic loss scaling (f16 models: moert_program.loss_scale != 0): the
    * training step seeds its backward with loss_scale, and
-   * moert_step_global_norm divides the gradients (and their norm) by it; when
-   * the norm is not finite (an overflow) it sets skip_update and the step's
-   * AdamW updates do not run. The trainer adjusts loss_scale between steps. */
+   * moert_step_global_norm divides the gradients (and their norm) by it
+   * (outputs.skip_update). The trainer adjusts it between steps. */
   float loss_scale;
+} moert_step_inputs;
+
+/* program -> trainer, per training step: the step and the helpers it calls
+ * write them; the trainer zeroes them before each step and reads them
+ * after it. */
+typedef struct {
+  /* The step's global gradient norm, before clipping (the whole model's on
+   * every rank), and its learning rate (the schedule's). */
+  float grad_norm, lr;
+  /* Set by moert_step_global_norm when, with loss scaling, the norm is not
+   * finite (an overflow): the step's AdamW updates do not run. */
   int skip_update;
+  /* Seconds this rank spent in the step's collectives (the all-reduces,
+   * all-to-alls and replica sums of StepComm.cpp, packing and waiting for
+   * peers included; on one rank their local copies), accumulated; and the
+   * seconds background all-reduces ran (their exposed part, the waits, is
+   * in comm_seconds; async_wait_seconds of it). Collectives between steps
+   * (evaluations, the trainer's) add to them too, until the next step
+   * zeroes them. */
+  double comm_seconds;
+  double async_seconds;
+  double async_wait_seconds;
+} moert_step_outputs;
+
+/* program -> trainer, per training step, into buffers the trainer owns:
+ * the trainer points them once for the run (null: not wanted), each
+ * training step overwrites them. */
+typedef struct {
+  int32_t *expert_counts; /* per MoE layer, its experts' routed token-slots */
+  int32_t *dropped_slots; /* per MoE layer, token-slots past the capacity */
+  /* Per MoE layer, its experts' token-slots within the capacity: the rows
+   * each expert computes (expert_counts less the dropped ones). */
+  int32_t *kept_slots;
+  /* One double per parameter (moert_program.params order): the squared L2
+   * norm of this rank's gradient of each parameter the step updates (a
+   * shard's own block for expert shards). */
+  double *grad_squares;
+  /* Per MoE layer, two floats: the layer's balancing loss (Switch's E x
+   * sum_e f_e P_e, 1 when balanced; the mean over the rank's routing
+   * groups) and its z-loss (the mean squared log-sum-exp of the router
+   * logits over the rank's tokens), both before their coefficients. */
+  float *router_losses;
+} moert_step_buffers;
+
+/* The runtime helpers' own state (StepComm.cpp, AsyncComm.cpp, Codecs,
+ * moert/Device.h): created on first use and freed by their *_free
+ * functions; the program does not touch it, and the trainer only starts
+ * and ends step_mark around each step, reads the codec counters (its
+ * communication report) and saves and restores the codec state with a
+ * checkpoint. */
+typedef struct {
+  /* Compressed collectives: their per-tensor state (error-feedback
+   * residuals, PowerSGD factors; freed by moert_codec_states_free), the
+   * bytes they sent, and the bytes the uncompressed collective would have
+   * sent (ring volume), accumulated over the run. */
+  void *codec_states;
+  int64_t codec_sent[6]; /* by enum moert_collective (moert/Comm.h) */
+  int64_t codec_uncompressed;
+  /* Background all-reduces (moe.all_reduce async,
+   * moert_step_all_reduce_start): the rank's engine (a worker thread and a
+   * second communicator; created at the first start, freed by
+   * moert_async_free). */
+  void *async_comm;
   /* Device targets (moert/Device.h): the rank's arenas on the device, made
    * by the first step; null on the host. */
   void *device;
-  /* The relative speeds of the ep ranks of this rank's data replica (ep
-   * entries; the trainer's --emulate-cluster, else a mixed cluster's token
-   * shares over the largest), by which moert_place_slots
-   * splits a replicated expert's slots; null: equal. */
-  const double *ep_speeds;
+  /* While a step runs with compute_slowdown or a trace: the monotonic time
+   * (seconds) the current compute began (the step's start or the last
+   * collective's end); 0 outside a step. */
+  double step_mark;
+} moert_runtime_state;
+
+typedef struct {
+  moert_run_context run;       /* trainer -> program, for the run */
+  moert_step_inputs inputs;    /* trainer -> program, each training step */
+  moert_step_outputs outputs;  /* program -> trainer, each training step */
+  moert_step_buffers buffers;  /* program -> trainer, into the trainer's buffers */
+  moert_runtime_state runtime; /* the runtime helpers' own */
 } moert_context;
 
 /* Filled by the step program with named fields (C++20 designated
@@ -240,7 +290,7 @@ typedef struct moert_program {
  * into consecutive runs, one per replica in position order (slot i to row
  * i - the run's start), sized so that the ep ranks finish as evenly as this
  * rank's counts predict (each rank's token-slots over its speed,
- * ctx->ep_speeds; ctx null: one rank); out_counts[q] is the run's length.
+ * ctx->run.ep_speeds; ctx null: one rank); out_counts[q] is the run's length.
  * -1 stays -1; an empty position counts 0. Returns non-zero (message on
  * stderr) when a slot names an expert without a position or the order names
  * one out of range. */
@@ -254,7 +304,7 @@ int moert_place_slots(const moert_context *ctx, int32_t *out_slots, const int32_
  * (message on stderr) when positions is not a multiple of ranks x chunks. */
 int moert_chunk_positions(int32_t *slots, int64_t n, int32_t *counts, int32_t positions,
                           int64_t block, int32_t ranks, int32_t chunks);
-/* Ends the compute since ctx->step_mark (emulated slowdown, trace) and
+/* Ends the compute since ctx->runtime.step_mark (emulated slowdown, trace) and
  * starts the next at now; nothing outside a step. The trainer calls it at
  * the end of each step. */
 void moert_step_end_compute(moert_context *ctx);
@@ -379,10 +429,10 @@ int moert_step_all_to_all_ragged(moert_context *ctx, float *out, const float *in
                                  const struct moert_codec *codec);
 /* Both all_to_alls take an optional `codec` (fp16, bf16 or int8; null: raw
  * floats): each member's payload for each peer is encoded on the wire. */
-/* The L2 norm of the gradients into *norm and ctx->grad_norm; squares of
+/* The L2 norm of the gradients into *norm and ctx->outputs.grad_norm; squares of
  * the `sharded` ones (null: none) are summed over the group of `axes` (each
  * rank holds a different shard; `copies[i]`, when not null, members hold
- * the same one, and each counts 1/copies[i]). With ctx->grad_squares set, each
+ * the same one, and each counts 1/copies[i]). With ctx->buffers.grad_squares set, each
  * gradient's squared norm is also recorded at its parameter's index,
  * `param_of[i]` (-1: none; `param_of` may be null). `tables` (null: none)
  * gives per gradient the placement of its rows (`rows[i]` of them, at this

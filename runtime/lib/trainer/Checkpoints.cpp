@@ -234,7 +234,7 @@ void Checkpoints::write(long long steps) {
   gatherParameters(r, tensors);
   for (auto &c : all)
     c->save(data);
-  if (r.ranks > 1 && r.ctx.codec_states)
+  if (r.ranks > 1 && r.ctx.runtime.codec_states)
     gatherCodecStates(r, tensors);
   // A diverged state is not saved over the last good one.
   for (const auto &[name, tensor] : tensors)

@@ -37,6 +37,9 @@ namespace moert::trainer {
 /// One training step as the loop and the components see it.
 struct StepState {
   long long step; ///< 0-based
+  /// The step program's inputs (moert_context.inputs), filled by the
+  /// components' beforeStep for this step only.
+  moert_step_inputs inputs{};
   float loss = 0; ///< the step's loss (a replica-local step's: the replicas' mean)
   float gradNorm = 0, lr = 0;
   /// The gradient norm is not finite (a replica's own in local steps):
@@ -82,7 +85,7 @@ public:
   /// Before the first step (with --data): checks that need the data or the
   /// file system, and what it prints before training.
   virtual void onStart() {}
-  /// Sets the context for the step before the step program runs.
+  /// Sets the step's inputs (st.inputs) before the step program runs.
   virtual void beforeStep(StepState &) {}
   /// After the step program succeeded, before the loop checks the loss and
   /// the gradient norm: agreements between ranks, the outer step.

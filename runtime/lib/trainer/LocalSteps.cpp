@@ -1,7 +1,7 @@
 //===- LocalSteps.cpp - local SGD with an outer optimiser (DiLoCo) -------===//
 //
 // --local-steps H: each data replica (an ep group) takes H AdamW steps on its
-// own batches without the dp all-reduces (moert_context.replica_local), then
+// own batches without the dp all-reduces (moert_context.inputs.replica_local), then
 // the replicas average their parameter deltas, Delta = start - params, over
 // the dp axis, and an outer Nesterov-momentum SGD step (DiLoCo, Douillard et
 // al. 2023: learning rate 0.7, momentum 0.9) moves the start point:
@@ -81,13 +81,11 @@ void LocalSteps::save(CheckpointData &data) {
 
 /// Local steps: the dp all-reduces stay in the replica.
 void LocalSteps::beforeStep(StepState &st) {
-  r.ctx.replica_local = r.o.localSteps > 0 && st.step >= r.o.syncSteps;
+  st.inputs.replica_local = r.o.localSteps > 0 && st.step >= r.o.syncSteps;
 }
 
 void LocalSteps::afterStep(StepState &st) {
-  bool local = r.ctx.replica_local;
-  r.ctx.replica_local = 0; // evaluations are not replica-local
-  if (local)
+  if (st.inputs.replica_local)
     st.loss = replicaMean(st.loss, st.badNorm, st.step);
   outerStep(st.step, false);
 }

@@ -1,7 +1,7 @@
 //===- LocalSteps.h - local SGD with an outer optimiser (DiLoCo) -*- C++ -*-===//
 //
 // --local-steps H: each data replica takes H AdamW steps on its own batches
-// without the dp all-reduces (moert_context.replica_local), then an outer
+// without the dp all-reduces (moert_context.inputs.replica_local), then an outer
 // Nesterov step over the replicas' mean parameter delta moves the start
 // point every replica continues from (docs/LocalSteps.md). Its momentum is
 // checkpointed as NAME.outer_v.

@@ -37,14 +37,14 @@ void LossScaling::configure() {
     lossScale = static_cast<float>(r.o.lossScale);
   else if (lossScale == 0) // (else the checkpoint's)
     lossScale = static_cast<float>(r.prog.loss_scale);
-  r.ctx.loss_scale = lossScale;
 }
+
+void LossScaling::beforeStep(StepState &st) { st.inputs.loss_scale = lossScale; }
 
 /// An overflow is a skipped step, not a diverged one.
 void LossScaling::afterStep(StepState &st) {
-  st.skipped = r.ctx.skip_update != 0;
+  st.skipped = r.ctx.outputs.skip_update != 0;
   st.lossScale = lossScale;
-  r.ctx.skip_update = 0;
   if (st.skipped)
     st.badNorm = false;
 }
@@ -65,7 +65,6 @@ void LossScaling::acceptStep(StepState &st) {
     goodSteps = 0;
     lossScale = std::min(lossScale * 2.0f, 1e30f);
   }
-  r.ctx.loss_scale = lossScale;
 }
 
 /// The first 10 skipped steps are printed; the metrics line of an f16

@@ -1,8 +1,8 @@
 //===- LossScaling.h - dynamic loss scaling of f16 models -------*- C++ -*-===//
 //
 // f16 models (moert_program.loss_scale != 0) seed their backward with
-// ctx.loss_scale; a step whose gradients overflow sets ctx.skip_update and
-// updates nothing. After each step the scale halves on an overflow and
+// the step's inputs.loss_scale; a step whose gradients overflow sets
+// ctx.outputs.skip_update and updates nothing. After each step the scale halves on an overflow and
 // doubles after --loss-scale-window steps without one (PyTorch's
 // GradScaler); it is checkpointed as state.json's "loss_scale".
 //
@@ -21,6 +21,7 @@ public:
   void restore(const CheckpointData &data) override;
   void save(CheckpointData &data) override;
   void configure() override;
+  void beforeStep(StepState &st) override;
   void afterStep(StepState &st) override;
   void acceptStep(StepState &st) override;
   void report(const StepState &st, nlohmann::json *line) override;

@@ -254,31 +254,29 @@ void Rank::bindContext() {
   expertCounts.assign(totalExperts, 0);
   keptCounts.assign(totalExperts, 0);
   droppedSlots.assign(std::max(prog.num_moe_layers, 1), 0);
-  ctx = moert_context{paramPtrs.data(),
-                      momentPtrs.data(),
-                      act.data(),
-                      grad.data(),
-                      expertCounts.data(),
-                      droppedSlots.data(),
-                      keptCounts.data(),
-                      comm,
-                      rank,
-                      prog.grid_dp,
-                      prog.grid_ep,
-                      prog.grid_tp,
-                      nullptr,
-                      {0, 0, 0, 0, 0, 0},
-                      0};
+  ctx = moert_context{};
+  ctx.run.params = paramPtrs.data();
+  ctx.run.moments = momentPtrs.data();
+  ctx.run.activations = act.data();
+  ctx.run.gradients = grad.data();
+  ctx.run.comm = comm;
+  ctx.run.rank = rank;
+  ctx.run.dp = prog.grid_dp;
+  ctx.run.ep = prog.grid_ep;
+  ctx.run.tp = prog.grid_tp;
+  ctx.buffers.expert_counts = expertCounts.data();
+  ctx.buffers.dropped_slots = droppedSlots.data();
+  ctx.buffers.kept_slots = keptCounts.data();
   for (auto &order : expertOrder)
     orderPtrs.push_back(order.data());
-  ctx.expert_order = orderPtrs.empty() ? nullptr : orderPtrs.data();
+  ctx.run.expert_order = orderPtrs.empty() ? nullptr : orderPtrs.data();
   // Per-parameter gradient squares for the metrics' grad_norm_groups (every
   // rank: they are summed over the ranks).
   if (!o.metrics.empty()) {
     gradSquares.assign(prog.num_params, 0.0);
-    ctx.grad_squares = gradSquares.data();
+    ctx.buffers.grad_squares = gradSquares.data();
     routerLosses.assign(2 * std::max(prog.num_moe_layers, 1), 0.0f);
-    ctx.router_losses = routerLosses.data();
+    ctx.buffers.router_losses = routerLosses.data();
   }
   if (!restoredCodecs.empty())
     moert::codecStates(&ctx) = std::move(restoredCodecs);
@@ -288,8 +286,8 @@ void Rank::startBackground() {
   // The ep ranks' speeds, read by the step (replicated experts' slots split
   // by them) and by the rebalancer.
   epSpeedTable = epSpeeds();
-  ctx.ep_speeds = epSpeedTable.data();
-  ctx.async_yield = o.commPriority;
+  ctx.run.ep_speeds = epSpeedTable.data();
+  ctx.run.async_yield = o.commPriority;
   // The background channel now, not inside the first step (under MPI its
   // communicator is a collective over every rank).
   if (comm && prog.async_buckets > 0)

@@ -141,7 +141,7 @@ struct Rank {
   std::vector<float> routerLosses; ///< 2 per MoE layer, with --metrics
   std::vector<double> gradSquares; ///< per parameter, with --metrics
   /// Per MoE layer: the expert at each of its P positions, -1 empty (the
-  /// step reads them through ctx.expert_order; position p is on ep rank
+  /// step reads them through ctx.run.expert_order; position p is on ep rank
   /// p / (P / ep)).
   std::vector<std::vector<int32_t>> expertOrder;
   std::vector<const int32_t *> orderPtrs;
@@ -150,7 +150,7 @@ struct Rank {
   /// --redundant-experts)?
   std::vector<bool> replicaRoom;
   /// The ep ranks' speeds (epSpeeds(), set once): what the step reads
-  /// (ctx.ep_speeds) and the rebalancer weighs loads by.
+  /// (ctx.run.ep_speeds) and the rebalancer weighs loads by.
   std::vector<double> epSpeedTable;
   moert::CodecStates restoredCodecs; ///< --resume: the codec state bindContext installs
   moert_context ctx{};

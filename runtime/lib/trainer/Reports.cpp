@@ -23,8 +23,9 @@ void Communication::beforeStep(StepState &) {
   ByteCounters &c = before;
   for (int k = 0; k < 4; ++k)
     c.sent[k] = r.comm ? moert_comm_bytes(r.comm, k) : 0;
-  std::copy(r.ctx.codec_sent, r.ctx.codec_sent + MOERT_NUM_COLLECTIVES, c.codecSent);
-  c.codecPlain = r.ctx.codec_uncompressed;
+  std::copy(r.ctx.runtime.codec_sent, r.ctx.runtime.codec_sent + MOERT_NUM_COLLECTIVES,
+            c.codecSent);
+  c.codecPlain = r.ctx.runtime.codec_uncompressed;
 }
 
 /// The bytes this rank sent in step `s` (from the counters `before` it):
@@ -38,8 +39,8 @@ void Communication::acceptStep(StepState &st) {
   int64_t codecBy[MOERT_NUM_COLLECTIVES];
   b.codecSent = 0;
   for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
-    b.codecSent += codecBy[k] = r.ctx.codec_sent[k] - before.codecSent[k];
-  b.codecPlain = r.ctx.codec_uncompressed - before.codecPlain;
+    b.codecSent += codecBy[k] = r.ctx.runtime.codec_sent[k] - before.codecSent[k];
+  b.codecPlain = r.ctx.runtime.codec_uncompressed - before.codecPlain;
   // All-reduces, all-to-alls, and ZeRO's all-gathers and reduce-scatters
   // (enum moert_collective order), each without what codecs sent.
   for (int k = 0; k < 4; ++k)

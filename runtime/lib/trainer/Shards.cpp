@@ -118,7 +118,7 @@ void moert::trainer::keepZero(const Rank &r, const moert::AlignedFloats &block,
   const moert_param_info &p = r.prog.params[i];
   // The grid coordinates only (this may run before the context is bound).
   moert_context grid = {};
-  grid.rank = r.rank, grid.dp = r.prog.grid_dp, grid.ep = r.ep, grid.tp = r.tp;
+  grid.run.rank = r.rank, grid.run.dp = r.prog.grid_dp, grid.run.ep = r.ep, grid.run.tp = r.tp;
   int64_t offset = moert_step_shard_offset(&grid, p.zero_axes, zeroShard(p));
   for (size_t j = 0; j < shard.size(); ++j) {
     size_t at = static_cast<size_t>(offset) + j;

@@ -45,12 +45,11 @@ void Staleness::configure() {
 
 /// Delayed gradients after the synchronous start.
 void Staleness::beforeStep(StepState &st) {
-  r.ctx.staleness = st.step >= r.o.syncSteps ? r.o.staleness : 0;
+  st.inputs.staleness = st.step >= r.o.syncSteps ? r.o.staleness : 0;
 }
 
 void Staleness::afterStep(StepState &st) {
-  bool delayed = r.ctx.staleness > 0;
-  r.ctx.staleness = 0; // evaluations are not delayed
+  bool delayed = st.inputs.staleness > 0;
   if (!delayed || r.ranks <= 1)
     return;
   // Each rank's corrected gradient is its own: every rank stops if one

@@ -2,7 +2,7 @@
 //
 // --staleness 1: after the synchronous start (--sync-steps), each step
 // applies the previous step's background all-reduces, corrected by the
-// change of the rank's own gradient (moert_context.staleness). Each rank's
+// change of the rank's own gradient (moert_context.inputs.staleness). Each rank's
 // corrected gradient is its own, so the ranks agree on stopping when one
 // rank's gradient norm is not finite.
 //

@@ -2,7 +2,7 @@
 //
 // --emulate-link and --emulate-cluster make a run on one machine behave as
 // on a slower network or on devices of unequal speed (moert/Comm.h,
-// moert_context.compute_slowdown); --trace FILE writes what every rank did
+// moert_context.run.compute_slowdown); --trace FILE writes what every rank did
 // when (Trace.h), gathered to the lead rank.
 //
 //===----------------------------------------------------------------------===//
@@ -26,7 +26,7 @@ void Tracing::configure() {
     if (r.o.rankSpeeds.size() != 1 && r.o.rankSpeeds.size() != static_cast<size_t>(r.ranks))
       die("--emulate-cluster gives " + std::to_string(r.o.rankSpeeds.size()) + " speeds for " +
           std::to_string(r.ranks) + " ranks (give one per rank, or one for all)");
-    r.ctx.compute_slowdown = 1.0 / r.deviceSpeed(r.rank) - 1.0;
+    r.ctx.run.compute_slowdown = 1.0 / r.deviceSpeed(r.rank) - 1.0;
   }
   if (r.comm && r.o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(r.comm, r.o.linkBytesPerSecond, r.o.linkLatency);
@@ -53,7 +53,7 @@ void Tracing::onStart() {
       r.commError("--trace: the start barrier");
   }
   traceOrigin = moert::nowSeconds();
-  r.ctx.trace = trace.get();
+  r.ctx.run.trace = trace.get();
 }
 
 /// Sends every rank's events to the lead (their lengths gathered, then one
@@ -63,7 +63,7 @@ void Tracing::onStart() {
 void Tracing::onFinish(const RunEnd &) {
   if (!trace)
     return;
-  r.ctx.trace = nullptr;
+  r.ctx.run.trace = nullptr;
   std::string events = trace->chromeEvents(traceOrigin);
   std::vector<std::string> texts = {events};
   if (r.comm) {

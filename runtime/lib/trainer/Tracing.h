@@ -2,7 +2,7 @@
 //
 // --emulate-link and --emulate-cluster make a run on one machine behave as
 // on a slower network or on devices of unequal speed (moert/Comm.h,
-// moert_context.compute_slowdown); --trace FILE records what every rank did
+// moert_context.run.compute_slowdown); --trace FILE records what every rank did
 // when (Trace.h: the step program's compute and collectives, the loop's
 // steps) and writes it, gathered to the lead rank, as one Chrome trace.
 //

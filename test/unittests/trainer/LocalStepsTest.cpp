@@ -17,11 +17,12 @@ protected:
     StepState st;
     st.step = s;
     ls.beforeStep(st);
-    EXPECT_EQ(rank->ctx.replica_local, s >= o.syncSteps ? 1 : 0);
+    EXPECT_EQ(st.inputs.replica_local, s >= o.syncSteps ? 1 : 0);
+    // The step's inputs only: the context outside a step stays global.
+    EXPECT_EQ(rank->ctx.inputs.replica_local, 0);
     for (float &w : rank->params[0])
       w -= 1.0f;
     ls.afterStep(st);
-    EXPECT_EQ(rank->ctx.replica_local, 0);
   }
 };
 

@@ -24,8 +24,8 @@ TEST_F(ReportsTest, AStepsBytesStandNextToTheAnalyticalVolume) {
     StepState st;
     st.step = s;
     communication.beforeStep(st);
-    r.ctx.codec_sent[MOERT_ALL_REDUCE] += 4; // a compressed all-reduce
-    r.ctx.codec_uncompressed += 16;
+    r.ctx.runtime.codec_sent[MOERT_ALL_REDUCE] += 4; // a compressed all-reduce
+    r.ctx.runtime.codec_uncompressed += 16;
     communication.acceptStep(st);
     nlohmann::json line = nlohmann::json::object();
     communication.report(st, &line);

@@ -16,7 +16,7 @@ TEST_F(TracingTest, ASlowerDeviceWaitsForItsComputeStretched) {
   Rank &r = boundRank();
   Tracing tracing(r);
   tracing.configure();
-  EXPECT_DOUBLE_EQ(r.ctx.compute_slowdown, 3.0);
+  EXPECT_DOUBLE_EQ(r.ctx.run.compute_slowdown, 3.0);
 }
 
 TEST_F(TracingTest, OneSpeedPerRankOrOneForAll) {
@@ -31,12 +31,12 @@ TEST_F(TracingTest, TheRankEventsBecomeOneChromeTrace) {
   Rank &r = boundRank();
   Tracing tracing(r);
   tracing.onStart();
-  ASSERT_NE(r.ctx.trace, nullptr);
-  r.ctx.trace->add(moert::TraceLane::Step, "step 1", moert::nowSeconds(), moert::nowSeconds());
+  ASSERT_NE(r.ctx.run.trace, nullptr);
+  r.ctx.run.trace->add(moert::TraceLane::Step, "step 1", moert::nowSeconds(), moert::nowSeconds());
   testing::internal::CaptureStdout();
   tracing.onFinish({1, false});
   EXPECT_NE(testing::internal::GetCapturedStdout().find("(1 ranks)"), std::string::npos);
-  EXPECT_EQ(r.ctx.trace, nullptr);
+  EXPECT_EQ(r.ctx.run.trace, nullptr);
   std::string json = read(o.trace);
   EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
   EXPECT_NE(json.find("step 1"), std::string::npos);

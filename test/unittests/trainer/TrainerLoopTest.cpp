@@ -53,6 +53,17 @@ TEST_F(TrainerLoopTest, TrainsThenTheComponentsFinishInOrder) {
   EXPECT_TRUE(m[5].contains("peak_rss_bytes"));
 }
 
+TEST_F(TrainerLoopTest, EachStepsOutputsStartFromZero) {
+  o.steps = 3;
+  o.valFraction = 0;
+  makeRank();
+  staleOutputs = 0;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(trainRank(*shared, nullptr), 0);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(staleOutputs, 0); // the fake step leaves grad_norm 1 and lr 1e-3
+}
+
 TEST_F(TrainerLoopTest, AResumedRunContinuesAtItsStep) {
   o.steps = 2;
   o.checkpoint = dir + "/ckpt";

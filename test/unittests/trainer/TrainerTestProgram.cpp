@@ -10,6 +10,7 @@ using namespace moert::trainer;
 using namespace moert::trainer::test;
 
 int moert::trainer::test::evalCalls = 0;
+int moert::trainer::test::staleOutputs = 0;
 
 namespace {
 
@@ -18,12 +19,16 @@ const moert_param_info kParams[] = {
 
 /// Step s: w -= 0.01 (AdamW's moments count the steps), loss 5 - 0.1 s.
 int fakeTrain(moert_context *ctx, const int32_t *, const int32_t *, int32_t step, float *loss) {
+  const moert_step_outputs &out = ctx->outputs;
+  if (out.grad_norm != 0 || out.lr != 0 || out.skip_update != 0 || out.comm_seconds != 0 ||
+      out.async_seconds != 0 || out.async_wait_seconds != 0)
+    ++staleOutputs;
   for (int j = 0; j < 12; ++j) {
-    ctx->params[0][j] -= 0.01f;
-    ctx->moments[0][j] += 1.0f;
+    ctx->run.params[0][j] -= 0.01f;
+    ctx->run.moments[0][j] += 1.0f;
   }
-  ctx->grad_norm = 1.0f;
-  ctx->lr = 1e-3f;
+  ctx->outputs.grad_norm = 1.0f;
+  ctx->outputs.lr = 1e-3f;
   *loss = 5.0f - 0.1f * static_cast<float>(step);
   return 0;
 }

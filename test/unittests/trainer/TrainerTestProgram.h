@@ -25,6 +25,9 @@ namespace moert::trainer::test {
 constexpr int64_t kVocab = 128;
 /// Evaluation steps run so far (the next evaluation's loss).
 extern int evalCalls;
+/// Training steps whose outputs (moert_context.outputs) held something
+/// other than zeros when the step began.
+extern int staleOutputs;
 /// The fake program (the binary's moec_program).
 const moert_program &fakeProgram();
 
