@@ -122,9 +122,9 @@ void Importer::llamaLike(ModelSpec &s) {
   // Absent fields take the family's defaults in HuggingFace's config
   // classes (MixtralConfig: eps 1e-5, theta 1e6; OlmoeConfig: eps 1e-5).
   std::string family = doc->root().value("model_type", "");
-  s.normEps = r.getNumber("rms_norm_eps", family == "mixtral" || family == "olmoe" ? 1e-5 : 1e-6,
-                          0.0, 1.0, true);
-  s.ropeTheta = r.getNumber("rope_theta", family == "mixtral" ? 1e6 : 10000.0, 0.0, 1e12, true);
+  s.normEps =
+      r.getPositiveF32("rms_norm_eps", family == "mixtral" || family == "olmoe" ? 1e-5 : 1e-6, 1.0);
+  s.ropeTheta = r.getPositiveF32("rope_theta", family == "mixtral" ? 1e6 : 10000.0, 1e12);
   std::string act = r.getString("hidden_act", std::string("silu"));
   if (act != "silu" && act != "swish")
     r.error("hidden_act", "\"" + act +
@@ -187,7 +187,7 @@ std::optional<ModelSpec> Importer::run() {
     s.headDimPtr = r.at("d_kv");
     s.ffnDim = r.getInt("d_ff", std::nullopt, 1, kMaxDim);
     s.ffnPtr = r.at("d_ff");
-    s.normEps = r.getNumber("layer_norm_epsilon", 1e-6, 0.0, 1.0, true);
+    s.normEps = r.getPositiveF32("layer_norm_epsilon", 1e-6, 1.0);
     s.ropeTheta = std::nullopt;
     std::string act =
         r.getString("dense_act_fn", std::string("relu"), {"relu", "gelu", "gelu_new"});
@@ -289,7 +289,7 @@ std::optional<ModelSpec> Importer::run() {
       m.expertFfnDim = r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
       m.numSharedExperts = r.getInt("n_shared_experts", 0, 0, 1 << 10);
       m.renormalize = r.getBool("norm_topk_prob", false);
-      m.routedScaling = r.getNumber("routed_scaling_factor", 1.0, 0.0, 1e6, true);
+      m.routedScaling = r.getPositiveF32("routed_scaling_factor", 1.0, 1e6);
       m.scoring = r.getString("scoring_func", std::string("softmax"), {"softmax", "sigmoid"});
       m.auxLossCoef = r.getNumber("aux_loss_alpha", 0.001, 0.0, 1e3);
       std::string method = r.getString("topk_method", std::string("greedy"),

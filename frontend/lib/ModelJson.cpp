@@ -61,18 +61,14 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   // Absent keeps the base value; null asks for dropless routing.
   if (r.isNull("capacity_factor"))
     m.capacityFactor = std::nullopt;
-  if (r.has("capacity_factor")) {
-    m.capacityFactor = r.getNumber("capacity_factor", 1.0, 0.0, 1e6, true);
-    if (static_cast<float>(*m.capacityFactor) <= 0.0f)
-      r.error("capacity_factor", "must be > 0 in f32 (the router computes in f32), got " +
-                                     formatNumber(*m.capacityFactor));
-  }
+  if (r.has("capacity_factor")) // the router computes in f32
+    m.capacityFactor = r.getPositiveF32("capacity_factor", 1.0, 1e6);
   r.claim("capacity_factor");
   m.scoring = r.getString("router_scoring", base.scoring, {"softmax", "sigmoid"});
   m.renormalize = r.getBool("renormalize", base.renormalize);
   m.auxLossCoef = r.getNumber("aux_loss_coef", base.auxLossCoef, 0.0, 1e3);
   m.zLossCoef = r.getNumber("router_z_loss_coef", base.zLossCoef, 0.0, 1e3);
-  m.routedScaling = r.getNumber("routed_scaling", base.routedScaling, 0.0, 1e6, true);
+  m.routedScaling = r.getPositiveF32("routed_scaling", base.routedScaling, 1e6);
   m.routerBias = r.getBool("router_bias", base.routerBias);
   m.biasUpdateRate = r.getNumber("router_bias_update_rate", base.biasUpdateRate, 0.0, 1.0);
   return m;
@@ -172,9 +168,9 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
   if (r.isNull("rope_theta"))
     s.ropeTheta = std::nullopt;
   if (r.has("rope_theta"))
-    s.ropeTheta = r.getNumber("rope_theta", std::nullopt, 0.0, 1e12, true);
+    s.ropeTheta = r.getPositiveF32("rope_theta", std::nullopt, 1e12);
   r.claim("rope_theta");
-  s.normEps = r.getNumber("norm_eps", s.normEps, 0.0, 1.0, true);
+  s.normEps = r.getPositiveF32("norm_eps", s.normEps, 1.0);
   s.initStd = r.getNumber("init_std", s.initStd, 0.0, 10.0, true);
   s.seed = static_cast<uint64_t>(r.getInt("seed", 0, 0, kMaxInt));
   s.embeddingPtr = r.at("vocab_size");

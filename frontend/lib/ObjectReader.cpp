@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 using namespace moec::frontend;
@@ -150,6 +151,18 @@ double ObjectReader::getNumber(const std::string &key, std::optional<double> fal
     error(key, show(*value) + " is out of range (allowed: " + (minExclusive ? "> " : ">= ") +
                    formatNumber(min) + " and <= " + formatNumber(max) + ")");
     return fallback.value_or(minExclusive ? max : min);
+  }
+  return v;
+}
+
+double ObjectReader::getPositiveF32(const std::string &key, std::optional<double> fallback,
+                                    double max) {
+  double v = getNumber(key, fallback, 0.0, max, /*minExclusive=*/true);
+  if (v > 0 && v < std::numeric_limits<float>::min()) {
+    error(key, show(*field(key)) + " is below the smallest normal f32 (" +
+                   formatNumber(std::numeric_limits<float>::min()) +
+                   "): the step would compute with 0");
+    return fallback.value_or(max);
   }
   return v;
 }

@@ -37,6 +37,10 @@ public:
   /// Integer field in [min, max]; absent gives `fallback` (an error when
   /// `fallback` is nullopt, i.e. the field is required).
   int64_t getInt(const std::string &key, std::optional<int64_t> fallback, int64_t min, int64_t max);
+  /// Number field in (0, max] that the IR stores as an f32 attribute whose
+  /// op requires it > 0: a positive number below the smallest normal float
+  /// (it would become 0 or a denormal in the step) is an error too.
+  double getPositiveF32(const std::string &key, std::optional<double> fallback, double max);
   /// Number field in [min, max] (`minExclusive` makes the lower bound open).
   double getNumber(const std::string &key, std::optional<double> fallback, double min, double max,
                    bool minExclusive = false);
