@@ -17,9 +17,6 @@ using namespace llvm;
 
 namespace {
 
-Error fail(const Twine &message) {
-  return createStringError(inconvertibleErrorCode(), message);
-}
 
 /// The features of one CPU of a --host-target list, in CpuTarget's names.
 Expected<moert::CpuFeatures> cpuFeatures(StringRef name) {
@@ -33,7 +30,7 @@ Expected<moert::CpuFeatures> cpuFeatures(StringRef name) {
     for (StringRef k : known)
       if (unsigned d = name.edit_distance(k, true, best); d < best)
         best = d, near = k;
-    return fail("--host-target: unknown CPU '" + name + "'" +
+    return createStringError("--host-target: unknown CPU '" + name + "'" +
                 (near ? "; did you mean '" + *near + "'?" : Twine("")) +
                 " (expected host, an x86-64 level such as x86-64-v3, an LLVM CPU name such as "
                 "znver4, or a Halide target such as x86-64-linux-avx-avx2-f16c-fma-sse41)");
@@ -58,11 +55,11 @@ Expected<std::string> moec::codegen::resolveHostTarget(StringRef spec) {
   if (spec.contains('-') && Regex("^[a-z0-9_]+-[0-9]+-[a-z]+(-|$)").match(spec)) {
     if (!Regex("^(x86-64|x86-32|arm-64|arm-32|riscv-64|powerpc-64)-linux(-[a-z0-9_]+)*$")
              .match(spec))
-      return fail("--host-target " + spec +
+      return createStringError("--host-target " + spec +
                   ": expected a Halide target arch-bits-os[-features], e.g. "
                   "x86-64-linux-avx-avx2-f16c-fma-sse41");
     if (targetInHalideTarget(spec))
-      return fail("--host-target names the CPU's features only; the device is --target");
+      return createStringError("--host-target names the CPU's features only; the device is --target");
     return spec.str();
   }
   if (spec.trim() == "host")
@@ -70,7 +67,7 @@ Expected<std::string> moec::codegen::resolveHostTarget(StringRef spec) {
   SmallVector<StringRef> names;
   spec.split(names, ',', -1, /*KeepEmpty=*/false);
   if (names.empty())
-    return fail("--host-target: give host, a CPU name or a Halide target");
+    return createStringError("--host-target: give host, a CPU name or a Halide target");
   std::optional<moert::CpuFeatures> common;
   for (StringRef name : names) {
     Expected<moert::CpuFeatures> features = cpuFeatures(name.trim());

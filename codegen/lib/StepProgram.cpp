@@ -143,7 +143,7 @@ private:
   /// Emits host code `emit` for `ops`: their operands read before (or only
   /// `reads` when given), their results (and `written`, updated in place)
   /// written after.
-  LogicalResult hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
+  LogicalResult hostCode(ArrayRef<Operation *> ops, llvm::function_ref<LogicalResult()> emit,
                          ArrayRef<Value> written = {},
                          std::optional<ArrayRef<Value>> reads = std::nullopt);
 
@@ -254,7 +254,7 @@ void Emitter::hostParam(unsigned index, bool wrote) {
        << "], -1)) return rc;\n";
 }
 
-LogicalResult Emitter::hostCode(ArrayRef<Operation *> ops, function_ref<LogicalResult()> emit,
+LogicalResult Emitter::hostCode(ArrayRef<Operation *> ops, llvm::function_ref<LogicalResult()> emit,
                                 ArrayRef<Value> written, std::optional<ArrayRef<Value>> reads) {
   if (reads)
     for (Value v : *reads)

@@ -85,7 +85,7 @@ void say(const ToolchainOptions &options, const Twine &line) {
 /// Runs `work(i)` for i in [0, n) on up to `jobs` threads (0: one per
 /// hardware thread, at most 8: a generator process takes a few hundred MB),
 /// each taking the next index; returns the first failure in index order.
-Error forEachJob(size_t n, unsigned jobs, function_ref<Error(size_t)> work) {
+Error forEachJob(size_t n, unsigned jobs, llvm::function_ref<Error(size_t)> work) {
   size_t width = jobs ? jobs : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   width = std::min(width, n);
   std::vector<std::string> failures(n);

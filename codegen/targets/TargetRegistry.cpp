@@ -43,7 +43,6 @@ const std::vector<const TargetBackend *> &registered() {
   return registry();
 }
 
-Error fail(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
 
 } // namespace
 
@@ -72,7 +71,7 @@ std::string moec::codegen::targetNames(StringRef separator) {
 Expected<const TargetBackend *> moec::codegen::parseTarget(StringRef name) {
   if (const TargetBackend *backend = lookupTarget(name))
     return backend;
-  return fail("unknown target '" + name + "' (expected " + targetNames(", ") + ")");
+  return createStringError("unknown target '" + name + "' (expected " + targetNames(", ") + ")");
 }
 
 Error moec::codegen::checkTargetOption(const TargetBackend &backend, StringRef name,
@@ -85,10 +84,10 @@ Error moec::codegen::checkTargetOption(const TargetBackend &backend, StringRef n
     for (const TargetBackend *b : registered())
       if (has(b))
         takers += (takers.empty() ? "--target=" : " or --target=") + b->name().str();
-    return fail("--" + name + " applies to " + (takers.empty() ? "no target" : takers));
+    return createStringError("--" + name + " applies to " + (takers.empty() ? "no target" : takers));
   }
   if (Error e = backend.checkOption(name, value))
-    return fail("--" + name + " " + value + ": " + toString(std::move(e)));
+    return createStringError("--" + name + " " + value + ": " + toString(std::move(e)));
   return Error::success();
 }
 

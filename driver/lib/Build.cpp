@@ -17,7 +17,6 @@ using namespace moec::driver;
 
 namespace {
 
-Error error(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
 
 Error writeFile(StringRef path, StringRef text) {
   return writeOutput(path, [&](raw_ostream &os) { os << text; });
@@ -65,7 +64,7 @@ Error moec::driver::writeOutput(StringRef path, function_ref<void(raw_ostream &)
   std::string message;
   auto file = mlir::openOutputFile(path.empty() ? StringRef("-") : path, &message);
   if (!file)
-    return error(message);
+    return createStringError(message);
   text(file->os());
   file->keep();
   return Error::success();
@@ -87,10 +86,10 @@ Error moec::driver::buildTrainer(const std::vector<Program> &programs,
   sys::path::append(dir, "kernels");
   sys::path::append(manifestPath, "kernels.json");
   if (std::error_code ec = sys::fs::create_directories(dir))
-    return error(Twine("cannot create ") + dir + ": " + ec.message());
+    return createStringError(Twine("cannot create ") + dir + ": " + ec.message());
   codegen::ToolchainOptions toolchain = toolchainOptions(options, generator);
   if (!sys::fs::can_execute(toolchain.generator))
-    return error("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
+    return createStringError("moe-halide-gen not found next to moec (" + toolchain.generator + ")");
   if (Error e = codegen::generateKernels(calls, dir, toolchain))
     return e;
   if (Error e = writeFile(manifestPath, manifest.dump(2) + "\n"))

@@ -23,7 +23,6 @@ using namespace moec::driver;
 
 namespace {
 
-Error error(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
 
 /// The positive sequence counts of --token-shares B0,B1,...
 Expected<SmallVector<int64_t>> parseShares(StringRef text) {
@@ -33,7 +32,7 @@ Expected<SmallVector<int64_t>> parseShares(StringRef text) {
   for (StringRef part : parts) {
     int64_t n;
     if (part.trim().getAsInteger(10, n) || n < 1)
-      return error("--token-shares takes positive sequence counts B0,B1,..., got '" + part + "'");
+      return createStringError("--token-shares takes positive sequence counts B0,B1,..., got '" + part + "'");
     shares.push_back(n);
   }
   return shares;
@@ -100,19 +99,19 @@ Error moec::driver::applyTokenShares(mlir::ModuleOp module, CompileOptions &opti
   if (!shares)
     return shares.takeError();
   if (!options.import.cluster.empty())
-    return error("--token-shares sets the shares of --ranks N (a --cluster plan sets its own)");
+    return createStringError("--token-shares sets the shares of --ranks N (a --cluster plan sets its own)");
   int64_t replicas = p.ranks > 1 ? mlir::moe::dataReplicas(p.ranks, std::max(1u, p.tp)) : 1;
   if (p.ranks > 1 && static_cast<int64_t>(shares->size()) != replicas)
-    return error("--token-shares has " + Twine(shares->size()) + " entries for the " +
+    return createStringError("--token-shares has " + Twine(shares->size()) + " entries for the " +
                  Twine(replicas) + " data replicas of --ranks " + Twine(p.ranks));
   if (p.routingGroups && p.routingGroups != shares->size())
-    return error("--routing-groups and --token-shares disagree on the groups");
+    return createStringError("--routing-groups and --token-shares disagree on the groups");
   if (llvm::all_equal(*shares)) {
     // Equal shares are routing groups; they must still make the batch.
     int64_t batch = mlir::moe::batchSequences(module);
     int64_t count = static_cast<int64_t>(shares->size());
     if (batch > 0 && (batch % count != 0 || batch / count != shares->front()))
-      return error("--token-shares: " + Twine(count) + " shares of " + Twine(shares->front()) +
+      return createStringError("--token-shares: " + Twine(count) + " shares of " + Twine(shares->front()) +
                    " sequences do not make the batch of " + Twine(batch) + " sequences");
     p.routingGroups = shares->size();
     return Error::success();

@@ -26,7 +26,6 @@ using moec::codegen::Gemm;
 
 namespace {
 
-Error error(const Twine &message) { return createStringError(inconvertibleErrorCode(), message); }
 
 /// Without --target, a --cluster chooses it: the back end of every device
 /// kind its nodes use (each kind's `target`: the presets' own, or declared
@@ -88,18 +87,18 @@ Error resolveBackend(CompileOptions &options, const OptionsBinder *flags) {
     // The OpenBLAS extern stages run on the host; a device step computes
     // every contraction in its kernels.
     if (backend.gemm == Gemm::Blas)
-      return error("--gemm=blas calls OpenBLAS on the host: with --target=" +
+      return createStringError("--gemm=blas calls OpenBLAS on the host: with --target=" +
                    backend.target->name() + " give --gemm=halide or auto");
     backend.gemmGiven = backend.gemm;
     backend.gemm = Gemm::Halide;
   }
   unsigned chunks = options.parallel.expertChunks;
   if (chunks < 1 || chunks > 64)
-    return error("--expert-chunks must be in [1, 64], got " + Twine(chunks));
+    return createStringError("--expert-chunks must be in [1, 64], got " + Twine(chunks));
   // The chunks are views into planned buffers; a device step keeps a copy
   // of each tensor per value (moert/Device.h).
   if (chunks > 1 && !backend.target->expertChunks())
-    return error("--expert-chunks pipelines host steps only (--target=host)");
+    return createStringError("--expert-chunks pipelines host steps only (--target=host)");
   // The back end's own options (--cuda-capability), those given.
   for (const auto &[name, value] : backend.targetFlags)
     if (flags && flags->given(name)) {
@@ -120,31 +119,31 @@ Error checkParallel(const CompileOptions &options, const OptionsBinder *flags) {
   bool cluster = !options.import.cluster.empty();
   bool partitioned = p.partitioned(options.import);
   if (p.ranks > 1 && cluster)
-    return error("--ranks partitions the step for N ranks of this machine; with "
+    return createStringError("--ranks partitions the step for N ranks of this machine; with "
                  "--cluster the plan chooses the ranks (force degrees with "
                  "--dp/--ep/--tp): give one of them");
   if (options.compress.compresses() && !partitioned)
-    return error("--compress-grad, --compress-embedding and --compress-dispatch compress "
+    return createStringError("--compress-grad, --compress-embedding and --compress-dispatch compress "
                  "the collectives of a partitioned step: give --ranks N (N > 1), or a "
                  "--cluster whose executable plan has more than one rank");
   if (p.redundantExperts && !partitioned)
-    return error("--redundant-experts adds expert positions to a partitioned step: give "
+    return createStringError("--redundant-experts adds expert positions to a partitioned step: give "
                  "--ranks N (ep > 1) or a --cluster");
   if (p.expertChunks > 1 && !partitioned)
-    return error("--expert-chunks pipelines the expert phases' all-to-alls of a partitioned "
+    return createStringError("--expert-chunks pipelines the expert phases' all-to-alls of a partitioned "
                  "step: give --ranks N (ep > 1) or a --cluster");
   if (flags && flags->given("zero") && (p.zero < 0 || p.zero > 2))
-    return error("--zero must be 0, 1 or 2");
+    return createStringError("--zero must be 0, 1 or 2");
   if (p.zero > 0 && !partitioned)
-    return error("--zero shards the optimiser over the ranks of a partitioned step: give "
+    return createStringError("--zero shards the optimiser over the ranks of a partitioned step: give "
                  "--ranks N (N > 1) or a --cluster");
   if (p.zero > 0 && p.redundantExperts)
-    return error("--zero with --redundant-experts is not supported yet: replicas' moments "
+    return createStringError("--zero with --redundant-experts is not supported yet: replicas' moments "
                  "would be sharded over different groups");
   if (!cluster && !p.pinExperts.empty())
-    return error("--pin-experts shapes a --cluster plan");
+    return createStringError("--pin-experts shapes a --cluster plan");
   if (!cluster && p.dp * std::max(1u, p.tp) > 1 && !partitioned)
-    return error("--dp and --tp force the degrees of --ranks N (N > 1) or of a --cluster plan");
+    return createStringError("--dp and --tp force the degrees of --ranks N (N > 1) or of a --cluster plan");
   return Error::success();
 }
 
@@ -152,32 +151,32 @@ Error checkParallel(const CompileOptions &options, const OptionsBinder *flags) {
 
 Error moec::driver::checkImportOptions(const ImportOptions &options) {
   if (options.dtype != "f32" && options.dtype != "bf16" && options.dtype != "f16")
-    return error("--dtype must be f32, bf16 or f16, got '" + options.dtype + "'");
+    return createStringError("--dtype must be f32, bf16 or f16, got '" + options.dtype + "'");
   if (options.seqLen < 0 || options.seqLen > (1 << 20) || options.batchSize < 1 ||
       options.batchSize > (1 << 20))
-    return error("--seq-len must be in [1, 1048576] and --batch-size in [1, 1048576]");
+    return createStringError("--seq-len must be in [1, 1048576] and --batch-size in [1, 1048576]");
   return Error::success();
 }
 
 Error moec::driver::resolveOptions(CompileOptions &options, const OptionsBinder *flags) {
   if (options.import.model.empty())
-    return error("give a model description: moec model.json -o OUT --emit=...");
+    return createStringError("give a model description: moec model.json -o OUT --emit=...");
   if (options.output.empty() && (options.emit == Emit::Kernels || options.emit == Emit::Exe))
-    return error("give an output path: -o PATH");
+    return createStringError("give an output path: -o PATH");
   // The executable is a file (its build folder goes beside it, PATH.build).
   if (options.emit == Emit::Exe && sys::fs::is_directory(options.output)) {
     SmallString<128> example(StringRef(options.output).rtrim('/'));
     sys::path::append(example, "train");
-    return error("-o " + options.output + " is a directory: give the executable's path, e.g. -o " +
+    return createStringError("-o " + options.output + " is a directory: give the executable's path, e.g. -o " +
                  example);
   }
   if (!options.import.hf && flags && ImportOptions::anyHFOptionGiven(*flags))
-    return error("--seq-len, --batch-size, --override, --optimizer, --capacity-factor and --dtype "
+    return createStringError("--seq-len, --batch-size, --override, --optimizer, --capacity-factor and --dtype "
                  "apply to --hf configs (a MoEC model JSON states its fields itself)");
   if (Error e = checkImportOptions(options.import))
     return e;
   if (options.parallel.ranks < 1)
-    return error("--ranks must be >= 1");
+    return createStringError("--ranks must be >= 1");
   if (Error e = resolveBackend(options, flags))
     return e;
   return checkParallel(options, flags);

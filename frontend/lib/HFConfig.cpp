@@ -17,7 +17,6 @@ const std::vector<std::string> &moec::frontend::supportedHFFamilies() {
 }
 
 namespace {
-constexpr int64_t kMaxDim = int64_t(1) << 24;
 
 /// Fields that describe packaging, tokenizer ids or inference, not the
 /// training step.

@@ -22,7 +22,6 @@ std::string formatNumber(double value) {
   return os.str();
 }
 
-constexpr int64_t kMaxDim = int64_t(1) << 24;
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

@@ -90,7 +90,7 @@ TEST(ModelSpecTest, CapacityRoundsUpAndIsCappedAtTheTokenCount) {
 }
 
 TEST(ClusterSpecTest, PresetsAreCompleteAndMixedClustersCount) {
-  for (const DeviceKind &kind : devicePresets()) {
+  for (const moec::frontend::DeviceKind &kind : devicePresets()) {
     EXPECT_GT(kind.flopsF32, 0) << kind.name;
     EXPECT_GE(kind.flopsBF16, kind.flopsF32) << kind.name;
     EXPECT_GT(kind.memoryBytes, 0) << kind.name;

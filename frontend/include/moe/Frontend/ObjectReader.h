@@ -20,6 +20,11 @@
 
 namespace moec::frontend {
 
+/// The largest model dimension (d_model, ffn and head sizes) a model file
+/// may declare: 2^24, far beyond any model and small enough that products
+/// of two dimensions stay exact in int64 and f32 shapes.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+
 class ObjectReader {
 public:
   /// Reads the object at `pointer` of `doc`; reports an error (and reads
