@@ -42,6 +42,24 @@ if config.moec_mpi:
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
         + config.mpiexec + " --oversubscribe"))
 
+# tools/scripts/netns-mpi.sh runs MPI ranks on hosts that are network
+# namespaces (TCP between them, a daemon per host): it needs root and a
+# kernel that lets this process create namespaces, which CI has. Where the
+# probe fails (no root, a container without CAP_SYS_ADMIN), the tests that
+# need it are unsupported, and lit's summary names the feature.
+if config.moec_mpi and os.geteuid() == 0 and shutil.which("ip") and shutil.which("unshare"):
+    probe = "moec-probe-%d" % os.getpid()
+    try:
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True,
+                              timeout=30).returncode == 0
+        if made:
+            subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
+            config.available_features.add("netns")
+            config.substitutions.append(("%netns_mpi", os.path.join(
+                config.moe_src_root, "tools", "scripts", "netns-mpi.sh")))
+    except subprocess.TimeoutExpired:
+        lit_config.fatal("ip netns add did not answer in 30 s")
+
 # An OpenCL platform runs the binaries of moec --target opencl
 # (test/Driver/target-opencl.test); tools/scripts/install-deps.sh installs
 # PoCL, which runs OpenCL on the CPU, so a machine without one is an error.
