@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <malloc.h>
 #include <new>
@@ -207,9 +208,27 @@ int launchRanks(const moert_comm_backend &backend, Shared &shared, int ranks, in
   return rc == 0 ? 0 : 1;
 }
 
+/// --version: what built this binary and what it was compiled for, before
+/// any check (a binary refused on this CPU still says what it needs).
+bool printVersion(int argc, char **argv) {
+  if (std::none_of(argv + 1, argv + argc, [](const char *a) { return std::strcmp(a, "--version") == 0; }))
+    return false;
+  const moert_program &p = moec_program;
+  std::printf("%s: MoEC %s training binary, step-program ABI %d\n"
+              "  grid: dp %d x ep %d x tp %d; per rank: batch %lld x seq_len %lld, vocab %lld\n"
+              "  kernels: %s\n  communicators: %s\n",
+              argv[0], MOEC_VERSION, p.abi_version, p.grid_dp, p.grid_ep, p.grid_tp,
+              static_cast<long long>(p.batch), static_cast<long long>(p.seq_len),
+              static_cast<long long>(p.vocab), p.kernel_target ? p.kernel_target() : "host",
+              moert_comm_backend_names());
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (printVersion(argc, argv))
+    return 0;
   moert::selectBlasCore(argv);
   long long startResident = residentBytes();
   if (moec_program.abi_version != MOERT_ABI_VERSION) {
@@ -249,6 +268,11 @@ int main(int argc, char **argv) {
   // Progress reaches a log file line by line, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o = parseOptions(argc, argv);
+  // Under mpirun (or another launcher) stdout is the launcher's pipe or
+  // pseudo-terminal, forwarded to wherever mpirun's output goes (often a
+  // log): progress lines, never the bar's escape codes.
+  if (launcherProcesses() > 1)
+    o.progress = false;
   // --threads 1: every parallel loop of the kernels (and of the OpenBLAS
   // stages) runs on the thread that calls it. Ranks as threads then each
   // compute on their own thread, as separate devices do: Halide's pool is

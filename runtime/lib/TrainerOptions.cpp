@@ -99,6 +99,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]\n"
               "           [--save-replicas DIR]]\n"
+              "       %s --version  (the MoEC release, grid and kernel target it was built for)\n"
               "  --data       raw text (one token per byte) or a .bin file of uint16 tokens\n"
               "  --data-format text|u16|u32  how --data stores tokens (default: u16 for\n"
               "               .bin, text otherwise; u32: little-endian uint32 token ids)\n"
@@ -152,7 +153,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               65536); a step whose gradients overflow is skipped and\n"
               "               halves it, --loss-scale-window N (default 2000) steps\n"
               "               without one double it\n",
-              program, program);
+              program, program, program);
   std::exit(0);
 }
 

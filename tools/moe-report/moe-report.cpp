@@ -83,6 +83,14 @@ Metrics readMetrics(const std::string &path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
     std::string where = path + ":" + std::to_string(number);
+    // A live run is writing its last line, and a killed one may have left
+    // it cut: a last line without its newline that is not JSON yet is
+    // skipped with a warning. Anywhere else a bad line is an error.
+    if (in.eof() && !json::accept(line)) {
+      std::fprintf(stderr, "moe-report: warning: %s: the last line is incomplete (a run still "
+                   "writing, or one that was killed): skipped\n", where.c_str());
+      break;
+    }
     json row = parseAt(line, where);
     if (!row.is_object())
       fail(where + ": a metrics line is a JSON object, got " + std::string(row.type_name()));
