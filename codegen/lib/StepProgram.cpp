@@ -165,6 +165,23 @@ private:
   llvm::DenseMap<Attribute, unsigned> rowTables;
   unsigned viewCounter = 0;
   bool training = false;
+  /// The step's moe.lr_schedule as a moert_lr_schedule_config initializer
+  /// (empty: none), for moert_program.lr_schedule.
+  std::string lrSchedule;
+  static std::string scheduleConfig(DictionaryAttr c) {
+    StringRef kind = c.getAs<StringAttr>("schedule").getValue();
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "{" << llvm::format("%.17g", c.getAs<FloatAttr>("lr").getValueAsDouble()) << ", "
+       << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble()) << ", "
+       << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
+       << c.getAs<IntegerAttr>("total_steps").getInt() << ", "
+       << (kind == "cosine"   ? "MOERT_LR_COSINE"
+           : kind == "linear" ? "MOERT_LR_LINEAR"
+                              : "MOERT_LR_CONSTANT")
+       << "}";
+    return text;
+  }
   /// Analytical bytes one rank sends per training step: all_reduce (ring:
   /// 2 (p-1)/p of the buffer) and all_to_all ((p-1)/p of it).
   int64_t allReduceBytes = 0, allToAllBytes = 0;
@@ -281,16 +298,17 @@ LogicalResult Emitter::launch(LaunchOp op) {
   auto numel = [](Value v) { return cast<RankedTensorType>(v.getType()).getNumElements(); };
   if (family == "lr_schedule") {
     auto c = kernel.getConfig();
-    StringRef sched = c.getAs<StringAttr>("schedule").getValue();
-    os << "  *" << pointer(op.getResult(0)) << " = moert_lr_schedule(step, "
-       << llvm::format("%.17g", c.getAs<FloatAttr>("lr").getValueAsDouble()) << ", "
-       << llvm::format("%.17g", c.getAs<FloatAttr>("min_lr").getValueAsDouble()) << ", "
-       << c.getAs<IntegerAttr>("warmup_steps").getInt() << ", "
-       << c.getAs<IntegerAttr>("total_steps").getInt() << ", "
-       << (sched == "cosine"   ? "MOERT_LR_COSINE"
-           : sched == "linear" ? "MOERT_LR_LINEAR"
-                               : "MOERT_LR_CONSTANT")
-       << ");\n  ctx->outputs.lr = *" << pointer(op.getResult(0)) << ";\n";
+    // The schedule is the run's (ctx->run.lr_schedule: the compiled one,
+    // emitted into the program below, with the trainer's flags applied).
+    std::string config = scheduleConfig(c);
+    if (!lrSchedule.empty() && lrSchedule != config)
+      return op.emitError("moec: the step has two learning-rate schedules; the trainer sets one");
+    lrSchedule = config;
+    os << "  {\n    const moert_lr_schedule_config *s = &ctx->run.lr_schedule;\n    *"
+       << pointer(op.getResult(0))
+       << " = moert_lr_schedule(step, s->lr, s->min_lr, s->warmup_steps, s->total_steps, "
+          "s->kind);\n  }\n  ctx->outputs.lr = *"
+       << pointer(op.getResult(0)) << ";\n";
     return success();
   }
   if (family == "global_norm") {
@@ -995,6 +1013,8 @@ LogicalResult Emitter::run() {
     os << "extern \"C\" const struct halide_filter_metadata_t *" << targetKernel
        << "_metadata();\nstatic const char *kernelTarget() { return " << targetKernel
        << "_metadata()->target; }\n";
+  if (!lrSchedule.empty())
+    os << "static const moert_lr_schedule_config kLrSchedule = " << lrSchedule << ";\n";
   os << "extern \"C\" const moert_program " << names.symbol << " = {\n"
      << "    .abi_version = MOERT_ABI_VERSION,\n"
      << "    .num_params = " << index << ",\n"
@@ -1014,6 +1034,7 @@ LogicalResult Emitter::run() {
      << "    .grid_dp = " << (grid ? grid.getDp() : 1) << ",\n"
      << "    .grid_ep = " << (grid ? grid.getEp() : 1) << ",\n"
      << "    .grid_tp = " << (grid ? grid.getTp() : 1) << ",\n"
+     << "    .lr_schedule = " << (lrSchedule.empty() ? "nullptr" : "&kLrSchedule") << ",\n"
      << "    .step_comm_bytes = {" << allReduceBytes << ", " << allToAllBytes << ", "
      << allGatherBytes << ", " << reduceScatterBytes << ", 0, 0},\n"
      << "    .step_ragged_bound = " << raggedBound << ",\n"

@@ -2,6 +2,8 @@
 
 #include "TrainerOptions.h"
 
+#include "moec/contract/Abi.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -96,6 +98,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--emulate-link GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
               "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
+              "          [--lr LR] [--min-lr LR] [--warmup-steps N] [--total-steps N]\n"
+              "          [--lr-schedule cosine|linear|constant]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]\n"
               "           [--save-replicas DIR]]\n"
@@ -149,6 +153,10 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               --save-replicas DIR writes each replica's parameters\n"
               "               and moments before each outer step\n"
               "               (DIR/step-N-replica-D.safetensors)\n"
+              "  --lr, --min-lr, --warmup-steps, --total-steps, --lr-schedule  the\n"
+              "               learning-rate schedule (default: the model's, compiled\n"
+              "               in; a warning when --steps ends the run before its\n"
+              "               warm-up or its total_steps)\n"
               "  --loss-scale S  f16 models: the initial dynamic loss scale (default\n"
               "               65536); a step whose gradients overflow is skipped and\n"
               "               halves it, --loss-scale-window N (default 2000) steps\n"
@@ -254,7 +262,29 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.outerMomentum = parseReal(
           value(), false, [](double v) { return v >= 0 && v < 1; },
           "--outer-momentum expects a number in [0, 1)");
-    else if (a == "--trace")
+    else if (a == "--lr")
+      o.lr = parseReal(
+          value(), false, [](double v) { return v > 0 && v <= 10; },
+          "--lr expects a number in (0, 10]");
+    else if (a == "--min-lr")
+      o.minLr = parseReal(
+          value(), false, [](double v) { return v >= 0 && v <= 10; },
+          "--min-lr expects a number in [0, 10]");
+    else if (a == "--warmup-steps")
+      o.warmupSteps = parseInt(a, value(), 0);
+    else if (a == "--total-steps")
+      o.totalSteps = parseInt(a, value(), 1);
+    else if (a == "--lr-schedule") {
+      std::string k = value();
+      if (k == "cosine")
+        o.lrKind = MOERT_LR_COSINE;
+      else if (k == "linear")
+        o.lrKind = MOERT_LR_LINEAR;
+      else if (k == "constant")
+        o.lrKind = MOERT_LR_CONSTANT;
+      else
+        die("--lr-schedule expects cosine, linear or constant, got '" + k + "'");
+    } else if (a == "--trace")
       o.trace = value();
     else if (a == "--profile-kernels")
       o.profileKernels = true;

@@ -64,6 +64,13 @@ struct Options {
   /// overflow-free steps after which it doubles.
   double lossScale = 0;
   long long lossScaleWindow = 2000;
+  /// The learning-rate schedule's values at run time (unset: the compiled
+  /// ones, moert_program.lr_schedule): --lr, --min-lr, --warmup-steps,
+  /// --total-steps, --lr-schedule cosine|linear|constant (enum
+  /// moert_lr_schedule).
+  std::optional<double> lr, minLr;
+  std::optional<long long> warmupSteps, totalSteps;
+  std::optional<int> lrKind;
 };
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the

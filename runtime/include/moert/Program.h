@@ -57,6 +57,15 @@ typedef struct {
 struct moert_comm;
 struct moert_codec;
 
+/* A learning-rate schedule (moe.lr_schedule): over steps t = step + 1, a
+ * linear warm-up to `lr` in warmup_steps, then `kind`'s decay (enum
+ * moert_lr_schedule) to min_lr at total_steps. */
+typedef struct {
+  double lr, min_lr;
+  int64_t warmup_steps, total_steps;
+  int kind;
+} moert_lr_schedule_config;
+
 /* The context a step runs in: one per rank, owned by the trainer, passed to
  * every step and every runtime helper. Its fields are grouped by who writes
  * them and when; each group states its direction. */
@@ -97,6 +106,10 @@ typedef struct {
    * (no bucket starts while one runs: dispatch and combine first; the
    * trainer's --comm-priority). */
   int async_yield;
+  /* The schedule the step's moe.lr_schedule follows: the compiled one
+   * (moert_program.lr_schedule) with the trainer's --lr, --min-lr,
+   * --warmup-steps, --lr-schedule and --total-steps applied. */
+  moert_lr_schedule_config lr_schedule;
 } moert_run_context;
 
 /* trainer -> program, per training step: the trainer fills them fresh for
@@ -232,6 +245,9 @@ typedef struct moert_program {
   /* The grid the step was partitioned for (moe-partition); 1 x 1 x 1 for a
    * one-rank program. `batch` above is one rank's share. */
   int grid_dp, grid_ep, grid_tp;
+  /* The learning-rate schedule compiled into the step (the model's
+   * optimizer settings); null when the step has no moe.lr_schedule. */
+  const moert_lr_schedule_config *lr_schedule;
   /* Bytes one rank sends per training step, by collective kind (the
    * MOERT_ALL_REDUCE and MOERT_ALL_TO_ALL counters of moert/Comm.h): the
    * compiler's analytical volume, for the trainer to check the counters

@@ -11,6 +11,7 @@
 
 #include "Checkpoints.h"
 #include "Evaluation.h"
+#include "LearningRate.h"
 #include "LocalSteps.h"
 #include "LossScaling.h"
 #include "Rebalancer.h"
@@ -22,6 +23,7 @@
 using namespace moert::trainer;
 
 void moert::trainer::makeComponents(Rank &r, Components &all) {
+  all.push_back(std::make_unique<LearningRate>(r));
   all.push_back(std::make_unique<LossScaling>(r));
   all.push_back(std::make_unique<Staleness>(r));
   all.push_back(std::make_unique<LocalSteps>(r));

@@ -7,6 +7,8 @@
 
 #include "StepMetrics.h"
 
+#include "LearningRate.h"
+
 #include <cmath>
 #include <map>
 
@@ -135,7 +137,9 @@ void moert::trainer::writeRunLine(Rank &r) {
          {"token_shares", tokenShares(r)},
          {"seq_len", r.prog.seq_len},
          {"moe_layers", layers},
-         {"experts", experts}}}});
+         {"experts", experts},
+         {"lr_schedule", r.prog.lr_schedule ? scheduleJson(r.ctx.run.lr_schedule)
+                                            : nlohmann::json(nullptr)}}}});
 }
 
 /// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE

@@ -1,0 +1,116 @@
+//===- LearningRate.cpp - the learning-rate schedule at run time ----------===//
+
+#include "LearningRate.h"
+
+#include "moec/contract/Abi.h"
+
+#include <cstdio>
+
+using namespace moert::trainer;
+
+const char *moert::trainer::scheduleName(int kind) {
+  return kind == MOERT_LR_COSINE ? "cosine" : kind == MOERT_LR_LINEAR ? "linear" : "constant";
+}
+
+nlohmann::json moert::trainer::scheduleJson(const moert_lr_schedule_config &s) {
+  return {{"lr", s.lr},
+          {"min_lr", s.min_lr},
+          {"warmup_steps", s.warmup_steps},
+          {"total_steps", s.total_steps},
+          {"schedule", scheduleName(s.kind)}};
+}
+
+void LearningRate::restore(const CheckpointData &data) {
+  auto it = data.state.find("lr_schedule");
+  if (it == data.state.end())
+    return; // (a checkpoint of an earlier binary: the compiled schedule)
+  const nlohmann::json &j = *it;
+  auto number = [&](const char *key) { return j.is_object() && j.contains(key) && j[key].is_number(); };
+  auto count = [&](const char *key) {
+    return j.is_object() && j.contains(key) && j[key].is_number_integer();
+  };
+  moert_lr_schedule_config s{};
+  bool ok = number("lr") && number("min_lr") && count("warmup_steps") && count("total_steps") &&
+            j.contains("schedule") && j["schedule"].is_string();
+  if (ok) {
+    s.lr = j["lr"].get<double>();
+    s.min_lr = j["min_lr"].get<double>();
+    s.warmup_steps = j["warmup_steps"].get<int64_t>();
+    s.total_steps = j["total_steps"].get<int64_t>();
+    std::string kind = j["schedule"].get<std::string>();
+    s.kind = kind == "cosine" ? MOERT_LR_COSINE : kind == "linear" ? MOERT_LR_LINEAR : MOERT_LR_CONSTANT;
+    ok = (kind == "cosine" || kind == "linear" || kind == "constant") && s.lr > 0 &&
+         s.min_lr >= 0 && s.min_lr <= s.lr && s.total_steps >= 1 && s.warmup_steps >= 0 &&
+         s.warmup_steps <= s.total_steps;
+  }
+  if (!ok)
+    die(r.o.checkpoint + ": state: lr_schedule: expected {\"lr\" > 0, \"min_lr\" in [0, lr], "
+                         "\"warmup_steps\" in [0, total_steps], \"total_steps\" >= 1, "
+                         "\"schedule\": cosine|linear|constant}");
+  resumed = s;
+}
+
+void LearningRate::save(CheckpointData &data) {
+  if (r.prog.lr_schedule)
+    data.state["lr_schedule"] = scheduleJson(r.ctx.run.lr_schedule);
+}
+
+void LearningRate::configure() {
+  const Options &o = r.o;
+  bool flags = o.lr || o.minLr || o.warmupSteps || o.totalSteps || o.lrKind;
+  if (!r.prog.lr_schedule) {
+    if (flags)
+      die("--lr, --min-lr, --warmup-steps, --total-steps, --lr-schedule: this program has no "
+          "learning-rate schedule (no optimizer step)");
+    return;
+  }
+  moert_lr_schedule_config s = resumed ? *resumed : *r.prog.lr_schedule;
+  s.lr = o.lr.value_or(s.lr);
+  s.min_lr = o.minLr.value_or(s.min_lr);
+  s.warmup_steps = o.warmupSteps.value_or(s.warmup_steps);
+  s.total_steps = o.totalSteps.value_or(s.total_steps);
+  s.kind = o.lrKind.value_or(s.kind);
+  if (s.min_lr > s.lr)
+    die("the minimum learning rate " + std::to_string(s.min_lr) + " exceeds the learning rate " +
+        std::to_string(s.lr) + " (--lr, --min-lr)");
+  if (s.warmup_steps > s.total_steps)
+    die("the warm-up (" + std::to_string(s.warmup_steps) + " steps) exceeds the schedule's " +
+        std::to_string(s.total_steps) + " steps (--warmup-steps, --total-steps)");
+  r.ctx.run.lr_schedule = s;
+}
+
+/// What the run's length does to the schedule: a run that ends inside the
+/// warm-up never reaches the peak, one that ends before total_steps stops
+/// short of the decay's end, one that goes past it trains on at min_lr.
+void LearningRate::onStart() {
+  const moert_lr_schedule_config &s = r.ctx.run.lr_schedule;
+  if (!r.prog.lr_schedule || !r.lead)
+    return;
+  const Options &o = r.o;
+  if (o.lr || o.minLr || o.warmupSteps || o.totalSteps || o.lrKind)
+    std::printf("learning rate: %s, peak %g after %lld warm-up steps, minimum %g at step %lld\n",
+                scheduleName(s.kind), s.lr, static_cast<long long>(s.warmup_steps), s.min_lr,
+                static_cast<long long>(s.total_steps));
+  long long steps = o.steps;
+  float last = moert_lr_schedule(static_cast<int32_t>(steps - 1), s.lr, s.min_lr, s.warmup_steps,
+                                 s.total_steps, s.kind);
+  if (steps < s.warmup_steps)
+    std::fprintf(stderr,
+                 "warning: this run of %lld steps ends inside the learning-rate warm-up (%lld "
+                 "steps): its last learning rate is %g, the peak %g; --warmup-steps N or "
+                 "--total-steps %lld fits the schedule to the run\n",
+                 steps, static_cast<long long>(s.warmup_steps), last, s.lr, steps);
+  else if (steps < s.total_steps && s.kind != MOERT_LR_CONSTANT)
+    std::fprintf(stderr,
+                 "warning: the learning-rate schedule decays over %lld steps and this run has "
+                 "%lld: it ends at %g, above the minimum %g; --total-steps %lld fits it to the "
+                 "run\n",
+                 static_cast<long long>(s.total_steps), steps, last, s.min_lr, steps);
+  else if (steps > s.total_steps && s.kind != MOERT_LR_CONSTANT)
+    std::fprintf(stderr,
+                 "warning: the learning-rate schedule decays over %lld steps and this run has "
+                 "%lld: the last %lld train at the minimum %g; --total-steps %lld fits it to the "
+                 "run\n",
+                 static_cast<long long>(s.total_steps), steps,
+                 steps - static_cast<long long>(s.total_steps), s.min_lr, steps);
+}

@@ -1,0 +1,111 @@
+//===- LearningRateTest.cpp - the learning-rate schedule at run time ------===//
+
+#include "TrainerTestProgram.h"
+#include "trainer/LearningRate.h"
+
+#include "moec/contract/Abi.h"
+
+using namespace moert::trainer;
+using namespace moert::trainer::test;
+
+namespace {
+
+class LearningRateTest : public RankTest {
+protected:
+  /// The fake program with a compiled schedule: 0.01, 4 warm-up steps,
+  /// cosine to 0.001 at step 20.
+  moert_program scheduled() {
+    moert_program p = fakeProgram();
+    p.lr_schedule = &compiled;
+    return p;
+  }
+  moert_lr_schedule_config compiled{0.01, 0.001, 4, 20, MOERT_LR_COSINE};
+  moert_program program;
+};
+
+TEST_F(LearningRateTest, TheCompiledScheduleUnlessAFlagChangesIt) {
+  program = scheduled();
+  Rank &r = boundRank(program);
+  LearningRate lr(r);
+  lr.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.lr, 0.01);
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 20);
+
+  o.lr = 0.02;
+  o.warmupSteps = 0;
+  o.lrKind = MOERT_LR_LINEAR;
+  LearningRate changed(r);
+  changed.configure();
+  const moert_lr_schedule_config &s = r.ctx.run.lr_schedule;
+  EXPECT_EQ(s.lr, 0.02);
+  EXPECT_EQ(s.min_lr, 0.001); // (not given: the compiled value)
+  EXPECT_EQ(s.warmup_steps, 0);
+  EXPECT_EQ(s.kind, MOERT_LR_LINEAR);
+  // Linear from 0.02 at t = 0 to 0.001 at t = 20: t = 10 is the middle.
+  EXPECT_FLOAT_EQ(moert_lr_schedule(9, s.lr, s.min_lr, s.warmup_steps, s.total_steps, s.kind),
+                  0.0105f);
+}
+
+TEST_F(LearningRateTest, ACheckpointKeepsTheRunsSchedule) {
+  program = scheduled();
+  o.lr = 0.05;
+  o.totalSteps = 30;
+  Rank &r = boundRank(program);
+  LearningRate first(r);
+  first.configure();
+  CheckpointData saved;
+  first.save(saved);
+  EXPECT_EQ(saved.state["lr_schedule"]["lr"], 0.05);
+  EXPECT_EQ(saved.state["lr_schedule"]["total_steps"], 30);
+  EXPECT_EQ(saved.state["lr_schedule"]["schedule"], "cosine");
+
+  o.lr.reset();
+  o.totalSteps.reset();
+  LearningRate resumed(r);
+  resumed.restore(saved);
+  resumed.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.lr, 0.05);
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 30);
+
+  saved.state["lr_schedule"]["warmup_steps"] = 31;
+  LearningRate bad(r);
+  EXPECT_EXIT(bad.restore(saved), testing::ExitedWithCode(1), "state: lr_schedule: expected");
+}
+
+TEST_F(LearningRateTest, InconsistentFlagsAndAProgramWithoutOneAreErrors) {
+  program = scheduled();
+  o.minLr = 0.5;
+  Rank &r = boundRank(program);
+  LearningRate lr(r);
+  EXPECT_EXIT(lr.configure(), testing::ExitedWithCode(1),
+              "the minimum learning rate 0.500000 exceeds the learning rate 0.010000");
+  o.minLr.reset();
+  o.warmupSteps = 25;
+  EXPECT_EXIT(lr.configure(), testing::ExitedWithCode(1), "the warm-up \\(25 steps\\) exceeds");
+
+  o.warmupSteps.reset();
+  o.lr = 0.1;
+  Rank &plain = boundRank(fakeProgram());
+  LearningRate none(plain);
+  EXPECT_EXIT(none.configure(), testing::ExitedWithCode(1), "no learning-rate schedule");
+}
+
+TEST_F(LearningRateTest, WarnsWhenTheRunEndsInsideTheWarmUpOrBeforeTheDecay) {
+  program = scheduled();
+  o.steps = 3;
+  Rank &r = boundRank(program);
+  LearningRate lr(r);
+  lr.configure();
+  testing::internal::CaptureStderr();
+  lr.onStart();
+  EXPECT_NE(testing::internal::GetCapturedStderr().find(
+                "this run of 3 steps ends inside the learning-rate warm-up (4 steps): its last "
+                "learning rate is 0.0075"),
+            std::string::npos);
+  o.steps = 20;
+  testing::internal::CaptureStderr();
+  lr.onStart();
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+} // namespace
