@@ -47,7 +47,7 @@ void RouterOp::build(OpBuilder &builder, OperationState &state, Scoring scoring,
         RankedTensorType::get({}, builder.getF32Type()), scoring, x, weight, bias,
         static_cast<uint64_t>(topK), /*renormalize=*/false,
         /*capacity_factor=*/FloatAttr(), APFloat(0.0f), APFloat(0.0f), APFloat(1.0f),
-        /*bias_update_rate=*/FloatAttr());
+        /*bias_update_rate=*/FloatAttr(), /*expert_groups=*/1, /*topk_groups=*/1);
 }
 
 void DispatchOp::build(OpBuilder &builder, OperationState &state, Value x, Value experts,

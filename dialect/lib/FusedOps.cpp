@@ -74,10 +74,11 @@ LogicalResult FusedGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
       resultGrads[4]
           ? resultGrads[4]
           : FillOp::create(b, getLoc(), getAuxLoss().getType(), b.getF64FloatAttr(0.0)).getResult();
-  auto grad = RouterGradOp::create(
-      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(), getX(), getWeight(),
-      dgates, daux, getBias(), getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
-      getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr(), getGroupSizesAttr());
+  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
+                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
+                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+                                   getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr(),
+                                   getGroupSizesAttr(), getExpertGroupsAttr(), getTopkGroupsAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value());

@@ -77,10 +77,14 @@ LogicalResult RouterGradOp::verify() {
     return emitOpError("x must have rank >= 1");
   SmallVector<int64_t> choices(x.drop_back());
   choices.push_back(getTopK());
-  return failure(failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())) ||
-                 failed(checkShape(*this, "dgates", getDgates(), choices)) ||
-                 failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
-                 failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));
+  int64_t experts =
+      tensorType(getWeight()).getRank() == 2 ? tensorType(getWeight()).getShape()[1] : int64_t(1);
+  return failure(
+      failed(checkExpertGroups(*this, experts, getTopK(), getExpertGroups(), getTopkGroups())) ||
+      failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())) ||
+      failed(checkShape(*this, "dgates", getDgates(), choices)) ||
+      failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
+      failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));
 }
 
 LogicalResult DispatchGradOp::verify() {

@@ -97,11 +97,11 @@ LogicalResult RouterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   // resultGrads: gates, experts (never), aux_loss.
   Value dgates = orZero(b, getLoc(), resultGrads[0], getGates().getType());
   Value daux = orZero(b, getLoc(), resultGrads[2], getAuxLoss().getType());
-  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
-                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
-                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
-                                   getZLossCoefAttr(), getRoutedScalingAttr(), /*groups=*/nullptr,
-                                   /*group_sizes=*/nullptr);
+  auto grad = RouterGradOp::create(
+      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(), getX(), getWeight(),
+      dgates, daux, getBias(), getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+      getZLossCoefAttr(), getRoutedScalingAttr(), /*groups=*/nullptr,
+      /*group_sizes=*/nullptr, getExpertGroupsAttr(), getTopkGroupsAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value()); // the selection bias has no gradient

@@ -192,6 +192,13 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value 
   if (topK < 1 || topK > experts)
     return op->emitOpError() << "top_k (" << topK << ") must be in [1, " << experts
                              << "], the number of experts";
+  auto intAttr = [&](StringRef name) {
+    auto attr = op->getAttrOfType<IntegerAttr>(name);
+    return attr ? attr.getInt() : int64_t(1);
+  };
+  if (failed(
+          checkExpertGroups(op, experts, topK, intAttr("expert_groups"), intAttr("topk_groups"))))
+    return failure();
   choices.assign(xs.begin(), xs.end() - 1);
   choices.push_back(topK);
   return failure(
@@ -199,6 +206,21 @@ LogicalResult checks::verifyRouting(Operation *op, Value x, Value weight, Value 
       failed(checkShape(op, "experts", expertIds, choices)) ||
       failed(checkSameElementType(op, {{"x", x}, {"weight", weight}, {"gates", gates}})) ||
       failed(checkBiasType(op, x, bias)));
+}
+
+LogicalResult checks::checkExpertGroups(Operation *op, int64_t experts, int64_t topK,
+                                        int64_t groups, int64_t topkGroups) {
+  if (groups < 1 || experts % groups != 0)
+    return op->emitOpError() << "expert_groups (" << groups << ") must be >= 1 and divide the "
+                             << experts << " experts";
+  if (topkGroups < 1 || topkGroups > groups)
+    return op->emitOpError() << "topk_groups (" << topkGroups << ") must be in [1, " << groups
+                             << "], the number of expert groups";
+  if (topK > topkGroups * (experts / groups))
+    return op->emitOpError() << "top_k (" << topK << ") exceeds the "
+                             << topkGroups * (experts / groups) << " experts of topk_groups ("
+                             << topkGroups << ") groups of " << experts / groups;
+  return success();
 }
 
 LogicalResult checks::checkExpertRows(Operation *op, Value rows, Value x) {

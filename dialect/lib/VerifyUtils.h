@@ -47,6 +47,13 @@ LogicalResult verifyRouting(Operation *op, Value x, Value weight, Value bias, in
                             Value gates, Value expertIds, int64_t &experts,
                             SmallVectorImpl<int64_t> &choices);
 
+/// Checks the group-limited selection of a router, fused gate or router
+/// gradient: `expert_groups >= 1` dividing the `experts`, `1 <= topk_groups
+/// <= expert_groups`, and `top_k` within the experts of `topk_groups`
+/// groups.
+LogicalResult checkExpertGroups(Operation *op, int64_t experts, int64_t topK, int64_t groups,
+                                int64_t topkGroups);
+
 /// Checks routing `groups`: >= 1 and dividing x's leading (batch) dimension
 /// (groups are whole sequences).
 LogicalResult checkRoutingGroups(Operation *op, int64_t groups, DenseI64ArrayAttr groupSizes,

@@ -60,7 +60,8 @@ LogicalResult fuse(RouterOp router) {
       router.getTopKAttr(), b.getI64IntegerAttr(capacity.value_or(tokens)),
       router.getRenormalizeAttr(), router.getCapacityFactorAttr(), router.getAuxLossCoefAttr(),
       router.getZLossCoefAttr(), router.getRoutedScalingAttr(), b.getI64IntegerAttr(1),
-      router.getBiasUpdateRateAttr(), /*group_sizes=*/nullptr);
+      router.getBiasUpdateRateAttr(), /*group_sizes=*/nullptr, router.getExpertGroupsAttr(),
+      router.getTopkGroupsAttr());
   for (DispatchOp d : dispatches) {
     b.setInsertionPoint(d);
     d.replaceAllUsesWith(

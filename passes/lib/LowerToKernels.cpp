@@ -213,6 +213,11 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
       // Which optional operands are present shows in the signature.
       if (attr.getName() == "operandSegmentSizes")
         continue;
+      // Group-limited routing at its default (1, every expert) is left out:
+      // a model without expert groups keeps its kernel specs.
+      if ((attr.getName() == "expert_groups" || attr.getName() == "topk_groups") &&
+          cast<IntegerAttr>(attr.getValue()).getInt() == 1)
+        continue;
       config.push_back(attr);
     }
     // A device's global norm reads the partial sums of squares.

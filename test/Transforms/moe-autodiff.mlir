@@ -53,7 +53,8 @@ func.func @step(%tokens: tensor<2x4xi32> {moe.input = "tokens"},
 // ADAMW-NEXT: return
 
 // Routing: gradients flow through the gates and the aux loss, not the
-// indices; the selection bias gets none.
+// indices; the selection bias gets none. The gradient recomputes the
+// group-limited selection of the forward (its expert groups).
 // CHECK-LABEL: func.func @routed
 // CHECK-SAME: {moe.grad_of = @router}
 // CHECK-NOT: moe.grad_of = @bias
@@ -64,7 +65,7 @@ moe.param @down : tensor<4x16x8xf32> init <normal, scale = 0.02>
 func.func @routed(%x: tensor<2x4x8xf32>, %targets: tensor<2x4xi32>) -> tensor<f32> {
   %w = moe.get_param @router : tensor<8x4xf32>
   %b = moe.get_param @bias : tensor<4xf32>
-  %gates, %experts, %aux = moe.router sigmoid %x, %w bias %b top_k 2 {aux_loss_coef = 0.01 : f32}
+  %gates, %experts, %aux = moe.router sigmoid %x, %w bias %b top_k 2 {aux_loss_coef = 0.01 : f32, expert_groups = 4 : i64, topk_groups = 2 : i64}
       : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>)
   %buf = moe.dispatch %x, %experts : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> tensor<4x3x8xf32>
   %u = moe.get_param @up : tensor<4x8x16xf32>
@@ -80,7 +81,7 @@ func.func @routed(%x: tensor<2x4x8xf32>, %targets: tensor<2x4xi32>) -> tensor<f3
 // CHECK: moe.combine_grad
 // CHECK: moe.expert_ffn_grad gelu
 // CHECK: moe.dispatch_grad
-// CHECK: moe.router_grad sigmoid %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias %{{.*}} top_k 2 {aux_loss_coef = 0.00999999977 : f32}
+// CHECK: moe.router_grad sigmoid %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias %{{.*}} top_k 2 {aux_loss_coef = 0.00999999977 : f32, expert_groups = 4 : i64, topk_groups = 2 : i64}
 
 // -----
 

@@ -21,6 +21,17 @@ func.func @layer(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>,
 
 // -----
 
+// Group-limited routing carries over to the fused gate (its kernel selects
+// within the kept expert groups).
+// CHECK-LABEL: func.func @expert_groups
+// CHECK: moe.fused_gate sigmoid {{.*}} top_k 2 capacity 8 {expert_groups = 4 : i64, topk_groups = 2 : i64}
+func.func @expert_groups(%x: tensor<8x4xf32>, %w: tensor<4x8xf32>) -> tensor<8x2xf32> {
+  %g, %e, %aux = moe.router sigmoid %x, %w top_k 2 {expert_groups = 4 : i64, topk_groups = 2 : i64} : (tensor<8x4xf32>, tensor<4x8xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>, tensor<f32>)
+  return %g : tensor<8x2xf32>
+}
+
+// -----
+
 // A router feeding no dispatch gets dropless capacity (8 tokens).
 // CHECK-LABEL: func.func @scores_only
 // CHECK: moe.fused_gate softmax {{.*}} top_k 1 capacity 8

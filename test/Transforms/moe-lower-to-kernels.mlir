@@ -96,6 +96,19 @@ func.func @ffn_step(%x: tensor<4x8xf32>, %dy: tensor<4x8xf32>) -> (tensor<4x8xf3
 
 // -----
 
+// Group-limited routing is part of a gate's kernel spec; at its default (1,
+// every expert) it is left out, so a model without groups keeps its specs.
+// CHECK: moe.kernel @fused_gate_0 family "fused_gate" {{.*}} {config = {aux_loss_coef = 0.000000e+00 : f32, capacity = 8 : i64, groups = 1 : i64, renormalize = false, routed_scaling = 1.000000e+00 : f32, scoring = 1 : i32, top_k = 2 : i64, z_loss_coef = 0.000000e+00 : f32}, epilogue = []}
+// CHECK: moe.kernel @fused_gate_1 family "fused_gate" {{.*}} {config = {aux_loss_coef = 0.000000e+00 : f32, capacity = 8 : i64, expert_groups = 4 : i64, groups = 1 : i64, renormalize = false, routed_scaling = 1.000000e+00 : f32, scoring = 1 : i32, top_k = 2 : i64, topk_groups = 2 : i64, z_loss_coef = 0.000000e+00 : f32}, epilogue = []}
+// CHECK-LABEL: func.func @gates
+func.func @gates(%x: tensor<8x4xf32>, %w: tensor<4x8xf32>) -> (tensor<8x2xi32>, tensor<8x2xi32>) {
+  %g, %e, %s, %c, %a = moe.fused_gate sigmoid %x, %w top_k 2 capacity 8 : (tensor<8x4xf32>, tensor<4x8xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>, tensor<8x2xi32>, tensor<8xi32>, tensor<f32>)
+  %g2, %e2, %s2, %c2, %a2 = moe.fused_gate sigmoid %x, %w top_k 2 capacity 8 {expert_groups = 4 : i64, topk_groups = 2 : i64} : (tensor<8x4xf32>, tensor<4x8xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>, tensor<8x2xi32>, tensor<8xi32>, tensor<f32>)
+  return %e, %e2 : tensor<8x2xi32>, tensor<8x2xi32>
+}
+
+// -----
+
 // An op of another dialect in a step function cannot become a kernel.
 func.func @foreign(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   // expected-error @+1 {{'func.call' op cannot be lowered to a kernel (moe-lower-to-kernels handles moe ops only)}}

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <type_traits>
 #include <random>
@@ -217,8 +218,40 @@ struct Routing {
   double selectedSum = 1.0; // sum of selected scores (renormalisation)
 };
 
+/// Group-limited routing: `groups` equal contiguous groups of experts, of
+/// which a token keeps its `topk` best (ties to the lower group).
+struct ExpertGroups {
+  int64_t groups = 1, topk = 1;
+};
+
+/// The experts a token may select: all, or those of its best groups, each
+/// group scored from the selection keys by the scoring's rule (softmax: the
+/// largest key; sigmoid: the sum of the two largest, the one key of a
+/// one-expert group).
+std::vector<bool> allowedExperts(const Vec &keys, Scoring scoring, ExpertGroups eg) {
+  int64_t e = static_cast<int64_t>(keys.size());
+  if (eg.groups <= 1)
+    return std::vector<bool>(e, true);
+  int64_t per = e / eg.groups;
+  Vec groupScore(eg.groups);
+  for (int64_t g = 0; g < eg.groups; ++g) {
+    Vec mine(keys.begin() + g * per, keys.begin() + (g + 1) * per);
+    std::sort(mine.begin(), mine.end(), std::greater<double>());
+    groupScore[g] = scoring == Scoring::softmax || per == 1 ? mine[0] : mine[0] + mine[1];
+  }
+  std::vector<int64_t> order(eg.groups);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return groupScore[a] > groupScore[b]; });
+  std::vector<bool> allowed(e, false);
+  for (int64_t i = 0; i < eg.topk; ++i)
+    for (int64_t c = 0; c < per; ++c)
+      allowed[order[i] * per + c] = true;
+  return allowed;
+}
+
 Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d, int64_t e, int64_t k,
-              Scoring scoring, bool renormalize, double scaling) {
+              Scoring scoring, bool renormalize, double scaling, ExpertGroups eg) {
   Routing r;
   r.logits.assign(e, 0.0);
   matmul(x, w.data.data(), r.logits.data(), 1, d, e, false, false, false);
@@ -235,9 +268,16 @@ Routing route(const double *x, const Tensor &w, const Tensor *bias, int64_t d, i
   }
   std::vector<int64_t> order(e);
   std::iota(order.begin(), order.end(), 0);
-  auto key = [&](int64_t i) { return r.scores[i] + (bias ? bias->data[i] : 0.0); };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return key(a) > key(b); });
+  Vec keys(e);
+  for (int64_t i = 0; i < e; ++i)
+    keys[i] = r.scores[i] + (bias ? bias->data[i] : 0.0);
+  // Experts outside the token's best groups sort after every allowed one.
+  std::vector<bool> allowed = allowedExperts(keys, scoring, eg);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (allowed[a] != allowed[b])
+      return static_cast<bool>(allowed[a]);
+    return keys[a] > keys[b];
+  });
   r.sel.assign(order.begin(), order.begin() + k);
   r.selectedSum = 0;
   for (int64_t i : r.sel)
@@ -350,8 +390,10 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   Vec frac(groups * e, 0.0), meanP(groups * e, 0.0);
   double z = 0;
   for (int64_t i = 0; i < t; ++i) {
-    Routing r = route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(),
-                      o.getRoutedScaling().convertToFloat());
+    Routing r =
+        route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(),
+              o.getRoutedScaling().convertToFloat(),
+              {static_cast<int64_t>(o.getExpertGroups()), static_cast<int64_t>(o.getTopkGroups())});
     Vec p = balanceProbs(r, o.getScoring());
     int64_t g = groupOf(starts, i), tg = starts[g + 1] - starts[g];
     for (int64_t j = 0; j < k; ++j) {
@@ -638,8 +680,10 @@ bool Runner::step(Operation *op) {
         std::vector<int64_t> starts = groupStarts(groups, o.getGroupSizesAttr(), t);
         Vec frac(groups * e, 0.0);
         for (int64_t i = 0; i < t; ++i) {
-          routes.push_back(
-              route(&x.data[i * d], w, bias, d, e, k, o.getScoring(), o.getRenormalize(), scaling));
+          routes.push_back(route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),
+                                 o.getRenormalize(), scaling,
+                                 {static_cast<int64_t>(o.getExpertGroups()),
+                                  static_cast<int64_t>(o.getTopkGroups())}));
           int64_t g = groupOf(starts, i), tg = starts[g + 1] - starts[g];
           for (int64_t j : routes.back().sel)
             frac[g * e + j] += 1.0 / (tg * k);

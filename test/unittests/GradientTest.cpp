@@ -300,6 +300,28 @@ TEST_F(GradientTest, FusedGatingInTwoRoutingGroupsWithDropsAndLosses) {
         {ids({2, 3}, 4, 13)}, 1.0, /*fuseGating=*/true, /*routingGroups=*/2);
 }
 
+TEST_F(GradientTest, SigmoidRoutingInExpertGroupsWithSelectionBias) {
+  // Group-limited routing: 2 groups of 2 experts scored by the sum of
+  // their keys, the best kept, so a token's 2 experts are one group's. The
+  // backward must recompute that selection (not the top-2 of all 4, which
+  // differs for most tokens here) for its gradients to match.
+  check(moeStep("sigmoid",
+                "{renormalize = true, aux_loss_coef = 0.1 : f32, expert_groups = 2 : i64, "
+                "topk_groups = 1 : i64}",
+                3, true),
+        {ids({2, 3}, 4, 14)});
+}
+
+TEST_F(GradientTest, FusedGatingInExpertGroupsWithDropsAndLosses) {
+  // The same through moe.fused_gate (softmax: groups scored by their best
+  // expert), with drops (2 slots per expert) and both losses.
+  check(moeStep("softmax",
+                "{renormalize = true, aux_loss_coef = 0.1 : f32, z_loss_coef = 0.01 : f32, "
+                "expert_groups = 2 : i64, topk_groups = 1 : i64}",
+                2, false),
+        {ids({2, 3}, 4, 15)}, 1.0, /*fuseGating=*/true);
+}
+
 TEST_F(GradientTest, FusedGatingComputesWhatItReplaces) {
   // Same parameters, same inputs: the fused and unfused steps give the same
   // loss and gradients, bit for bit; fusion only makes the permutation

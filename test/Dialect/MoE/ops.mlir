@@ -88,6 +88,11 @@ func.func @router(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>)
   // CHECK: moe.router sigmoid %{{.*}}, %{{.*}} bias %{{.*}} top_k 2 {routed_scaling = 2.500000e+00 : f32, z_loss_coef = 1.000000e-03 : f32}
   %g2, %e2, %aux2 = moe.router sigmoid %x, %w bias %b top_k 2 {routed_scaling = 2.5 : f32, z_loss_coef = 0.001 : f32}
       : (tensor<2x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>)
+  // Group-limited routing: 2 groups of 2 experts, the best one kept
+  // (topk_groups = 1 is the default, not printed).
+  // CHECK: moe.router sigmoid %{{.*}}, %{{.*}} top_k 2 {expert_groups = 2 : i64}
+  %g3, %e3, %aux3 = moe.router sigmoid %x, %w top_k 2 {expert_groups = 2 : i64, topk_groups = 1 : i64}
+      : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>)
   return %g, %e, %aux : tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<f32>
 }
 

@@ -18,7 +18,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
   let summary = "router, top-k, gates, losses and slot assignment in one op";
   let description = [{
     Computes exactly what `moe.router` computes (same attributes and
-    results) plus the assignment `moe.dispatch` makes for `num_experts`
+    results, the group-limited selection of `expert_groups` and
+    `topk_groups` included) plus the assignment `moe.dispatch` makes for `num_experts`
     experts of `capacity` slots: `slots[t, j] = e * capacity + c` for the
     slot `c` of expert `e = experts[t, j]`, or -1 when the token-slot is
     dropped (token order first, then choice order), and `counts[e]`, the
@@ -45,7 +46,7 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
         : (tensor<2x16x64xf32>, tensor<64x8xf32>)
         -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>, tensor<2x16x2xi32>, tensor<8xi32>, tensor<f32>)
     ```
-    Constraints: those of `moe.router`; `capacity >= 1`; `slots` has the
+    Constraints: those of `moe.router` (the expert groups' included); `capacity >= 1`; `slots` has the
     shape of `experts`; `counts` is `[E]` (summed
     over groups); `groups >= 1` divides the leading (batch) dimension.
   }];
@@ -65,7 +66,9 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
                        OptionalAttr<F64Attr>:$bias_update_rate,
-                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes);
+                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes,
+                       DefaultValuedAttr<I64Attr, "1">:$expert_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                       MoE_LossTensor:$aux_loss);

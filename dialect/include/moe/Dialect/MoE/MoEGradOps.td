@@ -164,13 +164,15 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
     selection bias. `groups` and `group_sizes` are those of the forward
     `fused_gate` (the balancing loss is the mean over groups of their
     losses, weighted by their token shares when the sizes are unequal).
+    `expert_groups` and `topk_groups` are the forward's group-limited
+    selection: the recomputed routing selects the same experts.
     ```mlir
     %dx, %dw = moe.router_grad softmax %x, %w, %dgates, %daux top_k 2 {renormalize = true}
         : (tensor<2x16x64xf32>, tensor<64x8xf32>, tensor<2x16x2xf32>, tensor<f32>)
         -> (tensor<2x16x64xf32>, tensor<64x8xf32>)
     ```
     Constraints: results have the types of `x` and `weight`; `dgates` is
-    `[..., top_k]`.
+    `[..., top_k]`; the expert groups as for `moe.router`.
   }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, MoE_FloatTensor:$dgates,
@@ -181,7 +183,9 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
-                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes);
+                       OptionalAttr<DenseI64ArrayAttr>:$group_sizes,
+                       DefaultValuedAttr<I64Attr, "1">:$expert_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
   let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dweight);
   let assemblyFormat = [{
     $scoring $x `,` $weight `,` $dgates `,` $daux (`bias` $bias^)? `top_k` $top_k

@@ -21,6 +21,19 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
     scores, divided by their sum when `renormalize` is set, then multiplied
     by `routed_scaling`. Ties go to the lower expert index.
 
+    Group-limited routing (DeepSeek-V2/V3's node-limited routing): with
+    `expert_groups = G > 1` the experts split into `G` equal contiguous
+    groups of `E / G`; each group is scored from the selection keys
+    `s + bias` of its experts, and only the experts of the `topk_groups`
+    best groups (ties to the lower group) compete for the top `top_k`; the
+    others are masked out before the top-k. The group score follows the
+    scoring: softmax takes the group's largest key (DeepSeek-V2's
+    `group_limited_greedy`), sigmoid the sum of its two largest keys (the
+    one key when a group has one expert; DeepSeek-V3's `noaux_tc`). The
+    mask changes only which experts are selected: gates and losses are
+    computed from the selected experts as without groups. The defaults
+    (`1`, `1`) route over all experts.
+
     `aux_loss` is `aux_loss_coef * E * sum_e f_e * P_e` (Switch Transformer
     load-balancing loss: `f_e` the fraction of token-slots routed to `e`,
     `P_e` the mean score of `e`) plus `z_loss_coef * mean(logsumexp(logits)^2)`
@@ -44,7 +57,9 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
       `gates` and `weight` have `x`'s element type, `bias` that or f32;
     - `capacity_factor > 0` when present; `aux_loss_coef >= 0`;
       `z_loss_coef >= 0`; `routed_scaling > 0`;
-    - `bias_update_rate`, only with a `bias`, is finite and `>= 0`.
+    - `bias_update_rate`, only with a `bias`, is finite and `>= 0`;
+    - `expert_groups >= 1` divides `E`; `1 <= topk_groups <= expert_groups`;
+      `top_k <= topk_groups * E / expert_groups`.
   }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
@@ -54,7 +69,9 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
                        DefaultValuedAttr<F32Attr, "0.0">:$aux_loss_coef,
                        DefaultValuedAttr<F32Attr, "0.0">:$z_loss_coef,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
-                       OptionalAttr<F64Attr>:$bias_update_rate);
+                       OptionalAttr<F64Attr>:$bias_update_rate,
+                       DefaultValuedAttr<I64Attr, "1">:$expert_groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_LossTensor:$aux_loss);
   let assemblyFormat = [{
