@@ -5,6 +5,8 @@
 // (renormalised, scaled), the token -> slot assignment in token order then
 // choice order (prefix counts per expert; -1 past the capacity), per-expert
 // counts, and the balancing + z losses. Same semantics as moe.fused_gate.
+// With expert_groups > 1 (DeepSeek's group-limited routing) the top-k runs
+// over the experts of each token's topk_groups best expert groups only.
 // `router_grad`: dx, dW through the selected gates and the losses.
 // Rows are the flattened tokens: x[t, d] is x(d, t); W[d, e] is w(e, d).
 //
@@ -40,6 +42,10 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
   GeneratorParam<float> aux_loss_coef{"aux_loss_coef", 0.0f};                                      \
   GeneratorParam<float> z_loss_coef{"z_loss_coef", 0.0f};                                          \
   GeneratorParam<int> groups{"groups", 1};                                                         \
+  /* Group-limited selection: equal contiguous expert groups (not the */                           \
+  /* token routing groups above), of which each token keeps its best. */                           \
+  GeneratorParam<int> expert_groups{"expert_groups", 1};                                           \
+  GeneratorParam<int> topk_groups{"topk_groups", 1};                                               \
   /* Unequal groups: tokens per group, comma-separated ("" = equal). */                            \
   GeneratorParam<std::string> group_sizes{"group_sizes", ""};
 
@@ -104,15 +110,69 @@ struct Groups {
 struct Routing {
   Func logits, logitAcc, lse, score, balance, scoreSum, counts, selectedSum, groupCounts;
   std::vector<Func> chosen;
+  /// The group-limited selection's stages (empty without expert groups):
+  /// the group scores and each token's best groups.
+  std::vector<Func> limit;
 };
 
+/// Group-limited routing: `count` equal contiguous groups of experts, of
+/// which each token keeps its `topk` best.
+struct ExpertGroups {
+  int count = 1, topk = 1;
+};
+
+/// Whether expert `e` is in one of token `t`'s best groups, each group
+/// scored from the selection keys `key(e, t)` by the scoring's rule
+/// (softmax: the largest key; sigmoid: the sum of the two largest, the one
+/// key of a one-expert group), the best picked by successive argmax (ties
+/// to the lower group). Appends its stages to `limit`.
+Expr allowedExpert(Func key, Expr e, Expr t, int experts, Scoring scoring, ExpertGroups eg,
+                   std::vector<Func> &limit) {
+  int per = experts / eg.count;
+  Var g("g"), tt("t");
+  RDom rc(0, per, "rc");
+  Func best("group_best"), groupScore("group_score");
+  best(g, tt) = argmax(key(g * per + rc, tt));
+  if (scoring == Scoring::Softmax || per == 1) {
+    groupScore(g, tt) = best(g, tt)[1];
+  } else {
+    Expr second = maximum(select(rc == best(g, tt)[0], -std::numeric_limits<float>::infinity(),
+                                 key(g * per + rc, tt)));
+    groupScore(g, tt) = best(g, tt)[1] + second;
+  }
+  limit.push_back(best);
+  limit.push_back(groupScore);
+  RDom rg(0, eg.count, "rg");
+  std::vector<Func> picks;
+  for (int j = 0; j < eg.topk; ++j) {
+    Expr taken = cast<bool>(false);
+    for (const Func &prev : picks)
+      taken = taken || rg == prev(tt);
+    Func pick("group_chosen_" + std::to_string(j));
+    pick(tt) =
+        argmax(select(taken, -std::numeric_limits<float>::infinity(), groupScore(rg, tt)))[0];
+    picks.push_back(pick);
+    limit.push_back(pick);
+  }
+  Expr allowed = cast<bool>(false);
+  for (const Func &p : picks)
+    allowed = allowed || e / per == p(t);
+  return allowed;
+}
+
 Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int k, Scoring scoring,
-              bool hasBias, const Groups &groups) {
-  Routing r{Func("logits"),       Func("logit_acc"),
-            Func("lse"),          Func("score"),
-            Func("balance"),      Func("score_sum"),
-            Func("counts"),       Func("selected_sum"),
-            Func("group_counts"), {}};
+              bool hasBias, const Groups &groups, ExpertGroups expertGroups) {
+  Routing r{Func("logits"),
+            Func("logit_acc"),
+            Func("lse"),
+            Func("score"),
+            Func("balance"),
+            Func("score_sum"),
+            Func("counts"),
+            Func("selected_sum"),
+            Func("group_counts"),
+            {},
+            {}};
   Var e, t;
   RDom d(0, width), re(0, experts);
   r.logitAcc(e, t) = 0.0f;
@@ -128,11 +188,20 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int
     r.score(e, t) = 1.0f / (1.0f + exp(-r.logits(e, t)));
   r.scoreSum(t) = sum(r.score(re, t));
   r.balance(e, t) = scoring == Scoring::Softmax ? r.score(e, t) : r.score(e, t) / r.scoreSum(t);
-  // Successive argmax of score + bias, excluding experts already chosen.
+  // Successive argmax of score + bias, excluding experts already chosen
+  // (and, with expert groups, those outside the token's best groups).
+  Expr outside = cast<bool>(false);
+  if (expertGroups.count > 1) {
+    Func key("selection_key");
+    key(e, t) = r.score(e, t) + (hasBias ? bias(e) : Expr(0.0f));
+    outside = !allowedExpert(key, re, t, experts, scoring, expertGroups, r.limit);
+  }
   for (int j = 0; j < k; ++j) {
     Expr taken = cast<bool>(false);
     for (const Func &prev : r.chosen)
       taken = taken || re == prev(t);
+    if (expertGroups.count > 1)
+      taken = taken || outside;
     Expr key = r.score(re, t) + (hasBias ? bias(re) : Expr(0.0f));
     Func pick("chosen_" + std::to_string(j));
     pick(t) = argmax(select(taken, -std::numeric_limits<float>::infinity(), key))[0];
@@ -166,6 +235,8 @@ void scheduleRouting(const Routing &r, int experts, int vec) {
     f.compute_root();
   for (Func c : r.chosen) // each choice, and all choices as (j, t)
     c.compute_root();
+  for (Func f : r.limit) // the group scores and best groups, once per token
+    f.compute_root();
   Func logits = r.logits, logitAcc = r.logitAcc;
   Var e = logitAcc.args()[0], t = logits.args()[1];
   logits.compute_root().parallel(t, 64, TailStrategy::GuardWithIf);
@@ -199,7 +270,8 @@ public:
     int k = top_k, T = tokens, E = num_experts, C = capacity, G = groups;
     int Tg = T / G; // tokens per routing group (equal groups)
     Groups groupsOf(T, G, group_sizes);
-    r = route(widened(x), widened(w), widened(bias), T, width, E, k, scoring, has_bias, groupsOf);
+    r = route(widened(x), widened(w), widened(bias), T, width, E, k, scoring, has_bias, groupsOf,
+              {expert_groups, topk_groups});
     Func chosenAt = r.chosen.back();
     Var j, t, e, i;
     Expr raw = r.score(clamp(chosenAt(j, t), 0, E - 1), t);
@@ -284,7 +356,8 @@ public:
          dgates = widened(this->dgates);
     int k = top_k, T = tokens, E = num_experts, G = groups, Tg = T / G;
     Groups groupsOf(T, G, group_sizes);
-    r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf);
+    r = route(x, w, bias, T, width, E, k, scoring, has_bias, groupsOf,
+              {expert_groups, topk_groups});
     Var e, t, d;
     float scaling = routed_scaling;
     // Through the selected gates.

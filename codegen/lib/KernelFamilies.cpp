@@ -280,6 +280,12 @@ Params routingParams(const KernelSpec &s, Gemm) {
               param("groups", static_cast<int64_t>(s.number("groups", 1)))};
   if (isGate)
     p.push_back(param("capacity", static_cast<int64_t>(s.number("capacity", 1))));
+  // Group-limited selection, only when set: a kernel without expert groups
+  // keeps its parameters (and its name in the kernel cache).
+  if (int64_t eg = static_cast<int64_t>(s.number("expert_groups", 1)); eg > 1) {
+    p.push_back(param("expert_groups", eg));
+    p.push_back(param("topk_groups", static_cast<int64_t>(s.number("topk_groups", 1))));
+  }
   if (auto sizes = s.config.getAs<DenseI64ArrayAttr>("group_sizes")) { // unequal groups
     std::string list;
     for (int64_t n : sizes.asArrayRef())

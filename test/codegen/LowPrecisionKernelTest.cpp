@@ -50,6 +50,8 @@
 // kernel: lp_fused_gate_sigmoid fused_gate tokens=6 width=8 num_experts=4 top_k=2 capacity=6 scoring=sigmoid has_bias=true routed_scaling=2.5 aux_loss_coef=0.1 bf16_args=x,w,gates
 // kernel: lp_router_grad router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 bf16_args=x,w,dgates,dx,dw
 // kernel: lp_router_grad_sigmoid router_grad tokens=6 width=8 num_experts=4 top_k=2 scoring=sigmoid has_bias=true routed_scaling=2.5 aux_loss_coef=0.1 bf16_args=x,w,dgates,dx,dw
+// kernel: lp_fused_gate_limited fused_gate tokens=64 width=8 num_experts=8 top_k=2 capacity=64 scoring=sigmoid has_bias=true renormalize=true routed_scaling=2.5 aux_loss_coef=0.1 expert_groups=4 topk_groups=2 bf16_args=x,w,gates
+// kernel: lp_router_grad_limited router_grad tokens=64 width=8 num_experts=8 top_k=2 scoring=sigmoid has_bias=true renormalize=true routed_scaling=2.5 aux_loss_coef=0.1 expert_groups=4 topk_groups=2 bf16_args=x,w,dgates,dx,dw
 //
 //===----------------------------------------------------------------------===//
 
@@ -297,6 +299,9 @@ TEST(LowPrecisionKernelTest, PermuteAndRouting) {
   TWINS(lp_fused_gate_sigmoid, fused_gate_sigmoid_k);
   TWINS(lp_router_grad, router_grad_softmax_k);
   TWINS(lp_router_grad_sigmoid, router_grad_sigmoid_k);
+  // Group-limited selection (4 groups of 2 experts, the best 2 kept).
+  TWINS(lp_fused_gate_limited, fused_gate_limited_sigmoid_k);
+  TWINS(lp_router_grad_limited, router_grad_limited_sigmoid_k);
 }
 
 } // namespace

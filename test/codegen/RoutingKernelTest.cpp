@@ -11,8 +11,16 @@
 // kernel: fused_gate_groups_k fused_gate tokens=10 width=8 num_experts=4 top_k=2 capacity=3 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 groups=2 group_sizes=6,4
 // kernel: router_grad_groups_k router_grad tokens=10 width=8 num_experts=4 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 groups=2 group_sizes=6,4
 // kernel: router_grad_wide_k router_grad tokens=130 width=20 num_experts=12 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01
+// kernel: fused_gate_limited_sigmoid_k fused_gate tokens=64 width=8 num_experts=8 top_k=2 capacity=64 scoring=sigmoid has_bias=true renormalize=true routed_scaling=2.5 aux_loss_coef=0.1 expert_groups=4 topk_groups=2
+// kernel: router_grad_limited_sigmoid_k router_grad tokens=64 width=8 num_experts=8 top_k=2 scoring=sigmoid has_bias=true renormalize=true routed_scaling=2.5 aux_loss_coef=0.1 expert_groups=4 topk_groups=2
+// kernel: fused_gate_limited_softmax_k fused_gate tokens=64 width=8 num_experts=6 top_k=2 capacity=16 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 expert_groups=3 topk_groups=1
+// kernel: router_grad_limited_softmax_k router_grad tokens=64 width=8 num_experts=6 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 expert_groups=3 topk_groups=1
 
 #include "KernelTestUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace {
 
@@ -40,7 +48,7 @@ float referenceAux(const std::string &scoring, const std::string &base, const st
 template <typename Gate, typename Grad>
 void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, int capacity,
                   const std::string &base, float auxCoef, float zCoef, int T = 6, int D = 8,
-                  int E = 4) {
+                  int E = 4, std::vector<int32_t> *selected = nullptr) {
   auto coefs = [](float a, float z) {
     return "aux_loss_coef = " + std::to_string(a) + " : f32, z_loss_coef = " + std::to_string(z) +
            " : f32";
@@ -99,6 +107,81 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, i
   EXPECT_GT(parts[1], 0.0f);
   expectClose(dx, want[5], 2 * E + D);
   expectClose(dw, want[6], T + 2 * E + D);
+  if (selected)
+    *selected = experts;
+}
+
+/// The experts each token selects, written from moe.router's description
+/// rather than the interpreter's code, in double: keys = score + bias; with
+/// `groups` > 1 each of the equal contiguous expert groups is scored
+/// (softmax: its largest key; sigmoid: the sum of its two largest), the
+/// `topkGroups` best kept (ties to the lower group), and the top 2 keys
+/// taken among their experts (ties to the lower expert). The inputs are
+/// checkRouting's.
+std::vector<std::vector<int>> plainSelection(bool sigmoid, bool bias, int T, int D, int E,
+                                             int groups, int topkGroups) {
+  Floats x = randomVector(T * D, 50), w = randomVector(D * E, 51), b = randomVector(E, 52);
+  std::vector<std::vector<int>> out;
+  for (int t = 0; t < T; ++t) {
+    std::vector<double> logit(E, 0.0), key(E);
+    for (int e = 0; e < E; ++e)
+      for (int d = 0; d < D; ++d)
+        logit[e] += double(x[t * D + d]) * double(w[d * E + e]);
+    double mx = *std::max_element(logit.begin(), logit.end()), den = 0;
+    for (double l : logit)
+      den += std::exp(l - mx);
+    for (int e = 0; e < E; ++e)
+      key[e] = (sigmoid ? 1.0 / (1.0 + std::exp(-logit[e])) : std::exp(logit[e] - mx) / den) +
+               (bias ? double(b[e] * 0.3f) : 0.0); // checkRouting's bias
+    int per = E / groups;
+    std::vector<std::pair<double, int>> groupScore;
+    for (int g = 0; g < groups; ++g) {
+      std::vector<double> mine(key.begin() + g * per, key.begin() + (g + 1) * per);
+      std::sort(mine.rbegin(), mine.rend());
+      groupScore.push_back({sigmoid && per > 1 ? mine[0] + mine[1] : mine[0], g});
+    }
+    // Larger score first, then the lower index.
+    auto better = [](const std::pair<double, int> &a, const std::pair<double, int> &b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    };
+    std::sort(groupScore.begin(), groupScore.end(), better);
+    std::vector<std::pair<double, int>> candidates;
+    for (int i = 0; i < topkGroups; ++i)
+      for (int c = 0; c < per; ++c)
+        candidates.push_back({key[groupScore[i].second * per + c], groupScore[i].second * per + c});
+    std::sort(candidates.begin(), candidates.end(), better);
+    out.push_back({candidates[0].second, candidates[1].second});
+  }
+  return out;
+}
+
+/// Checks a group-limited fused gate and router gradient against the
+/// interpreter, the selection against plainSelection, and that the groups
+/// change the selection of some tokens (else the instance proves nothing);
+/// prints how many.
+template <typename Gate, typename Grad>
+void checkGroupLimited(Gate gate, Grad grad, const std::string &scoring, int capacity,
+                       const std::string &base, float zCoef, int E, int groups, int topkGroups) {
+  const int T = 64, D = 8;
+  bool sigmoid = scoring == "sigmoid";
+  std::vector<int32_t> experts;
+  checkRouting(gate, grad, scoring, sigmoid, capacity,
+               base + "expert_groups = " + std::to_string(groups) +
+                   " : i64, topk_groups = " + std::to_string(topkGroups) + " : i64, ",
+               0.1f, zCoef, T, D, E, &experts);
+  ASSERT_EQ(experts.size(), size_t(2 * T));
+  auto limited = plainSelection(sigmoid, sigmoid, T, D, E, groups, topkGroups);
+  auto unlimited = plainSelection(sigmoid, sigmoid, T, D, E, 1, 1);
+  int changed = 0;
+  for (int t = 0; t < T; ++t) {
+    EXPECT_EQ(experts[2 * t], limited[t][0]) << "token " << t;
+    EXPECT_EQ(experts[2 * t + 1], limited[t][1]) << "token " << t;
+    changed += limited[t] != unlimited[t];
+  }
+  std::printf("%s, %d expert groups, best %d kept: the groups change the selection of %d of %d "
+              "tokens\n",
+              scoring.c_str(), groups, topkGroups, changed, T);
+  EXPECT_GT(changed, 0);
 }
 
 TEST(HalideKernelTest, SoftmaxFusedGateWithDropsAndRouterGrad) {
@@ -129,6 +212,22 @@ TEST(HalideKernelTest, UnequalRoutingGroups) {
   checkRouting(fused_gate_groups_k, router_grad_groups_k, "softmax", false, 3,
                "renormalize = true, groups = 2 : i64, group_sizes = array<i64: 6, 4>, ", 0.1f,
                0.01f, 10, 8, 4);
+}
+
+TEST(HalideKernelTest, GroupLimitedSigmoidRouting) {
+  ScratchWithin scratch({"fused_gate_limited_sigmoid_k", "router_grad_limited_sigmoid_k"});
+  // DeepSeek-V3's rule: 4 groups of 2 experts scored by the sum of their
+  // two keys (score + bias), the best 2 kept.
+  checkGroupLimited(fused_gate_limited_sigmoid_k, router_grad_limited_sigmoid_k, "sigmoid", 64,
+                    "renormalize = true, routed_scaling = 2.5 : f32, ", 0.0f, 8, 4, 2);
+}
+
+TEST(HalideKernelTest, GroupLimitedSoftmaxRouting) {
+  ScratchWithin scratch({"fused_gate_limited_softmax_k", "router_grad_limited_softmax_k"});
+  // DeepSeek-V2's rule: 3 groups of 2 experts scored by their best score,
+  // the best one kept (so both its experts are chosen); capacity 16 drops.
+  checkGroupLimited(fused_gate_limited_softmax_k, router_grad_limited_softmax_k, "softmax", 16,
+                    "renormalize = true, ", 0.01f, 6, 3, 1);
 }
 
 } // namespace
