@@ -173,7 +173,7 @@ std::optional<ModelSpec> Importer::run() {
   // The HF implementations of the decoder families route without capacity
   // (every routed token reaches its expert): dropless.
   m.capacityFactor = std::nullopt;
-  std::string moePtr;
+  std::string moePtr, groupsPtr, topkGroupsPtr; // where the experts and their groups were set
 
   if (family == "switch_transformers") {
     // The decoder stack of the encoder-decoder, as a causal language model.
@@ -294,11 +294,25 @@ std::optional<ModelSpec> Importer::run() {
       std::string method = r.getString("topk_method", std::string("greedy"),
                                        {"greedy", "group_limited_greedy", "noaux_tc"});
       m.routerBias = method == "noaux_tc";
+      // Group-limited routing (greedy ignores the groups). MoEC's group
+      // score follows the scoring: the best score for softmax (V2's
+      // group_limited_greedy), the sum of the best two (score + bias) for
+      // sigmoid (V3's noaux_tc); a config pairing them otherwise is
+      // imported with the scoring's rule, and says so.
       int64_t groups = r.getInt("n_group", 1, 1, 1 << 16);
-      r.getInt("topk_group", 1, 1, 1 << 16);
-      if (groups > 1 && method != "greedy")
-        notModelled.push_back("n_group/topk_group (group-limited expert "
-                              "selection; routing is over all experts)");
+      int64_t topkGroups = r.getInt("topk_group", 1, 1, 1 << 16);
+      if (method != "greedy" && groups > 1) {
+        m.numGroups = groups;
+        m.topkGroups = topkGroups;
+        groupsPtr = r.at("n_group");
+        topkGroupsPtr = r.has("topk_group") ? r.at("topk_group") : groupsPtr;
+        if ((method == "noaux_tc") != (m.scoring == "sigmoid"))
+          notModelled.push_back(
+              "topk_method " + method + " with scoring_func " + m.scoring +
+              " (groups are scored by " +
+              (m.scoring == "sigmoid" ? "their best two scores" : "their best score") +
+              ", the rule of " + m.scoring + " scoring)");
+      }
       if (r.getBool("seq_aux", false))
         notModelled.push_back("seq_aux (sequence-level balance loss; the "
                               "batch-level loss is used)");
@@ -332,6 +346,24 @@ std::optional<ModelSpec> Importer::run() {
     if (m.topK > m.numExperts && !moePtr.empty())
       r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds " + moePtr + " (" +
                                          std::to_string(m.numExperts) + ")");
+    // The expert groups, at the keys that set them.
+    else if (m.numGroups > 1) {
+      auto error = [&](const std::string &ptr, const std::string &message) {
+        diags.error(doc->file(), doc->valuePos(ptr), ptr + ": " + message);
+      };
+      int64_t per = m.numExperts / m.numGroups;
+      if (m.numExperts % m.numGroups != 0)
+        error(groupsPtr, std::to_string(m.numGroups) + " does not divide " + moePtr + " (" +
+                             std::to_string(m.numExperts) + ")");
+      else if (m.topkGroups > m.numGroups)
+        error(topkGroupsPtr, std::to_string(m.topkGroups) + " exceeds " + groupsPtr + " (" +
+                                 std::to_string(m.numGroups) + ")");
+      else if (m.topK > m.topkGroups * per)
+        r.error("num_experts_per_tok", std::to_string(m.topK) + " exceeds the " +
+                                           std::to_string(m.topkGroups * per) + " experts of " +
+                                           topkGroupsPtr + " (" + std::to_string(m.topkGroups) +
+                                           ") groups of " + std::to_string(per));
+    }
   }
   if (options.capacityFactor)
     m.capacityFactor = *options.capacityFactor;

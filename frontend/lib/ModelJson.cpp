@@ -31,7 +31,39 @@ const std::vector<std::string> kMoEFields = {"num_experts",        "top_k",
                                              "capacity_factor",    "router_scoring",
                                              "renormalize",        "aux_loss_coef",
                                              "router_z_loss_coef", "routed_scaling",
-                                             "router_bias",        "router_bias_update_rate"};
+                                             "router_bias",        "router_bias_update_rate",
+                                             "n_groups",           "topk_groups"};
+
+/// Checks the expert groups of `m` against its experts and top_k, each
+/// message at the first of the named fields this object sets (none set
+/// here: every value is inherited, and was checked where it was set).
+void checkExpertGroups(ObjectReader &r, const MoESettings &m) {
+  auto at = [&](std::initializer_list<const char *> keys) {
+    for (const char *k : keys)
+      if (r.has(k))
+        return std::string(k);
+    return std::string();
+  };
+  auto report = [&](std::initializer_list<const char *> keys, const std::string &message) {
+    std::string key = at(keys);
+    if (!key.empty())
+      r.error(key, message);
+  };
+  if (m.numExperts % m.numGroups != 0)
+    return report({"n_groups", "num_experts"}, "n_groups (" + std::to_string(m.numGroups) +
+                                                   ") does not divide num_experts (" +
+                                                   std::to_string(m.numExperts) + ")");
+  if (m.topkGroups > m.numGroups)
+    return report({"topk_groups", "n_groups"}, "topk_groups (" + std::to_string(m.topkGroups) +
+                                                   ") exceeds n_groups (" +
+                                                   std::to_string(m.numGroups) + ")");
+  int64_t reachable = m.topkGroups * (m.numExperts / m.numGroups);
+  if (m.topK > reachable)
+    report({"top_k", "topk_groups", "n_groups", "num_experts"},
+           "top_k (" + std::to_string(m.topK) + ") exceeds the " + std::to_string(reachable) +
+               " experts of topk_groups (" + std::to_string(m.topkGroups) + ") groups of " +
+               std::to_string(m.numExperts / m.numGroups));
+}
 
 /// Reads MoE settings from `r`, each field defaulting to `base`. `expertsAt`
 /// names where num_experts was set, for the top_k message.
@@ -70,6 +102,10 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   m.routedScaling = r.getPositiveF32("routed_scaling", base.routedScaling, 1e6);
   m.routerBias = r.getBool("router_bias", base.routerBias);
   m.biasUpdateRate = r.getNumber("router_bias_update_rate", base.biasUpdateRate, 0.0, 1.0);
+  m.numGroups = r.getInt("n_groups", base.numGroups, 1, 1 << 16);
+  m.topkGroups = r.getInt("topk_groups", base.topkGroups, 1, 1 << 16);
+  if (m.topK <= m.numExperts) // else top_k's own error says it
+    checkExpertGroups(r, m);
   return m;
 }
 

@@ -26,7 +26,9 @@ json moeJson(const MoESettings &m) {
             {"router_z_loss_coef", m.zLossCoef},
             {"routed_scaling", m.routedScaling},
             {"router_bias", m.routerBias},
-            {"router_bias_update_rate", m.biasUpdateRate}};
+            {"router_bias_update_rate", m.biasUpdateRate},
+            {"n_groups", m.numGroups},
+            {"topk_groups", m.topkGroups}};
   j["capacity_factor"] = m.capacityFactor ? json(*m.capacityFactor) : json(nullptr);
   return j;
 }

@@ -25,6 +25,17 @@ void moec::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
     if (layer.moe.topK > layer.moe.numExperts)
       error(layer.ptr, "top_k " + std::to_string(layer.moe.topK) + " exceeds num_experts " +
                            std::to_string(layer.moe.numExperts));
+    const MoESettings &m = layer.moe;
+    if (m.numGroups < 1 || m.numExperts % m.numGroups != 0)
+      error(layer.ptr, "n_groups " + std::to_string(m.numGroups) + " does not divide num_experts " +
+                           std::to_string(m.numExperts));
+    else if (m.topkGroups < 1 || m.topkGroups > m.numGroups)
+      error(layer.ptr, "topk_groups " + std::to_string(m.topkGroups) + " is not in [1, n_groups " +
+                           std::to_string(m.numGroups) + "]");
+    else if (m.topK > m.topkGroups * (m.numExperts / m.numGroups))
+      error(layer.ptr, "top_k " + std::to_string(m.topK) + " exceeds the " +
+                           std::to_string(m.topkGroups * (m.numExperts / m.numGroups)) +
+                           " experts of its topk_groups best groups");
     if (tokens > (int64_t(1) << 40) / std::max<int64_t>(layer.moe.topK, 1))
       error(layer.ptr, "batch_size * seq_len * top_k is too large");
   }

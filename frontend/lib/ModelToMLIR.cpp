@@ -141,6 +141,10 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     route.setRoutedScaling(APFloat(static_cast<float>(m.routedScaling)));
     if (bias)
       route.setBiasUpdateRateAttr(b.getF64FloatAttr(m.biasUpdateRate));
+    if (m.numGroups > 1) { // group-limited routing; the default routes over all experts
+      route.setExpertGroupsAttr(b.getI64IntegerAttr(m.numGroups));
+      route.setTopkGroupsAttr(b.getI64IntegerAttr(m.topkGroups));
+    }
     int64_t capacity = ::moec::frontend::expertCapacity(m, spec.numTokens());
     Value buffer = DispatchOp::create(body, where, h, route.getExperts(), e, capacity);
     Value up = weight(prefix + "experts.up", {e, d, f}, where);

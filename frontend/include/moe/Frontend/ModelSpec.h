@@ -36,6 +36,11 @@ struct MoESettings {
   double routedScaling = 1.0;
   bool routerBias = false;      ///< DeepSeek-V3 auxiliary-loss-free bias
   double biasUpdateRate = 1e-3; ///< its load rule's step (0: the bias stays fixed)
+  /// Group-limited routing (DeepSeek-V2/V3): the experts split into
+  /// numGroups equal contiguous groups and a token picks its top_k among the
+  /// experts of its topkGroups best groups only. 1/1: over all experts.
+  int64_t numGroups = 1;
+  int64_t topkGroups = 1;
 };
 
 struct LayerSpec {
