@@ -138,6 +138,12 @@ def features(spec, groups, base):
         out.append(("z-loss", "z-off"))
     if groups > 1:
         out.append(("routing-groups", "groups-one"))
+    grouped = [L for L in moe if L["n_groups"] > 1]
+    if grouped:
+        out.append(("group-limited-routing", "expert-groups-off"))
+        # The group score's rule; with one expert per group both rules agree.
+        if any(L["num_experts"] // L["n_groups"] > 1 for L in grouped):
+            out.append(("group-score", "group-score-swapped"))
     return out
 
 
@@ -285,6 +291,9 @@ def main():
              "n/a" if margin is None else "%.3g" % margin,
              "" if not args.mutate else ", independent side mutated: " + ", ".join(args.mutate)))
     print("  cross-entropy %.17g, router losses %.17g" % (ours["cross_entropy"], ours["router_loss"]))
+    if base["group_limited"] is not None:
+        print("  group-limited routing changes the selection of %d token-layers"
+              % base["group_limited"])
     if margin is not None and not margin > MIN_TOPK_MARGIN:
         failures.append("a top-k choice is within %.3g of a tie: rounding could flip it, "
                         "choose another instance" % margin)

@@ -55,6 +55,8 @@ _MOE_DEFAULTS = {
     "routed_scaling": 1.0,
     "router_bias": False,
     "router_bias_update_rate": 0.001,
+    "n_groups": 1,  # group-limited routing: equal contiguous expert groups
+    "topk_groups": 1,  # ... of which a token keeps its best
 }
 
 
@@ -238,6 +240,8 @@ MUTANTS = {
     "bias-in-gates": "the selection bias also added to the gate weights (score + bias)",
     "bias-fixed": "the selection bias never updated (stays at its initial zero)",
     "bias-sign-flipped": "the load rule moving each bias away from balance",
+    "expert-groups-off": "n_groups / topk_groups ignored (top-k over all experts)",
+    "group-score-swapped": "groups scored by the other scoring's rule (max <-> sum of top two)",
 }
 
 
@@ -360,13 +364,45 @@ def moe_layer(h, L, P, pre, groups, mutate, stats, bias=None):
     else:
         sel = scores
 
+    # Group-limited routing (docs/ModelJSON.md `n_groups`, `topk_groups`):
+    # the experts split into n_groups equal contiguous groups, each scored
+    # from the selection keys (score + bias) -- softmax: the largest key,
+    # sigmoid: the sum of the two largest -- and a token picks its top-k
+    # among the experts of its topk_groups best groups only.
+    n_groups, topk_groups = L["n_groups"], L["topk_groups"]
+    if n_groups > 1 and "expert-groups-off" not in mutate:
+        per = e_num // n_groups
+        grouped = -np.sort(-sel.reshape(t_all, n_groups, per), axis=-1)  # descending
+        by_max = (scoring == "softmax") != ("group-score-swapped" in mutate)
+        gscore = grouped[..., 0] if by_max or per == 1 else grouped[..., 0] + grouped[..., 1]
+        gorder = np.argsort(-gscore, axis=-1, kind="stable")  # ties to the lower group
+        allowed = np.zeros((t_all, e_num), dtype=bool)
+        for j in range(topk_groups):
+            for c in range(per):
+                allowed[np.arange(t_all), gorder[:, j] * per + c] = True
+        if topk_groups < n_groups:
+            gsrt = np.take_along_axis(gscore, gorder, axis=-1)
+            stats["min_margin"] = min(stats.get("min_margin", np.inf),
+                                      float(np.min(gsrt[:, topk_groups - 1] - gsrt[:, topk_groups])))
+        key = np.where(allowed, sel, -np.inf)
+        # Tokens whose selection the groups change (reported by compare.py).
+        changed = np.any(np.sort(np.argsort(-key, axis=-1, kind="stable")[:, :k], axis=-1)
+                         != np.sort(np.argsort(-sel, axis=-1, kind="stable")[:, :k], axis=-1),
+                         axis=-1)
+        stats["group_limited"] = stats.get("group_limited", 0) + int(np.sum(changed))
+    else:
+        allowed = np.ones((t_all, e_num), dtype=bool)
+        key = sel
+
     # Top-k by (score + bias), largest first, ties to the lower expert index.
-    order = np.argsort(-sel, axis=-1, kind="stable")
+    order = np.argsort(-key, axis=-1, kind="stable")
     experts = order[:, :k]  # [T, k], best first
-    # Selection margin: how far the k-th choice is from the (k+1)-th; a tiny
-    # margin would make the comparison ill-conditioned (reported, not hidden).
-    if k < e_num:
-        srt = np.take_along_axis(sel, order, axis=-1)
+    # Selection margin: how far the k-th choice is from the (k+1)-th (among
+    # the allowed experts); a tiny margin would make the comparison
+    # ill-conditioned (reported, not hidden).
+    reachable = int(allowed[0].sum())
+    if k < reachable:
+        srt = np.take_along_axis(key, order, axis=-1)
         stats["min_margin"] = min(stats.get("min_margin", np.inf),
                                   float(np.min(srt[:, k - 1] - srt[:, k])))
     # The gate weights are the chosen experts' scores: the bias only
@@ -484,7 +520,8 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
     ce = float(np.mean(lse - picked))
     return {"loss": ce + router_loss, "cross_entropy": ce, "router_loss": router_loss,
             "dropped": stats.get("dropped", []), "capacity": stats.get("capacity", []),
-            "min_margin": stats.get("min_margin"), "load": stats.get("load", {})}
+            "min_margin": stats.get("min_margin"), "load": stats.get("load", {}),
+            "group_limited": stats.get("group_limited")}
 
 
 def initial_biases(spec):
