@@ -167,6 +167,17 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
 
 } // namespace
 
+const char *moert::trainer::scheduleName(int kind) {
+  return kind == MOERT_LR_COSINE ? "cosine" : kind == MOERT_LR_LINEAR ? "linear" : "constant";
+}
+
+std::optional<int> moert::trainer::scheduleKind(const std::string &name) {
+  for (int kind : {MOERT_LR_COSINE, MOERT_LR_LINEAR, MOERT_LR_CONSTANT})
+    if (name == scheduleName(kind))
+      return kind;
+  return std::nullopt;
+}
+
 Options moert::trainer::parseOptions(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -276,13 +287,8 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.totalSteps = parseInt(a, value(), 1);
     else if (a == "--lr-schedule") {
       std::string k = value();
-      if (k == "cosine")
-        o.lrKind = MOERT_LR_COSINE;
-      else if (k == "linear")
-        o.lrKind = MOERT_LR_LINEAR;
-      else if (k == "constant")
-        o.lrKind = MOERT_LR_CONSTANT;
-      else
+      o.lrKind = scheduleKind(k);
+      if (!o.lrKind)
         die("--lr-schedule expects cosine, linear or constant, got '" + k + "'");
     } else if (a == "--trace")
       o.trace = value();

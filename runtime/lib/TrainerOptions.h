@@ -71,7 +71,15 @@ struct Options {
   std::optional<double> lr, minLr;
   std::optional<long long> warmupSteps, totalSteps;
   std::optional<int> lrKind;
+  /// Whether any of the schedule's flags was given.
+  bool scheduleGiven() const { return lr || minLr || warmupSteps || totalSteps || lrKind; }
 };
+
+/// The names of --lr-schedule (and of checkpoints' lr_schedule.schedule):
+/// "cosine", "linear", "constant" for enum moert_lr_schedule, and back
+/// (nullopt: not a schedule's name).
+const char *scheduleName(int kind);
+std::optional<int> scheduleKind(const std::string &name);
 
 /// The signal (SIGINT, SIGTERM) that asked the run to stop, or 0. Set by the
 /// handler main() installs; the training loop saves and stops at the next

@@ -39,6 +39,8 @@ subnet=10.77.$id
 tag=moe$id
 bridge=${tag}br
 work=$(mktemp -d)
+# Removes whatever exists of the hosts, links and bridge (a failed set-up
+# leaves part of them; deleting a namespace deletes its end of the veth).
 cleanup() {
   for ((h = 1; h <= hosts; h++)); do
     ip netns del "${tag}h$h" 2>/dev/null || true

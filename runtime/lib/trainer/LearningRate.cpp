@@ -8,10 +8,6 @@
 
 using namespace moert::trainer;
 
-const char *moert::trainer::scheduleName(int kind) {
-  return kind == MOERT_LR_COSINE ? "cosine" : kind == MOERT_LR_LINEAR ? "linear" : "constant";
-}
-
 nlohmann::json moert::trainer::scheduleJson(const moert_lr_schedule_config &s) {
   return {{"lr", s.lr},
           {"min_lr", s.min_lr},
@@ -37,9 +33,9 @@ void LearningRate::restore(const CheckpointData &data) {
     s.min_lr = j["min_lr"].get<double>();
     s.warmup_steps = j["warmup_steps"].get<int64_t>();
     s.total_steps = j["total_steps"].get<int64_t>();
-    std::string kind = j["schedule"].get<std::string>();
-    s.kind = kind == "cosine" ? MOERT_LR_COSINE : kind == "linear" ? MOERT_LR_LINEAR : MOERT_LR_CONSTANT;
-    ok = (kind == "cosine" || kind == "linear" || kind == "constant") && s.lr > 0 &&
+    std::optional<int> kind = scheduleKind(j["schedule"].get<std::string>());
+    s.kind = kind.value_or(MOERT_LR_CONSTANT);
+    ok = kind && s.lr > 0 &&
          s.min_lr >= 0 && s.min_lr <= s.lr && s.total_steps >= 1 && s.warmup_steps >= 0 &&
          s.warmup_steps <= s.total_steps;
   }
@@ -57,9 +53,8 @@ void LearningRate::save(CheckpointData &data) {
 
 void LearningRate::configure() {
   const Options &o = r.o;
-  bool flags = o.lr || o.minLr || o.warmupSteps || o.totalSteps || o.lrKind;
   if (!r.prog.lr_schedule) {
-    if (flags)
+    if (o.scheduleGiven())
       die("--lr, --min-lr, --warmup-steps, --total-steps, --lr-schedule: this program has no "
           "learning-rate schedule (no optimizer step)");
     return;
@@ -87,7 +82,7 @@ void LearningRate::onStart() {
   if (!r.prog.lr_schedule || !r.lead)
     return;
   const Options &o = r.o;
-  if (o.lr || o.minLr || o.warmupSteps || o.totalSteps || o.lrKind)
+  if (o.scheduleGiven())
     std::printf("learning rate: %s, peak %g after %lld warm-up steps, minimum %g at step %lld\n",
                 scheduleName(s.kind), s.lr, static_cast<long long>(s.warmup_steps), s.min_lr,
                 static_cast<long long>(s.total_steps));

@@ -32,8 +32,6 @@ private:
   std::optional<moert_lr_schedule_config> resumed;
 };
 
-/// "cosine", "linear" or "constant".
-const char *scheduleName(int kind);
 /// The schedule as JSON (checkpoints, the metrics' run line).
 nlohmann::json scheduleJson(const moert_lr_schedule_config &s);
 
