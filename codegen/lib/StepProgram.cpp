@@ -1054,6 +1054,17 @@ LogicalResult Emitter::run() {
        << "    .device_free = moert_device_free,\n";
   if (!targetKernel.empty())
     os << "    .kernel_target = kernelTarget,\n";
+  if (auto model = module->getAttrOfType<StringAttr>(MoEDialect::kModelAttrName)) {
+    os << "    .model_json = \"";
+    for (unsigned char c : model.getValue()) // a C string literal
+      if (c == '\\' || c == '"')
+        os << '\\' << c;
+      else if (c < 0x20 || c == 0x7f)
+        os << llvm::format("\\%03o", c);
+      else
+        os << c;
+    os << "\",\n";
+  }
   os << "};\n";
   return success();
 }

@@ -261,6 +261,7 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
       args.push_back((dir + "/" + name + ".a").str());
   args.push_back((dir + "/halide_runtime.a").str());
   args.push_back(MOEC_RUNTIME_MAIN_LIB);
+  args.push_back(MOEC_FRONTEND_SPEC_LIB); // the config.json reader of --init-hf
 #ifdef MOEC_RUNTIME_MPI_LIB
   // A partitioned binary also runs under mpirun, one rank per process.
   if (mpi) {

@@ -211,6 +211,11 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                              << "' must be a dictionary on a builtin.module";
     return success();
   }
+  if (name == kModelAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<StringAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a string on a builtin.module";
+    return success();
+  }
   if (name == kOptimizerAttrName || name == kSeedAttrName || name == kClusterAttrName) {
     if (!isa<ModuleOp>(op))
       return op->emitError() << "'" << name << "' may only be attached to a builtin.module";

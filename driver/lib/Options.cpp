@@ -38,26 +38,32 @@ void moec::driver::bindGemmOption(OptionsBinder &binder, Gemm &field, StringRef 
 void ImportOptions::bindHFOptions(OptionsBinder &binder, StringRef hfFlag) {
   std::string with = "With " + hfFlag.str() + ": ";
   binder.opt("seq-len", seqLen,
-             cl::desc(with + "tokens per sequence (default: min(max_position_embeddings, 4096))"));
-  binder.opt("batch-size", batchSize, cl::desc(with + "sequences per step (default 1)"));
-  binder.opt("dtype", dtype,
-             cl::desc(with + "the type the step computes in, f32 (default), or bf16 or f16 "
-                             "(mixed precision: f32 master weights, docs/MixedPrecision.md)"),
-             cl::value_desc("f32|bf16|f16"));
-  binder.opt("override", overrides,
-             cl::desc(with + "set top-level config.json fields first, KEY=VALUE,... "
-                             "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8)"),
-             cl::value_desc("list"));
-  binder.opt("optimizer", optimizer,
-             cl::desc(with + "optimiser settings, KEY=VALUE,... (the model JSON's optimizer "
-                             "fields: lr, warmup_steps, total_steps, min_lr, schedule, "
-                             "weight_decay, grad_clip, eps)"),
-             cl::value_desc("list"));
-  binder.opt("capacity-factor", capacityFactor,
-             cl::desc(with + "expert capacity factor, a number or 'dropless' (default: the "
-                             "family's own routing: dropless, Switch Transformers' "
-                             "expert_capacity)"),
-             cl::value_desc("F|dropless"));
+             cl::desc(binder.keep(
+                 with + "tokens per sequence (default: min(max_position_embeddings, 4096))")));
+  binder.opt("batch-size", batchSize,
+             cl::desc(binder.keep(with + "sequences per step (default 1)")));
+  binder.opt(
+      "dtype", dtype,
+      cl::desc(binder.keep(with + "the type the step computes in, f32 (default), or bf16 or f16 "
+                                  "(mixed precision: f32 master weights, docs/MixedPrecision.md)")),
+      cl::value_desc("f32|bf16|f16"));
+  binder.opt(
+      "override", overrides,
+      cl::desc(binder.keep(with + "set top-level config.json fields first, KEY=VALUE,... "
+                                  "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8)")),
+      cl::value_desc("list"));
+  binder.opt(
+      "optimizer", optimizer,
+      cl::desc(binder.keep(with + "optimiser settings, KEY=VALUE,... (the model JSON's optimizer "
+                                  "fields: lr, warmup_steps, total_steps, min_lr, schedule, "
+                                  "weight_decay, grad_clip, eps)")),
+      cl::value_desc("list"));
+  binder.opt(
+      "capacity-factor", capacityFactor,
+      cl::desc(binder.keep(with + "expert capacity factor, a number or 'dropless' (default: the "
+                                  "family's own routing: dropless, Switch Transformers' "
+                                  "expert_capacity)")),
+      cl::value_desc("F|dropless"));
 }
 
 bool ImportOptions::anyHFOptionGiven(const OptionsBinder &binder) {

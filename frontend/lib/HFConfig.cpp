@@ -272,6 +272,8 @@ std::optional<ModelSpec> Importer::run() {
         // HF's Qwen-MoE takes (layer + 1) % decoder_sparse_step: 0 is no step.
         sparseEvery(s, r.getInt("decoder_sparse_step", 1, 1, 1 << 14), dense);
         if (family == "qwen2_moe") {
+          // HF's Qwen2-MoE attention always has q/k/v biases (no config key).
+          notModelled.push_back("(implicit) the q, k and v projections' biases of Qwen2-MoE");
           int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0, kMaxDim);
           if (shared) {
             m.numSharedExperts = 1;
@@ -324,17 +326,15 @@ std::optional<ModelSpec> Importer::run() {
       int64_t vHeadDim = r.getInt("v_head_dim", s.headDim, 1, kMaxDim);
       r.getInt("qk_nope_head_dim", 0, 0, kMaxDim);
       r.getInt("qk_rope_head_dim", 0, 0, kMaxDim);
-      if (r.has("kv_lora_rank") || r.has("q_lora_rank")) {
-        s.headDim = vHeadDim;
+      // HF's DeepSeek attention is always latent (kv_lora_rank defaults
+      // to 512 when absent): imported as multi-head attention.
+      s.headDim = vHeadDim;
+      if (r.has("v_head_dim"))
         s.headDimPtr = r.at("v_head_dim");
-        notModelled.push_back("q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
-                              "(multi-head latent attention; imported as multi-head attention "
-                              "with head width v_head_dim = " +
-                              std::to_string(vHeadDim) + ")");
-      } else if (r.has("v_head_dim") && vHeadDim != s.headDim) {
-        notModelled.push_back("v_head_dim (without kv_lora_rank or q_lora_rank the heads stay " +
-                              std::to_string(s.headDim) + " wide)");
-      }
+      notModelled.push_back("q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+                            "(multi-head latent attention; imported as multi-head attention "
+                            "with head width v_head_dim = " +
+                            std::to_string(vHeadDim) + ")");
       r.claim("q_lora_rank");
       r.claim("kv_lora_rank");
       unsupported("num_nextn_predict_layers", "multi-token prediction");
@@ -404,6 +404,8 @@ std::optional<ModelSpec> Importer::run() {
     notModelled.push_back(key + " (unknown to the importer)");
   if (!notModelled.empty())
     warn("", "not reproduced by the imported model: " + join(notModelled));
+  if (options.notModelled)
+    *options.notModelled = notModelled;
   if (diags.hasErrors())
     return std::nullopt;
   checkModelSpec(s, diags);

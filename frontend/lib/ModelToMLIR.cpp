@@ -184,6 +184,11 @@ OwningOpRef<ModuleOp> Emitter::run() {
                          b.getNamedAttr("min_lr", b.getF64FloatAttr(o.minLr)),
                      }));
   (*module)->setAttr("moe.seed", b.getI64IntegerAttr(static_cast<int64_t>(spec.seed)));
+  // What the model is, for HuggingFace weights in and out at run time.
+  nlohmann::json model = {{"spec", ::moec::frontend::modelSpecToJson(spec)}};
+  if (spec.doc && spec.doc->root().is_object() && spec.doc->root().contains("model_type"))
+    model["hf_config"] = spec.doc->root();
+  (*module)->setAttr(MoEDialect::kModelAttrName, b.getStringAttr(model.dump()));
   // f16's range (6e-5 .. 65504) loses small gradients: dynamic loss scaling,
   // starting where PyTorch's GradScaler does.
   if (elementType.isF16())

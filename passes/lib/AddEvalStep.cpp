@@ -40,7 +40,26 @@ struct AddEvalStepPass : public moe::impl::AddEvalStepPassBase<AddEvalStepPass> 
     auto eval = steps.front().clone();
     eval.setName("eval_step");
     eval->setAttr(MoEDialect::kNoGradAttrName, UnitAttr::get(&getContext()));
+    returnLanguageModelLoss(eval);
     module.push_back(eval);
+  }
+
+  /// Evaluation reports the language-model loss (the next-token cross
+  /// entropy), as validation losses are compared across frameworks: the
+  /// routers' auxiliary losses added to it in training stay out. A step
+  /// with no single cross entropy keeps its returned loss.
+  static void returnLanguageModelLoss(func::FuncOp eval) {
+    SmallVector<CrossEntropyOp> losses;
+    eval.walk([&](CrossEntropyOp op) { losses.push_back(op); });
+    if (losses.size() != 1)
+      return;
+    Operation *terminator = eval.getBody().back().getTerminator();
+    if (terminator->getNumOperands() != 1 || terminator->getOperand(0) == losses[0].getResult())
+      return;
+    Operation *total = terminator->getOperand(0).getDefiningOp();
+    terminator->setOperand(0, losses[0].getResult());
+    if (total && total->use_empty() && isa<AddOp>(total))
+      total->erase();
   }
 };
 

@@ -26,8 +26,7 @@ static const char kStateKey[] = "moec.state";
 /// JSON nested deeper than this is refused before parsing (moec/contract/NestingDepth.h).
 static constexpr size_t kMaxJsonDepth = 64;
 
-/// Parses `text` as a JSON object; on failure says why in `why`.
-static json parseObject(const std::string &text, std::string &why) {
+json moert::parseJsonObject(const std::string &text, std::string &why) {
   if (moec::contract::findTooDeep(text, kMaxJsonDepth, moec::contract::kJsonNesting)) {
     why = "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return json(json::value_t::discarded);
@@ -51,12 +50,8 @@ static std::string directoryOf(const std::string &path) {
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
 }
 
-/// Writes `path` atomically (a temporary file, fsync, rename, the directory
-/// fsync'd) from the pieces `write` hands to its `put` callback, so large
-/// contents need not be in memory at once.
-static bool writeFileAtomicWith(
-    const std::string &path, std::string &error,
-    const std::function<bool(const std::function<bool(const char *, size_t)> &)> &write) {
+bool moert::writeFileAtomicWith(const std::string &path, std::string &error,
+                                const std::function<bool(const ByteSink &)> &write) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -167,7 +162,7 @@ static bool decodeSafetensorsWith(const std::string &headerText, uint64_t dataSi
     return false;
   };
   std::string why;
-  json header = parseObject(headerText, why);
+  json header = parseJsonObject(headerText, why);
   if (header.is_discarded())
     return fail("the header " + why);
   if (metadata)
@@ -413,7 +408,7 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
     return false;
   bool haveText = readFile(dir + "/state.json", text, error);
   std::string why, mirrorWhy;
-  json mirror = haveText ? parseObject(text, mirrorWhy) : json();
+  json mirror = haveText ? parseJsonObject(text, mirrorWhy) : json();
   auto it = metadata.find(kStateKey);
   if (it == metadata.end()) {
     // Written before the state moved into the tensors' header.
@@ -426,7 +421,7 @@ bool moert::loadCheckpoint(const std::string &dir, TensorMap &tensors, json &sta
     state = std::move(mirror);
     return true;
   }
-  state = parseObject(it->second, why);
+  state = parseJsonObject(it->second, why);
   if (state.is_discarded()) {
     error = dir + "/tensors.safetensors: the recorded state (" + kStateKey + ") " + why;
     return false;

@@ -10,6 +10,7 @@
 #include "Trainer.h"
 #include "Trace.h"
 #include "trainer/Checkpoints.h"
+#include "trainer/HFWeights.h"
 #include "trainer/StepMetrics.h"
 
 #include "moert/DeviceCopies.h"
@@ -46,6 +47,8 @@ void drawProgress(long long done, long long total, float loss, double tps, doubl
 Trainer::Trainer(const Shared &sh, moert_comm *comm) : r(sh, comm) {
   makeComponents(r, components);
   r.initialiseParameters();
+  if (!r.o.initHF.empty())
+    loadHFWeights(r);
   if (r.o.resume)
     resumeRun(r, components);
   r.bindContext();
@@ -57,11 +60,12 @@ Trainer::Trainer(const Shared &sh, moert_comm *comm) : r(sh, comm) {
 int Trainer::run() {
   const Options &o = r.o;
   r.openMetrics();
-  if (o.data.empty()) {
-    // Sampling from the checkpoint only: nothing trains, nothing is saved.
-    if (r.lead)
-      std::printf("sampling from %s (step %lld), without training\n", o.checkpoint.c_str(),
-                  r.firstStep);
+  if (o.data.empty() || o.evalOnly) {
+    // Evaluating, sampling or exporting the loaded weights only: nothing
+    // trains, no checkpoint is written.
+    if (r.lead && o.sample > 0 && o.data.empty())
+      std::printf("sampling from %s (step %lld), without training\n",
+                  o.resume ? o.checkpoint.c_str() : o.initHF.c_str(), r.firstStep);
     for (auto &c : components)
       c->withoutTraining();
     return 0;

@@ -109,6 +109,12 @@ size_t loadCorpus(const Options &o, uint64_t seed, moert::TokenStream &data) {
   if (data.maxToken >= prog.vocab)
     die(o.data + ": token id " + std::to_string(data.maxToken) +
         " does not fit the model's vocabulary (" + std::to_string(prog.vocab) + ")");
+  if (o.evalOnly) { // every window of the file, no split
+    if (data.size() < static_cast<size_t>(prog.seq_len) + 1)
+      die(o.data + ": " + std::to_string(data.size()) + " tokens, fewer than one window of " +
+          std::to_string(prog.seq_len + 1) + " (seq_len + 1) to evaluate");
+    return data.size();
+  }
   size_t split = moert::trainSplitEnd(data.size(), o.valFraction);
   moert::BatchSampler check(data, 0, split, prog.batch, prog.seq_len, seed);
   if (!check.valid(error))

@@ -87,6 +87,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
   std::printf("usage: %s --data FILE [--data-format text|u16|u32] [--steps N] [--seed S]\n"
               "          [--metrics FILE]\n"
               "       %s --checkpoint DIR --resume --sample N [--prompt TEXT]  (no training)\n"
+              "       %s --data FILE --eval-only [--init-hf DIR | --checkpoint DIR --resume]\n"
               "          [--checkpoint DIR [--resume] [--checkpoint-every N]\n"
               "           [--keep-checkpoints K]]\n"
               "          [--val-fraction F]\n"
@@ -100,6 +101,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
               "          [--lr LR] [--min-lr LR] [--warmup-steps N] [--total-steps N]\n"
               "          [--lr-schedule cosine|linear|constant]\n"
+              "          [--init-hf DIR] [--export-hf DIR [--export-dtype f32|bf16|f16]\n"
+              "           [--export-shard-mb N]]\n"
               "          [--local-steps H [--outer-lr LR] [--outer-momentum MU]\n"
               "           [--sync-steps N] [--outer-codec fp16|bf16|int8[:block]]\n"
               "           [--save-replicas DIR]]\n"
@@ -116,6 +119,16 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               --keep-checkpoints K also keeps the last K saves as\n"
               "               DIR/step-N.safetensors; a DIR that holds a checkpoint\n"
               "               needs --resume (a fresh run would write over it)\n"
+              "  --eval-only  no training: the mean next-token cross entropy over --data's\n"
+              "               consecutive windows of seq_len targets from its start\n"
+              "               (eval_loss, with eval_tokens in the metrics)\n"
+              "  --init-hf DIR  start from a HuggingFace checkpoint (config.json and\n"
+              "               model.safetensors, or shards with their index) of the model\n"
+              "               the binary was compiled for; each rank reads its slices\n"
+              "  --export-hf DIR  at the end, config.json and safetensors under the\n"
+              "               family's names (a model compiled from MoEC JSON: mixtral),\n"
+              "               in the model's precision or --export-dtype; shards of at\n"
+              "               most --export-shard-mb megabytes (default 5000)\n"
               "  --max-memory GB  refuse to start when the plan needs more (default: the\n"
               "               machine's memory)\n"
               "  --threads N  the kernels' threads, shared by the process's ranks\n"
@@ -161,7 +174,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               65536); a step whose gradients overflow is skipped and\n"
               "               halves it, --loss-scale-window N (default 2000) steps\n"
               "               without one double it\n",
-              program, program, program);
+              program, program, program, program);
   std::exit(0);
 }
 
@@ -290,7 +303,19 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.lrKind = scheduleKind(k);
       if (!o.lrKind)
         die("--lr-schedule expects cosine, linear or constant, got '" + k + "'");
-    } else if (a == "--trace")
+    } else if (a == "--eval-only")
+      o.evalOnly = true;
+    else if (a == "--init-hf")
+      o.initHF = value();
+    else if (a == "--export-hf")
+      o.exportHF = value();
+    else if (a == "--export-dtype") {
+      o.exportDtype = value();
+      if (o.exportDtype != "f32" && o.exportDtype != "bf16" && o.exportDtype != "f16")
+        die("--export-dtype expects f32, bf16 or f16, got '" + o.exportDtype + "'");
+    } else if (a == "--export-shard-mb")
+      o.exportShardMB = parseInt(a, value(), 1);
+    else if (a == "--trace")
       o.trace = value();
     else if (a == "--profile-kernels")
       o.profileKernels = true;
@@ -334,9 +359,21 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       die("unknown option '" + a + "' (see --help)");
   }
   // Without data the binary samples from a checkpoint and trains nothing.
-  if (o.data.empty() && !(o.resume && o.sample > 0))
-    die("--data FILE is required (raw text, or a .bin file of uint16 tokens); to sample from a "
-        "checkpoint without training, give --checkpoint DIR --resume --sample N");
+  bool weights = o.resume || !o.initHF.empty();
+  if (o.data.empty() && !(weights && (o.sample > 0 || !o.exportHF.empty())))
+    die("--data FILE is required (raw text, or a .bin file of uint16 tokens); to sample from or "
+        "export a checkpoint without training, give --checkpoint DIR --resume (or --init-hf "
+        "DIR) with --sample N or --export-hf DIR");
+  if (o.evalOnly && o.data.empty())
+    die("--eval-only evaluates --data FILE");
+  if (o.evalOnly && o.stepsGiven)
+    die("--eval-only trains no steps; leave out --steps");
+  if (o.evalOnly && !o.checkpoint.empty() && !o.resume)
+    die("--eval-only writes no checkpoint; give --resume to evaluate the one in " + o.checkpoint);
+  if (!o.initHF.empty() && o.resume)
+    die("--init-hf and --resume both set the parameters; give one");
+  if ((!o.exportDtype.empty() || o.exportShardMB != 5000) && o.exportHF.empty())
+    die("--export-dtype and --export-shard-mb go with --export-hf DIR");
   if (o.data.empty() && o.stepsGiven)
     die("--steps trains, which needs --data FILE");
   if (o.resume && o.checkpoint.empty())
@@ -353,7 +390,7 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
   // A fresh run's first save would replace the weights a checkpoint in DIR
   // holds (a forgotten --resume loses the whole run): refuse before any
   // step, as training libraries refuse a non-empty output directory.
-  if (!o.checkpoint.empty() && !o.resume && !o.data.empty())
+  if (!o.checkpoint.empty() && !o.resume && !o.data.empty() && !o.evalOnly)
     for (const char *file : {"tensors.safetensors", "state.json"})
       if (struct stat st; ::stat((o.checkpoint + "/" + file).c_str(), &st) == 0)
         die(o.checkpoint + " holds a checkpoint (" + file +

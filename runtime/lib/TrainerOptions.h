@@ -71,6 +71,14 @@ struct Options {
   std::optional<double> lr, minLr;
   std::optional<long long> warmupSteps, totalSteps;
   std::optional<int> lrKind;
+  /// --eval-only: the loss over --data's consecutive windows, no training.
+  bool evalOnly = false;
+  /// --init-hf DIR: parameters from a HuggingFace checkpoint directory;
+  /// --export-hf DIR: one written at the end, in --export-dtype
+  /// (f32|bf16|f16; empty: the model's), shards of at most
+  /// --export-shard-mb megabytes.
+  std::string initHF, exportHF, exportDtype;
+  long long exportShardMB = 5000;
   /// Whether any of the schedule's flags was given.
   bool scheduleGiven() const { return lr || minLr || warmupSteps || totalSteps || lrKind; }
 };

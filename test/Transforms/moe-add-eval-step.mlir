@@ -7,6 +7,10 @@
 // CHECK-LABEL: func.func @eval_step(
 // CHECK-SAME: moe.no_grad
 // CHECK: moe.router
+// The evaluation returns the cross entropy, not the auxiliary loss added to it.
+// CHECK: %[[CE:.*]] = moe.cross_entropy
+// CHECK-NOT: moe.add %[[CE]]
+// CHECK: return %[[CE]]
 // CHECK-NOT: func.func @eval_step
 // RUN: moe-opt --moe-add-eval-step --moe-autodiff %S/Inputs/routed-step.mlir | FileCheck %s --check-prefix=GRAD
 // GRAD-LABEL: func.func @step(

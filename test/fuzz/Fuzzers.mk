@@ -15,7 +15,7 @@ MLIRFLAGS := -fno-rtti -fno-sanitize=vptr -DNDEBUG -I$(SRC)/dialect/include \
 LDFLAGS := -fsanitize=fuzzer,address,undefined
 MLIRLIBS := -L$(LLVM_PREFIX)/lib -Wl,-rpath,$(LLVM_PREFIX)/lib -lMLIR -lLLVM
 
-SPEC := Diagnostics JsonDoc ObjectReader ModelJson ModelSpec HFConfig ClusterJson DevicePresets
+SPEC := Diagnostics JsonDoc ObjectReader ModelJson ModelJsonWriter ModelSpec HFConfig ClusterJson DevicePresets
 SPEC_OBJS := $(SPEC:%=$(OUT)/obj/frontend/%.o)
 IR := ModelToMLIR ClusterToMLIR
 IR_OBJS := $(IR:%=$(OUT)/obj/frontend/%.o)

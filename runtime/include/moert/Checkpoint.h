@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,12 +69,23 @@ std::string encodeSafetensors(const TensorMap &tensors,
 bool decodeSafetensors(const std::string &bytes, const std::string &origin, TensorMap &tensors,
                        std::string &error, std::map<std::string, std::string> *metadata = nullptr);
 
+/// Parses `text` as a JSON object (refused before parsing when it nests
+/// deeper than 64 levels); a discarded value with `why` set otherwise.
+nlohmann::json parseJsonObject(const std::string &text, std::string &why);
+
 /// Removes `*.tmp.<pid>` files in `dir` left by saves whose process is gone.
 void removeStaleTemporaries(const std::string &dir);
 
 /// Writes `contents` to `path` atomically (temporary file, fsync, rename,
 /// fsync of the directory).
 bool writeFileAtomic(const std::string &path, const std::string &contents, std::string &error);
+
+/// Takes the next piece of a file being written; false after a failed write.
+using ByteSink = std::function<bool(const char *, size_t)>;
+/// writeFileAtomic of the pieces `write` hands to its sink in order, so
+/// large contents need not be in memory at once.
+bool writeFileAtomicWith(const std::string &path, std::string &error,
+                         const std::function<bool(const ByteSink &)> &write);
 
 } // namespace moert
 

@@ -296,6 +296,11 @@ typedef struct moert_program {
    * kernels. The trainer refuses a CPU that lacks its features (an illegal
    * instruction otherwise). */
   const char *(*kernel_target)(void);
+  /* The model the step was built from (the module's moe.model): a JSON
+   * object {"spec": the MoEC model JSON, "hf_config": the config.json of a
+   * HuggingFace import}; null when the step was built from IR without it.
+   * HuggingFace weights in and out (--init-hf, --export-hf) read it. */
+  const char *model_json;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.

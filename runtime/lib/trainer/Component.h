@@ -13,7 +13,8 @@
 //   each step      beforeStep, (the step program), afterStep, acceptStep,
 //                  report (lead rank), endOfStep
 //   at the end     onFinish (also when a signal stopped the run)
-//   --sample without --data: withoutTraining only
+//   no training (--eval-only; --sample or --export-hf without --data):
+//                  withoutTraining only
 //
 // Every rank calls every point (collectives are inside them); only the
 // lead rank prints and writes metrics. docs/AddingARuntimeComponent.md
@@ -99,7 +100,8 @@ public:
   virtual void endOfStep(const StepState &) {}
   /// After the last step (or the step a signal stopped the run at).
   virtual void onFinish(const RunEnd &) {}
-  /// --sample without --data: the run samples from the checkpoint only.
+  /// No training (--eval-only; --sample or --export-hf without --data):
+  /// the run evaluates, samples or exports the loaded weights only.
   virtual void withoutTraining() {}
 
 protected:

@@ -11,6 +11,7 @@
 
 #include "Checkpoints.h"
 #include "Evaluation.h"
+#include "HFWeights.h"
 #include "LearningRate.h"
 #include "LocalSteps.h"
 #include "LossScaling.h"
@@ -34,5 +35,6 @@ void moert::trainer::makeComponents(Rank &r, Components &all) {
   all.push_back(std::make_unique<Sampling>(r));
   all.push_back(std::make_unique<MemoryReport>(r));
   all.push_back(std::make_unique<Checkpoints>(r, all));
+  all.push_back(std::make_unique<HFExport>(r));
   all.push_back(std::make_unique<Tracing>(r));
 }

@@ -67,7 +67,10 @@ void Sampling::onFinish(const RunEnd &end) {
     sampleText();
 }
 
-void Sampling::withoutTraining() { sampleText(); }
+void Sampling::withoutTraining() {
+  if (r.o.sample > 0)
+    sampleText();
+}
 
 /// --sample and --prompt, checked before anything runs.
 void Sampling::configure() {

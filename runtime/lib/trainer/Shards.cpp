@@ -13,14 +13,30 @@ using namespace moert::trainer;
 
 /// Parameters and moments as full tensors: expert shards are gathered over
 /// their ep group (in ep order), so any grid can resume from the checkpoint.
+std::vector<int64_t> moert::trainer::fullShape(const Rank &r, int i) {
+  const moert_param_info &p = r.prog.params[i];
+  std::vector<int64_t> shape(p.shape, p.shape + p.rank);
+  if (p.tp_dim > 0)
+    shape[p.tp_dim] *= r.tp;
+  if (p.rank > 0)
+    shape[0] = r.fullRows(i);
+  return shape;
+}
+
+std::vector<float> moert::trainer::gatherParameter(Rank &r, int i) {
+  const moert_param_info &p = r.prog.params[i];
+  moert::AlignedFloats block = p.zero_parts > 1 ? moert::AlignedFloats(r.params[i].begin(),
+                                                                       r.params[i].begin() + numel(p))
+                                                : r.params[i];
+  if (p.tp_dim >= 0)
+    block = gatherTp(r, block, i);
+  return gatherFull(r, block, i);
+}
+
 void moert::trainer::gatherParameters(Rank &r, moert::TensorMap &tensors) {
   for (int i = 0; i < r.prog.num_params; ++i) {
     const moert_param_info &p = r.prog.params[i];
-    std::vector<int64_t> shape(p.shape, p.shape + p.rank);
-    if (p.tp_dim > 0)
-      shape[p.tp_dim] *= r.tp;
-    if (p.rank > 0)
-      shape[0] = r.fullRows(i);
+    std::vector<int64_t> shape = fullShape(r, i);
     // ZeRO: the parameter without its tail, the moments' shards gathered;
     // tensor parallelism: the slices gathered; then the expert blocks.
     auto whole = [&](moert::AlignedFloats block) {

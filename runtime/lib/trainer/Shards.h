@@ -20,6 +20,10 @@ namespace moert::trainer {
 /// Parameters and AdamW moments as full tensors (NAME, NAME.adam_m,
 /// NAME.adam_v): expert shards gathered over their ep group.
 void gatherParameters(Rank &r, moert::TensorMap &tensors);
+/// The shape of parameter `i`'s full tensor.
+std::vector<int64_t> fullShape(const Rank &r, int i);
+/// Parameter `i`'s full tensor (a collective: every rank calls it).
+std::vector<float> gatherParameter(Rank &r, int i);
 /// The full tensor of parameter `i` (or of one of its moments) from this
 /// rank's block `local`.
 std::vector<float> gatherFull(Rank &r, const moert::AlignedFloats &local, int i);

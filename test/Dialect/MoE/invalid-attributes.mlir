@@ -236,6 +236,13 @@ func.func @f() attributes {moe.optimizer = {type = "adamw", lr = 1.0e-3 : f64}} 
 
 // -----
 
+// model: the description a module was built from, a string
+// expected-error @+1 {{'moe.model' must be a string on a builtin.module}}
+module attributes {moe.model = 3 : i64} {
+}
+
+// -----
+
 // seed: a non-negative integer
 // expected-error @+1 {{'moe.seed' must be a non-negative integer}}
 module attributes {moe.seed = -1 : i64} {

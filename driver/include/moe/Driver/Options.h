@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,9 @@ public:
     options.push_back(std::make_unique<llvm::cl::opt<T, true>>(name, llvm::cl::location(field),
                                                                llvm::cl::cat(category), mods...));
   }
+  /// `text` kept for as long as the options (cl::desc holds a reference,
+  /// so a description built at run time must outlive them).
+  llvm::StringRef keep(std::string text) { return texts.emplace_back(std::move(text)); }
   /// Binds the positional argument to `field`.
   void positional(std::string &field, llvm::StringRef description);
   /// Whether flag `name` was given on the command line.
@@ -50,6 +54,7 @@ public:
 private:
   llvm::cl::OptionCategory &category;
   std::vector<std::unique_ptr<llvm::cl::Option>> options;
+  std::deque<std::string> texts; ///< stable addresses
 };
 
 /// Importing the model (and the cluster it is planned for).

@@ -31,6 +31,10 @@ struct HFImportOptions {
   /// Optimiser settings (a model JSON's "optimizer" fields, --optimizer):
   /// config.json has none, so the import otherwise takes the defaults.
   nlohmann::json optimizer = nlohmann::json::object();
+  /// When set, receives what the imported model does not reproduce (the
+  /// items of the "not reproduced" warning): a model whose weights must
+  /// compute the same function (--init-hf) needs none.
+  std::vector<std::string> *notModelled = nullptr;
 };
 
 /// Parses --override "key=value,...": each value is JSON (a number, true,

@@ -89,6 +89,13 @@ std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc, Diagn
 /// kv heads, rotary embeddings against the head width).
 void checkModelSpec(const ModelSpec &spec, DiagnosticList &diags);
 
+/// How `given` computes another function than `compiled` with the same
+/// weights: one line per differing architecture field ("d_model: 64, not
+/// 32"), layer fields once per differing layer; empty when they agree. The
+/// training shape, capacity, loss coefficients and optimiser are not
+/// compared.
+std::vector<std::string> architectureDifferences(const ModelSpec &compiled, const ModelSpec &given);
+
 /// The optimiser object at `pointer` of `doc` (the fields of a model JSON's
 /// "optimizer"), or nullopt after reporting its errors.
 std::optional<OptimizerSpec> readOptimizerJson(const JsonDoc &doc, const std::string &pointer,

@@ -337,7 +337,8 @@ def AddEvalStepPass : Pass<"moe-add-eval-step", "::mlir::ModuleOp"> {
     appends `@eval_step`, a clone of it marked `moe.no_grad`, which later
     passes partition, synchronise and lower like the training step but never
     differentiate or update. The step program runs it for validation and
-    sampling. A module that already has a `moe.no_grad` function is left as
+    sampling. It returns the language-model loss (the step's one
+    `moe.cross_entropy`), without the routers' auxiliary losses. A module that already has a `moe.no_grad` function is left as
     it is.
   }];
   let dependentDialects = ["::mlir::moe::MoEDialect"];

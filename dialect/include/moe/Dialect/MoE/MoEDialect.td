@@ -65,6 +65,10 @@ def MoE_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOptimizerAttrName = "moe.optimizer";
     static constexpr ::llvm::StringLiteral kSeedAttrName = "moe.seed";
     static constexpr ::llvm::StringLiteral kClusterAttrName = "moe.cluster";
+    /// On the module: the model the step was built from, a JSON string
+    /// {"spec": MoEC model JSON, "hf_config": config.json (HF imports)}
+    /// that training binaries read for HuggingFace weights in and out.
+    static constexpr ::llvm::StringLiteral kModelAttrName = "moe.model";
     /// Per launch or collective result: [arena, offset, bytes] in the plan.
     static constexpr ::llvm::StringLiteral kBuffersAttrName = "moe.buffers";
     /// On the module: the buffer plan's sizes, a #moe.buffer_plan
