@@ -190,7 +190,8 @@ void moert::trainer::resumeRun(Rank &r, Components &all) {
   if (!moert::readResumeState(state, r.o.checkpoint + ": state", r.sh.seed, resume, error))
     die(error);
   r.firstStep = resume.step;
-  if (!r.o.data.empty() && r.firstStep > r.o.steps) // (without data nothing trains or is saved)
+  // (without data, or with --eval-only, nothing trains or is saved)
+  if (!r.o.data.empty() && !r.o.evalOnly && r.firstStep > r.o.steps)
     die(r.o.checkpoint + " is at step " + std::to_string(r.firstStep) + "; --steps " +
         std::to_string(r.o.steps) + " would rewrite it over later weights (give --steps >= " +
         std::to_string(r.firstStep) + ")");
