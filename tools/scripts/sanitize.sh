@@ -35,11 +35,12 @@ fi
 trainer() {
   local job=$1 flags src="$trainer_dir/dp2ep2.build" dir="$trainer_dir/$1"
   flags=$(sed -n 's/^MOEC_SANITIZE:STRING=//p' "build-$job/CMakeCache.txt")
-  cmake --build "build-$job" --target moert_main
+  cmake --build "build-$job" --target moert_main MoEFrontendSpec
   rm -rf "$dir" && mkdir -p "$dir"
   c++ -O1 -g -std=c++20 -fsanitize="$flags" -fno-omit-frame-pointer -fno-sanitize-recover=all \
     -I"$src/kernels" -Iruntime/include -Icontract/include -I/usr/include/halide14 "$src"/*.cpp "$src"/kernels/*.a \
-    "build-$job/runtime/libmoert_main.a" "build-$job/runtime/libmoert.a" \
+    "build-$job/runtime/libmoert_main.a" "build-$job/frontend/libMoEFrontendSpec.a" \
+    "build-$job/runtime/libmoert.a" \
     "build-$job/runtime/libmoert_cpu.a" -lopenblas -lpthread -ldl -o "$dir/train"
   local train=("$dir/train" --data test/Driver/Inputs/text.txt --ranks 4 --no-progress)
   export OPENBLAS_NUM_THREADS=1
