@@ -182,37 +182,13 @@ static bool decodeSafetensorsWith(const std::string &headerText, uint64_t dataSi
       }
       continue;
     }
-    const json &entry = it.value();
-    std::string what = "tensor '" + it.key() + "'";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets"))
-      return fail(what + ": needs dtype, shape and data_offsets");
-    if (entry["dtype"] != "F32")
-      return fail(what + ": dtype " + quote(entry["dtype"]) + " is not supported (F32 only)");
-    const json &shape = entry["shape"], &offsets = entry["data_offsets"];
-    if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
-        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-      return fail(what + ": malformed shape or data_offsets");
-    uint64_t elements = 1;
-    HostTensor t;
-    for (const json &d : shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
-        return fail(what + ": bad dimension " + quote(d));
-      elements *= d.get<uint64_t>();
-      if (elements > (uint64_t(1) << 40))
-        return fail(what + ": too many elements");
-      t.shape.push_back(d.get<int64_t>());
-    }
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > dataSize)
-      return fail(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  "] outside the data (" + std::to_string(dataSize) + " bytes)");
-    if (end - begin != elements * sizeof(float))
-      return fail(what + ": " + std::to_string(end - begin) + " bytes of data for " +
-                  std::to_string(elements) + " f32 elements");
-    ranges.push_back({begin, end});
-    t.data.resize(elements);
-    if (elements && !read(begin, end, reinterpret_cast<char *>(t.data.data())))
+    std::string what = "tensor '" + it.key() + "'", why;
+    SafetensorsEntry entry;
+    if (!readSafetensorsEntry(it.value(), {{"F32", sizeof(float)}}, dataSize, entry, why))
+      return fail(what + ": " + why);
+    ranges.push_back({entry.begin, entry.end});
+    HostTensor t{entry.shape, std::vector<float>(entry.elements)};
+    if (entry.elements && !read(entry.begin, entry.end, reinterpret_cast<char *>(t.data.data())))
       return fail(what + ": cannot read its data: " + std::strerror(errno));
     tensors[it.key()] = std::move(t);
   }
@@ -220,6 +196,60 @@ static bool decodeSafetensorsWith(const std::string &headerText, uint64_t dataSi
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second)
       return fail("tensor data ranges overlap");
+  return true;
+}
+
+bool moert::readSafetensorsEntry(const json &entry,
+                                 const std::vector<std::pair<std::string, size_t>> &dtypes,
+                                 uint64_t dataSize, SafetensorsEntry &out, std::string &why) {
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets")) {
+    why = "needs dtype, shape and data_offsets";
+    return false;
+  }
+  size_t width = 0;
+  std::string names;
+  for (const auto &[name, bytes] : dtypes) {
+    names += (names.empty() ? "" : ", ") + name;
+    if (entry["dtype"] == name)
+      out.dtype = name, width = bytes;
+  }
+  if (!width) {
+    why = "dtype " + quote(entry["dtype"]) + " is not supported (" + names +
+          (dtypes.size() == 1 ? " only)" : ")");
+    return false;
+  }
+  const json &shape = entry["shape"], &offsets = entry["data_offsets"];
+  if (!shape.is_array() || shape.size() > 8 || !offsets.is_array() || offsets.size() != 2 ||
+      !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    why = "malformed shape or data_offsets";
+    return false;
+  }
+  out.shape.clear();
+  out.elements = 1;
+  for (const json &d : shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40)) {
+      why = "bad dimension " + quote(d);
+      return false;
+    }
+    out.elements *= d.get<uint64_t>();
+    if (out.elements > (uint64_t(1) << 40)) {
+      why = "too many elements";
+      return false;
+    }
+    out.shape.push_back(d.get<int64_t>());
+  }
+  out.begin = offsets[0].get<uint64_t>(), out.end = offsets[1].get<uint64_t>();
+  if (out.begin > out.end || out.end > dataSize) {
+    why = "data_offsets [" + std::to_string(out.begin) + ", " + std::to_string(out.end) +
+          "] outside the data (" + std::to_string(dataSize) + " bytes)";
+    return false;
+  }
+  if (out.end - out.begin != out.elements * width) {
+    why = std::to_string(out.end - out.begin) + " bytes of data for " +
+          std::to_string(out.elements) + " " + out.dtype + " elements";
+    return false;
+  }
   return true;
 }
 

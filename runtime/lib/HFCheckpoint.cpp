@@ -135,37 +135,16 @@ bool HFCheckpointReader::mapFile(const std::string &dir, const std::string &file
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__")
       continue;
-    const json &entry = it.value();
     std::string what = "tensor '" + it.key() + "'";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets"))
-      return fail(what + ": needs dtype, shape and data_offsets");
+    SafetensorsEntry entry;
+    if (!readSafetensorsEntry(it.value(), {{"F32", 4}, {"BF16", 2}, {"F16", 2}}, dataSize, entry,
+                              why))
+      return fail(what + ": " + why);
     HFTensor t;
     t.file = file;
-    const json &dtype = entry["dtype"], &shape = entry["shape"], &offsets = entry["data_offsets"];
-    if (!dtype.is_string() || !dtypeFromName(dtype.get<std::string>(), t.dtype))
-      return fail(what + ": dtype " + dtype.dump() + " is not supported (F32, BF16, F16)");
-    if (!shape.is_array() || shape.size() > 8 || !offsets.is_array() || offsets.size() != 2 ||
-        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-      return fail(what + ": malformed shape or data_offsets");
-    uint64_t numel = 1;
-    for (const json &d : shape) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
-        return fail(what + ": malformed shape " + shape.dump());
-      numel = d.get<uint64_t>() == 0 ? 0 : numel;
-      if (numel && numel > (uint64_t(1) << 42) / d.get<uint64_t>())
-        return fail(what + ": shape " + shape.dump() + " is too large");
-      numel *= d.get<uint64_t>();
-      t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-    }
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > dataSize)
-      return fail(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  "] outside the file's " + std::to_string(dataSize) + " data bytes (truncated?)");
-    if (end - begin != numel * bytesOf(t.dtype))
-      return fail(what + ": " + std::to_string(end - begin) + " bytes for shape " + shape.dump() +
-                  " of " + safetensorsName(t.dtype));
-    t.data = data + begin;
+    dtypeFromName(entry.dtype, t.dtype);
+    t.shape = entry.shape;
+    t.data = data + entry.begin;
     if (!all.emplace(it.key(), std::move(t)).second)
       return fail(what + " appears in more than one file");
   }

@@ -121,11 +121,11 @@ TEST(HFCheckpointTest, BadInputIsNamed) {
   expectError("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", "ab",
               "tensor 'w': dtype \"F8_E4M3\" is not supported (F32, BF16, F16)");
   expectError("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "abcd",
-              "outside the file's 4 data bytes (truncated?)");
+              "data_offsets [0, 8] outside the data (4 bytes)");
   expectError("{\"w\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", "abcd",
-              "tensor 'w': 4 bytes for shape [3] of BF16");
+              "tensor 'w': 4 bytes of data for 3 BF16 elements");
   expectError("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "abcd",
-              "malformed shape [-1]");
+              "tensor 'w': bad dimension -1");
   expectError("[1, 2]", "", "the safetensors header is not a JSON object");
   ::unlink((dir + "/model.safetensors").c_str());
   std::ofstream(dir + "/model.safetensors.index.json") << "{\"weight_map\": {\"w\": \"../x\"}}";

@@ -73,6 +73,21 @@ bool decodeSafetensors(const std::string &bytes, const std::string &origin, Tens
 /// deeper than 64 levels); a discarded value with `why` set otherwise.
 nlohmann::json parseJsonObject(const std::string &text, std::string &why);
 
+/// One tensor's entry of a safetensors header, checked.
+struct SafetensorsEntry {
+  std::string dtype; ///< one of the reader's dtypes
+  std::vector<int64_t> shape;
+  uint64_t elements = 0, begin = 0, end = 0; ///< data_offsets within the data
+};
+/// Reads `entry` (dtype, shape, data_offsets) of a header whose data are
+/// `dataSize` bytes: the dtype one of `dtypes` (name, bytes per element),
+/// every dimension and the element count at most 2^40, the offsets within
+/// the data and as long as the shape needs. Otherwise false, `why` saying
+/// what is wrong.
+bool readSafetensorsEntry(const nlohmann::json &entry,
+                          const std::vector<std::pair<std::string, size_t>> &dtypes,
+                          uint64_t dataSize, SafetensorsEntry &out, std::string &why);
+
 /// Removes `*.tmp.<pid>` files in `dir` left by saves whose process is gone.
 void removeStaleTemporaries(const std::string &dir);
 

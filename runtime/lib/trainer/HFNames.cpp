@@ -66,7 +66,8 @@ HFSource one(const std::string &name, bool transposed) {
   return s;
 }
 
-/// A projection (gate, up, down) named `proj` under `prefix`.
+/// The HF name of projection `which` (gate, up, down): of a routed expert, or
+/// of a dense FFN or shared expert.
 const char *projection(const Family &f, const std::string &which, bool expert) {
   if (which == "gate")
     return expert ? f.gate : "gate_proj";

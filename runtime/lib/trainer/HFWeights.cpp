@@ -331,6 +331,7 @@ void HFExport::configure() {
   if (!doc)
     die(where + ": " + diags.str());
   family = checkConfig(r, compiled, std::move(doc), where);
+  dtype = exportDtype(r, compiled);
 }
 
 void HFExport::onFinish(const RunEnd &end) {
@@ -352,7 +353,6 @@ void HFExport::withoutTraining() {
 /// Every rank gathers the full tensors; the lead writes them and config.json.
 void HFExport::write() {
   r.deviceSync();
-  CompiledModel compiled = compiledModel(r, "--export-hf");
   std::vector<moert::HFTensorOut> out;
   for (int i = 0; i < r.prog.num_params; ++i) {
     std::vector<float> full = gatherParameter(r, i);
@@ -376,7 +376,6 @@ void HFExport::write() {
   }
   if (!r.lead)
     return;
-  moert::HFDtype dtype = exportDtype(r, compiled);
   std::string error;
   uint64_t shard = static_cast<uint64_t>(r.o.exportShardMB) * 1000000;
   if (!moert::writeHFCheckpoint(r.o.exportHF, out, dtype, shard, error))

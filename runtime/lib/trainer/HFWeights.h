@@ -18,6 +18,8 @@
 
 #include "Component.h"
 
+#include "moert/HFCheckpoint.h"
+
 namespace moert::trainer {
 
 /// --init-hf: every rank's parameters from o.initHF (after
@@ -34,7 +36,8 @@ public:
 private:
   void write();
   std::string family;
-  nlohmann::json config; ///< config.json to write (without torch_dtype)
+  nlohmann::json config;                      ///< config.json to write (without torch_dtype)
+  moert::HFDtype dtype = moert::HFDtype::F32; ///< of the tensors written
 };
 
 } // namespace moert::trainer
