@@ -6,7 +6,7 @@ include(CMakePackageConfigHelpers)
 # Installed binaries find the dialect library beside them and MLIR/LLVM
 # where Debian puts them.
 set(moec_rpath "\$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" "${LLVM_LIBRARY_DIR}")
-set(moec_tools moe-opt moe-translate moe-lsp-server moe-report)
+set(moec_tools moe-opt moe-translate moe-lsp-server moe-report moe-tokenize)
 set_target_properties(MoEDialect ${moec_tools} PROPERTIES INSTALL_RPATH "${moec_rpath}")
 
 install(TARGETS MoEContract MoEDialect MoETransforms EXPORT MoECTargets

@@ -28,7 +28,7 @@ config.environment["MOEC_KERNEL_CACHE"] = os.path.join(config.moe_obj_root, "tes
 # (docs/Targets.md, "The host CPU").
 llvm_config.with_system_environment(["MOERT_ASSUME_CPU"])
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server", "moe-report"], [config.moe_tools_dir])
+llvm_config.add_tool_substitutions(["moe-opt", "moe-translate", "moec", "moe-ref-train", "moe-lsp-server", "moe-report", "moe-tokenize"], [config.moe_tools_dir])
 
 # Partitioned binaries also run under mpiexec (OpenMPI). Unless the build
 # was configured with MOEC_MPI=OFF, a missing mpiexec is an error, not a

@@ -282,7 +282,8 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
   for (std::string &flag : backend.linkFlags(options.backendOptions))
     args.push_back(std::move(flag));
   args.push_back(MOEC_RUNTIME_CPU_LIB);
-  args.push_back(MOEC_OPENBLAS_LIB); // the kernels' extern GEMMs
+  args.push_back(MOEC_OPENBLAS_LIB);      // the kernels' extern GEMMs
+  args.push_back(MOEC_SENTENCEPIECE_LIB); // --tokenizer
   args.push_back("-lpthread");
   args.push_back("-ldl");
   say(options,

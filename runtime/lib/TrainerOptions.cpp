@@ -93,6 +93,7 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--val-fraction F]\n"
               "          [--eval-every N] [--eval-batches B]\n"
               "          [--sample N [--prompt TEXT] [--temperature T] [--top-k K]]\n"
+              "          [--tokenizer M.model]\n"
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--comm threads|mpi] [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--profile-kernels]\n"
@@ -114,6 +115,9 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               comma-separated token ids for .bin data; default: newline);\n"
               "               without --data, from the --resume checkpoint only (the prompt\n"
               "               is text for byte vocabularies, <= 256, else token ids)\n"
+              "  --tokenizer M.model  a SentencePiece model (moe-tokenize's): --prompt is\n"
+              "               text it encodes (default: a line's start), and the sample is\n"
+              "               printed decoded\n"
               "  --checkpoint DIR  written at the end, every N steps with\n"
               "               --checkpoint-every N, and on SIGINT or SIGTERM (then exit);\n"
               "               --keep-checkpoints K also keeps the last K saves as\n"
@@ -242,7 +246,9 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
     else if (a == "--prompt") {
       o.prompt = value();
       o.hasPrompt = true;
-    } else if (a == "--temperature")
+    } else if (a == "--tokenizer")
+      o.tokenizer = value();
+    else if (a == "--temperature")
       o.temperature = parseReal(
           value(), false, [](double v) { return v > 0 && v <= 100; },
           "--temperature expects a number in (0, 100]");

@@ -35,6 +35,7 @@ struct Options {
   long long sample = 0; ///< tokens to generate after training
   std::string prompt;
   bool hasPrompt = false;
+  std::string tokenizer; ///< --tokenizer: a SentencePiece model for the prompt and sample
   double temperature = 0.8;
   long long topK = 0;           ///< 0: sample from the whole vocabulary
   bool progress = true;         ///< a progress bar when stdout is a terminal

@@ -20,6 +20,7 @@ PKGS=(
   libjs-chart.js     # Chart.js: the charts moe-report embeds in its pages
   chromium           # headless Chromium: the test that renders a moe-report page
   libopenmpi-dev openmpi-bin # MPI: ranks as processes across nodes (runtime backend, tests)
+  libsentencepiece-dev sentencepiece # SentencePiece: moe-tokenize, --tokenizer; spm_train trains models
   iproute2           # ip: network namespaces as separate MPI hosts (tools/scripts/netns-mpi.sh, its test)
   pocl-opencl-icd ocl-icd-opencl-dev clinfo # PoCL, an OpenCL device on the CPU: the tests of moec --target opencl
   cmake ninja-build g++ lld ccache python3

@@ -41,7 +41,7 @@ trainer() {
     -I"$src/kernels" -Iruntime/include -Icontract/include -I/usr/include/halide14 "$src"/*.cpp "$src"/kernels/*.a \
     "build-$job/runtime/libmoert_main.a" "build-$job/frontend/libMoEFrontendSpec.a" \
     "build-$job/runtime/libmoert.a" \
-    "build-$job/runtime/libmoert_cpu.a" -lopenblas -lpthread -ldl -o "$dir/train"
+    "build-$job/runtime/libmoert_cpu.a" -lopenblas -lsentencepiece -lpthread -ldl -o "$dir/train"
   local train=("$dir/train" --data test/Driver/Inputs/text.txt --ranks 4 --no-progress)
   export OPENBLAS_NUM_THREADS=1
   echo "sanitize: $job trainer: rebalancing, evaluation, trace, checkpoint, resume with sampling"

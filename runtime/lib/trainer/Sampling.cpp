@@ -18,28 +18,22 @@ namespace {
 
 /// The prompt as token ids: bytes of text, or comma-separated ids for
 /// token (.bin) data.
-std::vector<int32_t> promptTokens(const Options &o, const moert::TokenStream &data, int64_t vocab) {
+std::vector<int32_t> idsOfPrompt(const Options &o, const moert::TokenStream &data) {
   std::vector<int32_t> ids;
   std::string text = o.hasPrompt ? o.prompt : data.wide() ? "0" : "\n";
   if (!data.wide()) {
     ids.assign(text.begin(), text.end());
     for (int32_t &t : ids)
       t &= 0xff;
-  } else {
-    size_t pos = 0;
-    while (pos <= text.size()) {
-      size_t comma = std::min(text.find(',', pos), text.size());
-      std::string item = text.substr(pos, comma - pos);
-      ids.push_back(static_cast<int32_t>(parseInt("--prompt (token ids)", item.c_str(), 0)));
-      pos = comma + 1;
-    }
+    return ids;
   }
-  if (ids.empty())
-    die("--prompt is empty: give at least one token");
-  for (int32_t t : ids)
-    if (t >= vocab)
-      die("--prompt: token id " + std::to_string(t) + " does not fit the vocabulary (" +
-          std::to_string(vocab) + ")");
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, comma - pos);
+    ids.push_back(static_cast<int32_t>(parseInt("--prompt (token ids)", item.c_str(), 0)));
+    pos = comma + 1;
+  }
   return ids;
 }
 
@@ -72,13 +66,50 @@ void Sampling::withoutTraining() {
     sampleText();
 }
 
-/// --sample and --prompt, checked before anything runs.
+/// The prompt: --tokenizer's encoding of its text (without --prompt, the
+/// end-of-sequence id, after which moe-tokenize's files start each line,
+/// as text starts after a newline), else idsOfPrompt; every id in the
+/// vocabulary.
+std::vector<int32_t> Sampling::promptTokens() const {
+  std::vector<int32_t> ids;
+  if (!tokenizer.loaded())
+    ids = idsOfPrompt(r.o, r.data);
+  else if (r.o.hasPrompt)
+    ids = tokenizer.encode(r.o.prompt);
+  else if (tokenizer.eosId() >= 0) // as moe-tokenize ends each line: a line starts next
+    ids = {tokenizer.eosId()};
+  else if (tokenizer.bosId() >= 0)
+    ids = {tokenizer.bosId()};
+  else
+    ids = tokenizer.encode("\n");
+  if (ids.empty())
+    die("--prompt is empty: give at least one token");
+  for (int32_t t : ids)
+    if (t >= r.prog.vocab)
+      die("--prompt: token id " + std::to_string(t) + " does not fit the vocabulary (" +
+          std::to_string(r.prog.vocab) + ")");
+  return ids;
+}
+
+/// --sample, --prompt and --tokenizer, checked before anything runs.
 void Sampling::configure() {
+  if (!r.o.tokenizer.empty()) {
+    std::string error;
+    if (!tokenizer.load(r.o.tokenizer, error))
+      die("--tokenizer: " + error);
+    if (!r.o.data.empty() && !r.data.wide())
+      die("--tokenizer: " + r.o.data +
+          " is text, one token per byte; train on moe-tokenize's "
+          "token file to use the tokenizer's ids");
+    if (tokenizer.vocabSize() > r.prog.vocab)
+      die("--tokenizer: " + r.o.tokenizer + " has " + std::to_string(tokenizer.vocabSize()) +
+          " ids, more than the model's vocabulary (" + std::to_string(r.prog.vocab) + ")");
+  }
   if (r.o.sample <= 0)
     return;
   if (!r.prog.eval_step)
     die("--sample: this binary has no evaluation step to sample from");
-  promptTokens(r.o, r.data, r.prog.vocab);
+  promptTokens();
 }
 
 /// --sample tokens continuing the prompt. Row 0 holds the context (the
@@ -86,7 +117,7 @@ void Sampling::configure() {
 /// attention) and come later in routing priority. The other rows hold
 /// held-out text, so the experts see a typical load.
 void Sampling::sampleText() {
-  const std::vector<int32_t> prompt = promptTokens(r.o, r.data, r.prog.vocab);
+  const std::vector<int32_t> prompt = promptTokens();
   std::vector<int32_t> context = prompt, in, tg;
   std::mt19937_64 rng(r.sh.seed + 2);
   moert::AlignedFloats logits(static_cast<size_t>(r.prog.batch * r.prog.seq_len * r.prog.vocab));
@@ -138,13 +169,16 @@ int32_t Sampling::sampleNext(const std::vector<int32_t> &context, std::vector<in
   return next;
 }
 
-/// The sample (lead rank): text with unprintable bytes as '?', or the
-/// prompt's and the generated token ids for token data; and its metrics.
+/// The sample (lead rank): --tokenizer's decoding of it; text with
+/// unprintable bytes as '?'; or the prompt's and the generated token ids
+/// for token data. And its metrics.
 void Sampling::printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
                            const std::vector<int32_t> &generated) {
   std::printf("sample (%lld tokens, temperature %g%s):\n", r.o.sample, r.o.temperature,
               r.o.topK ? (", top-k " + std::to_string(r.o.topK)).c_str() : "");
-  if (!r.data.wide()) {
+  if (tokenizer.loaded()) {
+    std::printf("%s\n", tokenizer.decode(context).c_str());
+  } else if (!r.data.wide()) {
     std::string out;
     for (int32_t t : context) // the prompt, then the generated tokens
       out += (t < 32 && t != '\n' && t != '\t') || t == 127 ? '?' : static_cast<char>(t);

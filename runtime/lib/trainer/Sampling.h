@@ -11,6 +11,8 @@
 
 #include "Component.h"
 
+#include "moert/Tokenizer.h"
+
 #include <random>
 
 namespace moert::trainer {
@@ -29,6 +31,10 @@ private:
                      std::mt19937_64 &rng);
   void printSample(const std::vector<int32_t> &prompt, const std::vector<int32_t> &context,
                    const std::vector<int32_t> &generated);
+  /// The prompt as token ids (--tokenizer's, bytes of text, or ids).
+  std::vector<int32_t> promptTokens() const;
+
+  moert::Tokenizer tokenizer; ///< --tokenizer, when given
 };
 
 } // namespace moert::trainer
