@@ -94,13 +94,26 @@ int64_t crossEntropyGradScratch(const GeneratorParams &v) { return v("tokens"); 
 
 //===-- NormGenerator.cpp ------------------------------------------------===//
 
+/// Rows of gamma's width: the last dimension, or (per-head q/k norms) a
+/// head of it.
 Params normParams(const KernelSpec &s, Gemm) {
-  int64_t d = s.in(0).back();
+  int64_t d = s.in(1).back();
   return {param("rows", KernelSpec::numel(s.in(0)) / d), param("width", d),
           param("epsilon", s.number("epsilon", 1e-5))};
 }
 
 int64_t normGradScratch(const GeneratorParams &v) { return v("rows"); } // inverse norms
+/// x, dy, y and dx as rows of gamma's width; gamma and dgamma 1-d.
+Args normArgs(const KernelSpec &s, unsigned n, unsigned r) {
+  int64_t width = s.in(1).back();
+  Args args;
+  for (unsigned i = 0; i < n + r; ++i) {
+    KernelArg a = i < n ? op(i, ViewKind::Rows2) : res(i - n, ViewKind::Rows2);
+    a.rowWidth = i == 1 || i == n + 1 ? 0 : width;
+    args.push_back(a);
+  }
+  return args;
+}
 
 //===-- LinearGenerator.cpp ----------------------------------------------===//
 
@@ -381,8 +394,13 @@ const std::vector<KernelFamily> &rows() {
        crossEntropyParams,
        crossEntropyGradScratch,
        idsFlatArgs<1>},
-      {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams, nullptr},
-      {"rms_norm_grad", "rms_norm_grad", {"x", "g", "dy", "dx", "dg"}, normParams, normGradScratch},
+      {"rms_norm", "rms_norm", {"x", "g", "y"}, normParams, nullptr, normArgs},
+      {"rms_norm_grad",
+       "rms_norm_grad",
+       {"x", "g", "dy", "dx", "dg"},
+       normParams,
+       normGradScratch,
+       normArgs},
       {"linear", "linear", {"x", "w", "b", "r", "y"}, linearParams, linearScratch, linearArgs},
       {"linear_grad",
        "linear_grad",

@@ -35,14 +35,15 @@ static_assert(static_cast<int>(Activation::swiglu) == MOERT_ACTIVATION_SWIGLU &&
 
 namespace {
 
-/// Halide extents of `type` presented as `view`.
-SmallVector<int64_t> extents(RankedTensorType type, ViewKind view) {
+/// Halide extents of `type` presented as `view` (Rows2: rows of `rowWidth`
+/// elements, 0 for the last dimension).
+SmallVector<int64_t> extents(RankedTensorType type, ViewKind view, int64_t rowWidth) {
   ArrayRef<int64_t> shape = type.getShape();
   if (view == ViewKind::Vector)
     return {type.getNumElements()};
   if (shape.empty())
     return {};
-  int64_t numel = type.getNumElements(), last = shape.back();
+  int64_t numel = type.getNumElements(), last = rowWidth ? rowWidth : shape.back();
   if (shape.size() == 1 && view == ViewKind::Rows2)
     return {numel}; // gains, biases, counts: 1-d
   switch (view) {
@@ -481,7 +482,7 @@ LogicalResult Emitter::launch(LaunchOp op) {
     }
     os << "    View " << name << " = view(" << ptr << ", " << halideType(type.getElementType())
        << ", {";
-    llvm::interleaveComma(extents(type, arg.view), os);
+    llvm::interleaveComma(extents(type, arg.view, arg.rowWidth), os);
     os << "}); // " << role << "\n";
   }
   auto arguments = [&] {

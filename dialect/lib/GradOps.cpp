@@ -24,9 +24,17 @@ LogicalResult EmbeddingGradOp::verify() {
 }
 
 LogicalResult RMSNormGradOp::verify() {
-  return failure(failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
-                 failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
-                 failed(checkGradType(*this, "dgamma", getDgamma(), "gamma", getGamma())));
+  if (failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
+      failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
+      failed(checkGradType(*this, "dgamma", getDgamma(), "gamma", getGamma())) ||
+      failed(checkRank(*this, "gamma", getGamma(), 1, "[G]")))
+    return failure();
+  int64_t last = tensorType(getX()).getShape().back(),
+          group = tensorType(getGamma()).getShape()[0];
+  if (group < 1 || last % group != 0)
+    return emitOpError() << "gamma's size (" << group << ") must divide x's last dimension ("
+                         << last << "): the groups normalised";
+  return success();
 }
 
 LogicalResult AttentionGradOp::verify() {

@@ -27,9 +27,13 @@ LogicalResult RMSNormOp::verify() {
   RankedTensorType x = tensorType(getX());
   if (x.getRank() < 1)
     return emitOpError("x must have rank >= 1");
-  if (failed(checkShape(*this, "gamma", getGamma(), {x.getShape().back()})) ||
+  if (failed(checkRank(*this, "gamma", getGamma(), 1, "[G]")) ||
       failed(checkSameElementType(*this, {{"x", getX()}, {"gamma", getGamma()}})))
     return failure();
+  int64_t last = x.getShape().back(), group = tensorType(getGamma()).getShape()[0];
+  if (group < 1 || last % group != 0)
+    return emitOpError() << "gamma's size (" << group << ") must divide x's last dimension ("
+                         << last << "): the groups normalised";
   if (!(getEpsilon().convertToFloat() > 0.0f))
     return emitOpError() << "epsilon must be > 0, got " << getEpsilon().convertToFloat();
   return success();

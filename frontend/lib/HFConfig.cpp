@@ -253,7 +253,7 @@ std::optional<ModelSpec> Importer::run() {
         if (r.has("clip_qkv"))
           unsupported("clip_qkv", "clipping of q, k, v");
         r.claim("clip_qkv");
-        notModelled.push_back("(implicit) per-head q/k RMSNorm of OLMoE");
+        s.qkNorm = "full"; // HF's OlmoeAttention: q_norm, k_norm over the whole projections
       } else {
         m.expertFfnDim = r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
         std::vector<int64_t> dense;
@@ -281,7 +281,7 @@ std::optional<ModelSpec> Importer::run() {
             notModelled.push_back("(implicit) the sigmoid gate on Qwen2-MoE's shared expert");
           }
         } else {
-          notModelled.push_back("(implicit) per-head q/k RMSNorm of Qwen3");
+          s.qkNorm = "head"; // HF's Qwen3MoeAttention: q_norm, k_norm of head_dim
         }
       }
     } else { // deepseek_v2, deepseek_v3

@@ -206,6 +206,7 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
     s.ropeTheta = r.getPositiveF32("rope_theta", std::nullopt, 1e12);
   r.claim("rope_theta");
   s.normEps = r.getPositiveF32("norm_eps", s.normEps, 1.0);
+  s.qkNorm = r.getString("qk_norm", std::string("none"), {"none", "head", "full"});
   s.initStd = r.getNumber("init_std", s.initStd, 0.0, 10.0, true);
   s.seed = static_cast<uint64_t>(r.getInt("seed", 0, 0, kMaxInt));
   s.embeddingPtr = r.at("vocab_size");

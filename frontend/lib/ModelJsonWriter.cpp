@@ -47,6 +47,7 @@ json moec::frontend::modelSpecToJson(const ModelSpec &s) {
             {"batch_size", s.batchSize},
             {"dtype", s.dtype},
             {"norm_eps", s.normEps},
+            {"qk_norm", s.qkNorm},
             {"init_std", s.initStd},
             {"seed", s.seed}};
   if (s.headDim)

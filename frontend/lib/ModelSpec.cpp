@@ -82,6 +82,7 @@ std::vector<std::string> moec::frontend::architectureDifferences(const ModelSpec
   d.add("head_dim", c.headDim, g.headDim);
   d.add("rope_theta", f32(c.ropeTheta), f32(g.ropeTheta));
   d.add("norm_eps", f32(c.normEps), f32(g.normEps));
+  d.add("qk_norm", c.qkNorm, g.qkNorm);
   bool anyDense = false;
   for (size_t i = 0; i < std::min(c.layers.size(), g.layers.size()); ++i) {
     const LayerSpec &a = c.layers[i], &b = g.layers[i];

@@ -90,6 +90,14 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
       LinearOp::create(body, where, norm, weight(prefix + "wq", {d, spec.numHeads * hd}, where));
   Value k =
       LinearOp::create(body, where, norm, weight(prefix + "wk", {d, spec.numKvHeads * hd}, where));
+  if (spec.qkNorm != "none") { // per head: one gain of the head width; full: the projection's
+    bool full = spec.qkNorm == "full";
+    q = rmsNorm(q, param(prefix + "q_norm", {full ? spec.numHeads * hd : hd}, InitKind::ones, where),
+                where);
+    k = rmsNorm(
+        k, param(prefix + "k_norm", {full ? spec.numKvHeads * hd : hd}, InitKind::ones, where),
+        where);
+  }
   Value v =
       LinearOp::create(body, where, norm, weight(prefix + "wv", {d, spec.numKvHeads * hd}, where));
   auto attention = AttentionOp::create(

@@ -253,7 +253,8 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
 }
 
 /// Megatron tensor parallelism over the `tp` ranks of a replica: attention
-/// heads (q, k, v column-parallel, the output projection row-parallel), the
+/// heads (q, k, v column-parallel, with their per-head norms if any; the
+/// output projection row-parallel), the
 /// dense FFNs' and every expert's FFN width (up and gate column-parallel,
 /// down row-parallel). A column-parallel input enters through moe.tp_enter
 /// (its gradient sums the partial input gradients over tp); a row-parallel
@@ -307,6 +308,19 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
                                << ") and kv_heads (" << kv << ") must be divisible by tp = " << tp
                                << " (replicated key/value heads are not supported yet)";
     for (Value in : {att.getQ(), att.getK(), att.getV()}) {
+      // A q/k norm per head stays on the rank of its heads; its gain enters
+      // (each rank's gradient of it is partial: summed over tp).
+      auto norm = in.getDefiningOp<RMSNormOp>();
+      if (norm) {
+        int64_t width = cast<RankedTensorType>(in.getType()).getShape().back(),
+                group = cast<RankedTensorType>(norm.getGamma().getType()).getShape()[0];
+        if (!norm->hasOneUse() || (width / tp) % group != 0)
+          return norm.emitOpError() << "tensor parallelism splits the heads, and this norm's groups ("
+                                    << group << " wide) span the " << width / tp
+                                    << " columns of a tp rank (q/k norms per head split; over "
+                                       "the whole projection they do not)";
+        in = norm.getX();
+      }
       auto lin = in.getDefiningOp<LinearOp>();
       if (!lin || lin.getBias() || !lin->hasOneUse())
         return att.emitOpError("tensor parallelism needs q, k and v each from its own "
@@ -315,6 +329,10 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
         return failure();
       lin.getXMutable().assign(enter(lin.getX()));
       shrink(lin.getResult(), cast<RankedTensorType>(lin.getType()).getRank() - 1);
+      if (norm) {
+        norm.getGammaMutable().assign(enter(norm.getGamma()));
+        shrink(norm.getResult(), cast<RankedTensorType>(norm.getType()).getRank() - 1);
+      }
     }
     att.setNumHeads(heads / tp);
     att.setNumKvHeads(kv / tp);

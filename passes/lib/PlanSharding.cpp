@@ -47,6 +47,8 @@ struct StepSummary {
   std::vector<int64_t> layerExperts;
   int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
   bool forwardOnly = true;
+  /// A q/k norm over a whole projection (OLMoE's): tp cannot split its heads.
+  bool crossHeadNorm = false;
 };
 
 /// One candidate plan and its predicted costs.
@@ -473,6 +475,10 @@ void PlanShardingPass::runOnOperation() {
       step.width = cast<RankedTensorType>(att->getOperand(0).getType()).getShape().back();
       step.heads = att.getNumHeads();
       step.kvHeads = att.getNumKvHeads();
+      for (Value in : {att.getQ(), att.getK()})
+        if (auto norm = in.getDefiningOp<RMSNormOp>())
+          step.crossHeadNorm |=
+              cast<RankedTensorType>(norm.getGamma().getType()).getShape()[0] > att.getHeadDim();
     }
     if (op->getNumResults() && !isa<GetParamOp>(op) &&
         !op->getName().getStringRef().ends_with("_grad"))
@@ -576,7 +582,7 @@ void PlanShardingPass::runOnOperation() {
   for (int64_t tp = 1; tp <= std::min<int64_t>(smallestNode, 8); tp *= 2) {
     if (smallestNode % tp || n % tp || (tpDegree > 0 && tp != tpDegree))
       continue;
-    if (tp > 1 && (step.heads % tp || step.kvHeads % tp || step.width % tp))
+    if (tp > 1 && (step.heads % tp || step.kvHeads % tp || step.width % tp || step.crossHeadNorm))
       continue;
     for (int64_t ep = 1; ep <= std::min(n / tp, minExperts); ++ep) {
       if ((n / tp) % ep != 0 || (epDegree > 0 && ep != epDegree) || ep <= maxPinnedRank)
@@ -600,7 +606,8 @@ void PlanShardingPass::runOnOperation() {
         << "on " << n << " devices: dp x ep x tp must equal the device "
         << "count, ep must be at most " << minExperts
         << " (the fewest experts of a layer), tp a power of two "
-           "dividing the node size and the heads";
+           "dividing the node size and the heads"
+        << (step.crossHeadNorm ? " (tp = 1: a q/k norm spans the heads)" : "");
     return signalPassFailure();
   }
   std::vector<size_t> order(candidates.size());

@@ -491,9 +491,9 @@ bool Runner::step(Operation *op) {
       .Case([&](RMSNormOp o) {
         Tensor &x = in(o.getX()), &g = in(o.getGamma());
         double eps = o.getEpsilon().convertToFloat();
-        int64_t d = x.shape.back();
+        int64_t d = g.shape[0]; // a group: the last dimension, or a head of it
         Tensor y = Tensor::zeros(x.shape);
-        for (int64_t r = 0; r < rows(x); ++r) {
+        for (int64_t r = 0; r < static_cast<int64_t>(x.data.size()) / d; ++r) {
           double ms = 0;
           for (int64_t c = 0; c < d; ++c)
             ms += x.data[r * d + c] * x.data[r * d + c];
@@ -507,9 +507,9 @@ bool Runner::step(Operation *op) {
       .Case([&](RMSNormGradOp o) {
         Tensor &x = in(o.getX()), &g = in(o.getGamma()), &dy = in(o.getDy());
         double eps = o.getEpsilon().convertToFloat();
-        int64_t d = x.shape.back();
+        int64_t d = g.shape[0]; // a group: the last dimension, or a head of it
         Tensor dx = Tensor::zeros(x.shape), dg = Tensor::zeros(g.shape);
-        for (int64_t r = 0; r < rows(x); ++r) {
+        for (int64_t r = 0; r < static_cast<int64_t>(x.data.size()) / d; ++r) {
           const double *xr = &x.data[r * d], *dyr = &dy.data[r * d];
           double ms = 0, ax = 0;
           for (int64_t c = 0; c < d; ++c) {

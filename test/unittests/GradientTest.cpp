@@ -147,6 +147,25 @@ TEST_F(GradientTest, RMSNormAndResidualAdd) {
         {ids({3}, 4, 3)});
 }
 
+// Per-head norms (Qwen3-MoE's q/k norm): gamma of one head's width, each
+// head of a row normalised on its own.
+TEST_F(GradientTest, RMSNormPerHead) {
+  check(R"mlir(
+    moe.param @x : tensor<3x8xf32> init <normal, scale = 1.0>
+    moe.param @g : tensor<4xf32> init <normal, scale = 1.0>
+    moe.param @w : tensor<8x4xf32> init <normal, scale = 0.5>
+    func.func @step(%t: tensor<3xi32>) -> tensor<f32> {
+      %x = moe.get_param @x : tensor<3x8xf32>
+      %g = moe.get_param @g : tensor<4xf32>
+      %h = moe.rms_norm %x, %g {epsilon = 1.0e-3 : f32} : tensor<3x8xf32>, tensor<4xf32>
+      %w = moe.get_param @w : tensor<8x4xf32>
+      %l = moe.linear %h, %w : tensor<3x8xf32>, tensor<8x4xf32> -> tensor<3x4xf32>
+      %c = moe.cross_entropy %l, %t : tensor<3x4xf32>, tensor<3xi32> -> tensor<f32>
+      return %c : tensor<f32>
+    })mlir",
+        {ids({3}, 4, 3)});
+}
+
 // Mixed precision: the weights read through bf16 copies (moe.cast), whose
 // gradients the rule converts back to the f32 parameters' type (the
 // reference computes in f64 whatever the types).

@@ -73,13 +73,14 @@ TEST_F(VerifierTest, DispatchBuilderMakesVerifiableBuffers) {
 
 TEST_F(VerifierTest, ParseErrorsCarryLocations) {
   OwningOpRef<ModuleOp> bad = parse(R"mlir(
-    func.func @f(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
-      %0 = moe.rms_norm %x, %g : tensor<2x8xf32>, tensor<4xf32>
+    func.func @f(%x: tensor<2x8xf32>, %g: tensor<3xf32>) {
+      %0 = moe.rms_norm %x, %g : tensor<2x8xf32>, tensor<3xf32>
       return
     })mlir");
   EXPECT_FALSE(bad);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0], "'moe.rms_norm' op gamma must have shape 8, got 4");
+  EXPECT_EQ(errors[0], "'moe.rms_norm' op gamma's size (3) must divide x's last dimension (8): "
+                       "the groups normalised");
 }
 
 } // namespace

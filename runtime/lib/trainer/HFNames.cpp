@@ -111,6 +111,8 @@ std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName
     return one(at + "input_layernorm.weight", false);
   if (rest == "ffn_norm")
     return one(at + "post_attention_layernorm.weight", false);
+  if (rest == "q_norm" || rest == "k_norm") // Qwen3-MoE's per head, OLMoE's whole
+    return one(at + "self_attn." + rest + ".weight", false);
   for (auto [moec, hf] : {std::pair<const char *, const char *>{"wq", "q_proj"},
                           {"wk", "k_proj"},
                           {"wv", "v_proj"},

@@ -31,6 +31,24 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf16>) {
 
 // -----
 
+// rms_norm_grad: gamma's size divides x's last dimension, as moe.rms_norm's
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<3xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.rms_norm_grad' op gamma's size (3) must divide x's last dimension (8): the groups normalised}}
+  %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f32} : tensor<2x8xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+// rms_norm_grad: gamma is a vector
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x4xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.rms_norm_grad' op gamma must have rank 1 ([G]), got rank 2}}
+  %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f32} : tensor<2x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
 // attention_grad: dout and dq have q's type (traits, ahead of the verifier)
 func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf16>) {
   // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {q, dq, dout} have same type}}

@@ -120,10 +120,19 @@ func.func @f(%x: tensor<f32>, %g: tensor<8xf32>) {
 
 // -----
 
-// rms_norm: gamma is [D]
-func.func @f(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
-  // expected-error @+1 {{'moe.rms_norm' op gamma must have shape 8, got 4}}
-  %0 = moe.rms_norm %x, %g : tensor<2x8xf32>, tensor<4xf32>
+// rms_norm: gamma's size divides D (groups of it are normalised)
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<3xf32>) {
+  // expected-error @+1 {{'moe.rms_norm' op gamma's size (3) must divide x's last dimension (8): the groups normalised}}
+  %0 = moe.rms_norm %x, %g : tensor<2x8xf32>, tensor<3xf32>
+  return
+}
+
+// -----
+
+// rms_norm: gamma is a vector
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x4xf32>) {
+  // expected-error @+1 {{'moe.rms_norm' op gamma must have rank 1 ([G]), got rank 2}}
+  %0 = moe.rms_norm %x, %g : tensor<2x8xf32>, tensor<2x4xf32>
   return
 }
 

@@ -39,6 +39,14 @@ func.func @rms_norm(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>) -> (tensor<2x4x8xf
   return %0, %1 : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 }
 
+// Groups of gamma's size: per-head norms of a projection (2 heads of 4).
+// CHECK-LABEL: func.func @rms_norm_per_head
+func.func @rms_norm_per_head(%q: tensor<2x4x8xf32>, %g: tensor<4xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: moe.rms_norm %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<4xf32>
+  %0 = moe.rms_norm %q, %g : tensor<2x4x8xf32>, tensor<4xf32>
+  return %0 : tensor<2x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @attention
 func.func @attention(%q: tensor<2x4x16xf16>, %k: tensor<2x4x8xf16>, %v: tensor<2x4x8xf16>) -> (tensor<2x4x16xf16>, tensor<2x4x16xf16>) {
   // CHECK: moe.attention %{{.*}}, %{{.*}}, %{{.*}} heads 4 kv_heads 2 : tensor<2x4x16xf16>, tensor<2x4x8xf16>, tensor<2x4x8xf16>

@@ -84,6 +84,8 @@ MIN_TOPK_MARGIN = 1e-12
 def features(spec, groups, base):
     """(feature name, mutant) for every feature this model exercises."""
     out = [("causal-attention", "no-causal-mask"), ("rms-norm", "eps-off")]
+    if spec["qk_norm"] != "none":
+        out.append(("qk-norm-" + spec["qk_norm"], "qk-norm-grouping-swapped"))
     if spec["rope_theta"] is not None:
         out.append(("rope", "rope-interleaved"))
     # Grouped-query attention; with one kv head (multi-query) every mapping

@@ -119,6 +119,10 @@ SMALL = {
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2,
                   "norm_topk_prob": True, "max_position_embeddings": 64},
+    "olmoe": {"model_type": "olmoe", "vocab_size": 256, "hidden_size": 32,
+              "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+              "norm_topk_prob": False, "clip_qkv": None, "max_position_embeddings": 64},
 }
 
 
@@ -138,15 +142,19 @@ def weights(config, rng):
                 (at + "self_attn.k_proj.weight", normal(kv * hd, d)),
                 (at + "self_attn.v_proj.weight", normal(kv * hd, d)),
                 (at + "self_attn.o_proj.weight", normal(d, heads * hd))]
-        if family == "qwen3_moe":
+        if family == "qwen3_moe":  # per head
             out += [(at + "self_attn.q_norm.weight", gain(hd)),
                     (at + "self_attn.k_norm.weight", gain(hd))]
+        if family == "olmoe":  # over the whole projections
+            out += [(at + "self_attn.q_norm.weight", gain(heads * hd)),
+                    (at + "self_attn.k_norm.weight", gain(kv * hd))]
         out.append((at + "post_attention_layernorm.weight", gain(d)))
         if family == "mixtral":
             e, f, block = config["num_local_experts"], config["intermediate_size"], "block_sparse_moe"
             names = ("w1", "w3", "w2")
         else:
-            e, f, block = config["num_experts"], config["moe_intermediate_size"], "mlp"
+            e, block = config["num_experts"], "mlp"
+            f = config.get("moe_intermediate_size", config["intermediate_size"])
             names = ("gate_proj", "up_proj", "down_proj")
         out.append((at + block + ".gate.weight", rng.normal(0.0, 0.5, (e, d))))
         for x in range(e):

@@ -1,6 +1,12 @@
 """An independent forward pass over a HuggingFace checkpoint (numpy, float64).
 
-Written from HuggingFace transformers' modeling_mixtral.py (MixtralForCausalLM):
+Written from HuggingFace transformers' modeling_mixtral.py (MixtralForCausalLM),
+and for the differences of modeling_qwen3_moe.py (Qwen3MoeForCausalLM: q_norm
+and k_norm, RMSNorms of head_dim applied to each head of the projected queries
+and keys before the rotary embedding; the router's top-k renormalised only
+with norm_topk_prob; `mlp.gate`, `mlp.experts.{e}.gate/up/down_proj`) and
+modeling_olmoe.py (OlmoeForCausalLM: q_norm and k_norm over the whole
+projections, of hidden_size and head_dim * num_key_value_heads):
 RMSNorm computed as x * rsqrt(mean(x^2) + eps) * weight; rotary embeddings on
 the two halves of each head (rotate_half, inv_freq = theta^(-2i/d)); grouped
 query attention by repeat_kv (query head h reads key/value head h // (H/KV));
@@ -14,7 +20,8 @@ HuggingFace names and layouts ([out, in] projections), not MoEC's.
       (bytes of a text file as tokens); with --compare, the eval_loss line of a
       metrics file must agree to relative T (default 1e-4). --mutate NAME
       reads one feature wrongly (rope-interleaved, gqa-modulo,
-      no-renormalize, w1-w3-swapped), to show the comparison can fail.
+      no-renormalize, w1-w3-swapped, no-qk-norm, qk-norm-grouping-swapped),
+      to show the comparison can fail.
 """
 
 import json
@@ -34,6 +41,22 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def rms_eps(c):
+    """rms_norm_eps, or the family's config class default."""
+    return c.get("rms_norm_eps", 1e-6 if c["model_type"] == "qwen3_moe" else 1e-5)
+
+
+def qk_norm(x, w, eps, per_head, hd):
+    """Qwen3-MoE's norm of each head (a weight of head_dim), OLMoE's of the
+    whole projection (a weight of its width)."""
+    n, width = x.shape
+    if per_head:
+        heads = x.reshape(n, width // hd, hd)
+        w = w if w.shape[0] == hd else np.ones(hd)
+        return rms_norm(heads, w, eps).reshape(n, width)
+    return rms_norm(x, np.resize(w, width), eps)
+
+
 def rotate_half(x):
     if MUTANT == "rope-interleaved":  # pairs (2i, 2i+1) instead of halves
         out = np.empty_like(x)
@@ -47,10 +70,17 @@ def attention(x, t, at, c):
     n, d = x.shape
     heads, kv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim") or d // heads
-    q = (x @ t[at + "q_proj.weight"].T).reshape(n, heads, hd)
-    k = (x @ t[at + "k_proj.weight"].T).reshape(n, kv, hd)
+    q, k = x @ t[at + "q_proj.weight"].T, x @ t[at + "k_proj.weight"].T
+    family, eps = c["model_type"], rms_eps(c)
+    per_head = family == "qwen3_moe"
+    if MUTANT == "qk-norm-grouping-swapped":
+        per_head = not per_head
+    if family in ("qwen3_moe", "olmoe") and MUTANT != "no-qk-norm":
+        q = qk_norm(q, t[at + "q_norm.weight"], eps, per_head, hd)
+        k = qk_norm(k, t[at + "k_norm.weight"], eps, per_head, hd)
+    q, k = q.reshape(n, heads, hd), k.reshape(n, kv, hd)
     v = (x @ t[at + "v_proj.weight"].T).reshape(n, kv, hd)
-    theta = c.get("rope_theta", 1e6)
+    theta = c.get("rope_theta", 1e6 if family == "mixtral" else 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
     freqs = np.outer(np.arange(n, dtype=np.float64), inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)[:, None, :]
@@ -76,25 +106,28 @@ def silu(x):
 
 
 def moe(x, t, at, c):
-    block = at + "block_sparse_moe."
+    mixtral = c["model_type"] == "mixtral"
+    block = at + ("block_sparse_moe." if mixtral else "mlp.")
     logits = x @ t[block + "gate.weight"].T
     probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)
     k = c["num_experts_per_tok"]
     top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
     weights = np.take_along_axis(probs, top, axis=-1)
-    if MUTANT != "no-renormalize":
+    renormalize = True if mixtral else c.get("norm_topk_prob", False)
+    if renormalize != (MUTANT == "no-renormalize"):
         weights /= weights.sum(axis=-1, keepdims=True)
     out = np.zeros_like(x)
-    for e in range(c["num_local_experts"]):
+    up, gate, down = ("w3", "w1", "w2") if mixtral else ("up_proj", "gate_proj", "down_proj")
+    for e in range(c["num_local_experts" if mixtral else "num_experts"]):
         ex = block + "experts.%d." % e
         rows, slot = np.nonzero(top == e)
         if len(rows) == 0:
             continue
         h = x[rows]
-        w1, w3 = ("w3", "w1") if MUTANT == "w1-w3-swapped" else ("w1", "w3")
+        w1, w3 = (up, gate) if MUTANT == "w1-w3-swapped" else (gate, up)
         y = (silu(h @ t[ex + w1 + ".weight"].T) * (h @ t[ex + w3 + ".weight"].T)) @ \
-            t[ex + "w2.weight"].T
+            t[ex + down + ".weight"].T
         out[rows] += weights[rows, slot][:, None] * y
     return out
 
@@ -102,7 +135,7 @@ def moe(x, t, at, c):
 def window_loss(tokens, t, c):
     """Mean next-token cross entropy of one window (len(tokens) - 1 targets)."""
     x = t["model.embed_tokens.weight"][tokens[:-1]]
-    eps = c.get("rms_norm_eps", 1e-5)
+    eps = rms_eps(c)
     for i in range(c["num_hidden_layers"]):
         at = "model.layers.%d." % i
         x = x + attention(rms_norm(x, t[at + "input_layernorm.weight"], eps), t,
@@ -122,7 +155,7 @@ def main(argv):
     options = dict(zip(argv[3::2], argv[4::2]))
     MUTANT = options.get("--mutate")
     config = json.load(open(os.path.join(path, "config.json")))
-    if config["model_type"] != "mixtral":
+    if config["model_type"] not in ("mixtral", "qwen3_moe", "olmoe"):
         print("hf_forward.py: model_type %s is not written here" % config["model_type"])
         return 2
     tensors = hf_checkpoint.load(path)

@@ -99,6 +99,8 @@ def load_model(path):
     # JSON null means "no position encoding"; absent means 10000.
     spec["rope_theta"] = m["rope_theta"] if "rope_theta" in m else 10000.0
     spec["norm_eps"] = m.get("norm_eps", 1e-5)
+    spec["qk_norm"] = m.get("qk_norm", "none")
+    assert spec["qk_norm"] in ("none", "head", "full")
 
     moe = m.get("moe")
     base = dict(_MOE_DEFAULTS)
@@ -166,6 +168,11 @@ def expected_params(spec):
         p[pre + "wk"] = (d, hkv)
         p[pre + "wv"] = (d, hkv)
         p[pre + "wo"] = (hq, d)
+        # qk_norm: a gain per head width ("head") or per projection ("full").
+        if spec["qk_norm"] != "none":
+            full = spec["qk_norm"] == "full"
+            p[pre + "q_norm"] = (hq if full else spec["head_dim"],)
+            p[pre + "k_norm"] = (hkv if full else spec["head_dim"],)
         p[pre + "ffn_norm"] = (d,)
         if L["dense"]:
             f = spec["ffn_dim"]
@@ -219,6 +226,7 @@ MUTANTS = {
     "gqa-modulo": "query head h reads kv head h % KV instead of h / (H / KV)",
     "no-causal-mask": "attention without the causal mask",
     "eps-off": "RMSNorm without epsilon",
+    "qk-norm-grouping-swapped": "q/k norm over the whole projection where it is per head, and vice versa",
     "dense-ffn-off": "dense FFN layers contribute nothing",
     "routed-off": "routed experts contribute nothing",
     "shared-off": "shared experts contribute nothing",
@@ -248,6 +256,18 @@ MUTANTS = {
 def rms_norm(x, gamma, eps):
     # result = x / sqrt(mean(x^2, last) + epsilon) * gamma
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * gamma
+
+
+def qk_norm(x, gamma, eps, per_head, hd):
+    """qk_norm of a projection x [B, S, N*hd]: each head on its own with the
+    gain gamma [hd] (per_head), or the whole projection with gamma [N*hd]."""
+    if not per_head:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * np.resize(gamma, x.shape[-1])
+    b, s, w = x.shape
+    heads = x.reshape(b, s, w // hd, hd)
+    g = gamma if gamma.shape[0] == hd else np.ones(hd)  # a swapped reading has no per-head gain
+    out = heads / np.sqrt(np.mean(heads * heads, axis=-1, keepdims=True) + eps) * g
+    return out.reshape(b, s, w)
 
 
 def silu(x):
@@ -499,8 +519,13 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
         pre = "l%d." % i
         # Pre-norm attention block with a residual connection.
         h = rms_norm(x, P[pre + "attn_norm"], eps)
-        a = attention(h @ P[pre + "wq"], h @ P[pre + "wk"], h @ P[pre + "wv"],
-                      n_h, n_kv, hd, theta, mutate)
+        q, k = h @ P[pre + "wq"], h @ P[pre + "wk"]
+        if spec["qk_norm"] != "none":
+            # After the projections, before the rotary embedding.
+            per_head = (spec["qk_norm"] == "head") != ("qk-norm-grouping-swapped" in mutate)
+            q = qk_norm(q, P[pre + "q_norm"], eps, per_head, hd)
+            k = qk_norm(k, P[pre + "k_norm"], eps, per_head, hd)
+        a = attention(q, k, h @ P[pre + "wv"], n_h, n_kv, hd, theta, mutate)
         x = x + a @ P[pre + "wo"]
         # Pre-norm FFN block (dense SwiGLU, or routed + shared experts).
         h2 = rms_norm(x, P[pre + "ffn_norm"], eps)

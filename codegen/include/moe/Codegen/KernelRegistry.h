@@ -50,6 +50,8 @@ struct KernelArg {
   enum Source { Operand, Result, Dummy, Param, MomentM, MomentV, Metric } source;
   unsigned index = 0;
   ViewKind view = ViewKind::Rows2;
+  /// Rows2: rows of this many elements (0: the last dimension).
+  int64_t rowWidth = 0;
   unsigned dummyRank = 1;
   bool dummyInt = false; ///< an i32 dummy (else f32)
 };

@@ -69,6 +69,10 @@ struct ModelSpec {
   std::string dtype = "f32";                 ///< f32 | bf16 | f16
   std::optional<double> ropeTheta = 10000.0; ///< nullopt: no rotary embedding
   double normEps = 1e-5;
+  /// RMSNorm of the queries and keys after their projections (before the
+  /// rotary embedding): "none", "head" (each head on its own, one gain of the
+  /// head width: Qwen3-MoE) or "full" (the whole projection: OLMoE).
+  std::string qkNorm = "none";
   double initStd = 0.02;
   std::vector<LayerSpec> layers;
   OptimizerSpec optimizer;

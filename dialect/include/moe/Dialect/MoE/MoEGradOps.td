@@ -40,7 +40,8 @@ def MoE_RMSNormGradOp : MoE_GradOp<"rms_norm_grad", [
     ```mlir
     %dx, %dg = moe.rms_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f32} : tensor<2x16x64xf32>, tensor<64xf32>
     ```
-    Constraints: `dy` and `dx` have `x`'s type; `dgamma` has `gamma`'s.
+    Groups as in moe.rms_norm. Constraints: `dy` and `dx` have `x`'s type;
+    `dgamma` has `gamma`'s.
   }];
   let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$gamma,
                        MoE_FloatTensor:$dy, F32Attr:$epsilon);

@@ -38,18 +38,23 @@ def MoE_EmbeddingOp : MoE_Op<"embedding", [Pure,
 
 def MoE_RMSNormOp : MoE_Op<"rms_norm", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
-  let summary = "root-mean-square normalisation over the last dimension";
+  let summary = "root-mean-square normalisation over groups of the last dimension";
   let description = [{
-    `result = x / sqrt(mean(x^2, last) + epsilon) * gamma`.
+    `result = x / sqrt(mean(x^2, group) + epsilon) * gamma`, where a group is
+    `G = size(gamma)` consecutive elements of `x`'s last dimension: the whole
+    dimension when `G` is its size, each attention head's slice of a
+    projection when `G` is the head width (Qwen3-MoE's per-head q/k norm).
 
     ```mlir
     %y = moe.rms_norm %x, %g {epsilon = 1.0e-06 : f32}
         : tensor<2x16x64xf32>, tensor<64xf32>
+    %qn = moe.rms_norm %q, %gq {epsilon = 1.0e-06 : f32}   // 8 heads of 8
+        : tensor<2x16x64xf32>, tensor<8xf32>
     ```
 
     Constraints:
-    - `x` has rank >= 1; `gamma` has rank 1 and the size of `x`'s last
-      dimension;
+    - `x` has rank >= 1; `gamma` has rank 1 and a size that divides `x`'s
+      last dimension;
     - `gamma` has `x`'s element type;
     - `epsilon > 0`.
   }];
