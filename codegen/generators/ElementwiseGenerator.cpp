@@ -2,6 +2,9 @@
 //
 // `add`:          z = a + b over `size` elements (residuals, loss terms,
 //                 gradient accumulation).
+// `sigmoid_gate`: z[d, r] = x[d, r] * sigmoid(g[r]) (Qwen2-MoE's shared
+//                 expert gate), and its gradient `sigmoid_gate_grad`:
+//                 dx = dy s, dg[r] = s (1 - s) <dy[., r], x[., r]>.
 // `sum_squares`:  strided partial sums of squares of a gradient, per row
 //                 (a device target's global norm reads these back).
 // `adamw_update`: one AdamW step of a parameter of `size` elements, with
@@ -66,6 +69,78 @@ public:
       z.vectorize(i, vec, TailStrategy::GuardWithIf);
     if (size >= 1 << 16)
       z.parallel(i, 1 << 14, TailStrategy::GuardWithIf);
+  }
+};
+
+/// moe.sigmoid_gate: `rows` rows of `width`, each scaled by the sigmoid of
+/// its gate logit (g is [1, rows]).
+class SigmoidGate : public moec_codegen::MoEGenerator<SigmoidGate> {
+public:
+  GeneratorParam<int> rows{"rows", 1};
+  GeneratorParam<int> width{"width", 1};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> g{"g"};
+  Output<Buffer<void, 2>> z{"z"};
+  Var d{"d"}, r{"r"};
+  Func s{"s"};
+
+  void configure() { storage(x, g, z); }
+
+  void generate() {
+    Func xf = widened(x), gf = widened(g);
+    s(r) = 1.0f / (1.0f + exp(-gf(0, r)));
+    z(d, r) = narrowed(z, xf(d, r) * s(r));
+  }
+
+  void schedule() {
+    constrainDense(x, {width, rows});
+    constrainDense(g, {1, rows});
+    constrainDense(z, {width, rows});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    const int vec = natural_vector_size<float>();
+    s.compute_at(z, r);
+    z.parallel(r);
+    if (width >= vec)
+      z.vectorize(d, vec, TailStrategy::GuardWithIf);
+  }
+};
+
+class SigmoidGateGrad : public moec_codegen::MoEGenerator<SigmoidGateGrad> {
+public:
+  GeneratorParam<int> rows{"rows", 1};
+  GeneratorParam<int> width{"width", 1};
+  Input<Buffer<void, 2>> x{"x"};
+  Input<Buffer<void, 2>> g{"g"};
+  Input<Buffer<void, 2>> dy{"dy"};
+  Output<Buffer<void, 2>> dx{"dx"};
+  Output<Buffer<void, 2>> dg{"dg"};
+  Var d{"d"}, r{"r"};
+  Func s{"s"};
+
+  void configure() { storage(x, g, dy, dx, dg); }
+
+  void generate() {
+    RDom c(0, width);
+    Func xf = widened(x), gf = widened(g), dyf = widened(dy);
+    s(r) = 1.0f / (1.0f + exp(-gf(0, r)));
+    dx(d, r) = narrowed(dx, dyf(d, r) * s(r));
+    dg(d, r) = narrowed(dg, s(r) * (1.0f - s(r)) * sum(dyf(c, r) * xf(c, r)));
+  }
+
+  void schedule() {
+    constrainDense(x, {width, rows});
+    constrainDense(g, {1, rows});
+    constrainDense(dy, {width, rows});
+    constrainDense(dx, {width, rows});
+    constrainDense(dg, {1, rows});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    const int vec = natural_vector_size<float>();
+    s.compute_root();
+    dx.parallel(r);
+    if (width >= vec)
+      dx.vectorize(d, vec, TailStrategy::GuardWithIf);
   }
 };
 
@@ -153,3 +228,5 @@ HALIDE_REGISTER_GENERATOR(Add, add)
 HALIDE_REGISTER_GENERATOR(Cast, cast)
 HALIDE_REGISTER_GENERATOR(AdamWUpdate, adamw_update)
 HALIDE_REGISTER_GENERATOR(SumSquares, sum_squares)
+HALIDE_REGISTER_GENERATOR(SigmoidGate, sigmoid_gate)
+HALIDE_REGISTER_GENERATOR(SigmoidGateGrad, sigmoid_gate_grad)

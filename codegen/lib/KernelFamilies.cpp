@@ -115,6 +115,14 @@ Args normArgs(const KernelSpec &s, unsigned n, unsigned r) {
   return args;
 }
 
+//===-- ElementwiseGenerator.cpp: sigmoid_gate ---------------------------===//
+
+Params sigmoidGateParams(const KernelSpec &s, Gemm) {
+  int64_t d = s.in(0).back();
+  return {param("rows", KernelSpec::numel(s.in(0)) / d), param("width", d)};
+}
+int64_t sigmoidGateGradScratch(const GeneratorParams &v) { return v("rows"); } // the sigmoids
+
 //===-- LinearGenerator.cpp ----------------------------------------------===//
 
 /// Operands: x, w, then the bias if any, then the residual if fused.
@@ -455,6 +463,12 @@ const std::vector<KernelFamily> &rows() {
        nullptr},
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, nullptr, V::Vector},
       {"cast", "cast", {"a", "z"}, addParams, nullptr, nullptr, V::Vector},
+      {"sigmoid_gate", "sigmoid_gate", {"x", "g", "z"}, sigmoidGateParams, nullptr},
+      {"sigmoid_gate_grad",
+       "sigmoid_gate_grad",
+       {"x", "g", "dy", "dx", "dg"},
+       sigmoidGateParams,
+       sigmoidGateGradScratch},
       {"sum_squares", "sum_squares", {"x", "s"}, sumSquaresParams, nullptr, nullptr, V::Flat},
       {"adamw_update",
        "adamw_update",

@@ -37,6 +37,14 @@ LogicalResult RMSNormGradOp::verify() {
   return success();
 }
 
+LogicalResult SigmoidGateGradOp::verify() {
+  if (failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
+      failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
+      failed(checkGradType(*this, "dgate", getDgate(), "gate", getGate())))
+    return failure();
+  return checkSigmoidGate(*this, getX(), getGate());
+}
+
 LogicalResult AttentionGradOp::verify() {
   return failure(failed(checkGradType(*this, "dout", getDout(), "q", getQ())) ||
                  failed(checkGradType(*this, "dq", getDq(), "q", getQ())) ||

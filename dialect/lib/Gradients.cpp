@@ -32,6 +32,13 @@ LogicalResult RMSNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
   return success();
 }
 
+LogicalResult SigmoidGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                           SmallVectorImpl<Value> &operandGrads) {
+  auto grad = SigmoidGateGradOp::create(b, getLoc(), getX(), getGate(), resultGrads[0]);
+  operandGrads.assign({grad.getDx(), grad.getDgate()});
+  return success();
+}
+
 LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
   auto grad = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(),

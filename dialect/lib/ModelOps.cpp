@@ -106,6 +106,8 @@ LogicalResult CrossEntropyOp::verify() {
   return checkShape(*this, "targets", getTargets(), leading(logits));
 }
 
+LogicalResult SigmoidGateOp::verify() { return checkSigmoidGate(*this, getX(), getGate()); }
+
 LogicalResult CastOp::verify() {
   auto in = tensorType(getInput()), out = tensorType(getResult());
   if (in.getShape() != out.getShape())

@@ -236,3 +236,15 @@ LogicalResult checks::checkExpertRows(Operation *op, Value rows, Value x) {
                              << " experts, with G dividing the " << slots << " slots";
   return success();
 }
+
+/// moe.sigmoid_gate and its gradient: a gate of x's shape with a last
+/// dimension of 1 and x's element type.
+LogicalResult checks::checkSigmoidGate(Operation *op, Value x, Value gate) {
+  SmallVector<int64_t> expected(tensorType(x).getShape());
+  if (expected.empty())
+    return op->emitOpError("x must have rank >= 1");
+  expected.back() = 1;
+  if (failed(checkShape(op, "gate", gate, expected)))
+    return failure();
+  return checkSameElementType(op, {{"x", x}, {"gate", gate}});
+}

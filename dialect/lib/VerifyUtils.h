@@ -30,6 +30,10 @@ LogicalResult checkRank(Operation *op, StringRef name, Value value, int64_t rank
 LogicalResult checkSameElementType(Operation *op,
                                    ArrayRef<std::pair<StringRef, Value>> namedValues);
 
+/// A sigmoid gate's logits: `x`'s shape with a last dimension of 1, `x`'s
+/// element type (moe.sigmoid_gate, moe.sigmoid_gate_grad).
+LogicalResult checkSigmoidGate(Operation *op, Value x, Value gate);
+
 /// `rows` of an expert FFN (absent, or `[E * G]` with `G` dividing the
 /// buffer's `C` slots), for a `[E, C, D]` buffer `x`.
 LogicalResult checkExpertRows(Operation *op, Value rows, Value x);

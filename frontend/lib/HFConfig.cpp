@@ -272,13 +272,14 @@ std::optional<ModelSpec> Importer::run() {
         // HF's Qwen-MoE takes (layer + 1) % decoder_sparse_step: 0 is no step.
         sparseEvery(s, r.getInt("decoder_sparse_step", 1, 1, 1 << 14), dense);
         if (family == "qwen2_moe") {
-          // HF's Qwen2-MoE attention always has q/k/v biases (no config key).
-          notModelled.push_back("(implicit) the q, k and v projections' biases of Qwen2-MoE");
+          // HF's Qwen2-MoE attention always has q/k/v biases (no config key),
+          // and its shared expert a sigmoid gate (Qwen2MoeSparseMoeBlock).
+          s.qkvBias = true;
           int64_t shared = r.getInt("shared_expert_intermediate_size", 0, 0, kMaxDim);
           if (shared) {
             m.numSharedExperts = 1;
             m.sharedFfnDim = shared;
-            notModelled.push_back("(implicit) the sigmoid gate on Qwen2-MoE's shared expert");
+            m.sharedExpertGate = true;
           }
         } else {
           s.qkNorm = "head"; // HF's Qwen3MoeAttention: q_norm, k_norm of head_dim

@@ -20,6 +20,7 @@ json moeJson(const MoESettings &m) {
             {"activation", m.activation},
             {"num_shared_experts", m.numSharedExperts},
             {"shared_expert_ffn_dim", m.sharedFfnDim},
+            {"shared_expert_gate", m.sharedExpertGate},
             {"router_scoring", m.scoring},
             {"renormalize", m.renormalize},
             {"aux_loss_coef", m.auxLossCoef},
@@ -48,6 +49,7 @@ json moec::frontend::modelSpecToJson(const ModelSpec &s) {
             {"dtype", s.dtype},
             {"norm_eps", s.normEps},
             {"qk_norm", s.qkNorm},
+            {"qkv_bias", s.qkvBias},
             {"init_std", s.initStd},
             {"seed", s.seed}};
   if (s.headDim)

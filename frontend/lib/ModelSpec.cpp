@@ -83,6 +83,7 @@ std::vector<std::string> moec::frontend::architectureDifferences(const ModelSpec
   d.add("rope_theta", f32(c.ropeTheta), f32(g.ropeTheta));
   d.add("norm_eps", f32(c.normEps), f32(g.normEps));
   d.add("qk_norm", c.qkNorm, g.qkNorm);
+  d.add("qkv_bias", c.qkvBias, g.qkvBias);
   bool anyDense = false;
   for (size_t i = 0; i < std::min(c.layers.size(), g.layers.size()); ++i) {
     const LayerSpec &a = c.layers[i], &b = g.layers[i];
@@ -100,6 +101,7 @@ std::vector<std::string> moec::frontend::architectureDifferences(const ModelSpec
     d.add(at + "expert_ffn_dim", x.expertFfnDim, y.expertFfnDim);
     d.add(at + "activation", x.activation, y.activation);
     d.add(at + "shared experts' width", sharedWidth(x), sharedWidth(y));
+    d.add(at + "shared_expert_gate", x.sharedExpertGate, y.sharedExpertGate);
     d.add(at + "router_scoring", x.scoring, y.scoring);
     d.add(at + "renormalize", x.renormalize, y.renormalize);
     d.add(at + "routed_scaling", f32(x.routedScaling), f32(y.routedScaling));

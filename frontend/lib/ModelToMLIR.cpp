@@ -86,10 +86,15 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
   int64_t d = spec.dModel, hd = spec.headDim;
   Value gamma = param(prefix + "attn_norm", {d}, InitKind::ones, where);
   Value norm = rmsNorm(x, gamma, where);
-  Value q =
-      LinearOp::create(body, where, norm, weight(prefix + "wq", {d, spec.numHeads * hd}, where));
-  Value k =
-      LinearOp::create(body, where, norm, weight(prefix + "wk", {d, spec.numKvHeads * hd}, where));
+  // The q, k, v projections, with biases when qkv_bias (zero at the start).
+  auto project = [&](const char *name, int64_t width) -> Value {
+    Value w = weight(prefix + "w" + name, {d, width}, where);
+    Value bias =
+        spec.qkvBias ? param(prefix + "b" + name, {width}, InitKind::zeros, where) : Value();
+    return LinearOp::create(body, where, norm, w, bias);
+  };
+  Value q = project("q", spec.numHeads * hd);
+  Value k = project("k", spec.numKvHeads * hd);
   if (spec.qkNorm != "none") { // per head: one gain of the head width; full: the projection's
     bool full = spec.qkNorm == "full";
     q = rmsNorm(q, param(prefix + "q_norm", {full ? spec.numHeads * hd : hd}, InitKind::ones, where),
@@ -98,8 +103,7 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
         k, param(prefix + "k_norm", {full ? spec.numKvHeads * hd : hd}, InitKind::ones, where),
         where);
   }
-  Value v =
-      LinearOp::create(body, where, norm, weight(prefix + "wv", {d, spec.numKvHeads * hd}, where));
+  Value v = project("v", spec.numKvHeads * hd);
   auto attention = AttentionOp::create(
       body, where, q.getType(), q, k, v, spec.numHeads, spec.numKvHeads,
       spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta)) : FloatAttr());
@@ -164,7 +168,13 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     out = CombineOp::create(body, where, expertsOut, route.getGates(), route.getExperts());
     if (m.numSharedExperts > 0) {
       int64_t width = m.numSharedExperts * (m.sharedFfnDim ? m.sharedFfnDim : f);
-      out = AddOp::create(body, where, out, dense(prefix + "shared", act, width));
+      Value shared = dense(prefix + "shared", act, width);
+      if (m.sharedExpertGate) { // sigmoid(h w) scales each token's shared output
+        Value logit =
+            LinearOp::create(body, where, h, weight(prefix + "shared_gate", {d, 1}, where));
+        shared = SigmoidGateOp::create(body, where, shared.getType(), shared, logit);
+      }
+      out = AddOp::create(body, where, out, shared);
     }
     auxLoss = auxLoss ? AddOp::create(body, where, auxLoss, route.getAuxLoss()).getResult()
                       : route.getAuxLoss();

@@ -253,7 +253,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
 }
 
 /// Megatron tensor parallelism over the `tp` ranks of a replica: attention
-/// heads (q, k, v column-parallel, with their per-head norms if any; the
+/// heads (q, k, v column-parallel with their biases and per-head norms if any; the
 /// output projection row-parallel), the
 /// dense FFNs' and every expert's FFN width (up and gate column-parallel,
 /// down row-parallel). A column-parallel input enters through moe.tp_enter
@@ -322,10 +322,12 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
         in = norm.getX();
       }
       auto lin = in.getDefiningOp<LinearOp>();
-      if (!lin || lin.getBias() || !lin->hasOneUse())
+      if (!lin || !lin->hasOneUse())
         return att.emitOpError("tensor parallelism needs q, k and v each from its own "
-                               "bias-free moe.linear");
-      if (failed(split(lin, lin.getWeight(), 1)))
+                               "moe.linear");
+      // Column-parallel: the weight's columns and the bias (if any) split.
+      if (failed(split(lin, lin.getWeight(), 1)) ||
+          (lin.getBias() && failed(split(lin, lin.getBias(), 0))))
         return failure();
       lin.getXMutable().assign(enter(lin.getX()));
       shrink(lin.getResult(), cast<RankedTensorType>(lin.getType()).getRank() - 1);

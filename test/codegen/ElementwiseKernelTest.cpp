@@ -5,6 +5,8 @@
 // moe-halide-gen (the scratch bound and KernelContractTest see them too).
 // kernel: add_k add size=40
 // kernel: sum_squares_k sum_squares size=96 rows=3 chunks=4
+// kernel: sigmoid_gate_k sigmoid_gate rows=6 width=20
+// kernel: sigmoid_gate_grad_k sigmoid_gate_grad rows=6 width=20
 // kernel: adamw_k adamw_update size=37 beta1=0.9 beta2=0.95 eps=1e-8 weight_decay=0.1 grad_clip=1.0
 
 #include "KernelTestUtil.h"
@@ -22,6 +24,29 @@ TEST(HalideKernelTest, Add) {
                         {tensorOf(a, {40}), tensorOf(b, {40})});
   ASSERT_EQ(want.size(), 1u);
   expectClose(z, want[0], 1);
+}
+
+TEST(HalideKernelTest, SigmoidGateForwardAndBackward) {
+  ScratchWithin scratch({"sigmoid_gate_k", "sigmoid_gate_grad_k"});
+  const int rows = 6, width = 20;
+  auto x = randomVector(rows * width, 31), g = randomVector(rows, 32),
+       dy = randomVector(rows * width, 33);
+  Floats z(rows * width), dx(rows * width), dg(rows);
+  auto bx = view(x, width, rows), bg = view(g, 1, rows), bz = view(z, width, rows),
+       bdy = view(dy, width, rows), bdx = view(dx, width, rows), bdg = view(dg, 1, rows);
+  ASSERT_EQ(sigmoid_gate_k(bx, bg, bz), 0) << lastError;
+  ASSERT_EQ(sigmoid_gate_grad_k(bx, bg, bdy, bdx, bdg), 0) << lastError;
+  std::string tx = type2(rows, width), tg = type2(rows, 1);
+  auto want = interpret(
+      "(%x: " + tx + ", %g: " + tg + ", %dy: " + tx + ") -> (" + tx + ", " + tx + ", " + tg + ")",
+      "  %z = moe.sigmoid_gate %x, %g : " + tx + ", " + tg +
+          "\n  %dx, %dg = moe.sigmoid_gate_grad %x, %g, %dy : " + tx + ", " + tg +
+          "\n  return %z, %dx, %dg : " + tx + ", " + tx + ", " + tg,
+      {tensorOf(x, {rows, width}), tensorOf(g, {rows, 1}), tensorOf(dy, {rows, width})});
+  ASSERT_EQ(want.size(), 3u);
+  expectClose(z, want[0], 1);
+  expectClose(dx, want[1], 1);
+  expectClose(dg, want[2], width);
 }
 
 TEST(HalideKernelTest, SumSquaresPerRowAndStridedChunk) {

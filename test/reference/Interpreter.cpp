@@ -526,6 +526,34 @@ bool Runner::step(Operation *op) {
         out(o.getDgamma(), dg);
         return true;
       })
+      .Case([&](SigmoidGateOp o) {
+        Tensor &x = in(o.getX()), &g = in(o.getGate());
+        int64_t d = x.shape.back();
+        Tensor y = Tensor::zeros(x.shape);
+        for (size_t r = 0; r < g.data.size(); ++r) {
+          double s = 1.0 / (1.0 + std::exp(-g.data[r]));
+          for (int64_t c = 0; c < d; ++c)
+            y.data[r * d + c] = x.data[r * d + c] * s;
+        }
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](SigmoidGateGradOp o) {
+        Tensor &x = in(o.getX()), &g = in(o.getGate()), &dy = in(o.getDy());
+        int64_t d = x.shape.back();
+        Tensor dx = Tensor::zeros(x.shape), dg = Tensor::zeros(g.shape);
+        for (size_t r = 0; r < g.data.size(); ++r) {
+          double s = 1.0 / (1.0 + std::exp(-g.data[r])), dot = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dx.data[r * d + c] = dy.data[r * d + c] * s;
+            dot += dy.data[r * d + c] * x.data[r * d + c];
+          }
+          dg.data[r] = s * (1 - s) * dot;
+        }
+        out(o.getDx(), dx);
+        out(o.getDgate(), dg);
+        return true;
+      })
       .Case([&](LinearOp o) {
         Tensor &x = in(o.getX()), &w = in(o.getWeight());
         int64_t k = w.shape[0], n = w.shape[1], m = rows(x);

@@ -166,6 +166,26 @@ TEST_F(GradientTest, RMSNormPerHead) {
         {ids({3}, 4, 3)});
 }
 
+// Qwen2-MoE's shared expert gate: rows scaled by the sigmoid of a logit
+// that is itself a linear map of the input.
+TEST_F(GradientTest, SigmoidGate) {
+  check(R"mlir(
+    moe.param @x : tensor<3x5xf32> init <normal, scale = 1.0>
+    moe.param @wg : tensor<5x1xf32> init <normal, scale = 1.0>
+    moe.param @w : tensor<5x4xf32> init <normal, scale = 0.5>
+    func.func @step(%t: tensor<3xi32>) -> tensor<f32> {
+      %x = moe.get_param @x : tensor<3x5xf32>
+      %wg = moe.get_param @wg : tensor<5x1xf32>
+      %g = moe.linear %x, %wg : tensor<3x5xf32>, tensor<5x1xf32> -> tensor<3x1xf32>
+      %h = moe.sigmoid_gate %x, %g : tensor<3x5xf32>, tensor<3x1xf32>
+      %w = moe.get_param @w : tensor<5x4xf32>
+      %l = moe.linear %h, %w : tensor<3x5xf32>, tensor<5x4xf32> -> tensor<3x4xf32>
+      %c = moe.cross_entropy %l, %t : tensor<3x4xf32>, tensor<3xi32> -> tensor<f32>
+      return %c : tensor<f32>
+    })mlir",
+        {ids({3}, 4, 3)});
+}
+
 // Mixed precision: the weights read through bf16 copies (moe.cast), whose
 // gradients the rule converts back to the f32 parameters' type (the
 // reference computes in f64 whatever the types).

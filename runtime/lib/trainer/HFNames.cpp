@@ -119,6 +119,11 @@ std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName
                           {"wo", "o_proj"}})
     if (rest == moec)
       return one(at + "self_attn." + hf + ".weight", true);
+  for (auto [moec, hf] : {std::pair<const char *, const char *>{"bq", "q_proj"},
+                          {"bk", "k_proj"},
+                          {"bv", "v_proj"}})
+    if (rest == moec) // Qwen2-MoE's projection biases
+      return one(at + "self_attn." + hf + ".bias", false);
   std::string block = at + f->moe + ".";
   if (rest == "router")
     return one(block + "gate.weight", true);
@@ -134,6 +139,8 @@ std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName
   if (group == "shared" && f->shared)
     if (const char *p = projection(*f, which, false))
       return one(at + f->shared + "." + p + ".weight", true);
+  if (rest == "shared_gate" && f->shared) // Qwen2-MoE's: a [1, d] nn.Linear
+    return one(at + f->shared + "_gate.weight", true);
   if (group == "experts" && !shape.empty())
     if (const char *p = projection(*f, which, true)) {
       HFSource s;

@@ -49,6 +49,15 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x4xf32>, %dy: tensor<2x8xf32>) {
 
 // -----
 
+// sigmoid_gate_grad: the gate as moe.sigmoid_gate's
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x2xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.sigmoid_gate_grad' op gate must have shape 2x1, got 2x2}}
+  %dx, %dg = moe.sigmoid_gate_grad %x, %g, %dy : tensor<2x8xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
 // attention_grad: dout and dq have q's type (traits, ahead of the verifier)
 func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf16>) {
   // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {q, dq, dout} have same type}}

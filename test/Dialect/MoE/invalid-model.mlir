@@ -129,6 +129,33 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<3xf32>) {
 
 // -----
 
+// sigmoid_gate: the gate is x's shape with a last dimension of 1
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x2xf32>) {
+  // expected-error @+1 {{'moe.sigmoid_gate' op gate must have shape 2x1, got 2x2}}
+  %0 = moe.sigmoid_gate %x, %g : tensor<2x8xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
+// sigmoid_gate: the gate has x's element type
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x1xbf16>) {
+  // expected-error @+1 {{'moe.sigmoid_gate' op gate must have element type 'f32' (that of x), got 'bf16'}}
+  %0 = moe.sigmoid_gate %x, %g : tensor<2x8xf32>, tensor<2x1xbf16>
+  return
+}
+
+// -----
+
+// sigmoid_gate: x has rank >= 1
+func.func @f(%x: tensor<f32>, %g: tensor<f32>) {
+  // expected-error @+1 {{'moe.sigmoid_gate' op x must have rank >= 1}}
+  %0 = moe.sigmoid_gate %x, %g : tensor<f32>, tensor<f32>
+  return
+}
+
+// -----
+
 // rms_norm: gamma is a vector
 func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x4xf32>) {
   // expected-error @+1 {{'moe.rms_norm' op gamma must have rank 1 ([G]), got rank 2}}

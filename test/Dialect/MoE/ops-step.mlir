@@ -29,6 +29,13 @@ func.func @embedding_grad(%ids: tensor<2x4xi32>, %dy: tensor<2x4x8xf32>) -> tens
   return %0 : tensor<32x8xf32>
 }
 
+// CHECK-LABEL: func.func @sigmoid_gate_grad
+func.func @sigmoid_gate_grad(%x: tensor<2x4x8xf32>, %g: tensor<2x4x1xf32>, %dy: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>) {
+  // CHECK: moe.sigmoid_gate_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x1xf32>
+  %dx, %dg = moe.sigmoid_gate_grad %x, %g, %dy : tensor<2x4x8xf32>, tensor<2x4x1xf32>
+  return %dx, %dg : tensor<2x4x8xf32>, tensor<2x4x1xf32>
+}
+
 // CHECK-LABEL: func.func @rms_norm_grad
 func.func @rms_norm_grad(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<8xf32>) {
   // CHECK: moe.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 9.99999974E-6 : f32} : tensor<2x4x8xf32>, tensor<8xf32>

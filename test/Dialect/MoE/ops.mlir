@@ -39,6 +39,13 @@ func.func @rms_norm(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>) -> (tensor<2x4x8xf
   return %0, %1 : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 }
 
+// CHECK-LABEL: func.func @sigmoid_gate
+func.func @sigmoid_gate(%x: tensor<2x4x8xf32>, %g: tensor<2x4x1xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: moe.sigmoid_gate %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x1xf32>
+  %0 = moe.sigmoid_gate %x, %g : tensor<2x4x8xf32>, tensor<2x4x1xf32>
+  return %0 : tensor<2x4x8xf32>
+}
+
 // Groups of gamma's size: per-head norms of a projection (2 heads of 4).
 // CHECK-LABEL: func.func @rms_norm_per_head
 func.func @rms_norm_per_head(%q: tensor<2x4x8xf32>, %g: tensor<4xf32>) -> tensor<2x4x8xf32> {

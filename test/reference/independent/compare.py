@@ -21,6 +21,11 @@ non-zero when D > tol or is NaN, when a mutant moves the loss by less than
 parameters in the dump are not the ones the definition names, or when a
 top-k choice is so close to a tie that rounding could flip it.
 
+--at-step K compares step K instead of step 1, from the parameters and
+batch of a dump of K or more steps (params-stepK.safetensors, stepK.json):
+features whose parameters start at zero (qkv_bias) move the loss only once
+training has moved them.
+
 --mutate NAME computes the independent side with that mutant instead (to
 show that the comparison fails when the reference is wrong).
 
@@ -84,6 +89,8 @@ MIN_TOPK_MARGIN = 1e-12
 def features(spec, groups, base):
     """(feature name, mutant) for every feature this model exercises."""
     out = [("causal-attention", "no-causal-mask"), ("rms-norm", "eps-off")]
+    if spec["qkv_bias"]:
+        out.append(("qkv-bias", "qkv-bias-off"))
     if spec["qk_norm"] != "none":
         out.append(("qk-norm-" + spec["qk_norm"], "qk-norm-grouping-swapped"))
     if spec["rope_theta"] is not None:
@@ -106,6 +113,8 @@ def features(spec, groups, base):
         out.append(("relu-experts", "relu-as-gelu"))
     if any(L["num_shared_experts"] > 0 for L in moe):
         out.append(("shared-experts", "shared-off"))
+    if any(L["shared_expert_gate"] for L in moe):
+        out.append(("shared-expert-gate", "shared-gate-off"))
     scorings = {L["router_scoring"] for L in moe}
     if "softmax" in scorings:
         out.append(("softmax-routing", "scoring-swapped"))
@@ -256,13 +265,16 @@ def main():
     ap.add_argument("--mutate", action="append", default=[],
                     choices=sorted(reference.MUTANTS))
     ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--at-step", type=int, default=1)
     args = ap.parse_args()
     if args.steps > 1:
         return compare_steps(args)
 
     spec = reference.load_model(args.model)
-    params = reference.load_safetensors(os.path.join(args.dump, "params.safetensors"))
-    with open(os.path.join(args.dump, "step1.json")) as f:
+    k = args.at_step
+    params = reference.load_safetensors(os.path.join(
+        args.dump, "params.safetensors" if k == 1 else "params-step%d.safetensors" % k))
+    with open(os.path.join(args.dump, "step%d.json" % k)) as f:
         step = json.load(f)
     failures = []
     problems = reference.check_params(spec, params)

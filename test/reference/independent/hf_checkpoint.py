@@ -119,6 +119,12 @@ SMALL = {
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2,
                   "norm_topk_prob": True, "max_position_embeddings": 64},
+    "qwen2_moe": {"model_type": "qwen2_moe", "vocab_size": 256, "hidden_size": 32,
+                  "intermediate_size": 40, "moe_intermediate_size": 24,
+                  "shared_expert_intermediate_size": 20, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
+                  "num_experts_per_tok": 2, "norm_topk_prob": False, "mlp_only_layers": [0],
+                  "max_position_embeddings": 64},
     "olmoe": {"model_type": "olmoe", "vocab_size": 256, "hidden_size": 32,
               "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
@@ -142,6 +148,10 @@ def weights(config, rng):
                 (at + "self_attn.k_proj.weight", normal(kv * hd, d)),
                 (at + "self_attn.v_proj.weight", normal(kv * hd, d)),
                 (at + "self_attn.o_proj.weight", normal(d, heads * hd))]
+        if family == "qwen2_moe":  # biases on q, k, v
+            out += [(at + "self_attn.q_proj.bias", normal(heads * hd)),
+                    (at + "self_attn.k_proj.bias", normal(kv * hd)),
+                    (at + "self_attn.v_proj.bias", normal(kv * hd))]
         if family == "qwen3_moe":  # per head
             out += [(at + "self_attn.q_norm.weight", gain(hd)),
                     (at + "self_attn.k_norm.weight", gain(hd))]
@@ -149,6 +159,18 @@ def weights(config, rng):
             out += [(at + "self_attn.q_norm.weight", gain(heads * hd)),
                     (at + "self_attn.k_norm.weight", gain(kv * hd))]
         out.append((at + "post_attention_layernorm.weight", gain(d)))
+        if i in config.get("mlp_only_layers", []):  # a dense layer (Qwen-MoE)
+            f = config["intermediate_size"]
+            out += [(at + "mlp.gate_proj.weight", normal(f, d)),
+                    (at + "mlp.up_proj.weight", normal(f, d)),
+                    (at + "mlp.down_proj.weight", normal(d, f))]
+            continue
+        if config.get("shared_expert_intermediate_size"):  # Qwen2-MoE's gated shared expert
+            f = config["shared_expert_intermediate_size"]
+            out += [(at + "mlp.shared_expert.gate_proj.weight", normal(f, d)),
+                    (at + "mlp.shared_expert.up_proj.weight", normal(f, d)),
+                    (at + "mlp.shared_expert.down_proj.weight", normal(d, f)),
+                    (at + "mlp.shared_expert_gate.weight", rng.normal(0.0, 0.5, (1, d)))]
         if family == "mixtral":
             e, f, block = config["num_local_experts"], config["intermediate_size"], "block_sparse_moe"
             names = ("w1", "w3", "w2")

@@ -1,7 +1,10 @@
 """An independent forward pass over a HuggingFace checkpoint (numpy, float64).
 
 Written from HuggingFace transformers' modeling_mixtral.py (MixtralForCausalLM),
-and for the differences of modeling_qwen3_moe.py (Qwen3MoeForCausalLM: q_norm
+and for the differences of modeling_qwen2_moe.py (Qwen2MoeForCausalLM: biases on
+q_proj, k_proj, v_proj; the shared expert's output scaled by
+sigmoid(shared_expert_gate(x)); layers in mlp_only_layers, or not a multiple of
+decoder_sparse_step, are a dense MLP of intermediate_size), modeling_qwen3_moe.py (Qwen3MoeForCausalLM: q_norm
 and k_norm, RMSNorms of head_dim applied to each head of the projected queries
 and keys before the rotary embedding; the router's top-k renormalised only
 with norm_topk_prob; `mlp.gate`, `mlp.experts.{e}.gate/up/down_proj`) and
@@ -20,7 +23,8 @@ HuggingFace names and layouts ([out, in] projections), not MoEC's.
       (bytes of a text file as tokens); with --compare, the eval_loss line of a
       metrics file must agree to relative T (default 1e-4). --mutate NAME
       reads one feature wrongly (rope-interleaved, gqa-modulo,
-      no-renormalize, w1-w3-swapped, no-qk-norm, qk-norm-grouping-swapped),
+      no-renormalize, w1-w3-swapped, no-qk-norm, qk-norm-grouping-swapped,
+      no-qkv-bias, no-shared-gate),
       to show the comparison can fail.
 """
 
@@ -72,6 +76,9 @@ def attention(x, t, at, c):
     hd = c.get("head_dim") or d // heads
     q, k = x @ t[at + "q_proj.weight"].T, x @ t[at + "k_proj.weight"].T
     family, eps = c["model_type"], rms_eps(c)
+    bias = family == "qwen2_moe" and MUTANT != "no-qkv-bias"
+    if bias:
+        q, k = q + t[at + "q_proj.bias"], k + t[at + "k_proj.bias"]
     per_head = family == "qwen3_moe"
     if MUTANT == "qk-norm-grouping-swapped":
         per_head = not per_head
@@ -79,7 +86,8 @@ def attention(x, t, at, c):
         q = qk_norm(q, t[at + "q_norm.weight"], eps, per_head, hd)
         k = qk_norm(k, t[at + "k_norm.weight"], eps, per_head, hd)
     q, k = q.reshape(n, heads, hd), k.reshape(n, kv, hd)
-    v = (x @ t[at + "v_proj.weight"].T).reshape(n, kv, hd)
+    v = x @ t[at + "v_proj.weight"].T + (t[at + "v_proj.bias"] if bias else 0.0)
+    v = v.reshape(n, kv, hd)
     theta = c.get("rope_theta", 1e6 if family == "mixtral" else 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
     freqs = np.outer(np.arange(n, dtype=np.float64), inv_freq)
@@ -129,7 +137,30 @@ def moe(x, t, at, c):
         y = (silu(h @ t[ex + w1 + ".weight"].T) * (h @ t[ex + w3 + ".weight"].T)) @ \
             t[ex + down + ".weight"].T
         out[rows] += weights[rows, slot][:, None] * y
+    if c.get("shared_expert_intermediate_size"):  # Qwen2-MoE
+        out += shared_expert(x, t, block, MUTANT != "no-shared-gate")
     return out
+
+
+def dense_mlp(x, t, prefix):
+    return (silu(x @ t[prefix + "gate_proj.weight"].T) * (x @ t[prefix + "up_proj.weight"].T)) @ \
+        t[prefix + "down_proj.weight"].T
+
+
+def shared_expert(x, t, block, gated):
+    y = dense_mlp(x, t, block + "shared_expert.")
+    if gated:
+        y = y / (1.0 + np.exp(-(x @ t[block + "shared_expert_gate.weight"].T)))
+    return y
+
+
+def is_dense(c, i):
+    """Qwen-MoE's dense layers: listed in mlp_only_layers, or off the
+    decoder_sparse_step."""
+    if c["model_type"] not in ("qwen2_moe", "qwen3_moe"):
+        return False
+    step = c.get("decoder_sparse_step", 1)
+    return i in c.get("mlp_only_layers", []) or not (step > 0 and (i + 1) % step == 0)
 
 
 def window_loss(tokens, t, c):
@@ -140,7 +171,8 @@ def window_loss(tokens, t, c):
         at = "model.layers.%d." % i
         x = x + attention(rms_norm(x, t[at + "input_layernorm.weight"], eps), t,
                           at + "self_attn.", c)
-        x = x + moe(rms_norm(x, t[at + "post_attention_layernorm.weight"], eps), t, at, c)
+        h = rms_norm(x, t[at + "post_attention_layernorm.weight"], eps)
+        x = x + (dense_mlp(h, t, at + "mlp.") if is_dense(c, i) else moe(h, t, at, c))
     x = rms_norm(x, t["model.norm.weight"], eps)
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
     logits = x @ head.T
@@ -155,7 +187,7 @@ def main(argv):
     options = dict(zip(argv[3::2], argv[4::2]))
     MUTANT = options.get("--mutate")
     config = json.load(open(os.path.join(path, "config.json")))
-    if config["model_type"] not in ("mixtral", "qwen3_moe", "olmoe"):
+    if config["model_type"] not in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe"):
         print("hf_forward.py: model_type %s is not written here" % config["model_type"])
         return 2
     tensors = hf_checkpoint.load(path)

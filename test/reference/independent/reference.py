@@ -47,6 +47,7 @@ _MOE_DEFAULTS = {
     "activation": "swiglu",
     "num_shared_experts": 0,
     "shared_expert_ffn_dim": None,  # default: expert_ffn_dim
+    "shared_expert_gate": False,
     "capacity_factor": 1.25,  # None (JSON null): dropless
     "router_scoring": "softmax",
     "renormalize": True,
@@ -100,6 +101,7 @@ def load_model(path):
     spec["rope_theta"] = m["rope_theta"] if "rope_theta" in m else 10000.0
     spec["norm_eps"] = m.get("norm_eps", 1e-5)
     spec["qk_norm"] = m.get("qk_norm", "none")
+    spec["qkv_bias"] = m.get("qkv_bias", False)
     assert spec["qk_norm"] in ("none", "head", "full")
 
     moe = m.get("moe")
@@ -168,6 +170,8 @@ def expected_params(spec):
         p[pre + "wk"] = (d, hkv)
         p[pre + "wv"] = (d, hkv)
         p[pre + "wo"] = (hq, d)
+        if spec["qkv_bias"]:
+            p[pre + "bq"], p[pre + "bk"], p[pre + "bv"] = (hq,), (hkv,), (hkv,)
         # qk_norm: a gain per head width ("head") or per projection ("full").
         if spec["qk_norm"] != "none":
             full = spec["qk_norm"] == "full"
@@ -196,6 +200,8 @@ def expected_params(spec):
                 p[pre + "shared.gate"] = (d, fs)
             p[pre + "shared.up"] = (d, fs)
             p[pre + "shared.down"] = (fs, d)
+            if L["shared_expert_gate"]:
+                p[pre + "shared_gate"] = (d, 1)
     return p
 
 
@@ -230,6 +236,8 @@ MUTANTS = {
     "dense-ffn-off": "dense FFN layers contribute nothing",
     "routed-off": "routed experts contribute nothing",
     "shared-off": "shared experts contribute nothing",
+    "shared-gate-off": "the shared experts' sigmoid gate ignored",
+    "qkv-bias-off": "the q, k, v projections' biases ignored",
     "scoring-swapped": "sigmoid scoring where softmax is set and vice versa",
     "renormalize-flipped": "renormalize read as its negation",
     "routed-scaling-off": "routed_scaling ignored",
@@ -492,8 +500,12 @@ def moe_layer(h, L, P, pre, groups, mutate, stats, bias=None):
                     None if gate_w is None else gate_w[e], mutate)
             np.add.at(out, rows, gates[rows, cols][:, None] * y)
     if L["num_shared_experts"] > 0 and "shared-off" not in mutate:
-        out = out + ffn(x, act, P[pre + "shared.up"], P[pre + "shared.down"],
-                        P.get(pre + "shared.gate"), mutate)
+        shared = ffn(x, act, P[pre + "shared.up"], P[pre + "shared.down"],
+                     P.get(pre + "shared.gate"), mutate)
+        if L["shared_expert_gate"] and "shared-gate-off" not in mutate:
+            # moe.sigmoid_gate: each token's output times sigmoid(x w), w [D, 1].
+            shared = shared / (1.0 + np.exp(-(x @ P[pre + "shared_gate"])))
+        out = out + shared
     return out.reshape(b, s, d), router_loss
 
 
@@ -519,13 +531,15 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
         pre = "l%d." % i
         # Pre-norm attention block with a residual connection.
         h = rms_norm(x, P[pre + "attn_norm"], eps)
-        q, k = h @ P[pre + "wq"], h @ P[pre + "wk"]
+        q, k, v = h @ P[pre + "wq"], h @ P[pre + "wk"], h @ P[pre + "wv"]
+        if spec["qkv_bias"] and "qkv-bias-off" not in mutate:
+            q, k, v = q + P[pre + "bq"], k + P[pre + "bk"], v + P[pre + "bv"]
         if spec["qk_norm"] != "none":
             # After the projections, before the rotary embedding.
             per_head = (spec["qk_norm"] == "head") != ("qk-norm-grouping-swapped" in mutate)
             q = qk_norm(q, P[pre + "q_norm"], eps, per_head, hd)
             k = qk_norm(k, P[pre + "k_norm"], eps, per_head, hd)
-        a = attention(q, k, h @ P[pre + "wv"], n_h, n_kv, hd, theta, mutate)
+        a = attention(q, k, v, n_h, n_kv, hd, theta, mutate)
         x = x + a @ P[pre + "wo"]
         # Pre-norm FFN block (dense SwiGLU, or routed + shared experts).
         h2 = rms_norm(x, P[pre + "ffn_norm"], eps)

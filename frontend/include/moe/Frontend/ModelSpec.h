@@ -28,6 +28,9 @@ struct MoESettings {
   std::string activation = "swiglu"; ///< swiglu | gelu | relu
   int64_t numSharedExperts = 0;
   int64_t sharedFfnDim = 0;                    ///< width of one shared expert; 0: expertFfnDim
+  /// The shared experts' output scaled by sigmoid(h w), w [d_model, 1]
+  /// (Qwen2-MoE's shared_expert_gate).
+  bool sharedExpertGate = false;
   std::optional<double> capacityFactor = 1.25; ///< nullopt: dropless
   std::string scoring = "softmax";             ///< softmax | sigmoid
   bool renormalize = true;
@@ -73,6 +76,8 @@ struct ModelSpec {
   /// rotary embedding): "none", "head" (each head on its own, one gain of the
   /// head width: Qwen3-MoE) or "full" (the whole projection: OLMoE).
   std::string qkNorm = "none";
+  /// Biases on the q, k and v projections (Qwen2-MoE's).
+  bool qkvBias = false;
   double initStd = 0.02;
   std::vector<LayerSpec> layers;
   OptimizerSpec optimizer;

@@ -53,6 +53,29 @@ def MoE_RMSNormGradOp : MoE_GradOp<"rms_norm_grad", [
   }]>];
 }
 
+def MoE_SigmoidGateGradOp : MoE_GradOp<"sigmoid_gate_grad", [
+    AllTypesMatch<["x", "dx", "dy"]>, AllTypesMatch<["gate", "dgate"]>]> {
+  let summary = "gradient of moe.sigmoid_gate";
+  let description = [{
+    `dx = dy * s`, `dgate[..., 0] = s (1 - s) sum_d dy[..., d] x[..., d]`,
+    `s = sigmoid(gate[..., 0])`.
+
+    ```mlir
+    %dx, %dg = moe.sigmoid_gate_grad %x, %g, %dy : tensor<2x16x64xf32>, tensor<2x16x1xf32>
+    ```
+    Constraints: as moe.sigmoid_gate's; `dy` and `dx` have `x`'s type,
+    `dgate` `gate`'s.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$gate, MoE_FloatTensor:$dy);
+  let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dgate);
+  let assemblyFormat = "$x `,` $gate `,` $dy attr-dict `:` type($x) `,` type($gate)";
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$gate,
+                                 "::mlir::Value":$dy), [{
+    build($_builder, $_state, x.getType(), gate.getType(), x, gate, dy);
+  }]>];
+  let hasVerifier = 1;
+}
+
 def MoE_AttentionGradOp : MoE_GradOp<"attention_grad", [
     AllTypesMatch<["q", "dq", "dout"]>, AllTypesMatch<["k", "dk"]>,
     AllTypesMatch<["v", "dv"]>]> {

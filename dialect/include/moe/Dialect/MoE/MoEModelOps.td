@@ -158,6 +158,28 @@ def MoE_AddOp : MoE_Op<"add", [Pure,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
+def MoE_SigmoidGateOp : MoE_Op<"sigmoid_gate", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
+  let summary = "scales each row by the sigmoid of its gate logit";
+  let description = [{
+    `result[..., d] = x[..., d] * sigmoid(gate[..., 0])`: Qwen2-MoE's gate on
+    its shared expert's output, whose logit is a `moe.linear` of the
+    layer's input to one column.
+
+    ```mlir
+    %y = moe.sigmoid_gate %shared, %logit : tensor<2x16x64xf32>, tensor<2x16x1xf32>
+    ```
+
+    Constraints:
+    - `gate` has `x`'s shape with a last dimension of 1;
+    - `gate` has `x`'s element type.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$gate);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $gate attr-dict `:` type($x) `,` type($gate)";
+  let hasVerifier = 1;
+}
+
 def MoE_CastOp : MoE_Op<"cast", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "element type conversion (mixed precision's weight copies)";
