@@ -16,15 +16,24 @@ using moec_codegen::widened;
 
 namespace {
 
-/// logsumexp per row, with the row maximum subtracted for stability.
-Func logSumExp(Func logits, int vocab, const char *name) {
+/// logsumexp per row, with the row maximum subtracted for stability. The
+/// maximum is computed once per row, before the sum (`scheduleRowMax`):
+/// left inline, the sum's loop would recompute it for every element, a
+/// vocab x vocab loop per token.
+struct LogSumExp {
+  Func max, lse;
+};
+LogSumExp logSumExp(Func logits, int vocab, const char *name) {
   Var t;
   RDom c(0, vocab);
   Func mx(std::string(name) + "_max"), lse(name);
   mx(t) = maximum(logits(c, t));
   lse(t) = mx(t) + log(sum(exp(logits(c, t) - mx(t))));
-  return lse;
+  return {mx, lse};
 }
+
+/// The CPU schedule of a row's maximum: once per row of `lse`.
+void scheduleRowMax(LogSumExp &l) { l.max.compute_at(l.lse, l.lse.args()[0]); }
 
 /// 16-bit logits: each token's row widened to f32 once, vectorised, at
 /// `consumer`'s token loop `t` (on the stack, vocab floats), so the row's
@@ -51,7 +60,8 @@ public:
   Input<Buffer<int32_t, 1>> targets{"targets"};
   Output<Buffer<float, 0>> loss{"loss"};
 
-  Func lse, target{"target"}, logitsF;
+  LogSumExp lse;
+  Func target{"target"}, logitsF;
 
   void configure() { storage(logits); }
 
@@ -62,7 +72,7 @@ public:
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     RDom r(0, tokens);
     // (The target logits: one element per token, read directly.)
-    Expr total = sum(lse(r) - cast<float>(logits(clamp(target(r), 0, vocab - 1), r)));
+    Expr total = sum(lse.lse(r) - cast<float>(logits(clamp(target(r), 0, vocab - 1), r)));
     // A weighted mean folds its weight into one factor, scale / tokens: a
     // replica's (its share x replicas / batch) / its tokens is the same for
     // every replica, so each scales its tokens as the batch mean does.
@@ -75,10 +85,11 @@ public:
     targets.dim(0).set_bounds(0, tokens);
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    lse.compute_root();
+    lse.lse.compute_root().parallel(lse.lse.args()[0], 8, TailStrategy::GuardWithIf);
+    scheduleRowMax(lse);
     target.compute_root();
     if (!isF32(logits))
-      stageRows(logitsF, lse, lse.args()[0], vocab);
+      stageRows(logitsF, lse.lse, lse.lse.args()[0], vocab);
   }
 };
 
@@ -94,7 +105,8 @@ public:
   Output<Buffer<void, 2>> dlogits{"dlogits"};
 
   Var v{"v"}, t{"t"};
-  Func lse, target{"target"}, logitsF;
+  LogSumExp lse;
+  Func target{"target"}, logitsF;
 
   void configure() { storage(logits, dlogits); }
 
@@ -103,7 +115,7 @@ public:
     lse = logSumExp(logitsF, vocab, "lse");
     target(t) = checkedIndex(get_target(), targets(t), 0, vocab, "target out of range:");
     Expr onehot = select(v == target(t), 1.0f, 0.0f);
-    Expr diff = exp(logitsF(v, t) - lse(t)) - onehot;
+    Expr diff = exp(logitsF(v, t) - lse.lse(t)) - onehot;
     dlogits(v, t) = narrowed(
         dlogits, scale == 1.0 ? diff * dloss() / (float)(int)tokens
                               : diff * (dloss() * (float)((double)scale / (double)(int)tokens)));
@@ -117,7 +129,8 @@ public:
       return moec_codegen::scheduleForGpu(get_pipeline());
     const int vec = natural_vector_size<float>();
     target.compute_root();
-    lse.compute_at(dlogits, t);
+    lse.lse.compute_at(dlogits, t);
+    scheduleRowMax(lse);
     dlogits.parallel(t);
     if (vocab >= vec)
       dlogits.vectorize(v, vec, TailStrategy::GuardWithIf);
