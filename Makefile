@@ -4,7 +4,7 @@
 BUILD_DIR ?= build
 EXAMPLE   ?= examples/models/tiny.json
 
-.PHONY: all deps configure build test demo docs bench clean
+.PHONY: all deps configure build test demo hf-example docs bench clean
 
 all: build
 
@@ -32,6 +32,12 @@ test: build
 # corpus (the King James Bible), printing progress and the final loss.
 demo: build
 	@./tools/scripts/demo.sh $(BUILD_DIR) $(EXAMPLE)
+
+# Pretrained weights in and out (README, "Starting from a HuggingFace
+# model"): a shrunk Qwen3-MoE, a SentencePiece tokenizer, a base checkpoint
+# in HF format, fine-tuning from it, evaluation, export.
+hf-example: build
+	@./tools/scripts/hf-example.sh $(BUILD_DIR)
 
 # Benchmarks against OpenBLAS and PyTorch (installs both first); not CI.
 bench: build
