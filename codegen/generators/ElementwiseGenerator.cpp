@@ -2,6 +2,8 @@
 //
 // `add`:          z = a + b over `size` elements (residuals, loss terms,
 //                 gradient accumulation).
+// `clamp`:        z = min(max(a, -limit), limit) (OLMoE's clip_qkv), and
+//                 `clamp_grad`: dx = dy where -limit <= x <= limit, else 0.
 // `sigmoid_gate`: z[d, r] = x[d, r] * sigmoid(g[r]) (Qwen2-MoE's shared
 //                 expert gate), and its gradient `sigmoid_gate_grad`:
 //                 dx = dy s, dg[r] = s (1 - s) <dy[., r], x[., r]>.
@@ -22,6 +24,15 @@ using moec_codegen::narrowed;
 using moec_codegen::widened;
 
 namespace {
+
+/// The CPU schedule of an elementwise output over `size` elements:
+/// vectorised by `vec` lanes, and split across threads when large.
+void scheduleElementwise(Func out, Var i, int size, int vec) {
+  if (size >= 4 * vec)
+    out.vectorize(i, vec, TailStrategy::GuardWithIf);
+  if (size >= 1 << 16)
+    out.parallel(i, 1 << 14, TailStrategy::GuardWithIf);
+}
 
 class Add : public moec_codegen::MoEGenerator<Add> {
 public:
@@ -64,11 +75,57 @@ public:
     z.dim(0).set_bounds(0, size);
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    const int vec = natural_vector_size<float>();
-    if (size >= 4 * vec)
-      z.vectorize(i, vec, TailStrategy::GuardWithIf);
-    if (size >= 1 << 16)
-      z.parallel(i, 1 << 14, TailStrategy::GuardWithIf);
+    scheduleElementwise(z, i, size, natural_vector_size<float>());
+  }
+};
+
+/// moe.clamp over `size` elements.
+class Clamp : public moec_codegen::MoEGenerator<Clamp> {
+public:
+  GeneratorParam<int> size{"size", 1};
+  GeneratorParam<float> limit{"limit", 1.0f};
+  Input<Buffer<void, 1>> a{"a"};
+  Output<Buffer<void, 1>> z{"z"};
+  Var i{"i"};
+
+  void configure() { storage(a, z); }
+
+  void generate() {
+    Expr c = (float)limit;
+    z(i) = narrowed(z, clamp(widened(a)(i), -c, c));
+  }
+
+  void schedule() {
+    a.dim(0).set_bounds(0, size);
+    z.dim(0).set_bounds(0, size);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    scheduleElementwise(z, i, size, natural_vector_size<float>());
+  }
+};
+
+class ClampGrad : public moec_codegen::MoEGenerator<ClampGrad> {
+public:
+  GeneratorParam<int> size{"size", 1};
+  GeneratorParam<float> limit{"limit", 1.0f};
+  Input<Buffer<void, 1>> x{"x"};
+  Input<Buffer<void, 1>> dy{"dy"};
+  Output<Buffer<void, 1>> dx{"dx"};
+  Var i{"i"};
+
+  void configure() { storage(x, dy, dx); }
+
+  void generate() {
+    Expr c = (float)limit, v = widened(x)(i);
+    dx(i) = narrowed(dx, select(v >= -c && v <= c, widened(dy)(i), 0.0f));
+  }
+
+  void schedule() {
+    for (OutputImageParam p : {OutputImageParam(x), OutputImageParam(dy), OutputImageParam(dx)})
+      p.dim(0).set_bounds(0, size);
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    scheduleElementwise(dx, i, size, natural_vector_size<float>());
   }
 };
 
@@ -228,5 +285,7 @@ HALIDE_REGISTER_GENERATOR(Add, add)
 HALIDE_REGISTER_GENERATOR(Cast, cast)
 HALIDE_REGISTER_GENERATOR(AdamWUpdate, adamw_update)
 HALIDE_REGISTER_GENERATOR(SumSquares, sum_squares)
+HALIDE_REGISTER_GENERATOR(Clamp, clamp)
+HALIDE_REGISTER_GENERATOR(ClampGrad, clamp_grad)
 HALIDE_REGISTER_GENERATOR(SigmoidGate, sigmoid_gate)
 HALIDE_REGISTER_GENERATOR(SigmoidGateGrad, sigmoid_gate_grad)

@@ -348,6 +348,9 @@ Args unpermuteArgs(const KernelSpec &, unsigned n, unsigned) {
 //===-- ElementwiseGenerator.cpp -----------------------------------------===//
 
 Params addParams(const KernelSpec &s, Gemm) { return {param("size", KernelSpec::numel(s.in(0)))}; }
+Params clampParams(const KernelSpec &s, Gemm) {
+  return {param("size", KernelSpec::numel(s.in(0))), param("limit", s.number("limit", 1.0))};
+}
 Params sumSquaresParams(const KernelSpec &s, Gemm) {
   return {param("size", KernelSpec::numel(s.in(0))), param("rows", s.out(0)[0]),
           param("chunks", s.out(0)[1])};
@@ -463,6 +466,8 @@ const std::vector<KernelFamily> &rows() {
        nullptr},
       {"add", "add", {"a", "b", "z"}, addParams, nullptr, nullptr, V::Vector},
       {"cast", "cast", {"a", "z"}, addParams, nullptr, nullptr, V::Vector},
+      {"clamp", "clamp", {"a", "z"}, clampParams, nullptr, nullptr, V::Vector},
+      {"clamp_grad", "clamp_grad", {"x", "dy", "dx"}, clampParams, nullptr, nullptr, V::Vector},
       {"sigmoid_gate", "sigmoid_gate", {"x", "g", "z"}, sigmoidGateParams, nullptr},
       {"sigmoid_gate_grad",
        "sigmoid_gate_grad",

@@ -37,6 +37,10 @@ LogicalResult RMSNormGradOp::verify() {
   return success();
 }
 
+LogicalResult ClampGradOp::verify() {
+  return checkClampLimit(*this, getLimit().convertToFloat());
+}
+
 LogicalResult SigmoidGateGradOp::verify() {
   if (failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
       failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||

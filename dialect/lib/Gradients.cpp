@@ -32,6 +32,13 @@ LogicalResult RMSNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
   return success();
 }
 
+LogicalResult ClampOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.assign(
+      {ClampGradOp::create(b, getLoc(), getX().getType(), getX(), resultGrads[0], getLimitAttr())});
+  return success();
+}
+
 LogicalResult SigmoidGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                            SmallVectorImpl<Value> &operandGrads) {
   auto grad = SigmoidGateGradOp::create(b, getLoc(), getX(), getGate(), resultGrads[0]);

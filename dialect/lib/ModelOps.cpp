@@ -106,6 +106,8 @@ LogicalResult CrossEntropyOp::verify() {
   return checkShape(*this, "targets", getTargets(), leading(logits));
 }
 
+LogicalResult ClampOp::verify() { return checkClampLimit(*this, getLimit().convertToFloat()); }
+
 LogicalResult SigmoidGateOp::verify() { return checkSigmoidGate(*this, getX(), getGate()); }
 
 LogicalResult CastOp::verify() {

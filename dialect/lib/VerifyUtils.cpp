@@ -248,3 +248,9 @@ LogicalResult checks::checkSigmoidGate(Operation *op, Value x, Value gate) {
     return failure();
   return checkSameElementType(op, {{"x", x}, {"gate", gate}});
 }
+
+LogicalResult checks::checkClampLimit(Operation *op, float limit) {
+  if (std::isfinite(limit) && limit > 0)
+    return success();
+  return op->emitOpError() << "limit must be finite and > 0, got " << limit;
+}

@@ -30,6 +30,9 @@ LogicalResult checkRank(Operation *op, StringRef name, Value value, int64_t rank
 LogicalResult checkSameElementType(Operation *op,
                                    ArrayRef<std::pair<StringRef, Value>> namedValues);
 
+/// A clamp's limit: finite and > 0 (moe.clamp, moe.clamp_grad).
+LogicalResult checkClampLimit(Operation *op, float limit);
+
 /// A sigmoid gate's logits: `x`'s shape with a last dimension of 1, `x`'s
 /// element type (moe.sigmoid_gate, moe.sigmoid_gate_grad).
 LogicalResult checkSigmoidGate(Operation *op, Value x, Value gate);

@@ -250,8 +250,8 @@ std::optional<ModelSpec> Importer::run() {
       m.auxLossCoef = r.getNumber("router_aux_loss_coef", 0.001, 0.0, 1e3);
       if (family == "olmoe") {
         m.expertFfnDim = s.ffnDim;
-        if (r.has("clip_qkv"))
-          unsupported("clip_qkv", "clipping of q, k, v");
+        if (r.has("clip_qkv") && !r.isNull("clip_qkv")) // HF: q, k, v clamped after the norms
+          s.clipQkv = r.getPositiveF32("clip_qkv", std::nullopt, 1e30);
         r.claim("clip_qkv");
         s.qkNorm = "full"; // HF's OlmoeAttention: q_norm, k_norm over the whole projections
       } else {

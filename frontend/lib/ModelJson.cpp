@@ -90,9 +90,12 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   m.numSharedExperts = r.getInt("num_shared_experts", base.numSharedExperts, 0, 1 << 10);
   m.sharedFfnDim = r.getInt("shared_expert_ffn_dim", base.sharedFfnDim, 0, kMaxDim);
   m.sharedExpertGate = r.getBool("shared_expert_gate", base.sharedExpertGate);
-  if (m.sharedExpertGate && m.numSharedExperts == 0)
-    r.error("shared_expert_gate", "gates the shared experts' output, and there are none "
-                                  "(num_shared_experts: 0)");
+  if (m.sharedExpertGate && m.numSharedExperts == 0) {
+    if (r.has("shared_expert_gate"))
+      r.error("shared_expert_gate", "gates the shared experts' output, and there are none "
+                                    "(num_shared_experts: 0)");
+    m.sharedExpertGate = false; // inherited by a layer without shared experts
+  }
   // Absent keeps the base value; null asks for dropless routing.
   if (r.isNull("capacity_factor"))
     m.capacityFactor = std::nullopt;
@@ -212,6 +215,9 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
   s.normEps = r.getPositiveF32("norm_eps", s.normEps, 1.0);
   s.qkNorm = r.getString("qk_norm", std::string("none"), {"none", "head", "full"});
   s.qkvBias = r.getBool("qkv_bias", false);
+  if (r.has("clip_qkv") && !r.isNull("clip_qkv")) // the kernels compare in f32
+    s.clipQkv = r.getPositiveF32("clip_qkv", std::nullopt, 1e30);
+  r.claim("clip_qkv");
   s.initStd = r.getNumber("init_std", s.initStd, 0.0, 10.0, true);
   s.seed = static_cast<uint64_t>(r.getInt("seed", 0, 0, kMaxInt));
   s.embeddingPtr = r.at("vocab_size");

@@ -55,6 +55,8 @@ json moec::frontend::modelSpecToJson(const ModelSpec &s) {
   if (s.headDim)
     j["head_dim"] = s.headDim;
   j["rope_theta"] = s.ropeTheta ? json(*s.ropeTheta) : json(nullptr);
+  if (s.clipQkv)
+    j["clip_qkv"] = *s.clipQkv;
   // The first MoE layer's settings are the model's; other MoE layers that
   // differ, and the dense layers, are listed by index.
   const LayerSpec *first = nullptr;

@@ -84,6 +84,7 @@ std::vector<std::string> moec::frontend::architectureDifferences(const ModelSpec
   d.add("norm_eps", f32(c.normEps), f32(g.normEps));
   d.add("qk_norm", c.qkNorm, g.qkNorm);
   d.add("qkv_bias", c.qkvBias, g.qkvBias);
+  d.add("clip_qkv", f32(c.clipQkv), f32(g.clipQkv));
   bool anyDense = false;
   for (size_t i = 0; i < std::min(c.layers.size(), g.layers.size()); ++i) {
     const LayerSpec &a = c.layers[i], &b = g.layers[i];

@@ -104,6 +104,12 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
         where);
   }
   Value v = project("v", spec.numKvHeads * hd);
+  if (spec.clipQkv) { // after the q/k norms, as OLMoE's clip_qkv
+    FloatAttr limit = b.getF32FloatAttr(static_cast<float>(*spec.clipQkv));
+    q = ClampOp::create(body, where, q.getType(), q, limit);
+    k = ClampOp::create(body, where, k.getType(), k, limit);
+    v = ClampOp::create(body, where, v.getType(), v, limit);
+  }
   auto attention = AttentionOp::create(
       body, where, q.getType(), q, k, v, spec.numHeads, spec.numKvHeads,
       spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta)) : FloatAttr());

@@ -475,10 +475,13 @@ void PlanShardingPass::runOnOperation() {
       step.width = cast<RankedTensorType>(att->getOperand(0).getType()).getShape().back();
       step.heads = att.getNumHeads();
       step.kvHeads = att.getNumKvHeads();
-      for (Value in : {att.getQ(), att.getK()})
+      for (Value in : {att.getQ(), att.getK()}) {
+        if (auto clip = in.getDefiningOp<ClampOp>())
+          in = clip.getX();
         if (auto norm = in.getDefiningOp<RMSNormOp>())
           step.crossHeadNorm |=
               cast<RankedTensorType>(norm.getGamma().getType()).getShape()[0] > att.getHeadDim();
+      }
     }
     if (op->getNumResults() && !isa<GetParamOp>(op) &&
         !op->getName().getStringRef().ends_with("_grad"))

@@ -6,6 +6,8 @@
 // kernel: add_k add size=40
 // kernel: sum_squares_k sum_squares size=96 rows=3 chunks=4
 // kernel: sigmoid_gate_k sigmoid_gate rows=6 width=20
+// kernel: clamp_k clamp size=40 limit=0.5
+// kernel: clamp_grad_k clamp_grad size=40 limit=0.5
 // kernel: sigmoid_gate_grad_k sigmoid_gate_grad rows=6 width=20
 // kernel: adamw_k adamw_update size=37 beta1=0.9 beta2=0.95 eps=1e-8 weight_decay=0.1 grad_clip=1.0
 
@@ -24,6 +26,29 @@ TEST(HalideKernelTest, Add) {
                         {tensorOf(a, {40}), tensorOf(b, {40})});
   ASSERT_EQ(want.size(), 1u);
   expectClose(z, want[0], 1);
+}
+
+TEST(HalideKernelTest, ClampForwardAndBackward) {
+  ScratchWithin scratch({"clamp_k", "clamp_grad_k"});
+  auto x = randomVector(40, 34), dy = randomVector(40, 35);
+  x[0] = 0.5f; // on the limit: passes the gradient, as PyTorch's clamp
+  Floats z(40), dx(40);
+  Buffer<float> bx(x.data(), 40), bz(z.data(), 40), bdy(dy.data(), 40), bdx(dx.data(), 40);
+  ASSERT_EQ(clamp_k(bx, bz), 0) << lastError;
+  ASSERT_EQ(clamp_grad_k(bx, bdy, bdx), 0) << lastError;
+  auto want = interpret("(%x: tensor<40xf32>, %dy: tensor<40xf32>) -> (tensor<40xf32>, tensor<40xf32>)",
+                        "  %z = moe.clamp %x {limit = 0.5 : f32} : tensor<40xf32>\n"
+                        "  %dx = moe.clamp_grad %x, %dy {limit = 0.5 : f32} : tensor<40xf32>\n"
+                        "  return %z, %dx : tensor<40xf32>, tensor<40xf32>",
+                        {tensorOf(x, {40}), tensorOf(dy, {40})});
+  ASSERT_EQ(want.size(), 2u);
+  expectClose(z, want[0], 1);
+  expectClose(dx, want[1], 1);
+  int clipped = 0;
+  for (float v : x)
+    clipped += v < -0.5f || v > 0.5f;
+  EXPECT_GT(clipped, 0) << "no element was clipped: the test would prove nothing";
+  EXPECT_LT(clipped, 40);
 }
 
 TEST(HalideKernelTest, SigmoidGateForwardAndBackward) {

@@ -27,6 +27,8 @@
 // kernel: lp_rms_norm_f16 rms_norm rows=5 width=20 epsilon=0.001 f16_args=x,g,y
 // kernel: lp_rms_norm_grad rms_norm_grad rows=5 width=20 epsilon=0.001 bf16_args=x,g,dy,dx,dg
 // kernel: lp_sigmoid_gate sigmoid_gate rows=6 width=20 bf16_args=x,g,z
+// kernel: lp_clamp clamp size=40 limit=0.5 bf16_args=a,z
+// kernel: lp_clamp_grad clamp_grad size=40 limit=0.5 bf16_args=x,dy,dx
 // kernel: lp_sigmoid_gate_grad sigmoid_gate_grad rows=6 width=20 bf16_args=x,g,dy,dx,dg
 // kernel: lp_linear linear rows=8 in=16 out=24 bias=true residual=true bf16_args=x,w,b,r,y
 // kernel: lp_linear_grad linear_grad rows=8 in=16 out=24 bf16_args=x,w,dy,dx,dw
@@ -252,6 +254,8 @@ TEST(LowPrecisionKernelTest, CastAndAdd) {
   TWINS(lp_cast_to_f16, cast_k);
   TWINS(lp_add, add_k);
   TWINS(lp_sigmoid_gate, sigmoid_gate_k);
+  TWINS(lp_clamp, clamp_k);
+  TWINS(lp_clamp_grad, clamp_grad_k);
   TWINS(lp_sigmoid_gate_grad, sigmoid_gate_grad_k);
 }
 

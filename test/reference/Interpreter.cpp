@@ -526,6 +526,24 @@ bool Runner::step(Operation *op) {
         out(o.getDgamma(), dg);
         return true;
       })
+      .Case([&](ClampOp o) {
+        Tensor y = in(o.getX());
+        double c = o.getLimit().convertToFloat();
+        for (double &v : y.data)
+          v = std::min(std::max(v, -c), c);
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](ClampGradOp o) {
+        Tensor &x = in(o.getX());
+        Tensor dx = in(o.getDy());
+        double c = o.getLimit().convertToFloat();
+        for (size_t i = 0; i < dx.data.size(); ++i)
+          if (x.data[i] < -c || x.data[i] > c)
+            dx.data[i] = 0;
+        out(o.getDx(), dx);
+        return true;
+      })
       .Case([&](SigmoidGateOp o) {
         Tensor &x = in(o.getX()), &g = in(o.getGate());
         int64_t d = x.shape.back();

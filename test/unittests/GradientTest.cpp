@@ -166,6 +166,23 @@ TEST_F(GradientTest, RMSNormPerHead) {
         {ids({3}, 4, 3)});
 }
 
+// OLMoE's clip_qkv: elements past the limit get no gradient (a limit the
+// random values cross, and none lies within the difference step of it).
+TEST_F(GradientTest, Clamp) {
+  check(R"mlir(
+    moe.param @x : tensor<3x5xf32> init <normal, scale = 1.0>
+    moe.param @w : tensor<5x4xf32> init <normal, scale = 0.5>
+    func.func @step(%t: tensor<3xi32>) -> tensor<f32> {
+      %x = moe.get_param @x : tensor<3x5xf32>
+      %c = moe.clamp %x {limit = 0.7 : f32} : tensor<3x5xf32>
+      %w = moe.get_param @w : tensor<5x4xf32>
+      %l = moe.linear %c, %w : tensor<3x5xf32>, tensor<5x4xf32> -> tensor<3x4xf32>
+      %e = moe.cross_entropy %l, %t : tensor<3x4xf32>, tensor<3xi32> -> tensor<f32>
+      return %e : tensor<f32>
+    })mlir",
+        {ids({3}, 4, 3)});
+}
+
 // Qwen2-MoE's shared expert gate: rows scaled by the sigmoid of a logit
 // that is itself a linear map of the input.
 TEST_F(GradientTest, SigmoidGate) {

@@ -49,6 +49,15 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x4xf32>, %dy: tensor<2x8xf32>) {
 
 // -----
 
+// clamp_grad: the limit as moe.clamp's
+func.func @f(%x: tensor<2x8xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.clamp_grad' op limit must be finite and > 0, got -1}}
+  %dx = moe.clamp_grad %x, %dy {limit = -1.0 : f32} : tensor<2x8xf32>
+  return
+}
+
+// -----
+
 // sigmoid_gate_grad: the gate as moe.sigmoid_gate's
 func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x2xf32>, %dy: tensor<2x8xf32>) {
   // expected-error @+1 {{'moe.sigmoid_gate_grad' op gate must have shape 2x1, got 2x2}}

@@ -129,6 +129,15 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<3xf32>) {
 
 // -----
 
+// clamp: a finite limit > 0
+func.func @f(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{'moe.clamp' op limit must be finite and > 0, got 0}}
+  %0 = moe.clamp %x {limit = 0.0 : f32} : tensor<2x8xf32>
+  return
+}
+
+// -----
+
 // sigmoid_gate: the gate is x's shape with a last dimension of 1
 func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x2xf32>) {
   // expected-error @+1 {{'moe.sigmoid_gate' op gate must have shape 2x1, got 2x2}}

@@ -29,6 +29,13 @@ func.func @embedding_grad(%ids: tensor<2x4xi32>, %dy: tensor<2x4x8xf32>) -> tens
   return %0 : tensor<32x8xf32>
 }
 
+// CHECK-LABEL: func.func @clamp_grad
+func.func @clamp_grad(%x: tensor<2x4x8xf32>, %dy: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: moe.clamp_grad %{{.*}}, %{{.*}} {limit = 8.000000e+00 : f32} : tensor<2x4x8xf32>
+  %dx = moe.clamp_grad %x, %dy {limit = 8.0 : f32} : tensor<2x4x8xf32>
+  return %dx : tensor<2x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @sigmoid_gate_grad
 func.func @sigmoid_gate_grad(%x: tensor<2x4x8xf32>, %g: tensor<2x4x1xf32>, %dy: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>) {
   // CHECK: moe.sigmoid_gate_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x1xf32>

@@ -39,6 +39,13 @@ func.func @rms_norm(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>) -> (tensor<2x4x8xf
   return %0, %1 : tensor<2x4x8xf32>, tensor<2x4x8xf32>
 }
 
+// CHECK-LABEL: func.func @clamp
+func.func @clamp(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  // CHECK: moe.clamp %{{.*}} {limit = 8.000000e+00 : f32} : tensor<2x4x8xf32>
+  %0 = moe.clamp %x {limit = 8.0 : f32} : tensor<2x4x8xf32>
+  return %0 : tensor<2x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @sigmoid_gate
 func.func @sigmoid_gate(%x: tensor<2x4x8xf32>, %g: tensor<2x4x1xf32>) -> tensor<2x4x8xf32> {
   // CHECK: moe.sigmoid_gate %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x1xf32>

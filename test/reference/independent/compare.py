@@ -89,6 +89,10 @@ MIN_TOPK_MARGIN = 1e-12
 def features(spec, groups, base):
     """(feature name, mutant) for every feature this model exercises."""
     out = [("causal-attention", "no-causal-mask"), ("rms-norm", "eps-off")]
+    if spec["clip_qkv"] is not None:
+        out.append(("clip-qkv", "clip-off"))
+        if spec["qk_norm"] != "none":
+            out.append(("clip-after-qk-norm", "clip-before-norm"))
     if spec["qkv_bias"]:
         out.append(("qkv-bias", "qkv-bias-off"))
     if spec["qk_norm"] != "none":

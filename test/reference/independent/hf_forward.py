@@ -9,7 +9,8 @@ and k_norm, RMSNorms of head_dim applied to each head of the projected queries
 and keys before the rotary embedding; the router's top-k renormalised only
 with norm_topk_prob; `mlp.gate`, `mlp.experts.{e}.gate/up/down_proj`) and
 modeling_olmoe.py (OlmoeForCausalLM: q_norm and k_norm over the whole
-projections, of hidden_size and head_dim * num_key_value_heads):
+projections, of hidden_size and head_dim * num_key_value_heads, then q, k and
+v clamped to [-clip_qkv, clip_qkv] when it is set):
 RMSNorm computed as x * rsqrt(mean(x^2) + eps) * weight; rotary embeddings on
 the two halves of each head (rotate_half, inv_freq = theta^(-2i/d)); grouped
 query attention by repeat_kv (query head h reads key/value head h // (H/KV));
@@ -24,7 +25,7 @@ HuggingFace names and layouts ([out, in] projections), not MoEC's.
       metrics file must agree to relative T (default 1e-4). --mutate NAME
       reads one feature wrongly (rope-interleaved, gqa-modulo,
       no-renormalize, w1-w3-swapped, no-qk-norm, qk-norm-grouping-swapped,
-      no-qkv-bias, no-shared-gate),
+      no-qkv-bias, no-shared-gate, no-clip),
       to show the comparison can fail.
 """
 
@@ -87,6 +88,9 @@ def attention(x, t, at, c):
         k = qk_norm(k, t[at + "k_norm.weight"], eps, per_head, hd)
     q, k = q.reshape(n, heads, hd), k.reshape(n, kv, hd)
     v = x @ t[at + "v_proj.weight"].T + (t[at + "v_proj.bias"] if bias else 0.0)
+    clip = c.get("clip_qkv") if family == "olmoe" else None
+    if clip is not None and MUTANT != "no-clip":
+        q, k, v = (np.clip(a, -clip, clip) for a in (q, k, v))
     v = v.reshape(n, kv, hd)
     theta = c.get("rope_theta", 1e6 if family == "mixtral" else 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)

@@ -102,6 +102,7 @@ def load_model(path):
     spec["norm_eps"] = m.get("norm_eps", 1e-5)
     spec["qk_norm"] = m.get("qk_norm", "none")
     spec["qkv_bias"] = m.get("qkv_bias", False)
+    spec["clip_qkv"] = m.get("clip_qkv")  # None: no clipping
     assert spec["qk_norm"] in ("none", "head", "full")
 
     moe = m.get("moe")
@@ -238,6 +239,8 @@ MUTANTS = {
     "shared-off": "shared experts contribute nothing",
     "shared-gate-off": "the shared experts' sigmoid gate ignored",
     "qkv-bias-off": "the q, k, v projections' biases ignored",
+    "clip-before-norm": "clip_qkv applied to q and k before their qk_norm instead of after",
+    "clip-off": "clip_qkv ignored",
     "scoring-swapped": "sigmoid scoring where softmax is set and vice versa",
     "renormalize-flipped": "renormalize read as its negation",
     "routed-scaling-off": "routed_scaling ignored",
@@ -537,8 +540,18 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
         if spec["qk_norm"] != "none":
             # After the projections, before the rotary embedding.
             per_head = (spec["qk_norm"] == "head") != ("qk-norm-grouping-swapped" in mutate)
+            clip_first = spec["clip_qkv"] is not None and "clip-before-norm" in mutate
+            if clip_first:
+                c = f32(spec["clip_qkv"], mutate)
+                q, k = np.clip(q, -c, c), np.clip(k, -c, c)
             q = qk_norm(q, P[pre + "q_norm"], eps, per_head, hd)
             k = qk_norm(k, P[pre + "k_norm"], eps, per_head, hd)
+        if spec["clip_qkv"] is not None and "clip-off" not in mutate:
+            # After the q/k norms (OLMoE's order), on q, k and v.
+            c = f32(spec["clip_qkv"], mutate)
+            if "clip-before-norm" not in mutate or spec["qk_norm"] == "none":
+                q, k = np.clip(q, -c, c), np.clip(k, -c, c)
+            v = np.clip(v, -c, c)
         a = attention(q, k, v, n_h, n_kv, hd, theta, mutate)
         x = x + a @ P[pre + "wo"]
         # Pre-norm FFN block (dense SwiGLU, or routed + shared experts).

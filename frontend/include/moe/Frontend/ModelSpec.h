@@ -78,6 +78,9 @@ struct ModelSpec {
   std::string qkNorm = "none";
   /// Biases on the q, k and v projections (Qwen2-MoE's).
   bool qkvBias = false;
+  /// Clips q, k and v to [-c, c] after the projections and q/k norms
+  /// (OLMoE's clip_qkv); nullopt: no clipping.
+  std::optional<double> clipQkv;
   double initStd = 0.02;
   std::vector<LayerSpec> layers;
   OptimizerSpec optimizer;

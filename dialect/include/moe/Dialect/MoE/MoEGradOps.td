@@ -53,6 +53,22 @@ def MoE_RMSNormGradOp : MoE_GradOp<"rms_norm_grad", [
   }]>];
 }
 
+def MoE_ClampGradOp : MoE_GradOp<"clamp_grad", [AllTypesMatch<["x", "dx", "dy"]>]> {
+  let summary = "gradient of moe.clamp";
+  let description = [{
+    `dx = dy` where `-limit <= x <= limit`, else 0 (PyTorch's clamp).
+
+    ```mlir
+    %dx = moe.clamp_grad %x, %dy {limit = 8.0 : f32} : tensor<2x16x64xf32>
+    ```
+    Constraints: `dy` and `dx` have `x`'s type; `limit` as moe.clamp's.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$dy, F32Attr:$limit);
+  let results = (outs MoE_FloatTensor:$dx);
+  let assemblyFormat = "$x `,` $dy attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
 def MoE_SigmoidGateGradOp : MoE_GradOp<"sigmoid_gate_grad", [
     AllTypesMatch<["x", "dx", "dy"]>, AllTypesMatch<["gate", "dgate"]>]> {
   let summary = "gradient of moe.sigmoid_gate";

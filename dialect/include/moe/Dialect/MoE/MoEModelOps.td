@@ -180,6 +180,25 @@ def MoE_SigmoidGateOp : MoE_Op<"sigmoid_gate", [Pure,
   let hasVerifier = 1;
 }
 
+def MoE_ClampOp : MoE_Op<"clamp", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>, AllTypesMatch<["x", "result"]>]> {
+  let summary = "clips every element to [-limit, limit]";
+  let description = [{
+    `result = min(max(x, -limit), limit)`: OLMoE's `clip_qkv` on its
+    queries, keys and values.
+
+    ```mlir
+    %c = moe.clamp %q {limit = 8.0 : f32} : tensor<2x16x64xf32>
+    ```
+
+    Constraints: `limit` is finite and > 0.
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, F32Attr:$limit);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
 def MoE_CastOp : MoE_Op<"cast", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "element type conversion (mixed precision's weight copies)";
