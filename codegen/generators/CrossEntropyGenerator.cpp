@@ -32,8 +32,8 @@ LogSumExp logSumExp(Func logits, int vocab, const char *name) {
   return {mx, lse};
 }
 
-/// The CPU schedule of a row's maximum: once per row of `lse`.
-void scheduleRowMax(LogSumExp &l) { l.max.compute_at(l.lse, l.lse.args()[0]); }
+/// The CPU schedule of a row's maximum: once per row `t` of `lse`.
+void scheduleRowMax(LogSumExp &l, Var t) { l.max.compute_at(l.lse, t); }
 
 /// 16-bit logits: each token's row widened to f32 once, vectorised, at
 /// `consumer`'s token loop `t` (on the stack, vocab floats), so the row's
@@ -85,11 +85,15 @@ public:
     targets.dim(0).set_bounds(0, tokens);
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    lse.lse.compute_root().parallel(lse.lse.args()[0], 8, TailStrategy::GuardWithIf);
-    scheduleRowMax(lse);
+    // Rows in parallel, 8 to a task; the maximum and a 16-bit row's staging
+    // at each row (`row`), so the stack holds one row.
+    Var rows("rows"), row("row");
+    lse.lse.compute_root().split(lse.lse.args()[0], rows, row, 8, TailStrategy::GuardWithIf);
+    lse.lse.parallel(rows);
+    scheduleRowMax(lse, row);
     target.compute_root();
     if (!isF32(logits))
-      stageRows(logitsF, lse.lse, lse.lse.args()[0], vocab);
+      stageRows(logitsF, lse.lse, row, vocab);
   }
 };
 
@@ -130,7 +134,7 @@ public:
     const int vec = natural_vector_size<float>();
     target.compute_root();
     lse.lse.compute_at(dlogits, t);
-    scheduleRowMax(lse);
+    scheduleRowMax(lse, lse.lse.args()[0]);
     dlogits.parallel(t);
     if (vocab >= vec)
       dlogits.vectorize(v, vec, TailStrategy::GuardWithIf);

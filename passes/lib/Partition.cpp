@@ -253,7 +253,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
 }
 
 /// Megatron tensor parallelism over the `tp` ranks of a replica: attention
-/// heads (q, k, v column-parallel with their biases and per-head norms if any; the
+/// heads (q, k, v column-parallel with their biases, per-head norms and clamps if any; the
 /// output projection row-parallel), the
 /// dense FFNs' and every expert's FFN width (up and gate column-parallel,
 /// down row-parallel). A column-parallel input enters through moe.tp_enter
@@ -308,13 +308,24 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
                                << ") and kv_heads (" << kv << ") must be divisible by tp = " << tp
                                << " (replicated key/value heads are not supported yet)";
     for (Value in : {att.getQ(), att.getK(), att.getV()}) {
+      // A clamp (clip_qkv) is elementwise: it splits with its input.
+      auto clip = in.getDefiningOp<ClampOp>();
+      if (clip) {
+        if (!clip->hasOneUse())
+          return clip.emitOpError("tensor parallelism needs the clamped q, k or v read by the "
+                                  "attention only");
+        in = clip.getX();
+      }
       // A q/k norm per head stays on the rank of its heads; its gain enters
       // (each rank's gradient of it is partial: summed over tp).
       auto norm = in.getDefiningOp<RMSNormOp>();
       if (norm) {
         int64_t width = cast<RankedTensorType>(in.getType()).getShape().back(),
                 group = cast<RankedTensorType>(norm.getGamma().getType()).getShape()[0];
-        if (!norm->hasOneUse() || (width / tp) % group != 0)
+        if (!norm->hasOneUse())
+          return norm.emitOpError("tensor parallelism needs the normalised q or k read by the "
+                                  "attention only");
+        if ((width / tp) % group != 0)
           return norm.emitOpError() << "tensor parallelism splits the heads, and this norm's groups ("
                                     << group << " wide) span the " << width / tp
                                     << " columns of a tp rank (q/k norms per head split; over "
@@ -335,6 +346,8 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
         norm.getGammaMutable().assign(enter(norm.getGamma()));
         shrink(norm.getResult(), cast<RankedTensorType>(norm.getType()).getRank() - 1);
       }
+      if (clip)
+        shrink(clip.getResult(), cast<RankedTensorType>(clip.getType()).getRank() - 1);
     }
     att.setNumHeads(heads / tp);
     att.setNumKvHeads(kv / tp);

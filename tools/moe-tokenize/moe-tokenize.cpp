@@ -14,10 +14,12 @@
 #include "moert/Data.h"
 #include "moert/Tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -79,23 +81,30 @@ Options parse(int argc, char **argv) {
   return o;
 }
 
-/// One line, redrawn in place on a terminal.
-void progress(size_t done, size_t total, size_t tokens) {
+/// One line, redrawn in place on a terminal (lines and tokens only when
+/// the input's size is unknown: a pipe).
+void progress(size_t done, size_t total, size_t lines, size_t tokens) {
+  if (!total) {
+    std::fprintf(stderr, "\r\033[K%zu lines, %zu tokens", lines, tokens);
+    return;
+  }
   const int width = 28;
-  int filled = total ? static_cast<int>(width * static_cast<double>(done) / total) : width;
-  std::string bar(filled, '#');
+  double share = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
+  std::string bar(static_cast<size_t>(width * share), '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "\r\033[K[%s] %3.0f%%  %zu tokens", bar.c_str(),
-               total ? 100.0 * done / total : 100.0, tokens);
+  std::fprintf(stderr, "\r\033[K[%s] %3.0f%%  %zu tokens", bar.c_str(), 100.0 * share, tokens);
 }
 
 int encode(const Options &o, const moert::Tokenizer &tok) {
   std::ifstream in(o.input, std::ios::binary);
   if (!in)
     die(o.input + ": cannot read");
-  in.seekg(0, std::ios::end);
-  size_t total = static_cast<size_t>(in.tellg()), done = 0;
-  in.seekg(0);
+  // The progress bar's total: a regular file's size (0 for a pipe).
+  struct stat st {};
+  size_t total = stat(o.input.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+                     ? static_cast<size_t>(st.st_size)
+                     : 0,
+         done = 0;
   int width = o.format == "u32" || (o.format.empty() && tok.vocabSize() > 65536) ? 4 : 2;
   if (width == 2 && tok.vocabSize() > 65536)
     die("--format u16: the model's " + std::to_string(tok.vocabSize()) +
@@ -115,10 +124,12 @@ int encode(const Options &o, const moert::Tokenizer &tok) {
         bytes.push_back(static_cast<char>(static_cast<uint32_t>(id) >> (8 * b)));
     tokens += ids.size();
     if (bar && lines % 1024 == 0)
-      progress(done, total, tokens);
+      progress(done, total, lines, tokens);
   }
   if (bar)
     std::fprintf(stderr, "\r\033[K");
+  if (in.bad())
+    die(o.input + ": read error after " + std::to_string(lines) + " lines");
   if (tokens == 0)
     die(o.input + ": no text to encode");
   std::string error;
@@ -133,7 +144,9 @@ int encode(const Options &o, const moert::Tokenizer &tok) {
 int decode(const Options &o, const moert::Tokenizer &tok) {
   moert::TokenStream data;
   std::string error;
-  moert::DataFormat format = o.format == "u32" ? moert::DataFormat::Bin32 : moert::DataFormat::Bin;
+  // As encoding chose it: u32 when the vocabulary does not fit 16 bits.
+  bool wide = o.format == "u32" || (o.format.empty() && tok.vocabSize() > 65536);
+  moert::DataFormat format = wide ? moert::DataFormat::Bin32 : moert::DataFormat::Bin;
   if (!moert::loadTokens(o.input, format, data, error))
     die(error);
   if (data.maxToken >= tok.vocabSize())

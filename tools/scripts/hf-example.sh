@@ -19,8 +19,14 @@ base_steps=${BASE_STEPS:-300}
 tune_steps=${TUNE_STEPS:-150}
 bin="$build/bin"
 examples="$(cd "$(dirname "$0")/../.." && pwd)/examples"
+# Only a folder this script made (its marker inside) is emptied first.
+if [ -e "$out" ] && [ ! -e "$out/.hf-example" ]; then
+  echo "hf-example.sh: $out exists and was not made by this script; give another OUT_DIR" >&2
+  exit 1
+fi
 rm -rf "$out"
 mkdir -p "$out"
+touch "$out/.hf-example"
 
 echo "== corpora (Debian's bible-kjv): the Old Testament to pretrain, the New to fine-tune"
 bible -l80 'Gen1:1-Mal4:6' > "$out/old.txt"
@@ -34,7 +40,8 @@ echo
 echo "== 1. a SentencePiece tokenizer (BPE, 2000 pieces) trained on both (spm_train)"
 cat "$out/old.txt" "$out/new.txt" > "$out/both.txt"
 spm_train --input="$out/both.txt" --model_prefix="$out/sp" --vocab_size=2000 \
-  --model_type=bpe --normalization_rule_name=identity --byte_fallback=true \
+  --model_type=bpe --normalization_rule_name=identity --remove_extra_whitespaces=false \
+  --byte_fallback=true \
   --character_coverage=1.0 --minloglevel=2
 for part in old new new-heldout; do
   "$bin/moe-tokenize" --model "$out/sp.model" "$out/$part.txt" -o "$out/$part.bin"

@@ -81,7 +81,8 @@ std::vector<int32_t> Sampling::promptTokens() const {
   else if (tokenizer.bosId() >= 0)
     ids = {tokenizer.bosId()};
   else
-    ids = tokenizer.encode("\n");
+    die("--tokenizer: " + r.o.tokenizer +
+        " has no end- or beginning-of-sentence id to start a sample from: give --prompt TEXT");
   if (ids.empty())
     die("--prompt is empty: give at least one token");
   for (int32_t t : ids)
@@ -101,6 +102,10 @@ void Sampling::configure() {
       die("--tokenizer: " + r.o.data +
           " is text, one token per byte; train on moe-tokenize's "
           "token file to use the tokenizer's ids");
+    if (r.data.maxToken >= tokenizer.vocabSize())
+      die("--tokenizer: " + r.o.data + " holds token id " + std::to_string(r.data.maxToken) +
+          ", outside " + r.o.tokenizer + "'s " + std::to_string(tokenizer.vocabSize()) +
+          " ids: the data was made with another tokenizer");
     if (tokenizer.vocabSize() > r.prog.vocab)
       die("--tokenizer: " + r.o.tokenizer + " has " + std::to_string(tokenizer.vocabSize()) +
           " ids, more than the model's vocabulary (" + std::to_string(r.prog.vocab) + ")");
