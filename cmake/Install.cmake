@@ -1,12 +1,11 @@
 # Install rules and the package configuration (included by the top-level
 # CMakeLists.txt after every target exists).
-include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Installed binaries find the dialect library beside them and MLIR/LLVM
 # where Debian puts them.
 set(moec_rpath "\$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" "${LLVM_LIBRARY_DIR}")
-set(moec_tools moe-opt moe-translate moe-lsp-server moe-report moe-tokenize)
+set(moec_tools moe-opt moe-translate moe-lsp-server moe-report moe-tokenize moec moe-halide-gen)
 set_target_properties(MoEDialect ${moec_tools} PROPERTIES INSTALL_RPATH "${moec_rpath}")
 
 install(TARGETS MoEContract MoEDialect MoETransforms EXPORT MoECTargets
@@ -21,6 +20,19 @@ foreach(dir ${PROJECT_SOURCE_DIR}/dialect/include ${PROJECT_BINARY_DIR}/dialect/
 endforeach()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/contract/include/moec
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# What an installed moec links training binaries with: the runtime's
+# headers and static libraries (codegen/lib/Toolchain.cpp looks for them
+# in PREFIX/include and PREFIX/<libdir>/moec beside its own bin/).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/moert
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+set(moec_runtime_libs moert moert_cpu moert_main MoEFrontendSpec)
+if(TARGET moert_mpi)
+  list(APPEND moec_runtime_libs moert_mpi)
+endif()
+foreach(lib ${moec_runtime_libs})
+  install(FILES $<TARGET_FILE:${lib}> DESTINATION ${CMAKE_INSTALL_LIBDIR}/moec)
+endforeach()
 
 set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/MoEC)
 install(EXPORT MoECTargets NAMESPACE MoEC:: DESTINATION ${cmake_dir})

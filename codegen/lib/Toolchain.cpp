@@ -214,10 +214,58 @@ Error moec::codegen::generateKernels(const KernelCalls &calls, StringRef dir,
   });
 }
 
+namespace {
+
+/// Where a step program finds the runtime's headers and libraries: under
+/// the prefix of an installed moec (PREFIX/include, PREFIX/<libdir>/moec,
+/// `cmake --install`), else in the build tree this moec was built in.
+struct RuntimeFiles {
+  std::string include, contractInclude, lib, cpuLib, mainLib, frontendSpecLib, mpiLib;
+};
+
+const RuntimeFiles &runtimeFiles() {
+  static const RuntimeFiles files = [] {
+    RuntimeFiles built = {MOEC_RUNTIME_INCLUDE,   MOEC_CONTRACT_INCLUDE,
+                          MOEC_RUNTIME_LIB,       MOEC_RUNTIME_CPU_LIB,
+                          MOEC_RUNTIME_MAIN_LIB,  MOEC_FRONTEND_SPEC_LIB,
+#ifdef MOEC_RUNTIME_MPI_LIB
+                          MOEC_RUNTIME_MPI_LIB
+#else
+                          ""
+#endif
+    };
+    std::string self = sys::fs::getMainExecutable(nullptr, (void *)&runtimeFiles);
+    SmallString<256> prefix(sys::path::parent_path(sys::path::parent_path(self)));
+    SmallString<256> lib(prefix), include(prefix);
+    sys::path::append(lib, MOEC_INSTALL_LIBDIR, "moec");
+    sys::path::append(include, "include");
+    auto in = [&](StringRef dir, StringRef name) {
+      SmallString<256> path(dir);
+      sys::path::append(path, name);
+      return std::string(path);
+    };
+    if (self.empty() || !sys::fs::exists(in(lib, "libmoert.a")) ||
+        !sys::fs::exists(in(include, "moert/Program.h")))
+      return built;
+    return RuntimeFiles{std::string(include),
+                        std::string(include),
+                        in(lib, "libmoert.a"),
+                        in(lib, "libmoert_cpu.a"),
+                        in(lib, "libmoert_main.a"),
+                        in(lib, "libMoEFrontendSpec.a"),
+                        built.mpiLib.empty() ? "" : in(lib, "libmoert_mpi.a")};
+  }();
+  return files;
+}
+
+} // namespace
+
 Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef dir,
                                  const KernelCalls &calls, StringRef output, bool mpi,
                                  const ToolchainOptions &options) {
   std::string cxx = MOEC_CXX;
+  const RuntimeFiles &files = runtimeFiles();
+  say(options, "runtime libraries: " + sys::path::parent_path(files.lib));
   // -O1: a step program is calls into kernels and the runtime (which are
   // compiled already), with a few short loops; -O2 took twice as long to
   // compile (a 32-layer model's: 20 s at -O1, 49 s at -O2, in parts of 150
@@ -226,8 +274,8 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
                                       "-O1",
                                       "-std=c++20",
                                       "-I" + dir.str(),
-                                      "-I" MOEC_RUNTIME_INCLUDE,
-                                      "-I" MOEC_CONTRACT_INCLUDE,
+                                      "-I" + files.include,
+                                      "-I" + files.contractInclude,
                                       "-I" MOEC_HALIDE_INCLUDE};
   const TargetBackend &backend = options.targetBackend();
   for (std::string &flag : backend.compileFlags(options.backendOptions))
@@ -260,15 +308,15 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
     if (!call.generator.empty())
       args.push_back((dir + "/" + name + ".a").str());
   args.push_back((dir + "/halide_runtime.a").str());
-  args.push_back(MOEC_RUNTIME_MAIN_LIB);
-  args.push_back(MOEC_FRONTEND_SPEC_LIB); // the config.json reader of --init-hf
+  args.push_back(files.mainLib);
+  args.push_back(files.frontendSpecLib); // the config.json reader of --init-hf
 #ifdef MOEC_RUNTIME_MPI_LIB
   // A partitioned binary also runs under mpirun, one rank per process.
   if (mpi) {
     // The MPI backend registers itself (moert/CommBackend.h) from a static
     // initialiser that nothing refers to: pull it in whole.
     args.push_back("-Wl,--whole-archive");
-    args.push_back(MOEC_RUNTIME_MPI_LIB);
+    args.push_back(files.mpiLib);
     args.push_back("-Wl,--no-whole-archive");
     SmallVector<StringRef> libs;
     StringRef(MOEC_MPI_LIBS).split(libs, ';', -1, false);
@@ -278,10 +326,10 @@ Error moec::codegen::linkTrainer(ArrayRef<std::string> stepPrograms, StringRef d
 #else
   (void)mpi;
 #endif
-  args.push_back(MOEC_RUNTIME_LIB);
+  args.push_back(files.lib);
   for (std::string &flag : backend.linkFlags(options.backendOptions))
     args.push_back(std::move(flag));
-  args.push_back(MOEC_RUNTIME_CPU_LIB);
+  args.push_back(files.cpuLib);
   args.push_back(MOEC_OPENBLAS_LIB);      // the kernels' extern GEMMs
   args.push_back(MOEC_SENTENCEPIECE_LIB); // --tokenizer
   args.push_back("-lpthread");

@@ -172,8 +172,23 @@ void BackendOptions::bindOptions(OptionsBinder &binder) {
                       "else ~/.cache/moec/kernels; MOEC_KERNEL_CACHE=none disables it)"));
 }
 
+void ExtensionOptions::bindOptions(OptionsBinder &binder) {
+  binder.list("load-pass-plugin", plugins,
+              cl::desc("Load an MLIR pass plugin (repeatable): its passes can then be named "
+                       "by --pass-before/--pass-after"),
+              cl::value_desc("lib.so"));
+  binder.list("pass-before", before,
+              cl::desc("Run PASSES (a list of module passes, e.g. 'moe-count-routers,cse') "
+                       "just before the first pipeline pass named ANCHOR (repeatable)"),
+              cl::value_desc("ANCHOR=PASSES"));
+  binder.list("pass-after", after,
+              cl::desc("Run PASSES just after the first pipeline pass named ANCHOR "
+                       "(repeatable; moec -v lists the pipeline's passes)"),
+              cl::value_desc("ANCHOR=PASSES"));
+}
+
 void CompileOptions::bindOptions(OptionsBinder &binder) {
-  binder.positional(import.model, "<model.json>");
+  binder.positional(import.model, "<model.json|model.mlir>");
   binder.opt("hf", import.hf, cl::desc("The model is a HuggingFace config.json"));
   binder.opt("cluster", import.cluster, cl::desc("Cluster description"),
              cl::value_desc("cluster.json"));
@@ -191,4 +206,5 @@ void CompileOptions::bindOptions(OptionsBinder &binder) {
   compress.bindOptions(binder);
   step.bindOptions(binder);
   backend.bindOptions(binder);
+  extensions.bindOptions(binder);
 }

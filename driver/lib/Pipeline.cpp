@@ -127,7 +127,23 @@ mlir::LogicalResult moec::driver::runPipeline(mlir::ModuleOp module, const Compi
   mlir::moe::TrainPipelineOptions pipeline;
   pipelineOptions(options, module, pipeline);
   pipeline.replica = replica;
-  mlir::moe::buildTrainPipeline(pm, pipeline);
+  Expected<std::vector<mlir::moe::PipelineInsertion>> insertions =
+      pipelineInsertions(options.extensions);
+  if (!insertions) {
+    errs() << "moec: error: " << toString(insertions.takeError()) << "\n";
+    return mlir::failure();
+  }
+  std::string error;
+  raw_string_ostream errors(error);
+  if (mlir::failed(mlir::moe::buildTrainPipeline(pm, pipeline, *insertions, errors))) {
+    errs() << "moec: error: " << error;
+    return mlir::failure();
+  }
+  if (options.verbose && replica == 0) {
+    errs() << "moec: pipeline: ";
+    pm.printAsTextualPipeline(errs());
+    errs() << "\n";
+  }
   mlir::LogicalResult ran = pm.run(module);
   PlanReport taken = takeReport(module);
   bool quiet = replica > 0; // another share's program: reported already

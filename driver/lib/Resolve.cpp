@@ -11,6 +11,8 @@
 #include "moe/Driver/Driver.h"
 #include "moe/Frontend/ClusterToMLIR.h"
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -149,6 +151,29 @@ Error checkParallel(const CompileOptions &options, const OptionsBinder *flags) {
 
 } // namespace
 
+Expected<std::vector<mlir::moe::PipelineInsertion>>
+moec::driver::pipelineInsertions(const ExtensionOptions &options) {
+  std::vector<mlir::moe::PipelineInsertion> insertions;
+  for (bool after : {false, true})
+    for (const std::string &value : after ? options.after : options.before) {
+      const char *flag = after ? "--pass-after" : "--pass-before";
+      auto [anchor, passes] = StringRef(value).split('=');
+      if (anchor.trim().empty() || passes.trim().empty())
+        return createStringError(Twine(flag) + " takes ANCHOR=PASSES (e.g. " + flag +
+                                 "=moe-fuse-gating=moe-count-routers), got '" + value + "'");
+      std::string error;
+      raw_string_ostream os(error);
+      mlir::OpPassManager scratch("builtin.module");
+      if (mlir::failed(mlir::parsePassPipeline(passes, scratch, os)))
+        return createStringError(Twine(flag) + "=" + value + ": " + StringRef(error).trim() +
+                                 (options.plugins.empty()
+                                      ? "\nmoec: note: a plugin's passes need --load-pass-plugin LIB"
+                                      : ""));
+      insertions.push_back({anchor.trim().str(), after, passes.trim().str()});
+    }
+  return insertions;
+}
+
 Error moec::driver::checkImportOptions(const ImportOptions &options) {
   if (options.dtype != "f32" && options.dtype != "bf16" && options.dtype != "f16")
     return createStringError("--dtype must be f32, bf16 or f16, got '" + options.dtype + "'");
@@ -177,6 +202,10 @@ Error moec::driver::resolveOptions(CompileOptions &options, const OptionsBinder 
     return e;
   if (options.parallel.ranks < 1)
     return createStringError("--ranks must be >= 1");
+  if (Expected<std::vector<mlir::moe::PipelineInsertion>> insertions =
+          pipelineInsertions(options.extensions);
+      !insertions)
+    return insertions.takeError();
   if (Error e = resolveBackend(options, flags))
     return e;
   return checkParallel(options, flags);

@@ -1,8 +1,10 @@
 // A tiny MoE transformer training step in the moe dialect: one layer,
 // vocabulary 256 (bytes), d_model 64, 4 heads with 2 kv heads, 4 experts of
 // width 128 with top-2 softmax routing, one shared expert, batch 2 x 32 tokens.
-// Until the frontend lands this file is written by hand; later it is what
-// `moe-translate --import-model examples/models/tiny.json` emits.
+// Written by hand: `moe-translate --import-model MODEL.json` writes modules
+// of this form from a model description (with the optimiser's settings and
+// the model's description as module attributes), and `moec` compiles either
+// into a training binary (`moec tiny-moe.mlir -o train`).
 
 module attributes {moe.grid = #moe.grid<dp = 1, ep = 2, devices = ["local-cpu", "local-cpu"]>} {
   moe.param @tok_emb : tensor<256x64xf32> init <normal, scale = 2.000000e-02>

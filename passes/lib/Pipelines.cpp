@@ -4,10 +4,72 @@
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
+namespace {
+
+/// Adds the pipeline's passes and, around the first pass of each anchor
+/// named, the user's insertions.
+class PipelineBuilder {
+public:
+  PipelineBuilder(OpPassManager &pm, ArrayRef<moe::PipelineInsertion> insertions,
+                  raw_ostream &errors)
+      : pm(pm), insertions(insertions), used(insertions.size(), false), errors(errors) {}
+
+  void addPass(std::unique_ptr<Pass> pass) {
+    std::string anchor = pass->getArgument().str();
+    bool first = !llvm::is_contained(names, anchor);
+    names.push_back(anchor);
+    if (first)
+      insert(anchor, /*after=*/false);
+    pm.addPass(std::move(pass));
+    if (first)
+      insert(anchor, /*after=*/true);
+  }
+
+  /// Whether every insertion found its anchor and parsed.
+  LogicalResult finish() {
+    for (auto [insertion, done] : llvm::zip(insertions, used))
+      if (!done) {
+        errors << "'" << insertion.anchor << "' is not a pass of this training pipeline; its "
+               << "passes, in order: " << llvm::join(names, ", ") << "\n";
+        return failure();
+      }
+    return failure(parseFailed);
+  }
+
+private:
+  void insert(StringRef anchor, bool after) {
+    for (auto [i, insertion] : llvm::enumerate(insertions)) {
+      if (insertion.anchor != anchor || insertion.after != after)
+        continue;
+      used[i] = true;
+      if (failed(parsePassPipeline(insertion.passes, pm, errors)))
+        parseFailed = true;
+    }
+  }
+
+  OpPassManager &pm;
+  ArrayRef<moe::PipelineInsertion> insertions;
+  std::vector<bool> used;
+  std::vector<std::string> names;
+  bool parseFailed = false;
+  raw_ostream &errors;
+};
+
+} // namespace
+
 void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options) {
+  (void)buildTrainPipeline(pm, options, {}, llvm::errs());
+}
+
+LogicalResult moe::buildTrainPipeline(OpPassManager &passes, const TrainPipelineOptions &options,
+                                      ArrayRef<PipelineInsertion> insertions,
+                                      raw_ostream &errors) {
+  PipelineBuilder pm(passes, insertions, errors);
   if (options.evalStep)
     pm.addPass(createAddEvalStepPass());
   if (options.plan) {
@@ -84,6 +146,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
     if (options.overlap)
       pm.addPass(createSchedulePass());
   }
+  return pm.finish();
 }
 
 void moe::registerMoEPipelines() {
@@ -91,5 +154,7 @@ void moe::registerMoEPipelines() {
       "moe-train-pipeline",
       "Forward step -> fused gating -> backward and optimiser -> kernel "
       "specs and a planned step program",
-      buildTrainPipeline);
+      [](OpPassManager &pm, const TrainPipelineOptions &options) {
+        buildTrainPipeline(pm, options);
+      });
 }

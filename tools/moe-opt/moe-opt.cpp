@@ -6,13 +6,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/PassPlugins.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/Transforms/Pipelines.h"
 #include "moec/contract/NestingDepth.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/FileUtilities.h"
-#include "mlir/Tools/Plugins/PassPlugin.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/InitLLVM.h"
@@ -27,25 +27,8 @@ int main(int argc, char **argv) {
   // parsed, so that their passes are flags like moe's own (MlirOptMain alone
   // loads them too late for that: only --pass-pipeline would name them).
   std::vector<char *> args;
-  for (int i = 0; i < argc; ++i) {
-    llvm::StringRef arg = argv[i];
-    std::string path;
-    if (arg.consume_front("--load-pass-plugin=") || arg.consume_front("-load-pass-plugin="))
-      path = arg.str();
-    else if ((arg == "--load-pass-plugin" || arg == "-load-pass-plugin") && i + 1 < argc)
-      path = argv[++i];
-    else {
-      args.push_back(argv[i]);
-      continue;
-    }
-    llvm::Expected<mlir::PassPlugin> plugin = mlir::PassPlugin::load(path);
-    if (!plugin) {
-      llvm::errs() << "moe-opt: cannot load pass plugin '" << path
-                   << "': " << llvm::toString(plugin.takeError()) << "\n";
-      return 1;
-    }
-    plugin->registerPassRegistryCallbacks();
-  }
+  if (mlir::failed(mlir::moe::loadPassPlugins(argc, argv, "moe-opt", args)))
+    return 1;
   argc = static_cast<int>(args.size());
   args.push_back(nullptr);
   argv = args.data();

@@ -1,6 +1,7 @@
 //===- moec.cpp - the MoEC driver ------------------------------------------===//
 //
 //   moec examples/models/tiny.json [--cluster c.json] -o out/tiny --emit=kernels [-v]
+//   moec model.mlir --load-pass-plugin lib.so --pass-after=ANCHOR=PASSES -o out/train
 //
 // A driver only: it parses the flags into the driver library's option
 // structs (driver/include/moe/Driver/Options.h) and runs the library's
@@ -16,10 +17,13 @@
 #include "moe/Codegen/HostTarget.h"
 #include "moe/Driver/Driver.h"
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/PassPlugins.h"
+#include "moe/Transforms/Passes.h"
 #include "moec/contract/Abi.h"
 #include "moert/CpuTarget.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
@@ -117,6 +121,17 @@ int emitAfterPipeline(mlir::ModuleOp module, mlir::ModuleOp source, const PlanRe
 } // namespace
 
 int main(int argc, char **argv) {
+  // Plugins load before the flags are parsed (their passes' names and
+  // options are then known); --load-pass-plugin stays in argv, recorded.
+  std::vector<char *> unused;
+  if (mlir::failed(mlir::moe::loadPassPlugins(argc, argv, "moec", unused)))
+    return 1;
+  // What --pass-before/--pass-after may name besides plugins' passes:
+  // MoEC's own and the generic clean-ups (as moe-opt).
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+  mlir::moe::registerMoEPasses();
   InitLLVM init(argc, argv);
   cl::OptionCategory category("moec options");
   CompileOptions options;

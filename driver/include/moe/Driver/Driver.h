@@ -22,6 +22,7 @@
 #include "moe/Driver/Options.h"
 #include "moe/Frontend/ClusterToMLIR.h"
 #include "moe/Frontend/ModelToMLIR.h"
+#include "moe/Transforms/Pipelines.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -59,8 +60,17 @@ mlir::LogicalResult printDiagnostic(mlir::Diagnostic &diag);
 /// gemm a device target implies, and the host target.
 llvm::Error resolveOptions(CompileOptions &options, const OptionsBinder *flags = nullptr);
 
+/// --pass-before/--pass-after as pipeline insertions; an error names the
+/// flag whose value is not ANCHOR=PASSES or whose passes do not parse (a
+/// plugin's passes need the plugin loaded first).
+llvm::Expected<std::vector<mlir::moe::PipelineInsertion>>
+pipelineInsertions(const ExtensionOptions &options);
+
 /// The import options' ranges and the HF options' parse; an error names the flag.
 llvm::Error checkImportOptions(const ImportOptions &options);
+
+/// Whether the model file is moe IR (`.mlir`, not with --hf).
+bool isMlirInput(const ImportOptions &options);
 
 /// The model as a ModelSpec (MoEC JSON or a HuggingFace config), or none
 /// after adding the errors to `diags`.
@@ -76,7 +86,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(const frontend::ModelSpec &spec,
                                               const frontend::ClusterSpec *cluster,
                                               mlir::MLIRContext &context);
 
-/// The model (and cluster, as moe.cluster) as moe IR, or null after
+/// The model (a JSON file, or moe IR from a `.mlir` file) and the cluster
+/// (as moe.cluster) as moe IR, or null after
 /// printing the errors. A device target the cluster chose gives way to a
 /// 16-bit model's precision (`options.backend` is updated).
 mlir::OwningOpRef<mlir::ModuleOp> importModule(CompileOptions &options, mlir::MLIRContext &context);

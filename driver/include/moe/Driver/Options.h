@@ -40,6 +40,12 @@ public:
     options.push_back(std::make_unique<llvm::cl::opt<T, true>>(name, llvm::cl::location(field),
                                                                llvm::cl::cat(category), mods...));
   }
+  /// Binds repeatable flag `name` to `field` (each occurrence appends).
+  template <typename... Mods>
+  void list(llvm::StringRef name, std::vector<std::string> &field, const Mods &...mods) {
+    options.push_back(std::make_unique<llvm::cl::list<std::string, std::vector<std::string>>>(
+        name, llvm::cl::location(field), llvm::cl::cat(category), mods...));
+  }
   /// `text` kept for as long as the options (cl::desc holds a reference,
   /// so a description built at run time must outlive them).
   llvm::StringRef keep(std::string text) { return texts.emplace_back(std::move(text)); }
@@ -140,6 +146,17 @@ struct BackendOptions {
   void bindOptions(OptionsBinder &binder);
 };
 
+/// Passes of the user's own in the training pipeline (docs/OutOfTree.md).
+struct ExtensionOptions {
+  /// --load-pass-plugin: loaded by the tool before its command line is
+  /// parsed (mlir::moe::loadPassPlugins), recorded here.
+  std::vector<std::string> plugins;
+  /// --pass-before / --pass-after, each ANCHOR=PASSES.
+  std::vector<std::string> before, after;
+
+  void bindOptions(OptionsBinder &binder);
+};
+
 /// The stage a compile stops after.
 enum class Emit { Mlir, Plan, Kernels, Cpp, Exe };
 
@@ -150,6 +167,7 @@ struct CompileOptions {
   CompressOptions compress;
   StepOptions step;
   BackendOptions backend;
+  ExtensionOptions extensions;
   Emit emit = Emit::Exe;
   std::string output;
   bool verbose = false;

@@ -153,6 +153,22 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 /// pipeline (moec --emit=mlir prints its result).
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 
+/// Passes a user adds to the training pipeline (moec --pass-before /
+/// --pass-after): `passes`, a textual list of module passes
+/// ("moe-count-routers,canonicalize", plugins' passes included), runs just
+/// before or after the first pass whose argument is `anchor`.
+struct PipelineInsertion {
+  std::string anchor;
+  bool after = true;
+  std::string passes;
+};
+
+/// buildTrainPipeline with `insertions`; an anchor that is not in this
+/// pipeline, or a list that does not parse, is an error written to
+/// `errors` (naming the pipeline's passes).
+LogicalResult buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options,
+                                 ArrayRef<PipelineInsertion> insertions, raw_ostream &errors);
+
 /// Registers --moe-train-pipeline.
 void registerMoEPipelines();
 
