@@ -4,7 +4,8 @@
 //                 [--routing-groups G] [--dump DIR]
 //
 // Runs the same training as a binary built by moec -- same parameter
-// initialisation, same batches -- in the reference interpreter (double
+// initialisation, same batches, the learning-rate schedule fitted to the
+// run as the binary's default -- in the reference interpreter (double
 // precision), and prints {"step": s, "loss": l} per step: the oracle the
 // driver tests compare generated binaries against. --dump DIR writes what an
 // independent reference needs to recompute the first step's loss:
@@ -25,10 +26,12 @@
 #include "moe/Transforms/Pipelines.h"
 #include "moert/Checkpoint.h"
 #include "moert/Data.h"
+#include "moec/contract/Abi.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -91,6 +94,10 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s", diags.str().c_str());
     return 1;
   }
+  // The training binary's default: the schedule fitted to the run.
+  spec->optimizer.warmupSteps =
+      moert_fit_warmup(spec->optimizer.warmupSteps, spec->optimizer.totalSteps, steps);
+  spec->optimizer.totalSteps = std::max<int64_t>(steps, spec->optimizer.warmupSteps);
   mlir::DialectRegistry registry;
   mlir::moe::registerAllDialects(registry);
   mlir::MLIRContext context(registry);

@@ -25,6 +25,7 @@ protected:
 
 TEST_F(LearningRateTest, TheCompiledScheduleUnlessAFlagChangesIt) {
   program = scheduled();
+  o.steps = 20; // the compiled schedule's length: nothing to fit
   Rank &r = boundRank(program);
   LearningRate lr(r);
   lr.configure();
@@ -81,7 +82,9 @@ TEST_F(LearningRateTest, InconsistentFlagsAndAProgramWithoutOneAreErrors) {
               "the minimum learning rate 0.500000 exceeds the learning rate 0.010000");
   o.minLr.reset();
   o.warmupSteps = 25;
+  o.totalSteps = 20;
   EXPECT_EXIT(lr.configure(), testing::ExitedWithCode(1), "the warm-up \\(25 steps\\) exceeds");
+  o.totalSteps.reset();
 
   o.warmupSteps.reset();
   o.lr = 0.1;
@@ -90,9 +93,56 @@ TEST_F(LearningRateTest, InconsistentFlagsAndAProgramWithoutOneAreErrors) {
   EXPECT_EXIT(none.configure(), testing::ExitedWithCode(1), "no learning-rate schedule");
 }
 
+TEST_F(LearningRateTest, FitsTheScheduleToTheRunUnlessTotalStepsFixesIt) {
+  program = scheduled();
+  o.steps = 50; // 4 warm-up steps of 20 -> 10 of 50, the decay ending at 50
+  Rank &r = boundRank(program);
+  LearningRate fitted(r);
+  fitted.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 50);
+  EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 10);
+  EXPECT_EQ(moert_fit_warmup(4, 20, 3), 1); // 0.6, rounded
+  EXPECT_EQ(moert_fit_warmup(1, 300, 40), 1); // a warm-up stays
+  EXPECT_EQ(moert_fit_warmup(0, 20, 50), 0);
+  // --warmup-steps sets the warm-up; the length still follows the run.
+  o.warmupSteps = 7;
+  LearningRate warm(r);
+  warm.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 7);
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 50);
+  o.warmupSteps.reset();
+  // --total-steps fixes the length; the warm-up keeps its share of it.
+  o.totalSteps = 30;
+  LearningRate fixed(r);
+  fixed.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 30);
+  EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 6);
+  CheckpointData saved;
+  fixed.save(saved);
+  EXPECT_EQ(saved.state["lr_schedule"]["fit_to_run"], false);
+  o.totalSteps.reset();
+  // Resumed, a fixed schedule stays fixed; a fitted one refits to the run.
+  LearningRate keeps(r);
+  keeps.restore(saved);
+  keeps.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 30);
+  fitted.save(saved);
+  EXPECT_EQ(saved.state["lr_schedule"]["fit_to_run"], true);
+  o.steps = 60;
+  LearningRate refits(r);
+  refits.restore(saved);
+  refits.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 60);
+  EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 12);
+  saved.state["lr_schedule"]["warmup_from"] = {5, 2};
+  LearningRate bad(r);
+  EXPECT_EXIT(bad.restore(saved), testing::ExitedWithCode(1), "state: lr_schedule: expected");
+}
+
 TEST_F(LearningRateTest, WarnsWhenTheRunEndsInsideTheWarmUpOrBeforeTheDecay) {
   program = scheduled();
   o.steps = 3;
+  o.totalSteps = 20; // fixed: the run does not fit it
   Rank &r = boundRank(program);
   LearningRate lr(r);
   lr.configure();

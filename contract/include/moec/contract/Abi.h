@@ -55,6 +55,20 @@ enum moert_activation {
 /* Learning-rate schedules (moe.lr_schedule's `schedule`). */
 enum moert_lr_schedule { MOERT_LR_COSINE = 0, MOERT_LR_LINEAR = 1, MOERT_LR_CONSTANT = 2 };
 
+/* A schedule of `total` steps with `warmup` warm-up steps fitted to a run
+ * of `steps` (the training binary's default, and moe-ref-train's): the
+ * decay ends at the run's last step and the warm-up keeps its share,
+ * rounded to the nearest step, at least 1 if it had any. Returns the
+ * fitted warm-up; the fitted total is `steps`. */
+static inline int64_t moert_fit_warmup(int64_t warmup, int64_t total, int64_t steps) {
+  if (warmup <= 0 || total <= 0 || steps <= 0)
+    return 0;
+  int64_t fitted = (warmup * steps * 2 + total) / (total * 2); /* round half up */
+  if (fitted < 1)
+    fitted = 1;
+  return fitted < steps ? fitted : steps;
+}
+
 /* Grid axes of a collective's group, as a bit mask. */
 enum moert_axis { MOERT_AXIS_DP = 1, MOERT_AXIS_EP = 2, MOERT_AXIS_TP = 4 };
 
