@@ -211,7 +211,7 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                              << "' must be a dictionary on a builtin.module";
     return success();
   }
-  if (name == kModelAttrName) {
+  if (name == kModelAttrName || name == kPlanNeedsAttrName) {
     if (!isa<ModuleOp>(op) || !isa<StringAttr>(attr.getValue()))
       return op->emitError() << "'" << name << "' must be a string on a builtin.module";
     return success();

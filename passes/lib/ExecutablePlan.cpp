@@ -13,11 +13,9 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
-namespace {
-
-/// Why moe-partition and the runtime cannot execute `grid` on `module`, or
-/// an empty string when they can.
-std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
+std::string mlir::moe::whyNotExecutable(ModuleOp module, GridAttr grid) {
+  if (auto needs = module->getAttrOfType<StringAttr>(MoEDialect::kPlanNeedsAttrName))
+    return "it needs " + needs.getValue().str() + ", which the step program does not run yet";
   int64_t replicas = grid.getDp() * grid.getEp();
   if (int64_t tp = grid.getTp(); tp > 1) {
     // moe-partition splits heads and FFN widths over tp.
@@ -73,6 +71,8 @@ std::string whyNotExecutable(ModuleOp module, GridAttr grid) {
   });
   return why;
 }
+
+namespace {
 
 struct ExecutablePlanPass : public moe::impl::ExecutablePlanPassBase<ExecutablePlanPass> {
   using ExecutablePlanPassBase::ExecutablePlanPassBase;

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_PLANSHARDINGPASS
@@ -46,6 +47,8 @@ struct StepSummary {
   std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
   std::vector<int64_t> layerExperts;
   int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
+  int64_t sequences = 1;   ///< of the batch (micro-batches split them)
+  double elementBytes = 4; ///< of an activation (2 in bf16/f16)
   bool forwardOnly = true;
   /// A q/k norm over a whole projection (OLMoE's): tp cannot split its heads.
   bool crossHeadNorm = false;
@@ -55,7 +58,19 @@ struct StepSummary {
 struct Candidate {
   int64_t dp = 1, ep = 1, tp = 1;
   bool zero = false; ///< optimiser state sharded over the replicas (ZeRO-1)
+  /// Micro-batches per step (gradient accumulation): activations of one
+  /// micro-batch at a time, the all-to-alls' latencies m times.
+  int64_t micro = 1;
+  /// Activation recompute: each layer's input kept, the rest recomputed in
+  /// the backward (one more forward: a third more compute).
+  bool recompute = false;
   double compute = 0, allToAll = 0, allReduce = 0, tensorParallel = 0, memory = 0;
+  /// The fullest rank's memory by kind: f32 weights, gradients, AdamW
+  /// moments (after ZeRO-1), activations (one micro-batch's, recomputed).
+  double weightBytes = 0, gradientBytes = 0, optimizerBytes = 0, activationBytes = 0;
+  /// Bytes the busiest rank sends per step: dispatch and combine, gradient
+  /// all-reduces (their payload), tensor-parallel all-reduces.
+  double allToAllBytes = 0, allReduceBytes = 0, tensorParallelBytes = 0;
   std::string memoryKind;
   double capacity = 0; ///< the memory of a memoryKind device (shared by its ranks)
   bool fits = true;
@@ -178,9 +193,11 @@ public:
     return speed;
   }
 
-  Candidate evaluate(int64_t dp, int64_t ep, int64_t tp, bool zero) const {
+  Candidate evaluate(int64_t dp, int64_t ep, int64_t tp, bool zero, int64_t micro = 1,
+                     bool recompute = false) const {
     Candidate c;
-    c.dp = dp, c.ep = ep, c.tp = tp, c.zero = zero;
+    c.dp = dp, c.ep = ep, c.tp = tp, c.zero = zero, c.micro = micro, c.recompute = recompute;
+    double m = static_cast<double>(micro);
     c.overlap = overlap && !step.forwardOnly;
     c.layers = step.layers;
     Grid g{dp, ep, tp};
@@ -211,7 +228,7 @@ public:
           unsigned k = cluster.rankKind[r];
           double time = (share[d * ep + e] * step.denseTime[k] +
                          groupShare * expertFraction[d * ep + e] * step.expertTime[k]) /
-                        tdp;
+                        tdp * (recompute ? 4.0 / 3.0 : 1.0);
           // AdamW on every element the rank updates: read w, m, v, g and
           // write w, m, v (28 bytes per f32 element, 7x the parameter
           // bytes); replicated parameters are updated on every replica.
@@ -240,9 +257,11 @@ public:
         double layersA2A = static_cast<double>(step.layerDispatchBytes.size());
         double a2a = 0;
         if (layersA2A > 0)
-          a2a = 4 * (allToAllTime(cluster, group, bytes * maxShare / tdp) +
-                     (layersA2A - 1) * allToAllTime(cluster, group, 1e-30));
+          a2a = 4 * m *
+                (allToAllTime(cluster, group, bytes * maxShare / tdp / m) +
+                 (layersA2A - 1) * allToAllTime(cluster, group, 1e-30));
         c.allToAll = std::max(c.allToAll, a2a);
+        c.allToAllBytes = std::max(c.allToAllBytes, 4 * bytes * maxShare / tdp);
       }
     }
     // Tensor parallelism: per layer, two all-reduces of the activations
@@ -255,8 +274,11 @@ public:
             group.push_back(g.rank(d, e, t));
           double bytes = static_cast<double>(step.tokens) * share[d * ep + e] *
                          static_cast<double>(step.width) * 4;
-          c.tensorParallel = std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) *
-                                                            allReduceTime(cluster, group, bytes));
+          c.tensorParallel =
+              std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) * m *
+                                             allReduceTime(cluster, group, bytes / m));
+          c.tensorParallelBytes =
+              std::max(c.tensorParallelBytes, 4 * static_cast<double>(step.layers) * bytes);
         }
     }
     // Gradients: each tp shard of the replicated parameters over its
@@ -277,6 +299,9 @@ public:
         expertAR =
             std::max(expertAR, allReduceTime(cluster, experts,
                                              step.expertParamBytes * expertFraction[e] / tdp));
+        c.allReduceBytes = std::max(c.allReduceBytes, (step.denseParamBytes +
+                                                       step.expertParamBytes * expertFraction[e]) /
+                                                          tdp);
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -308,13 +333,15 @@ public:
           double dense = step.denseParamBytes / tdp;
           double expert =
               (step.expertParamBytes * expertFraction[d * ep + e] + spareRows * rowBytes) / tdp;
-          double bytes =
-              2 * (dense + expert) +
+          double moments =
               2 * (zero ? dense / static_cast<double>(dp * ep) + expert / static_cast<double>(dp)
-                        : dense + expert) +
-              step.activationBytes * share[d * ep + e] / tdp;
+                        : dense + expert);
+          double activations = activationBytes(share[d * ep + e], tdp, m, recompute);
+          double bytes = 2 * (dense + expert) + moments + activations;
           if (bytes > c.memory) {
             c.memory = bytes;
+            c.weightBytes = c.gradientBytes = dense + expert;
+            c.optimizerBytes = moments, c.activationBytes = activations;
             c.memoryKind = cluster.kindOf(r).name;
             c.capacity = cluster.kindOf(r).memoryBytes / static_cast<double>(cluster.sharing(r));
           }
@@ -323,6 +350,39 @@ public:
             c.fits = false;
         }
     return c;
+  }
+
+  /// The grid's plan as it runs (one micro-batch, activations kept) if it
+  /// fits; else the fastest that fits of more micro-batches (powers of two,
+  /// each replica keeping at least one sequence per micro-batch), with or
+  /// without recompute; else as it runs.
+  Candidate fitting(int64_t dp, int64_t ep, int64_t tp, bool zero) const {
+    Candidate plain = evaluate(dp, ep, tp, zero);
+    if (plain.fits)
+      return plain;
+    std::optional<Candidate> best;
+    int64_t perReplica = std::max<int64_t>(1, step.sequences / (dp * ep));
+    for (bool recompute : {false, true})
+      for (int64_t m = recompute ? 1 : 2; m <= perReplica; m *= 2)
+        if (Candidate c = evaluate(dp, ep, tp, zero, m, recompute);
+            c.fits && (!best || c.step() < best->step()))
+          best = c;
+    return best ? *best : plain;
+  }
+
+  /// Activation bytes of a rank with token share `share` of the step, its
+  /// layers split over `tp`, in `micro` micro-batches; recomputed, each
+  /// layer's input stays (on every tp rank) and one layer's activations
+  /// live at a time.
+  double activationBytes(double share, double tp, double micro, bool recompute) const {
+    double whole = step.activationBytes * share / tp;
+    if (recompute) {
+      double layers = static_cast<double>(std::max<int64_t>(step.layers, 1));
+      double inputs = static_cast<double>(step.tokens) * share * static_cast<double>(step.width) *
+                      step.elementBytes * layers;
+      whole = std::min(whole, inputs + whole / layers);
+    }
+    return whole / micro;
   }
 
   /// Placement of a layer's experts over the ep ranks (dp group 0; every
@@ -380,6 +440,21 @@ private:
   std::vector<double> denseSpeed, expertSpeed;
 };
 
+/// "8 micro-batches (gradient accumulation) and activation recompute".
+std::string needsText(const Candidate &c) {
+  std::string text;
+  if (c.micro > 1)
+    text = std::to_string(c.micro) + " micro-batches (gradient accumulation)";
+  if (c.recompute)
+    text += (text.empty() ? "" : " and ") + std::string("activation recompute");
+  return text;
+}
+
+/// The table's column for them: "1", "8", "8 rc".
+std::string microText(const Candidate &c) {
+  return std::to_string(c.micro) + (c.recompute ? " rc" : "");
+}
+
 std::string seconds(double s) {
   std::string out;
   llvm::raw_string_ostream os(out);
@@ -407,6 +482,39 @@ std::string gigabytes(double b) {
 }
 
 /// Writes `text` to `path` ("-": stdout).
+/// The chosen plan as the JSON report gives it: its grid, what it needs,
+/// the fullest device's memory by kind, the bytes a rank sends per step by
+/// collective, the predicted throughput and MFU, and whether it executes.
+llvm::json::Object chosenJson(const Candidate &best, const StepSummary &step, double peakFlops,
+                              const std::string &notExecutable) {
+  double stepSeconds = best.step();
+  llvm::json::Object chosen{
+      {"dp", best.dp},
+      {"ep", best.ep},
+      {"tp", best.tp},
+      {"zero_stage", best.zero ? 1 : 0},
+      {"micro_batches", best.micro},
+      {"recompute", best.recompute},
+      {"step_s", stepSeconds},
+      {"tokens_per_s", static_cast<double>(step.tokens) / stepSeconds},
+      {"peak_flops", peakFlops},
+      {"mfu", step.flops / stepSeconds / peakFlops},
+      {"memory_bytes", llvm::json::Object{{"weights", best.weightBytes},
+                                          {"gradients", best.gradientBytes},
+                                          {"optimizer_state", best.optimizerBytes},
+                                          {"activations", best.activationBytes},
+                                          {"total", best.memory},
+                                          {"device", best.memoryKind},
+                                          {"capacity", best.capacity}}},
+      {"collective_bytes", llvm::json::Object{{"all_to_all", best.allToAllBytes},
+                                              {"gradient_all_reduce", best.allReduceBytes},
+                                              {"tensor_parallel", best.tensorParallelBytes}}},
+      {"executable", notExecutable.empty()}};
+  if (!notExecutable.empty())
+    chosen["not_executable"] = notExecutable;
+  return chosen;
+}
+
 LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
   if (path == "-") {
     llvm::outs() << text;
@@ -500,7 +608,8 @@ void PlanShardingPass::runOnOperation() {
     if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
       if (auto kind = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
           kind && kind.getValue() == "tokens")
-        step.tokens = t.getNumElements();
+        step.tokens = t.getNumElements(), step.sequences = t.getRank() ? t.getShape()[0] : 1;
+  step.elementBytes = cluster->precision == "f32" ? 4 : 2;
   if (step.forwardOnly) {
     // A forward-only step: the backward costs about twice the forward.
     step.flops *= 3;
@@ -594,7 +703,7 @@ void PlanShardingPass::runOnOperation() {
       if (dpDegree > 0 && dp != dpDegree)
         continue;
       for (bool zero : {false, true})
-        candidates.push_back(planner.evaluate(dp, ep, tp, zero));
+        candidates.push_back(planner.fitting(dp, ep, tp, zero));
     }
   }
   if (candidates.empty()) {
@@ -624,17 +733,19 @@ void PlanShardingPass::runOnOperation() {
     return !x.zero && y.zero; // the same time: keep state replicated
   });
   // ZeRO-1 variants that neither fit where the replicated one does not nor
-  // change the time are noise in the report: list a ZeRO-1 plan only when
-  // it is what makes its grid fit.
+  // make the step faster (fewer micro-batches, no recompute) are noise in
+  // the report: list a ZeRO-1 plan only when it is what makes its grid fit
+  // or fit faster.
   {
     std::vector<size_t> kept;
     for (size_t i : order) {
       const Candidate &c = candidates[i];
       if (c.zero) {
-        bool replicatedFits = llvm::any_of(candidates, [&](const Candidate &o) {
-          return !o.zero && o.dp == c.dp && o.ep == c.ep && o.tp == c.tp && o.fits;
+        bool replicatedAsGood = llvm::any_of(candidates, [&](const Candidate &o) {
+          return !o.zero && o.dp == c.dp && o.ep == c.ep && o.tp == c.tp && o.fits &&
+                 o.micro <= c.micro && (!o.recompute || c.recompute);
         });
-        if (replicatedFits)
+        if (replicatedAsGood)
           continue;
       }
       kept.push_back(i);
@@ -741,6 +852,16 @@ void PlanShardingPass::runOnOperation() {
     }
     e.setPlacementAttr(PlacementAttr::get(module.getContext(), flat, sizes));
   }
+  // What the plan needs that the step program does not run yet.
+  module->removeAttr(MoEDialect::kPlanNeedsAttrName);
+  if (best.micro > 1 || best.recompute)
+    module->setAttr(MoEDialect::kPlanNeedsAttrName,
+                    b.getStringAttr(needsText(best)));
+  std::string notExecutable =
+      whyNotExecutable(module, module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName));
+  double peakFlops = 0; // the devices' peaks in the step's precision
+  for (int64_t r = 0; r < n; ++r)
+    peakFlops += cluster->kindOf(r).flops / static_cast<double>(cluster->sharing(r));
   module->setAttr(MoEDialect::kPlanAttrName,
                   PlanAttr::get(module.getContext(), best.step(), best.compute, best.allToAll,
                                 best.allReduce, best.exposedAllReduce(), best.tensorParallel,
@@ -764,16 +885,17 @@ void PlanShardingPass::runOnOperation() {
        << (step.forwardOnly ? " (forward x 3)" : "") << " in " << cluster->precision
        << " (the devices' " << cluster->precision << " peaks), parameters "
        << gigabytes(step.denseParamBytes) << " dense + " << gigabytes(step.expertParamBytes)
-       << " experts, activations " << gigabytes(step.activationBytes) << "\n"
-       << llvm::format("  %-1s %5s %5s %3s %4s %12s %12s %12s %12s %12s %12s  %s\n", "", "dp", "ep",
-                       "tp", "zero", "compute", "all-to-all",
+       << " experts, activations " << gigabytes(step.activationBytes)
+       << " (the whole step, unpartitioned)\n"
+       << llvm::format("  %-1s %5s %5s %3s %4s %6s %12s %12s %12s %12s %12s %12s  %s\n", "", "dp",
+                       "ep", "tp", "zero", "micro", "compute", "all-to-all",
                        best.overlap ? "all-reduce*" : "all-reduce", "tp comm", "step", "memory/dev",
                        "fits");
     for (size_t i : order) {
       const Candidate &c = candidates[i];
-      os << llvm::format("  %-1s %5lld %5lld %3lld %4s %12s %12s %12s %12s %12s %12s  %s\n",
+      os << llvm::format("  %-1s %5lld %5lld %3lld %4s %6s %12s %12s %12s %12s %12s %12s  %s\n",
                          &c == &best ? "*" : "", (long long)c.dp, (long long)c.ep, (long long)c.tp,
-                         c.zero ? "1" : "-", seconds(c.compute).c_str(),
+                         c.zero ? "1" : "-", microText(c).c_str(), seconds(c.compute).c_str(),
                          seconds(c.allToAll).c_str(), seconds(c.exposedAllReduce()).c_str(),
                          seconds(c.tensorParallel).c_str(), seconds(c.step()).c_str(),
                          gigabytes(c.memory).c_str(), c.fits ? "yes" : "no");
@@ -800,7 +922,19 @@ void PlanShardingPass::runOnOperation() {
       for (auto &l : lists)
         os << " " << l.size();
     }
-    os << "\nchosen: " << why << "\n";
+    os << "\nchosen: " << why << "\n"
+       << "  per device: weights " << gigabytes(best.weightBytes) << ", gradients "
+       << gigabytes(best.gradientBytes) << ", optimiser state " << gigabytes(best.optimizerBytes)
+       << ", activations " << gigabytes(best.activationBytes) << " (" << best.memoryKind
+       << ", holds " << gigabytes(best.capacity) << "); sends per step: all-to-all "
+       << gigabytes(best.allToAllBytes) << ", gradient all-reduce "
+       << gigabytes(best.allReduceBytes) << ", tensor-parallel "
+       << gigabytes(best.tensorParallelBytes) << "\n"
+       << "  predicted: " << llvm::format("%.4g", static_cast<double>(step.tokens) / best.step())
+       << " tokens/s, MFU " << llvm::format("%.1f%%", 100 * step.flops / best.step() / peakFlops)
+       << " of the devices' " << cluster->precision << " peak\n";
+    if (!notExecutable.empty())
+      os << "  not executable: " << notExecutable << "\n";
     if (!reportTable.empty() && failed(writeTo(reportTable, text, module)))
       return signalPassFailure();
   }
@@ -812,6 +946,8 @@ void PlanShardingPass::runOnOperation() {
                                          {"ep", c.ep},
                                          {"tp", c.tp},
                                          {"zero_stage", c.zero ? 1 : 0},
+                                         {"micro_batches", c.micro},
+                                         {"recompute", c.recompute},
                                          {"compute_s", c.compute},
                                          {"all_to_all_s", c.allToAll},
                                          {"all_reduce_s", c.allReduce},
@@ -846,10 +982,7 @@ void PlanShardingPass::runOnOperation() {
                               {"expert_parameter_bytes", step.expertParamBytes},
                               {"activation_bytes", step.activationBytes},
                               {"candidates", std::move(cands)},
-                              {"chosen", llvm::json::Object{{"dp", best.dp},
-                                                            {"ep", best.ep},
-                                                            {"tp", best.tp},
-                                                            {"zero_stage", best.zero ? 1 : 0}}},
+                              {"chosen", chosenJson(best, step, peakFlops, notExecutable)},
                               {"token_share", std::move(shares)},
                               {"device_kinds", std::move(kinds)},
                               {"placement", std::move(placement)},

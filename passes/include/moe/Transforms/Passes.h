@@ -3,6 +3,8 @@
 #ifndef MOE_TRANSFORMS_PASSES_H
 #define MOE_TRANSFORMS_PASSES_H
 
+#include "moe/Dialect/MoE/MoEDialect.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
@@ -20,6 +22,12 @@ namespace mlir::moe {
 int64_t dataReplicas(int64_t ranks, int64_t tp);
 
 int64_t batchSequences(ModuleOp module);
+
+/// Why moe-partition and the runtime cannot execute `grid` on `module`
+/// (moe-executable-plan's test, including what the plan needs that the
+/// step program does not run: MoEDialect::kPlanNeedsAttrName), or "" when
+/// they can.
+std::string whyNotExecutable(ModuleOp module, GridAttr grid);
 
 } // namespace mlir::moe
 

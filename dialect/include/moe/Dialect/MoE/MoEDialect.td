@@ -80,6 +80,10 @@ def MoE_Dialect : Dialect {
     /// On the module: the sharding plan's report, {json, table} strings
     /// (moe-plan-sharding report-attr, for a driver, which removes it).
     static constexpr ::llvm::StringLiteral kPlanReportAttrName = "moe.plan_report";
+    /// On the module: what the sharding plan needs that the step program
+    /// does not run yet ("8 micro-batches (gradient accumulation)"), a
+    /// string (moe-plan-sharding; moe-executable-plan refuses the plan).
+    static constexpr ::llvm::StringLiteral kPlanNeedsAttrName = "moe.plan_needs";
     /// On the module: moe-compress-collectives' settings, a
     /// #moe.compression.
     static constexpr ::llvm::StringLiteral kCompressionAttrName = "moe.compression";
