@@ -53,8 +53,20 @@ std::optional<ModelSpec> moec::driver::importModelSpec(const ImportOptions &opti
   std::shared_ptr<const JsonDoc> doc = JsonDoc::load(options.model, diags);
   if (!doc)
     return std::nullopt;
-  if (!options.hf)
-    return readModelJson(doc, diags);
+  if (!options.hf) {
+    // --override FIELD=VALUE (OBJECT.FIELD inside one) and --optimizer
+    // FIELD=VALUE set the description's fields before it is read.
+    nlohmann::json fields = nlohmann::json::object(), optimizer = nlohmann::json::object();
+    if (!parseHFOverrides(options.overrides, "--override", fields, diags, /*nested=*/true) ||
+        !parseHFOverrides(options.optimizer, "--optimizer", optimizer, diags))
+      return std::nullopt;
+    if (!optimizer.empty()) {
+      nlohmann::json &o = fields["optimizer"];
+      for (auto it = optimizer.begin(); it != optimizer.end(); ++it)
+        o[it.key()] = it.value();
+    }
+    return readModelJson(withModelFields(doc, fields), diags);
+  }
   HFImportOptions hf;
   hf.seqLen = options.seqLen;
   hf.batchSize = options.batchSize;

@@ -50,13 +50,14 @@ void ImportOptions::bindHFOptions(OptionsBinder &binder, StringRef hfFlag) {
   binder.opt(
       "override", overrides,
       cl::desc(binder.keep(with + "set top-level config.json fields first, KEY=VALUE,... "
-                                  "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8)")),
+                                  "(e.g. num_hidden_layers=2,hidden_size=256,num_experts=8); "
+                                  "for a MoEC model JSON, its fields (n_layers=4,moe.top_k=1)")),
       cl::value_desc("list"));
   binder.opt(
       "optimizer", optimizer,
       cl::desc(binder.keep(with + "optimiser settings, KEY=VALUE,... (the model JSON's optimizer "
                                   "fields: lr, warmup_steps, total_steps, min_lr, schedule, "
-                                  "weight_decay, grad_clip, eps)")),
+                                  "weight_decay, grad_clip, eps); a MoEC model JSON's too")),
       cl::value_desc("list"));
   binder.opt(
       "capacity-factor", capacityFactor,
@@ -66,10 +67,13 @@ void ImportOptions::bindHFOptions(OptionsBinder &binder, StringRef hfFlag) {
       cl::value_desc("F|dropless"));
 }
 
-bool ImportOptions::anyHFOptionGiven(const OptionsBinder &binder) {
+bool ImportOptions::anyHFOptionGiven(const OptionsBinder &binder, bool json) {
   return llvm::any_of(ArrayRef<StringRef>{"seq-len", "batch-size", "dtype", "override", "optimizer",
                                           "capacity-factor"},
-                      [&](StringRef name) { return binder.given(name); });
+                      [&](StringRef name) {
+                        return binder.given(name) &&
+                               !(json && (name == "override" || name == "optimizer"));
+                      });
 }
 
 void ParallelOptions::bindOptions(OptionsBinder &binder) {

@@ -195,9 +195,15 @@ Error moec::driver::resolveOptions(CompileOptions &options, const OptionsBinder 
     return createStringError("-o " + options.output + " is a directory: give the executable's path, e.g. -o " +
                  example);
   }
-  if (!options.import.hf && flags && ImportOptions::anyHFOptionGiven(*flags))
-    return createStringError("--seq-len, --batch-size, --override, --optimizer, --capacity-factor and --dtype "
-                 "apply to --hf configs (a MoEC model JSON states its fields itself)");
+  if (isMlirInput(options.import) && flags && ImportOptions::anyHFOptionGiven(*flags))
+    return createStringError("--override, --optimizer, --seq-len, --batch-size, --capacity-factor "
+                             "and --dtype edit a model description; moe IR (" +
+                             options.import.model + ") states its step itself");
+  if (!options.import.hf && flags && ImportOptions::anyHFOptionGiven(*flags, /*json=*/true))
+    return createStringError(
+        "--seq-len, --batch-size, --capacity-factor and --dtype apply to --hf configs; a MoEC "
+        "model JSON states its fields itself, and --override sets them (e.g. --override "
+        "seq_len=128,batch_size=4,dtype=bf16,moe.capacity_factor=1.5)");
   if (Error e = checkImportOptions(options.import))
     return e;
   if (options.parallel.ranks < 1)

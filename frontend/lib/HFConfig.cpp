@@ -440,7 +440,7 @@ std::optional<ModelSpec> moec::frontend::importHFConfig(std::shared_ptr<const Js
 }
 
 bool moec::frontend::parseHFOverrides(const std::string &text, const std::string &flag,
-                                      nlohmann::json &out, DiagnosticList &diags) {
+                                      nlohmann::json &out, DiagnosticList &diags, bool nested) {
   size_t pos = 0;
   while (!text.empty() && pos <= text.size()) {
     size_t comma = std::min(text.find(',', pos), text.size());
@@ -448,18 +448,29 @@ bool moec::frontend::parseHFOverrides(const std::string &text, const std::string
     pos = comma + 1;
     size_t eq = item.find('=');
     std::string key = eq == std::string::npos ? "" : item.substr(0, eq);
-    if (key.empty() || key.find_first_of("/. ") != std::string::npos) {
+    bool dotted = key.find('.') != std::string::npos;
+    if (key.empty() || key.find_first_of("/ ") != std::string::npos || (dotted && !nested) ||
+        key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) {
       diags.error(flag, SourcePos(),
                   "'" + item +
-                      "' is not KEY=VALUE with KEY a top-level config.json field "
-                      "(e.g. num_hidden_layers=2)");
+                      (nested ? "' is not KEY=VALUE with KEY a field of the model JSON, or "
+                                "OBJECT.FIELD (e.g. n_layers=4, moe.top_k=1)"
+                              : "' is not KEY=VALUE with KEY a top-level config.json field "
+                                "(e.g. num_hidden_layers=2)"));
       return false;
     }
     std::string value = item.substr(eq + 1);
     nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    out[key] = parsed.is_discarded() || parsed.is_object() || parsed.is_array()
-                   ? nlohmann::json(value)
-                   : parsed;
+    // "moe.top_k": out["moe"]["top_k"].
+    nlohmann::json *at = &out;
+    for (size_t dot; (dot = key.find('.')) != std::string::npos; key = key.substr(dot + 1)) {
+      at = &(*at)[key.substr(0, dot)];
+      if (!at->is_object())
+        *at = nlohmann::json::object();
+    }
+    (*at)[key] = parsed.is_discarded() || parsed.is_object() || parsed.is_array()
+                     ? nlohmann::json(value)
+                     : parsed;
   }
   return true;
 }

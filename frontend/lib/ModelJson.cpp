@@ -173,6 +173,29 @@ std::optional<OptimizerSpec> moec::frontend::readOptimizerJson(const JsonDoc &do
   return o;
 }
 
+/// `base` with `fields` merged in: objects member by member, any other
+/// value replaced.
+static nlohmann::json merged(nlohmann::json base, const nlohmann::json &fields) {
+  if (!base.is_object() || !fields.is_object())
+    return fields;
+  for (auto it = fields.begin(); it != fields.end(); ++it)
+    base[it.key()] = merged(base.contains(it.key()) ? base[it.key()] : nlohmann::json(),
+                            it.value());
+  return base;
+}
+
+std::shared_ptr<const JsonDoc> moec::frontend::withModelFields(std::shared_ptr<const JsonDoc> doc,
+                                                              const nlohmann::json &fields) {
+  if (!doc->root().is_object() || !fields.is_object() || fields.empty())
+    return doc;
+  nlohmann::json members = nlohmann::json::object();
+  for (auto it = fields.begin(); it != fields.end(); ++it)
+    members[it.key()] = merged(doc->root().contains(it.key()) ? doc->root()[it.key()]
+                                                              : nlohmann::json(),
+                               it.value());
+  return doc->withMembers(members);
+}
+
 std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const JsonDoc> doc,
                                                        DiagnosticList &diags) {
   ModelSpec s;

@@ -133,10 +133,9 @@ int main(int argc, char **argv) {
     return error("give one model: --import-model FILE or --import-hf-config FILE", 2);
   if (Error e = moec::driver::checkImportOptions(o.import))
     return error(toString(std::move(e)), 2);
-  if (o.hfFile.empty() &&
-      (binder.given("override") || binder.given("optimizer") || binder.given("capacity-factor")))
-    return error("--override, --optimizer and --capacity-factor apply to --import-hf-config (edit "
-                 "a MoEC model JSON directly)",
+  if (o.hfFile.empty() && binder.given("capacity-factor"))
+    return error("--capacity-factor applies to --import-hf-config (for a MoEC model, "
+                 "--override moe.capacity_factor=F)",
                  2);
   o.import.hf = !o.hfFile.empty();
   if (o.import.hf)

@@ -77,8 +77,9 @@ struct ImportOptions {
   /// --seq-len, --batch-size, --dtype, --override, --optimizer and
   /// --capacity-factor; `hfFlag` names the flag they go with in the help.
   void bindHFOptions(OptionsBinder &binder, llvm::StringRef hfFlag);
-  /// Whether any of those was given.
-  static bool anyHFOptionGiven(const OptionsBinder &binder);
+  /// Whether any of those was given (with `json`: any but --override and
+  /// --optimizer, which a MoEC model JSON takes too).
+  static bool anyHFOptionGiven(const OptionsBinder &binder, bool json = false);
 };
 
 /// The step's parallel layout: its grid of ranks, ZeRO, routing groups,

@@ -38,10 +38,11 @@ struct HFImportOptions {
 };
 
 /// Parses --override "key=value,...": each value is JSON (a number, true,
-/// false, null, a quoted string) or else a string. Reports a malformed item
-/// (`flag` names the option) and returns false.
+/// false, null, a quoted string) or else a string. With `nested`, a key may
+/// name a field of an object ("moe.top_k=4": {"moe": {"top_k": 4}}).
+/// Reports a malformed item (`flag` names the option) and returns false.
 bool parseHFOverrides(const std::string &text, const std::string &flag, nlohmann::json &out,
-                      DiagnosticList &diags);
+                      DiagnosticList &diags, bool nested = false);
 
 /// Parses --capacity-factor: a number > 0, or `dropless` (also `null`).
 /// Reports anything else and returns false.

@@ -97,6 +97,13 @@ struct ModelSpec {
 /// Reads a MoEC model description. Returns nullopt after reporting errors.
 std::optional<ModelSpec> readModelJson(std::shared_ptr<const JsonDoc> doc, DiagnosticList &diags);
 
+/// `doc` with `fields` set (a field, or an object's fields: {"moe":
+/// {"top_k": 1}} keeps the other members of "moe"), as moec's --override
+/// and --optimizer give them; a non-object document is returned as it is
+/// (readModelJson reports it).
+std::shared_ptr<const JsonDoc> withModelFields(std::shared_ptr<const JsonDoc> doc,
+                                               const nlohmann::json &fields);
+
 /// Checks constraints across fields that both readers share (heads against
 /// kv heads, rotary embeddings against the head width).
 void checkModelSpec(const ModelSpec &spec, DiagnosticList &diags);
