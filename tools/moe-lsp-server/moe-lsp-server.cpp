@@ -8,11 +8,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/InitAllDialects.h"
+#include "moe/Transforms/ToolOptions.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-lsp-server/MlirLspServerMain.h"
 
 int main(int argc, char **argv) {
+  // --help lists the server's options, not LLVM's back ends'.
+  mlir::moe::hideOptionsRegisteredBeforeMain();
   mlir::DialectRegistry registry;
   mlir::moe::registerAllDialects(registry);
   return mlir::failed(mlir::MlirLspServerMain(argc, argv, registry)) ? 1 : 0;

@@ -8,6 +8,7 @@
 #include "moe/InitAllDialects.h"
 #include "moe/Transforms/PassPlugins.h"
 #include "moe/Transforms/Passes.h"
+#include "moe/Transforms/ToolOptions.h"
 #include "moe/Transforms/Pipelines.h"
 #include "moec/contract/NestingDepth.h"
 
@@ -23,6 +24,9 @@
 #include <vector>
 
 int main(int argc, char **argv) {
+  // --help lists MLIR's options, the passes and moe's own, not LLVM's
+  // back ends' (--help-hidden still does).
+  mlir::moe::hideOptionsRegisteredBeforeMain();
   // Pass plugins (--load-pass-plugin=LIB) load before the command line is
   // parsed, so that their passes are flags like moe's own (MlirOptMain alone
   // loads them too late for that: only --pass-pipeline would name them).
