@@ -115,7 +115,12 @@
     const fig = el("figure", {"data-heatmap": String(layer)}, grid);
     el("figcaption", {text: "Expert load, " + layerName(layer) + ", " + experts + " experts x " + rows.length +
                              " steps (darker = more token-slots)"}, fig);
-    const canvas = el("canvas", {class: "heat", width: String(rows.length), height: String(experts)}, fig);
+    // Experts down the left edge, the shade's scale below.
+    const body = el("div", {class: "heatbody"}, fig);
+    const axis = el("div", {class: "heataxis"}, body);
+    el("span", {text: "expert 0"}, axis);
+    el("span", {text: "expert " + (experts - 1)}, axis);
+    const canvas = el("canvas", {class: "heat", width: String(rows.length), height: String(experts)}, body);
     const ctx = canvas.getContext("2d");
     const image = ctx.createImageData(rows.length, experts);
     rows.forEach((r, x) => {
@@ -126,7 +131,12 @@
       });
     });
     ctx.putImageData(image, 0, 0);
-    el("div", {class: "note", text: "steps " + rows[0].step + " to " + rows[rows.length - 1].step}, fig);
+    el("div", {class: "note", text: "steps " + rows[0].step + " (left) to " + rows[rows.length - 1].step + " (right)"}, fig);
+    const peak = Math.max(...rows.map((r) => Math.max(0, ...r.expert_tokens[layer])));
+    const scale = el("div", {class: "heatscale"}, fig);
+    el("span", {text: "0 token-slots"}, scale);
+    el("span", {class: "heatbar"}, scale);
+    el("span", {text: "the step's most loaded expert (" + peak + " token-slots at most)"}, scale);
     heatmaps++;
   }
 
