@@ -237,7 +237,10 @@ const RuntimeFiles &runtimeFiles() {
     std::string self = sys::fs::getMainExecutable(nullptr, (void *)&runtimeFiles);
     SmallString<256> prefix(sys::path::parent_path(sys::path::parent_path(self)));
     SmallString<256> lib(prefix), include(prefix);
-    sys::path::append(lib, MOEC_INSTALL_LIBDIR, "moec");
+    if (sys::path::is_absolute(MOEC_INSTALL_LIBDIR)) // -DCMAKE_INSTALL_LIBDIR=/usr/lib64
+      lib = MOEC_INSTALL_LIBDIR;
+    sys::path::append(lib, sys::path::is_absolute(MOEC_INSTALL_LIBDIR) ? "" : MOEC_INSTALL_LIBDIR,
+                      "moec");
     sys::path::append(include, "include");
     auto in = [&](StringRef dir, StringRef name) {
       SmallString<256> path(dir);

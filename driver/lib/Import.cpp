@@ -62,6 +62,13 @@ std::optional<ModelSpec> moec::driver::importModelSpec(const ImportOptions &opti
       return std::nullopt;
     if (!optimizer.empty()) {
       nlohmann::json &o = fields["optimizer"];
+      if (!o.is_null() && !o.is_object()) {
+        diags.error("--override", SourcePos(),
+                    "optimizer=" + o.dump() +
+                        " is not an object; set its fields with --optimizer KEY=VALUE or "
+                        "--override optimizer.KEY=VALUE");
+        return std::nullopt;
+      }
       for (auto it = optimizer.begin(); it != optimizer.end(); ++it)
         o[it.key()] = it.value();
     }

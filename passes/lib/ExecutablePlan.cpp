@@ -80,11 +80,30 @@ struct ExecutablePlanPass : public moe::impl::ExecutablePlanPassBase<ExecutableP
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
-    if (!grid || grid.getNumRanks() == 1)
+    auto needs = module->getAttrOfType<StringAttr>(MoEDialect::kPlanNeedsAttrName);
+    if (!grid || (grid.getNumRanks() == 1 && !needs))
       return;
     std::string why = whyNotExecutable(module, grid);
     if (why.empty())
       return;
+    if (needs) {
+      // No grid of this cluster holds the step as the program runs it.
+      if (strict) {
+        mlir::emitError(module.getLoc())
+            << "no plan of the cluster fits the step as the step program runs it: the best "
+               "needs "
+            << needs.getValue()
+            << ", which it does not run yet; give a larger cluster, a smaller batch or model "
+               "(--emit=plan reports the plan)";
+        return signalPassFailure();
+      }
+      module.emitWarning() << "the cluster's plan needs " << needs.getValue()
+                           << ", which the step program does not run yet; the emitted step "
+                              "stays on one rank";
+      module->removeAttr(MoEDialect::kGridAttrName);
+      module.walk([](ExpertFFNOp ffn) { ffn->removeAttr("placement"); });
+      return;
+    }
     std::string shape = "dp " + std::to_string(grid.getDp()) + " x ep " +
                         std::to_string(grid.getEp()) + " x tp " + std::to_string(grid.getTp());
     if (strict) {

@@ -90,6 +90,8 @@ struct Candidate {
                                  hidden / static_cast<double>(std::max<int64_t>(layers, 1)));
   }
   double step() const { return compute + allToAll + exposedAllReduce() + tensorParallel; }
+  /// Whether it fits only with micro-batches or recompute.
+  bool needsMore() const { return micro > 1 || recompute; }
 };
 
 /// Ranks of the grid: r = (d * ep + e) * tp + t (GridAttr's order).
@@ -724,10 +726,15 @@ void PlanShardingPass::runOnOperation() {
   }
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), 0);
+  // Plans that fit as the step program runs them come first; those that
+  // need micro-batches or recompute (which it does not run yet) only when
+  // no other fits.
   llvm::stable_sort(order, [&](size_t a, size_t b) {
     const Candidate &x = candidates[a], &y = candidates[b];
     if (x.fits != y.fits)
       return x.fits;
+    if (x.needsMore() != y.needsMore())
+      return !x.needsMore();
     if (x.step() != y.step())
       return x.step() < y.step();
     return !x.zero && y.zero; // the same time: keep state replicated

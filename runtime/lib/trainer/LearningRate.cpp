@@ -31,7 +31,8 @@ static LearningRate::Fit readFit(const nlohmann::json &j, bool &ok) {
     const nlohmann::json &w = j["warmup_from"];
     ok = ok && w.is_array() && w.size() == 2 && w[0].is_number_integer() &&
          w[1].is_number_integer() && w[0].get<int64_t>() >= 0 &&
-         w[1].get<int64_t>() >= std::max<int64_t>(1, w[0].get<int64_t>());
+         w[1].get<int64_t>() >= std::max<int64_t>(1, w[0].get<int64_t>()) &&
+         w[1].get<int64_t>() <= (int64_t(1) << 53);
     if (ok)
       fit.warmupFrom = {w[0].get<int64_t>(), w[1].get<int64_t>()};
   }
@@ -90,7 +91,11 @@ void LearningRate::configure() {
     return;
   }
   moert_lr_schedule_config s = resumed ? *resumed : *r.prog.lr_schedule;
-  fit = resumed ? resumedFit
+  // A resumed run keeps its schedule (fitted to the run that wrote the
+  // checkpoint, else fixed): a longer --steps would move the decay, or the
+  // warm-up, under steps already taken. --total-steps refits it, the
+  // warm-up keeping its share of the schedule it came from.
+  fit = resumed ? Fit{false, resumedFit.warmupFrom}
                 : Fit{true, std::pair<int64_t, int64_t>(s.warmup_steps, s.total_steps)};
   s.lr = o.lr.value_or(s.lr);
   s.min_lr = o.minLr.value_or(s.min_lr);
@@ -131,7 +136,7 @@ void LearningRate::onStart() {
     std::printf("learning rate: %s, peak %g after %lld warm-up steps, minimum %g at step %lld\n",
                 scheduleName(s.kind), s.lr, static_cast<long long>(s.warmup_steps), s.min_lr,
                 static_cast<long long>(s.total_steps));
-  if (fitted && fit.fitToRun)
+  if (fitted && fit.fitToRun && fit.warmupFrom)
     std::printf("  (fitted to this run's steps; the compiled schedule has %lld warm-up of %lld "
                 "steps, which --total-steps %lld keeps)\n",
                 static_cast<long long>(compiled.warmup_steps),
@@ -140,7 +145,13 @@ void LearningRate::onStart() {
   long long steps = o.steps;
   float last = moert_lr_schedule(static_cast<int32_t>(steps - 1), s.lr, s.min_lr, s.warmup_steps,
                                  s.total_steps, s.kind);
-  if (steps < s.warmup_steps)
+  if (steps < s.warmup_steps && o.warmupSteps)
+    std::fprintf(stderr,
+                 "warning: this run of %lld steps ends inside the learning-rate warm-up (%lld "
+                 "steps): its last learning rate is %g, the peak %g; --warmup-steps %lld or "
+                 "fewer reaches the peak\n",
+                 steps, static_cast<long long>(s.warmup_steps), last, s.lr, steps);
+  else if (steps < s.warmup_steps)
     std::fprintf(stderr,
                  "warning: this run of %lld steps ends inside the learning-rate warm-up (%lld "
                  "steps): its last learning rate is %g, the peak %g; --warmup-steps N or "

@@ -10,7 +10,8 @@
 // which moe-ref-train applies too). It warns when the run's --steps ends
 // inside the warm-up or before or after a fixed decay does, and records the
 // schedule (and what it was fitted from) in checkpoints and in the metrics'
-// run line.
+// run line. A resumed run keeps the checkpoint's schedule unless a flag
+// changes it (--total-steps refits it).
 //
 //===----------------------------------------------------------------------===//
 

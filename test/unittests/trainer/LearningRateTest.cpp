@@ -104,6 +104,7 @@ TEST_F(LearningRateTest, FitsTheScheduleToTheRunUnlessTotalStepsFixesIt) {
   EXPECT_EQ(moert_fit_warmup(4, 20, 3), 1); // 0.6, rounded
   EXPECT_EQ(moert_fit_warmup(1, 300, 40), 1); // a warm-up stays
   EXPECT_EQ(moert_fit_warmup(0, 20, 50), 0);
+  EXPECT_EQ(moert_fit_warmup(int64_t(1) << 40, int64_t(1) << 41, 1000000), 500000); // no overflow
   // --warmup-steps sets the warm-up; the length still follows the run.
   o.warmupSteps = 7;
   LearningRate warm(r);
@@ -121,19 +122,29 @@ TEST_F(LearningRateTest, FitsTheScheduleToTheRunUnlessTotalStepsFixesIt) {
   fixed.save(saved);
   EXPECT_EQ(saved.state["lr_schedule"]["fit_to_run"], false);
   o.totalSteps.reset();
-  // Resumed, a fixed schedule stays fixed; a fitted one refits to the run.
+  // Resumed, a schedule stays as the checkpoint has it, fixed or fitted to
+  // its run, whatever --steps says (the steps taken keep their rates);
+  // --total-steps refits it, the warm-up keeping its compiled share.
   LearningRate keeps(r);
   keeps.restore(saved);
   keeps.configure();
   EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 30);
+  fitted.configure(); // (the context holds the last configured schedule)
   fitted.save(saved);
   EXPECT_EQ(saved.state["lr_schedule"]["fit_to_run"], true);
   o.steps = 60;
+  LearningRate stays(r);
+  stays.restore(saved);
+  stays.configure();
+  EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 50);
+  EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 10);
+  o.totalSteps = 60;
   LearningRate refits(r);
   refits.restore(saved);
   refits.configure();
   EXPECT_EQ(r.ctx.run.lr_schedule.total_steps, 60);
   EXPECT_EQ(r.ctx.run.lr_schedule.warmup_steps, 12);
+  o.totalSteps.reset();
   saved.state["lr_schedule"]["warmup_from"] = {5, 2};
   LearningRate bad(r);
   EXPECT_EXIT(bad.restore(saved), testing::ExitedWithCode(1), "state: lr_schedule: expected");

@@ -63,7 +63,8 @@ enum moert_lr_schedule { MOERT_LR_COSINE = 0, MOERT_LR_LINEAR = 1, MOERT_LR_CONS
 static inline int64_t moert_fit_warmup(int64_t warmup, int64_t total, int64_t steps) {
   if (warmup <= 0 || total <= 0 || steps <= 0)
     return 0;
-  int64_t fitted = (warmup * steps * 2 + total) / (total * 2); /* round half up */
+  /* In double: exact below 2^53 (the schedules' range), no overflow. */
+  int64_t fitted = (int64_t)((double)warmup * (double)steps / (double)total + 0.5);
   if (fitted < 1)
     fitted = 1;
   return fitted < steps ? fitted : steps;
