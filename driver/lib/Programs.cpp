@@ -16,6 +16,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <limits>
 
 using namespace llvm;
@@ -121,8 +122,43 @@ Error moec::driver::applyTokenShares(mlir::ModuleOp module, CompileOptions &opti
   return Error::success();
 }
 
+namespace {
+
+/// The attention kernels hold their probabilities at root, batch x heads x
+/// S^2 in f32 (codegen/generators/AttentionGenerator.cpp), and Halide 14
+/// refuses a buffer past 2^31 - 1 bytes at generation ("Allocation size
+/// should be a positive number"): said here, located, with what to change.
+mlir::LogicalResult checkAttentionBuffer(mlir::moe::KernelOp kernel, int64_t most) {
+  StringRef family = kernel.getFamily();
+  auto heads = kernel.getConfig().getAs<mlir::IntegerAttr>("num_heads");
+  mlir::FunctionType signature = kernel.getSignature();
+  if ((family != "attention" && family != "attention_grad") || !heads ||
+      signature.getNumInputs() == 0)
+    return mlir::success();
+  auto q = dyn_cast<mlir::RankedTensorType>(signature.getInput(0));
+  if (!q || q.getRank() != 3 || !q.hasStaticShape())
+    return mlir::success();
+  int64_t batch = q.getShape()[0], seq = q.getShape()[1], h = heads.getInt();
+  double bytes = 4.0 * static_cast<double>(batch) * static_cast<double>(h) *
+                 static_cast<double>(seq) * static_cast<double>(seq);
+  if (bytes <= static_cast<double>(most))
+    return mlir::success();
+  char gb[32];
+  std::snprintf(gb, sizeof gb, "%.2f", bytes / 1e9);
+  return kernel.emitError() << family << " over " << seq << " tokens, " << h << " heads and "
+                            << batch << " sequences holds " << gb << " GB of f32 probabilities (batch x heads x tokens^2) in one "
+                               "buffer, past the 2^31 - 1 bytes Halide 14 allocates at once; "
+                               "lower --seq-len or the batch, or split the heads (--tp, "
+                               "--ranks)";
+}
+
+} // namespace
+
 mlir::LogicalResult moec::driver::checkKernelExtents(mlir::ModuleOp module) {
   constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
+  for (auto kernel : module.getOps<mlir::moe::KernelOp>())
+    if (mlir::failed(checkAttentionBuffer(kernel, kMost)))
+      return mlir::failure();
   mlir::WalkResult walked = module.walk([&](mlir::Operation *op) {
     for (mlir::Type type :
          llvm::concat<const mlir::Type>(op->getOperandTypes(), op->getResultTypes()))
