@@ -163,10 +163,14 @@ public:
       h(f, c, e) =
           gated ? activate(activation, cast<float>(preGate(f, c, e))) * u : activate(activation, u);
     } else {
+      // h from the pre-activations rounded as saved ones are (to the
+      // activations' type, y's): the same values whether or not they are
+      // kept for the backward.
       preUp(f, c, e) = narrowed(preUp, 0.0f);
       preGate(f, c, e) = narrowed(preGate, 0.0f);
-      h(f, c, e) = gated ? activate(activation, hg(f, c, e)) * hu(f, c, e)
-                         : activate(activation, hu(f, c, e));
+      Expr u = cast<float>(narrowed(y, hu(f, c, e)));
+      h(f, c, e) = gated ? activate(activation, cast<float>(narrowed(y, hg(f, c, e)))) * u
+                         : activate(activation, u);
     }
     defineContraction(yAcc, {d, c, e}, rf, h(rf, c, e) * downf(d, rf, e));
     y(d, c, e) = narrowed(y, yAcc(d, c, e));
@@ -194,9 +198,11 @@ public:
       preUp(f, c, e) = narrowed(preUp, 0.0f);
       preGate(f, c, e) = narrowed(preGate, 0.0f);
     }
+    // h from the pre-activations rounded as saved ones are.
     auto act = [&](Expr row) {
-      return gated ? activate(activation, hg(f, row, e)) * hu(f, row, e)
-                   : activate(activation, hu(f, row, e));
+      Expr u = cast<float>(narrowed(y, hu(f, row, e)));
+      return gated ? activate(activation, cast<float>(narrowed(y, hg(f, row, e)))) * u
+                   : activate(activation, u);
     };
     if (segments > 0) {
       // The activation over the routed rows only.
@@ -318,11 +324,13 @@ public:
     // dh = dy down^T; down^T is contiguous in f.
     downT(f, d, e) = down(d, f, e);
     defineContraction(dhAcc, {f, c, e}, rd, dy(rd, c, e) * downT(f, rd, e));
-    Expr hu = saved ? preUp(f, c, e) : huAcc(f, c, e), dh = dhAcc(f, c, e);
+    // Recomputed pre-activations rounded as the forward's saved ones are.
+    Expr hu = saved ? preUp(f, c, e) : cast<float>(narrowed(this->x, huAcc(f, c, e)));
+    Expr dh = dhAcc(f, c, e);
     if (gated) {
       if (!saved)
         defineContraction(hgAcc, {f, c, e}, rd, x(rd, c, e) * gate(f, rd, e));
-      Expr hg = saved ? preGate(f, c, e) : hgAcc(f, c, e);
+      Expr hg = saved ? preGate(f, c, e) : cast<float>(narrowed(this->x, hgAcc(f, c, e)));
       Expr a = activate(activation, hg);
       act(f, c, e) = Tuple(a * hu, dh * a, dh * hu * activateGrad(activation, hg));
     } else {
@@ -377,8 +385,13 @@ public:
         hgAcc = externGemm("hg_gemm", {f, c, e}, {xs}, {gates}, width, r, inner);
     }
     Func preUpF = widened(preUp), preGateF = widened(preGate);
-    auto hu = [&](Expr row) { return saved ? preUpF(f, row, e) : huAcc(f, row, e); };
-    auto hg = [&](Expr row) { return saved ? preGateF(f, row, e) : hgAcc(f, row, e); };
+    // Recomputed pre-activations rounded as the forward's saved ones are.
+    auto hu = [&](Expr row) {
+      return saved ? preUpF(f, row, e) : cast<float>(narrowed(x, huAcc(f, row, e)));
+    };
+    auto hg = [&](Expr row) {
+      return saved ? preGateF(f, row, e) : cast<float>(narrowed(x, hgAcc(f, row, e)));
+    };
     auto dh = [&](Expr row) { return dhAcc(f, row, e); };
     std::function<Expr(Expr)> hOf, dhuOf, dhgOf;
     if (gated) {

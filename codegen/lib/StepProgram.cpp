@@ -1,6 +1,8 @@
 //===- StepProgram.cpp - the step program as C++ --------------------------===//
 
 #include "moe/Codegen/StepProgram.h"
+#include "MicroBatchSteps.h"
+
 #include "moec/contract/Abi.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -107,6 +109,9 @@ public:
 
 private:
   LogicalResult emitFunction(func::FuncOp fn, StringRef name, bool training);
+  /// Emits `op` (and, for a bucket or ZeRO run it starts, the run's other
+  /// members, added to `bucketed`).
+  LogicalResult emitOp(Operation &op, llvm::DenseSet<Operation *> &bucketed);
   std::string pointer(Value v) { return storage.lookup(v); }
   LogicalResult launch(LaunchOp op);
   LogicalResult collective(Operation *op);
@@ -195,6 +200,31 @@ private:
   int codecSites = 0;
   /// Background all-reduce buckets of the training step.
   int asyncBuckets = 0;
+  /// The volume counters above, to repeat an op's per micro-batch.
+  struct Volume {
+    int64_t allReduce, allToAll, reduceScatter, allGather, ragged, codec, uncompressed;
+  };
+  Volume volume() const {
+    return {allReduceBytes, allToAllBytes, reduceScatterBytes, allGatherBytes,
+            raggedBound,    codecBytes,    codecUncompressed};
+  }
+  /// Counts what was added since `before` `times` more times.
+  void repeatSince(const Volume &before, int64_t times) {
+    allReduceBytes += (allReduceBytes - before.allReduce) * times;
+    allToAllBytes += (allToAllBytes - before.allToAll) * times;
+    reduceScatterBytes += (reduceScatterBytes - before.reduceScatter) * times;
+    allGatherBytes += (allGatherBytes - before.allGather) * times;
+    raggedBound += (raggedBound - before.ragged) * times;
+    codecBytes += (codecBytes - before.codec) * times;
+    codecUncompressed += (codecUncompressed - before.uncompressed) * times;
+  }
+  /// Micro-batches per step (moe.micro_batches); in the training step with
+  /// more than one, what runs once and the gradients summed.
+  int64_t microBatches = 1;
+  std::optional<MicroBatchSteps> microSteps;
+  int64_t accumulatorBytes = 0;
+  /// The step function's loop over the micro-batches, calling `inner`.
+  void microBatchLoop(func::FuncOp fn, StringRef name, StringRef inner, bool isTraining);
   int64_t groupSize(ArrayAttr axes) {
     auto grid = module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName);
     return grid ? grid.getGroupSize(axes.getValue()) : 1;
@@ -533,9 +563,14 @@ LogicalResult Emitter::launch(LaunchOp op) {
                                          : name.str());
     hostRead(op.getResult(3), "    ");
     hostRead(op.getResult(2), "    ");
+    // With micro-batches: summed over them (the losses: their mean).
+    auto sum = [&](const std::string &at) -> std::string {
+      return microBatches > 1 ? "(moert_step_first_micro_batch(ctx) ? 0 : " + at + ") + " : "";
+    };
     os << "    if (ctx->buffers.expert_counts)\n      for (int e = 0; e < " << experts
-       << "; ++e) ctx->buffers.expert_counts[" << offset << " + e] = " << pointer(op.getResult(3))
-       << "[e];\n";
+       << "; ++e) ctx->buffers.expert_counts[" << offset
+       << " + e] = " << sum("ctx->buffers.expert_counts[" + std::to_string(offset) + " + e]")
+       << pointer(op.getResult(3)) << "[e];\n";
     // One pass over the slots: the dropped ones are -1 (exact with routing
     // groups); the kept ones count for the expert each routes to (the
     // gate's indices): the rows it computes.
@@ -548,12 +583,23 @@ LogicalResult Emitter::launch(LaunchOp op) {
        << "u) ++kept[" << index << "[i]];\n"
        << "      if (ctx->buffers.dropped_slots) ctx->buffers.dropped_slots["
        << moeLayers.size() - 1
-       << "] = dropped;\n      if (ctx->buffers.kept_slots) std::memcpy(ctx->buffers.kept_slots + "
-       << offset << ", kept, sizeof kept);\n    }\n";
+       << "] = " << sum("ctx->buffers.dropped_slots[" + std::to_string(moeLayers.size() - 1) + "]")
+       << "dropped;\n";
+    if (microBatches > 1)
+      os << "      if (ctx->buffers.kept_slots)\n        for (int e = 0; e < " << experts
+         << "; ++e) ctx->buffers.kept_slots[" << offset
+         << " + e] = " << sum("ctx->buffers.kept_slots[" + std::to_string(offset) + " + e]")
+         << "kept[e];\n";
+    else
+      os << "      if (ctx->buffers.kept_slots) std::memcpy(ctx->buffers.kept_slots + " << offset
+         << ", kept, sizeof kept);\n";
+    os << "    }\n";
     // The unweighted balancing and z-losses (the kernel's loss_parts).
+    std::string at =
+        "ctx->buffers.router_losses[" + std::to_string(2 * (moeLayers.size() - 1)) + " + i]";
     os << "    if (ctx->buffers.router_losses)\n"
-       << "      for (int i = 0; i < 2; ++i) ctx->buffers.router_losses["
-       << 2 * (moeLayers.size() - 1) << " + i] = " << metricViews.back() << "[i];\n";
+       << "      for (int i = 0; i < 2; ++i) " << at << " = " << sum(at) << metricViews.back()
+       << "[i]" << (microBatches > 1 ? " / " + std::to_string(microBatches) + ".0f" : "") << ";\n";
   }
   if (!training && family == "cross_entropy") {
     // Sampling reads the next-token logits of the evaluation step.
@@ -944,6 +990,8 @@ LogicalResult Emitter::run() {
        << (tpDim ? tpDim.getInt() : -1) << "},\n";
   }
   os << "};\n\n";
+  if (auto m = module->getAttrOfType<IntegerAttr>(MoEDialect::kMicroBatchesAttrName))
+    microBatches = std::max<int64_t>(1, m.getInt());
   if (failed(emitFunction(step, "trainStep", true)) ||
       (eval && failed(emitFunction(eval, "evalStep", false))))
     return failure();
@@ -1022,7 +1070,7 @@ LogicalResult Emitter::run() {
      << "    .params = kParams,\n"
      << "    .activation_bytes = " << plan.getActivationBytes() << ",\n"
      << "    .gradient_bytes = " << plan.getGradientBytes() << ",\n"
-     << "    .batch = " << tokensType.getShape()[0] << ",\n"
+     << "    .batch = " << tokensType.getShape()[0] * microBatches << ",\n"
      << "    .seq_len = " << tokensType.getNumElements() / tokensType.getShape()[0] << ",\n"
      << "    .vocab = " << vocab << ",\n"
      << "    .seed = " << seed << "ull,\n"
@@ -1066,6 +1114,8 @@ LogicalResult Emitter::run() {
         os << c;
     os << "\",\n";
   }
+  os << "    .micro_batches = " << microBatches << ",\n"
+     << "    .accumulator_bytes = " << accumulatorBytes << ",\n";
   os << "};\n";
   return success();
 }
@@ -1075,6 +1125,16 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     preambleEnd = out.tell();
   storage.clear();
   training = isTraining;
+  microSteps.reset();
+  if (microBatches > 1 && isTraining) {
+    FailureOr<MicroBatchSteps> steps = MicroBatchSteps::analyse(step);
+    if (failed(steps))
+      return failure();
+    microSteps = std::move(*steps);
+    accumulatorBytes = microSteps->accumulatorFloats * 4;
+  }
+  // With micro-batches, `name` loops over them, calling `inner` on each.
+  std::string inner = microBatches > 1 ? (name + "Micro").str() : name.str();
   // The ops go to parts of at most kOpsPerPart ops each, written to strings
   // first: one function of thousands of ops (a model of many layers) takes
   // the C++ compiler minutes and gigabytes, as its optimisations grow faster
@@ -1107,7 +1167,7 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
           .str();
     };
     if (parts.size() == 1) {
-      out << definition("static int ", name, parts.front());
+      out << definition("static int ", inner, parts.front());
       return;
     }
     // In units of their own the parts have external linkage, named after
@@ -1115,13 +1175,13 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
     std::string prefix = units ? names.symbol + "_" : "";
     std::string linkage = units ? "int " : "static int ";
     for (size_t k = 0; k < parts.size(); ++k)
-      out << linkage << prefix << name << "_part" << k << params << ";\n";
-    out << "static int " << name << params << " {\n";
+      out << linkage << prefix << inner << "_part" << k << params << ";\n";
+    out << "static int " << inner << params << " {\n";
     for (size_t k = 0; k < parts.size(); ++k)
-      out << "  if (int rc = " << prefix << name << "_part" << k << args << ") return rc;\n";
+      out << "  if (int rc = " << prefix << inner << "_part" << k << args << ") return rc;\n";
     out << "  return 0;\n}\n\n";
     for (size_t k = 0; k < parts.size(); ++k) {
-      std::string part = definition(linkage, prefix + name + "_part" + Twine(k), parts[k]);
+      std::string part = definition(linkage, prefix + inner + "_part" + Twine(k), parts[k]);
       if (!units) {
         out << part;
         continue;
@@ -1155,190 +1215,258 @@ LogicalResult Emitter::emitFunction(func::FuncOp step, StringRef name, bool isTr
       opsInPart = 0;
     }
     ++opsInPart;
-    // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
-    // one collective.
-    if (auto first = dyn_cast<AllReduceOp>(op);
-        first && (first->hasAttr(MoEDialect::kBucketAttrName) || first.getAsync())) {
-      SmallVector<AllReduceOp> run = {first};
-      Attribute id = first->getAttr(MoEDialect::kBucketAttrName);
-      for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
-        auto r = dyn_cast<AllReduceOp>(next);
-        if (!r || r->getAttr(MoEDialect::kBucketAttrName) != id)
-          break;
-        run.push_back(r);
-      }
-      for (AllReduceOp r : run)
-        bucketed.insert(r);
-      SmallVector<Operation *> ops(run.begin(), run.end());
-      if (failed(hostCode(ops, [&] { return bucket(run); })))
-        return failure();
-      continue;
-    }
-    // ZeRO: adjacent reduce-scatters of one group, reduction and scale, and
-    // adjacent parameter gathers of one group, go as one collective each
-    // (up to kZeroRunFloats elements).
-    if (isa<ReduceScatterOp, GatherParamOp>(op)) {
-      SmallVector<Operation *> run = {&op};
-      int64_t floats = zeroFloats(&op);
-      Attribute bucketId = op.getAttr(MoEDialect::kBucketAttrName);
-      for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
-        if (next->getName() != op.getName())
-          break;
-        // A background bucket (moe-schedule) is its members, whatever their size.
-        if (bucketId || next->getAttr(MoEDialect::kBucketAttrName)) {
-          if (next->getAttr(MoEDialect::kBucketAttrName) != bucketId)
-            break;
-          floats += zeroFloats(next);
-          run.push_back(next);
-          continue;
-        }
-        if (floats + zeroFloats(next) > kZeroRunFloats)
-          break;
-        if (auto a = dyn_cast<ReduceScatterOp>(&op)) {
-          auto b = cast<ReduceScatterOp>(next);
-          if (a.getAxes() != b.getAxes() || a.getReduction() != b.getReduction() ||
-              a.getScale() != b.getScale())
-            break;
-        } else if (cast<GatherParamOp>(&op).getAxes() != cast<GatherParamOp>(next).getAxes()) {
-          break;
-        }
-        floats += zeroFloats(next);
-        run.push_back(next);
-      }
-      for (Operation *member : run)
-        bucketed.insert(member);
-      if (failed(hostCode(run, [&] {
-            return isa<ReduceScatterOp>(op) ? reduceScatter(run) : gatherParams(run);
-          })))
-        return failure();
-      continue;
-    }
-    if (auto wait = dyn_cast<WaitOp>(op)) {
-      // Each bucket once, in operand order; results are the operands.
-      SmallVector<int64_t> ids;
-      for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults())) {
-        auto id = input.getDefiningOp()->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
-        if (!id)
-          return wait.emitOpError("waits for a collective without a moe.bucket");
-        if (!llvm::is_contained(ids, id.getInt())) {
-          ids.push_back(id.getInt());
-          os << "  if (int rc = "
-             << (isa<AllToAllOp>(input.getDefiningOp()) ? "moert_step_exchange_wait"
-                                                        : "moert_step_wait")
-             << "(ctx, " << id.getInt() << ")) return rc;\n";
-        }
-        storage[result] = pointer(input);
-      }
-      continue;
-    }
-    // Views (moe-pipeline-experts): a chunk is its input's rows from the
-    // chunk's offset; a concat's inputs were planned in its buffer, one
-    // after another, so it starts at its first input.
-    if (isa<ChunkOp, ConcatOp>(op) && !target.expertChunks())
-      return op.emitOpError("is a view into a planned buffer; device steps keep one copy per "
-                            "value, so moe-pipeline-experts needs a host target");
-    if (auto chunk = dyn_cast<ChunkOp>(op)) {
-      storage[chunk.getResult()] =
-          "(" + pointer(chunk.getInput()) + " + " +
-          std::to_string(chunk.getIndex() * chunk.getType().getNumElements()) + ")";
-      continue;
-    }
-    if (auto concat = dyn_cast<ConcatOp>(op)) {
-      // The plan puts each input in the concat's buffer only if an op of
-      // the step computes it (through the waits of async exchanges).
-      for (Value input : concat.getInputs()) {
-        Operation *def = WaitOp::source(input).getDefiningOp();
-        if (!def || isa<GetParamOp, ChunkOp, ConcatOp>(def))
-          return concat.emitOpError("joins in place only tensors the step computes (not a "
-                                    "parameter, an argument or a view)");
-      }
-      storage[concat.getResult()] = pointer(concat.getInputs().front());
-      continue;
-    }
-    if (auto get = dyn_cast<GetParamOp>(op)) {
-      storage[get.getResult()] =
-          "ctx->run.params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
-      continue;
-    }
-    // A kernel: its arguments are on the device (moert/Device.h).
-    if (auto l = dyn_cast<LaunchOp>(op);
-        l && !calls.at(module.lookupSymbol<KernelOp>(l.getKernelAttr()).getSymName())
-                  .generator.empty()) {
-      if (failed(launch(l)))
-        return failure();
-      continue;
-    }
-    // Host code. With loss scaling, the global norm divides the gradients
-    // in place (moert_step_global_norm).
-    // With partial sums of squares it reads those, not the gradients.
-    SmallVector<Value> inPlace;
-    std::optional<SmallVector<Value>> reads;
-    if (auto l = dyn_cast<LaunchOp>(op)) {
-      KernelOp kernel = module.lookupSymbol<KernelOp>(l.getKernelAttr());
-      if (kernel.getFamily() == "global_norm" && hasPartialSums(l))
-        reads.emplace(l.getOperands().take_back(l.getOperands().size() / 2));
-      else if (kernel.getFamily() == "global_norm" &&
-               module->hasAttr(MoEDialect::kLossScaleAttrName))
-        inPlace.append(l.getOperands().begin(), l.getOperands().end());
-    }
-    if (failed(hostCode(
-            {&op},
-            [&]() -> LogicalResult {
-              if (auto fill = dyn_cast<FillOp>(op)) {
-                auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
-                setStorage(fill, plan.asArrayRef());
-                auto type = cast<RankedTensorType>(fill.getType());
-                bool scaled = fill->hasAttr(MoEDialect::kLossSeedAttrName) &&
-                              module->hasAttr(MoEDialect::kLossScaleAttrName);
-                if (type.getElementType().isF32()) {
-                  os << "  moert_fill(" << pointer(fill.getResult()) << ", "
-                     << type.getNumElements() << ", "
-                     << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
-                     << (scaled ? " * ctx->inputs.loss_scale" : "") << ");\n";
-                } else if (scaled) {
-                  return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
-                } else { // bf16, f16: the value's bits
-                  auto floatType = cast<FloatType>(type.getElementType());
-                  APFloat value = fill.getValue();
-                  bool lost = false;
-                  value.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
-                  os << "  moert_fill_half(" << pointer(fill.getResult()) << ", "
-                     << type.getNumElements() << ", " << value.bitcastToAPInt().getZExtValue()
-                     << ");\n";
-                }
-              } else if (auto l = dyn_cast<LaunchOp>(op)) {
-                if (failed(launch(l)))
-                  return failure();
-              } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
-                if (failed(balanceBias(balance)))
-                  return failure();
-              } else if (auto sum = dyn_cast<ReplicaSumOp>(op)) {
-                if (failed(replicaSum(sum)))
-                  return failure();
-              } else if (isa<AllReduceOp, AllToAllOp>(op)) {
-                if (failed(collective(&op)))
-                  return failure();
-              } else if (auto slice = dyn_cast<ShardSliceOp>(op)) {
-                auto plan = slice->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
-                if (!plan)
-                  return slice.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
-                setStorage(slice, plan.asArrayRef());
-                os << "  moert_step_shard_slice(ctx, " << pointer(slice.getResult()) << ", "
-                   << pointer(slice.getInput()) << ", "
-                   << cast<RankedTensorType>(slice.getInput().getType()).getNumElements() << ", "
-                   << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
-                   << axesMask(slice.getAxes()) << ");\n";
-              } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-                os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n";
-              } else {
-                return op.emitOpError("moec cannot emit this op in a step program");
-              }
-              return success();
-            },
-            inPlace, reads ? std::optional<ArrayRef<Value>>(*reads) : std::nullopt)))
+    // With micro-batches, what acts on the summed gradients runs in the
+    // last; the rest runs in each, its collectives counted each time.
+    bool once = microSteps && microSteps->once.contains(&op);
+    if (once)
+      os << "  if (moert_step_last_micro_batch(ctx)) {\n";
+    Volume before = volume();
+    if (failed(emitOp(op, bucketed)))
       return failure();
+    if (once)
+      os << "  }\n";
+    else if (training && microBatches > 1 && !isa<BalanceBiasOp>(op)) // its counts: once
+      repeatSince(before, microBatches - 1);
+    if (!microSteps)
+      continue;
+    // The op and the members of a run it started (adjacent, bucketed).
+    SmallVector<Operation *> emitted = {&op};
+    for (Operation *next = op.getNextNode(); next && bucketed.contains(next);
+         next = next->getNextNode())
+      emitted.push_back(next);
+    for (Operation *member : emitted) {
+      if (microSteps->once.contains(member) != once)
+        return member->emitOpError("shares a collective with an op that runs ")
+               << (once ? "once a step" : "in every micro-batch")
+               << " (moec --micro-batches cannot split it)";
+      for (Value result : member->getResults())
+        if (auto it = microSteps->accumulated.find(result); it != microSteps->accumulated.end()) {
+          hostRead(result);
+          os << "  if (int rc = moert_step_accumulate(ctx, " << pointer(result) << ", "
+             << cast<RankedTensorType>(result.getType()).getNumElements() << ", " << it->second
+             << ", " << microSteps->accumulatorFloats << ")) return rc;\n";
+          hostWrote(result);
+        }
+    }
   }
   finish();
+  if (microBatches > 1)
+    microBatchLoop(step, name, inner, isTraining);
+  return success();
+}
+
+void Emitter::microBatchLoop(func::FuncOp fn, StringRef name, StringRef inner, bool isTraining) {
+  int64_t tokens = 0, logits = 0;
+  for (BlockArgument arg : fn.getArguments())
+    if (auto kind = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), MoEDialect::kInputAttrName);
+        kind && kind.getValue() == "tokens")
+      tokens = cast<RankedTensorType>(arg.getType()).getNumElements();
+  fn.walk([&](LaunchOp l) {
+    if (module.lookupSymbol<KernelOp>(l.getKernelAttr()).getFamily() == "cross_entropy")
+      logits = cast<RankedTensorType>(l.getOperands()[0].getType()).getNumElements();
+  });
+  // Each micro-batch's loss is its tokens' mean: the step's is their mean.
+  out << "static int " << name << "(moert_context *ctx, const int32_t *tokens, const int32_t "
+      << "*targets, " << (isTraining ? "int32_t step, float *loss" : "float *loss, float *logits")
+      << ") {\n  double sum = 0;\n  for (int32_t mb = 0; mb < " << microBatches << "; ++mb) {\n";
+  if (isTraining)
+    out << "    moert_step_micro_batch(ctx, mb, " << microBatches << ");\n";
+  out << "    float part = 0;\n    int rc = " << inner << "(ctx, tokens + (int64_t)mb * " << tokens
+      << ", targets + (int64_t)mb * " << tokens << ", "
+      << (isTraining
+              ? "step, &part"
+              : "&part, logits ? logits + (int64_t)mb * " + std::to_string(logits) + " : nullptr")
+      << ");\n";
+  if (isTraining)
+    out << "    if (rc) moert_step_micro_batch(ctx, 0, 1);\n";
+  out << "    if (rc) return rc;\n    sum += part;\n  }\n";
+  if (isTraining)
+    out << "  moert_step_micro_batch(ctx, 0, 1);\n";
+  out << "  *loss = (float)(sum / " << microBatches << ");\n  return 0;\n}\n\n";
+}
+
+LogicalResult Emitter::emitOp(Operation &op, llvm::DenseSet<Operation *> &bucketed) {
+  // Adjacent all-reduces of one moe.bucket (moe-bucket-gradients) go as
+  // one collective.
+  if (auto first = dyn_cast<AllReduceOp>(op);
+      first && (first->hasAttr(MoEDialect::kBucketAttrName) || first.getAsync())) {
+    SmallVector<AllReduceOp> run = {first};
+    Attribute id = first->getAttr(MoEDialect::kBucketAttrName);
+    for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
+      auto r = dyn_cast<AllReduceOp>(next);
+      if (!r || r->getAttr(MoEDialect::kBucketAttrName) != id)
+        break;
+      run.push_back(r);
+    }
+    for (AllReduceOp r : run)
+      bucketed.insert(r);
+    SmallVector<Operation *> ops(run.begin(), run.end());
+    if (failed(hostCode(ops, [&] { return bucket(run); })))
+      return failure();
+    return success();
+  }
+  // ZeRO: adjacent reduce-scatters of one group, reduction and scale, and
+  // adjacent parameter gathers of one group, go as one collective each
+  // (up to kZeroRunFloats elements).
+  if (isa<ReduceScatterOp, GatherParamOp>(op)) {
+    SmallVector<Operation *> run = {&op};
+    int64_t floats = zeroFloats(&op);
+    Attribute bucketId = op.getAttr(MoEDialect::kBucketAttrName);
+    for (Operation *next = op.getNextNode(); next; next = next->getNextNode()) {
+      if (next->getName() != op.getName())
+        break;
+      // A background bucket (moe-schedule) is its members, whatever their size.
+      if (bucketId || next->getAttr(MoEDialect::kBucketAttrName)) {
+        if (next->getAttr(MoEDialect::kBucketAttrName) != bucketId)
+          break;
+        floats += zeroFloats(next);
+        run.push_back(next);
+        continue;
+      }
+      if (floats + zeroFloats(next) > kZeroRunFloats)
+        break;
+      if (auto a = dyn_cast<ReduceScatterOp>(&op)) {
+        auto b = cast<ReduceScatterOp>(next);
+        if (a.getAxes() != b.getAxes() || a.getReduction() != b.getReduction() ||
+            a.getScale() != b.getScale())
+          break;
+      } else if (cast<GatherParamOp>(&op).getAxes() != cast<GatherParamOp>(next).getAxes()) {
+        break;
+      }
+      floats += zeroFloats(next);
+      run.push_back(next);
+    }
+    for (Operation *member : run)
+      bucketed.insert(member);
+    if (failed(hostCode(run, [&] {
+          return isa<ReduceScatterOp>(op) ? reduceScatter(run) : gatherParams(run);
+        })))
+      return failure();
+    return success();
+  }
+  if (auto wait = dyn_cast<WaitOp>(op)) {
+    // Each bucket once, in operand order; results are the operands.
+    SmallVector<int64_t> ids;
+    for (auto [input, result] : llvm::zip(wait.getInputs(), wait.getResults())) {
+      auto id = input.getDefiningOp()->getAttrOfType<IntegerAttr>(MoEDialect::kBucketAttrName);
+      if (!id)
+        return wait.emitOpError("waits for a collective without a moe.bucket");
+      if (!llvm::is_contained(ids, id.getInt())) {
+        ids.push_back(id.getInt());
+        os << "  if (int rc = "
+           << (isa<AllToAllOp>(input.getDefiningOp()) ? "moert_step_exchange_wait"
+                                                      : "moert_step_wait")
+           << "(ctx, " << id.getInt() << ")) return rc;\n";
+      }
+      storage[result] = pointer(input);
+    }
+    return success();
+  }
+  // Views (moe-pipeline-experts): a chunk is its input's rows from the
+  // chunk's offset; a concat's inputs were planned in its buffer, one
+  // after another, so it starts at its first input.
+  if (isa<ChunkOp, ConcatOp>(op) && !target.expertChunks())
+    return op.emitOpError("is a view into a planned buffer; device steps keep one copy per "
+                          "value, so moe-pipeline-experts needs a host target");
+  if (auto chunk = dyn_cast<ChunkOp>(op)) {
+    storage[chunk.getResult()] =
+        "(" + pointer(chunk.getInput()) + " + " +
+        std::to_string(chunk.getIndex() * chunk.getType().getNumElements()) + ")";
+    return success();
+  }
+  if (auto concat = dyn_cast<ConcatOp>(op)) {
+    // The plan puts each input in the concat's buffer only if an op of
+    // the step computes it (through the waits of async exchanges).
+    for (Value input : concat.getInputs()) {
+      Operation *def = WaitOp::source(input).getDefiningOp();
+      if (!def || isa<GetParamOp, ChunkOp, ConcatOp>(def))
+        return concat.emitOpError("joins in place only tensors the step computes (not a "
+                                  "parameter, an argument or a view)");
+    }
+    storage[concat.getResult()] = pointer(concat.getInputs().front());
+    return success();
+  }
+  if (auto get = dyn_cast<GetParamOp>(op)) {
+    storage[get.getResult()] =
+        "ctx->run.params[" + std::to_string(paramIndex.lookup(get.getName())) + "]";
+    return success();
+  }
+  // A kernel: its arguments are on the device (moert/Device.h).
+  if (auto l = dyn_cast<LaunchOp>(op);
+      l &&
+      !calls.at(module.lookupSymbol<KernelOp>(l.getKernelAttr()).getSymName()).generator.empty()) {
+    if (failed(launch(l)))
+      return failure();
+    return success();
+  }
+  // Host code. With loss scaling, the global norm divides the gradients
+  // in place (moert_step_global_norm).
+  // With partial sums of squares it reads those, not the gradients.
+  SmallVector<Value> inPlace;
+  std::optional<SmallVector<Value>> reads;
+  if (auto l = dyn_cast<LaunchOp>(op)) {
+    KernelOp kernel = module.lookupSymbol<KernelOp>(l.getKernelAttr());
+    if (kernel.getFamily() == "global_norm" && hasPartialSums(l))
+      reads.emplace(l.getOperands().take_back(l.getOperands().size() / 2));
+    else if (kernel.getFamily() == "global_norm" && module->hasAttr(MoEDialect::kLossScaleAttrName))
+      inPlace.append(l.getOperands().begin(), l.getOperands().end());
+  }
+  if (failed(hostCode(
+          {&op},
+          [&]() -> LogicalResult {
+            if (auto fill = dyn_cast<FillOp>(op)) {
+              auto plan = fill->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+              setStorage(fill, plan.asArrayRef());
+              auto type = cast<RankedTensorType>(fill.getType());
+              bool scaled = fill->hasAttr(MoEDialect::kLossSeedAttrName) &&
+                            module->hasAttr(MoEDialect::kLossScaleAttrName);
+              if (type.getElementType().isF32()) {
+                os << "  moert_fill(" << pointer(fill.getResult()) << ", " << type.getNumElements()
+                   << ", "
+                   << "(float)" << llvm::format("%.17g", fill.getValue().convertToDouble())
+                   << (scaled ? " * ctx->inputs.loss_scale" : "") << ");\n";
+              } else if (scaled) {
+                return fill.emitOpError("seeds a loss-scaled backward, but is not f32");
+              } else { // bf16, f16: the value's bits
+                auto floatType = cast<FloatType>(type.getElementType());
+                APFloat value = fill.getValue();
+                bool lost = false;
+                value.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+                os << "  moert_fill_half(" << pointer(fill.getResult()) << ", "
+                   << type.getNumElements() << ", " << value.bitcastToAPInt().getZExtValue()
+                   << ");\n";
+              }
+            } else if (auto l = dyn_cast<LaunchOp>(op)) {
+              if (failed(launch(l)))
+                return failure();
+            } else if (auto balance = dyn_cast<BalanceBiasOp>(op)) {
+              if (failed(balanceBias(balance)))
+                return failure();
+            } else if (auto sum = dyn_cast<ReplicaSumOp>(op)) {
+              if (failed(replicaSum(sum)))
+                return failure();
+            } else if (isa<AllReduceOp, AllToAllOp>(op)) {
+              if (failed(collective(&op)))
+                return failure();
+            } else if (auto slice = dyn_cast<ShardSliceOp>(op)) {
+              auto plan = slice->getAttrOfType<DenseI64ArrayAttr>(MoEDialect::kBuffersAttrName);
+              if (!plan)
+                return slice.emitOpError("has no planned buffer (run moe-lower-to-kernels)");
+              setStorage(slice, plan.asArrayRef());
+              os << "  moert_step_shard_slice(ctx, " << pointer(slice.getResult()) << ", "
+                 << pointer(slice.getInput()) << ", "
+                 << cast<RankedTensorType>(slice.getInput().getType()).getNumElements() << ", "
+                 << cast<RankedTensorType>(slice.getType()).getNumElements() << ", "
+                 << axesMask(slice.getAxes()) << ");\n";
+            } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+              os << "  *loss = *" << pointer(ret.getOperand(0)) << ";\n";
+            } else {
+              return op.emitOpError("moec cannot emit this op in a step program");
+            }
+            return success();
+          },
+          inPlace, reads ? std::optional<ArrayRef<Value>>(*reads) : std::nullopt)))
+    return failure();
   return success();
 }
 

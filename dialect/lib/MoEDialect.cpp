@@ -114,6 +114,19 @@ LogicalResult MoEDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                              << attr.getValue();
     return success();
   }
+  if (name == kRecomputeAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a unit attribute on a builtin.module";
+    return success();
+  }
+  if (name == kMicroBatchesAttrName) {
+    auto count = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !count || count.getInt() < 1)
+      return op->emitError() << "'" << name
+                             << "' must be a positive integer (micro-batches per step) on a "
+                                "builtin.module";
+    return success();
+  }
   if (name == kShardAttrName) {
     // A parameter holding one rank's block along dimension 0 (moe-partition).
     auto axes = dyn_cast<ArrayAttr>(attr.getValue());

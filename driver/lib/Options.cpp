@@ -142,9 +142,20 @@ void StepOptions::bindOptions(OptionsBinder &binder) {
   binder.opt("recompute-ffn", recomputeFFN,
              cl::desc("FFN backward recomputes the pre-activations instead of saving them in "
                       "the forward (less activation memory, slower step)"));
+  binder.opt("recompute", recompute,
+             cl::desc("Recompute each layer's activations in the backward instead of keeping "
+                      "them from the forward (full activation checkpointing: a layer's input "
+                      "and routing kept; one more forward; the same results; default: off, or "
+                      "the --cluster plan's choice)"));
   binder.opt("dense-experts", denseExperts,
              cl::desc("Expert FFNs compute every capacity slot, empty ones included, instead of "
                       "the routed rows only (for comparison)"));
+  binder.opt("micro-batches", microBatches,
+             cl::desc("Run each training step as M micro-batches of batch / M sequences, "
+                      "gradients summed before the update (gradient accumulation: the memory "
+                      "of one micro-batch's activations; default: 1, or the --cluster plan's "
+                      "choice)"),
+             cl::value_desc("M"));
   binder.opt("schedule", schedule, cl::desc("When the gradient all-reduces run"),
              cl::values(clEnumValN(Schedule::Overlap, "overlap",
                                    "in the background, each bucket from when its last gradient "

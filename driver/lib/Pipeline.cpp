@@ -48,6 +48,8 @@ void pipelineOptions(const CompileOptions &o, mlir::ModuleOp module,
   options.equalShares = false;
   options.tokenShares = true;
   options.routingGroups = p.routingGroups;
+  options.microBatches = o.step.microBatches;
+  options.recompute = o.step.recompute;
   options.redundantExperts = p.redundantExperts;
   options.compressGrad = o.compress.grad;
   options.compressDispatch = o.compress.dispatch;

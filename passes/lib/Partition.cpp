@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BatchSplit.h"
 #include "DispatchBuffers.h"
 #include "moe/Transforms/Passes.h"
 
@@ -29,65 +30,6 @@ RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
   SmallVector<int64_t> shape(tensor.getShape());
   shape[dim] = size;
   return RankedTensorType::get(shape, tensor.getElementType());
-}
-
-/// Splits the batch of `fn` over `replicas`: each keeps `local` sequences
-/// (the batch / replicas for equal shares).
-LogicalResult splitBatch(func::FuncOp fn, int64_t replicas, int64_t local) {
-  Block &body = fn.getBody().front();
-  DenseSet<Value> batched;
-  int64_t batch = -1;
-  for (BlockArgument arg : body.getArguments()) {
-    auto kind = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "moe.input");
-    if (!kind || (kind.getValue() != "tokens" && kind.getValue() != "targets"))
-      continue;
-    auto type = cast<RankedTensorType>(arg.getType());
-    if (type.getRank() < 2)
-      return fn.emitError() << "moe-partition: the " << kind.getValue()
-                            << " input needs a batch dimension";
-    batch = type.getShape()[0];
-    if (local < 0 && batch % replicas != 0)
-      return fn.emitError() << "moe-partition: the batch (" << batch
-                            << " sequences) does not split over " << replicas
-                            << " data replicas (dp * ep)";
-    if (local < 0)
-      local = batch / replicas;
-    arg.setType(withDim(type, 0, local));
-    batched.insert(arg);
-  }
-  if (batch < 0)
-    return fn.emitError("moe-partition: the step has no tokens input");
-  for (Operation &op : body.without_terminator()) {
-    if (llvm::none_of(op.getOperands(), [&](Value v) { return batched.contains(v); }))
-      continue;
-    if (auto gate = dyn_cast<FusedGateOp>(op)) {
-      if (gate.getGroups() % replicas != 0)
-        return gate.emitOpError() << "routes in " << gate.getGroups() << " groups, which do not "
-                                  << "split over " << replicas
-                                  << " replicas (run moe-routing-groups first)";
-      gate.setGroupsAttr(OpBuilder(gate).getI64IntegerAttr(gate.getGroups() / replicas));
-      gate.removeGroupSizesAttr(); // a replica routes its share as one group
-    }
-    if (auto permute = dyn_cast<PermuteOp>(op)) {
-      auto type = cast<RankedTensorType>(permute.getType());
-      if (failed(retypeDispatchBuffer(permute.getResult(), type.getShape()[1] / replicas)))
-        return failure();
-      continue;
-    }
-    if (isa<RouterOp, DispatchOp, CombineOp>(op))
-      return op.emitOpError("moe-partition needs fused gating: run "
-                            "moe-fuse-gating first");
-    for (Value result : op.getResults()) {
-      auto type = dyn_cast<RankedTensorType>(result.getType());
-      if (!type || type.getRank() < 2 || type.getShape()[0] != batch)
-        continue;
-      result.setType(withDim(type, 0, local));
-      batched.insert(result);
-    }
-  }
-  fn.setFunctionType(
-      FunctionType::get(fn.getContext(), body.getArgumentTypes(), fn.getResultTypes()));
-  return success();
 }
 
 /// The moe.get_param a weight comes from, through the low-precision copy
@@ -326,10 +268,11 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
           return norm.emitOpError("tensor parallelism needs the normalised q or k read by the "
                                   "attention only");
         if ((width / tp) % group != 0)
-          return norm.emitOpError() << "tensor parallelism splits the heads, and this norm's groups ("
-                                    << group << " wide) span the " << width / tp
-                                    << " columns of a tp rank (q/k norms per head split; over "
-                                       "the whole projection they do not)";
+          return norm.emitOpError()
+                 << "tensor parallelism splits the heads, and this norm's groups (" << group
+                 << " wide) span the " << width / tp
+                 << " columns of a tp rank (q/k norms per head split; over "
+                    "the whole projection they do not)";
         in = norm.getX();
       }
       auto lin = in.getDefiningOp<LinearOp>();
@@ -446,7 +389,7 @@ struct PartitionPass : public moe::impl::PartitionPassBase<PartitionPass> {
         }
       if (shares)
         weighLosses(fn, static_cast<double>(local * replicas) / static_cast<double>(batch));
-      if (failed(splitBatch(fn, replicas, local)) ||
+      if (failed(splitBatch(fn, replicas, local, /*splitGates=*/true)) ||
           (grid.getEp() > 1 &&
            failed(shardExperts(module, fn, grid.getEp(), redundantExperts, sharded))) ||
           (grid.getTp() > 1 && failed(splitTensorParallel(module, fn, grid.getTp(), tpDims))))

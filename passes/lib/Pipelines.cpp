@@ -67,8 +67,7 @@ void moe::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &opti
 }
 
 LogicalResult moe::buildTrainPipeline(OpPassManager &passes, const TrainPipelineOptions &options,
-                                      ArrayRef<PipelineInsertion> insertions,
-                                      raw_ostream &errors) {
+                                      ArrayRef<PipelineInsertion> insertions, raw_ostream &errors) {
   PipelineBuilder pm(passes, insertions, errors);
   if (options.evalStep)
     pm.addPass(createAddEvalStepPass());
@@ -102,6 +101,9 @@ LogicalResult moe::buildTrainPipeline(OpPassManager &passes, const TrainPipeline
   }
   if (options.fuseGating) {
     pm.addPass(createFuseGatingPass());
+    MicroBatchesPassOptions micro;
+    micro.count = options.microBatches;
+    pm.addPass(createMicroBatchesPass(micro));
     RoutingGroupsPassOptions groups;
     groups.groups = options.routingGroups;
     pm.addPass(createRoutingGroupsPass(groups));
@@ -130,6 +132,9 @@ LogicalResult moe::buildTrainPipeline(OpPassManager &passes, const TrainPipeline
   }
   if (options.routedRows)
     pm.addPass(createRoutedRowsPass());
+  RecomputeActivationsPassOptions recompute;
+  recompute.enable = options.recompute;
+  pm.addPass(createRecomputeActivationsPass(recompute));
   if (options.lower) {
     LowerToKernelsPassOptions lower;
     lower.savePreactivations = options.savePreactivations;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "BufferPlan.h"
+#include "PlanReport.h"
 #include "moe/Dialect/MoE/MoEOps.h"
 #include "moe/Transforms/CostModel.h"
 #include "moe/Transforms/Passes.h"
@@ -36,63 +37,9 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::cost;
+using namespace mlir::moe::plan;
 
 namespace {
-
-/// What the plan needs to know about the step.
-struct StepSummary {
-  double flops = 0;
-  std::vector<double> denseTime, expertTime; ///< per device kind, whole step
-  double denseParamBytes = 0, expertParamBytes = 0, activationBytes = 0;
-  std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
-  std::vector<int64_t> layerExperts;
-  int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;
-  int64_t sequences = 1;   ///< of the batch (micro-batches split them)
-  double elementBytes = 4; ///< of an activation (2 in bf16/f16)
-  bool forwardOnly = true;
-  /// A q/k norm over a whole projection (OLMoE's): tp cannot split its heads.
-  bool crossHeadNorm = false;
-};
-
-/// One candidate plan and its predicted costs.
-struct Candidate {
-  int64_t dp = 1, ep = 1, tp = 1;
-  bool zero = false; ///< optimiser state sharded over the replicas (ZeRO-1)
-  /// Micro-batches per step (gradient accumulation): activations of one
-  /// micro-batch at a time, the all-to-alls' latencies m times.
-  int64_t micro = 1;
-  /// Activation recompute: each layer's input kept, the rest recomputed in
-  /// the backward (one more forward: a third more compute).
-  bool recompute = false;
-  double compute = 0, allToAll = 0, allReduce = 0, tensorParallel = 0, memory = 0;
-  /// The fullest rank's memory by kind: f32 weights, gradients, AdamW
-  /// moments (after ZeRO-1), activations (one micro-batch's, recomputed).
-  double weightBytes = 0, gradientBytes = 0, optimizerBytes = 0, activationBytes = 0;
-  /// Bytes the busiest rank sends per step: dispatch and combine, gradient
-  /// all-reduces (their payload), tensor-parallel all-reduces.
-  double allToAllBytes = 0, allReduceBytes = 0, tensorParallelBytes = 0;
-  std::string memoryKind;
-  double capacity = 0; ///< the memory of a memoryKind device (shared by its ranks)
-  bool fits = true;
-  /// Gradient all-reduces overlap the rest of the backward (moe-schedule):
-  /// what the backward (2/3 of the compute) cannot hide, and at least the
-  /// last layer's share (1 / layers), whose gradients come last.
-  /// The replicas' gradient sums (part of allReduce) run blocking, after
-  /// the waits.
-  bool overlap = false;
-  int64_t layers = 1;
-  double replicaSum = 0;
-  double exposedAllReduce() const {
-    if (!overlap)
-      return allReduce;
-    double hidden = allReduce - replicaSum;
-    return replicaSum + std::max(hidden - compute * 2.0 / 3.0,
-                                 hidden / static_cast<double>(std::max<int64_t>(layers, 1)));
-  }
-  double step() const { return compute + allToAll + exposedAllReduce() + tensorParallel; }
-  /// Whether it fits only with micro-batches or recompute.
-  bool needsMore() const { return micro > 1 || recompute; }
-};
 
 /// Ranks of the grid: r = (d * ep + e) * tp + t (GridAttr's order).
 struct Grid {
@@ -200,6 +147,9 @@ public:
     Candidate c;
     c.dp = dp, c.ep = ep, c.tp = tp, c.zero = zero, c.micro = micro, c.recompute = recompute;
     double m = static_cast<double>(micro);
+    // Activation collectives per layer: forward and backward, and with
+    // recompute the forward again.
+    double passes = recompute ? 6 : 4;
     c.overlap = overlap && !step.forwardOnly;
     c.layers = step.layers;
     Grid g{dp, ep, tp};
@@ -245,8 +195,8 @@ public:
           c.compute = std::max(c.compute, time * static_cast<double>(cluster.sharing(r)));
         }
       // Dispatch and combine, forward and backward: 4 all-to-alls per MoE
-      // layer among the ep ranks of one tp slice; each sends its tokens'
-      // slots (split over tp).
+      // layer among the ep ranks of one tp slice (6 with recompute: the
+      // forward's again); each sends its tokens' slots (split over tp).
       double maxShare = 0;
       for (int64_t e = 0; e < ep; ++e)
         maxShare = std::max(maxShare, share[d * ep + e]);
@@ -259,15 +209,16 @@ public:
         double layersA2A = static_cast<double>(step.layerDispatchBytes.size());
         double a2a = 0;
         if (layersA2A > 0)
-          a2a = 4 * m *
+          a2a = passes * m *
                 (allToAllTime(cluster, group, bytes * maxShare / tdp / m) +
                  (layersA2A - 1) * allToAllTime(cluster, group, 1e-30));
         c.allToAll = std::max(c.allToAll, a2a);
-        c.allToAllBytes = std::max(c.allToAllBytes, 4 * bytes * maxShare / tdp);
+        c.allToAllBytes = std::max(c.allToAllBytes, passes * bytes * maxShare / tdp);
       }
     }
     // Tensor parallelism: per layer, two all-reduces of the activations
-    // forward and two backward (Megatron), within each tp group.
+    // forward and two backward (Megatron; two more with recompute), within
+    // each tp group.
     if (tp > 1) {
       for (int64_t d = 0; d < dp; ++d)
         for (int64_t e = 0; e < ep; ++e) {
@@ -277,10 +228,10 @@ public:
           double bytes = static_cast<double>(step.tokens) * share[d * ep + e] *
                          static_cast<double>(step.width) * 4;
           c.tensorParallel =
-              std::max(c.tensorParallel, 4 * static_cast<double>(step.layers) * m *
+              std::max(c.tensorParallel, passes * static_cast<double>(step.layers) * m *
                                              allReduceTime(cluster, group, bytes / m));
           c.tensorParallelBytes =
-              std::max(c.tensorParallelBytes, 4 * static_cast<double>(step.layers) * bytes);
+              std::max(c.tensorParallelBytes, passes * static_cast<double>(step.layers) * bytes);
         }
     }
     // Gradients: each tp shard of the replicated parameters over its
@@ -301,9 +252,9 @@ public:
         expertAR =
             std::max(expertAR, allReduceTime(cluster, experts,
                                              step.expertParamBytes * expertFraction[e] / tdp));
-        c.allReduceBytes = std::max(c.allReduceBytes, (step.denseParamBytes +
-                                                       step.expertParamBytes * expertFraction[e]) /
-                                                          tdp);
+        c.allReduceBytes =
+            std::max(c.allReduceBytes,
+                     (step.denseParamBytes + step.expertParamBytes * expertFraction[e]) / tdp);
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -325,9 +276,10 @@ public:
       c.allReduce += replicaSum;
       c.replicaSum = replicaSum;
     }
-    // Memory: f32 parameter and gradient (8 bytes per element) and two
-    // AdamW moments (8 more; with ZeRO-1 sharded over the replicas), plus
-    // the rank's share of activations.
+    // Memory: f32 parameter and gradient (8 bytes per element; with
+    // micro-batches a second gradient, their sum) and two AdamW moments (8
+    // more; with ZeRO-1 sharded over the replicas), plus the rank's share
+    // of activations.
     for (int64_t d = 0; d < dp; ++d)
       for (int64_t e = 0; e < ep; ++e)
         for (int64_t t = 0; t < tp; ++t) {
@@ -339,10 +291,12 @@ public:
               2 * (zero ? dense / static_cast<double>(dp * ep) + expert / static_cast<double>(dp)
                         : dense + expert);
           double activations = activationBytes(share[d * ep + e], tdp, m, recompute);
-          double bytes = 2 * (dense + expert) + moments + activations;
+          double gradients = (micro > 1 ? 2 : 1) * (dense + expert);
+          double bytes = dense + expert + gradients + moments + activations;
           if (bytes > c.memory) {
             c.memory = bytes;
-            c.weightBytes = c.gradientBytes = dense + expert;
+            c.weightBytes = dense + expert;
+            c.gradientBytes = gradients;
             c.optimizerBytes = moments, c.activationBytes = activations;
             c.memoryKind = cluster.kindOf(r).name;
             c.capacity = cluster.kindOf(r).memoryBytes / static_cast<double>(cluster.sharing(r));
@@ -355,8 +309,8 @@ public:
   }
 
   /// The grid's plan as it runs (one micro-batch, activations kept) if it
-  /// fits; else the fastest that fits of more micro-batches (powers of two,
-  /// each replica keeping at least one sequence per micro-batch), with or
+  /// fits; else the fastest that fits of more micro-batches (powers of two
+  /// dividing each replica's sequences; equal token shares only), with or
   /// without recompute; else as it runs.
   Candidate fitting(int64_t dp, int64_t ep, int64_t tp, bool zero) const {
     Candidate plain = evaluate(dp, ep, tp, zero);
@@ -364,11 +318,18 @@ public:
       return plain;
     std::optional<Candidate> best;
     int64_t perReplica = std::max<int64_t>(1, step.sequences / (dp * ep));
+    // moe-micro-batches splits whole sequences, and equal shares only.
+    std::vector<double> shares = coordinateShares(Grid{dp, ep, tp});
+    bool equal = llvm::all_of(
+        shares, [&](double s) { return std::abs(s - shares.front()) <= 1e-12 * shares.front(); });
     for (bool recompute : {false, true})
-      for (int64_t m = recompute ? 1 : 2; m <= perReplica; m *= 2)
+      for (int64_t m = recompute ? 1 : 2; m <= perReplica; m *= 2) {
+        if (perReplica % m != 0 || (m > 1 && !equal))
+          continue;
         if (Candidate c = evaluate(dp, ep, tp, zero, m, recompute);
             c.fits && (!best || c.step() < best->step()))
           best = c;
+      }
     return best ? *best : plain;
   }
 
@@ -442,81 +403,7 @@ private:
   std::vector<double> denseSpeed, expertSpeed;
 };
 
-/// "8 micro-batches (gradient accumulation) and activation recompute".
-std::string needsText(const Candidate &c) {
-  std::string text;
-  if (c.micro > 1)
-    text = std::to_string(c.micro) + " micro-batches (gradient accumulation)";
-  if (c.recompute)
-    text += (text.empty() ? "" : " and ") + std::string("activation recompute");
-  return text;
-}
-
-/// The table's column for them: "1", "8", "8 rc".
-std::string microText(const Candidate &c) {
-  return std::to_string(c.micro) + (c.recompute ? " rc" : "");
-}
-
-std::string seconds(double s) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (s >= 1)
-    os << llvm::format("%.3f s", s);
-  else if (s >= 1e-3)
-    os << llvm::format("%.3f ms", s * 1e3);
-  else
-    os << llvm::format("%.3f us", s * 1e6);
-  return out;
-}
-
-/// `b` bytes in GB, or, below 0.01 GB (where "0.000 GB" says nothing), in
-/// MB or bytes.
-std::string gigabytes(double b) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (b >= 1e7)
-    os << llvm::format("%.3f GB", b / 1e9);
-  else if (b >= 1e4)
-    os << llvm::format("%.3f MB", b / 1e6);
-  else
-    os << llvm::format("%.0f bytes", b);
-  return out;
-}
-
 /// Writes `text` to `path` ("-": stdout).
-/// The chosen plan as the JSON report gives it: its grid, what it needs,
-/// the fullest device's memory by kind, the bytes a rank sends per step by
-/// collective, the predicted throughput and MFU, and whether it executes.
-llvm::json::Object chosenJson(const Candidate &best, const StepSummary &step, double peakFlops,
-                              const std::string &notExecutable) {
-  double stepSeconds = best.step();
-  llvm::json::Object chosen{
-      {"dp", best.dp},
-      {"ep", best.ep},
-      {"tp", best.tp},
-      {"zero_stage", best.zero ? 1 : 0},
-      {"micro_batches", best.micro},
-      {"recompute", best.recompute},
-      {"step_s", stepSeconds},
-      {"tokens_per_s", static_cast<double>(step.tokens) / stepSeconds},
-      {"peak_flops", peakFlops},
-      {"mfu", step.flops / stepSeconds / peakFlops},
-      {"memory_bytes", llvm::json::Object{{"weights", best.weightBytes},
-                                          {"gradients", best.gradientBytes},
-                                          {"optimizer_state", best.optimizerBytes},
-                                          {"activations", best.activationBytes},
-                                          {"total", best.memory},
-                                          {"device", best.memoryKind},
-                                          {"capacity", best.capacity}}},
-      {"collective_bytes", llvm::json::Object{{"all_to_all", best.allToAllBytes},
-                                              {"gradient_all_reduce", best.allReduceBytes},
-                                              {"tensor_parallel", best.tensorParallelBytes}}},
-      {"executable", notExecutable.empty()}};
-  if (!notExecutable.empty())
-    chosen["not_executable"] = notExecutable;
-  return chosen;
-}
-
 LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
   if (path == "-") {
     llvm::outs() << text;
@@ -726,15 +613,12 @@ void PlanShardingPass::runOnOperation() {
   }
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), 0);
-  // Plans that fit as the step program runs them come first; those that
-  // need micro-batches or recompute (which it does not run yet) only when
-  // no other fits.
+  // Plans that fit first, then the fastest (a grid takes micro-batches or
+  // recompute only where it does not fit without: Planner::fitting).
   llvm::stable_sort(order, [&](size_t a, size_t b) {
     const Candidate &x = candidates[a], &y = candidates[b];
     if (x.fits != y.fits)
       return x.fits;
-    if (x.needsMore() != y.needsMore())
-      return !x.needsMore();
     if (x.step() != y.step())
       return x.step() < y.step();
     return !x.zero && y.zero; // the same time: keep state replicated
@@ -774,55 +658,24 @@ void PlanShardingPass::runOnOperation() {
                               << "moe-plan-sharding: no plan fits in device memory; the smallest ("
                               << "dp=" << smallest.dp << " x ep=" << smallest.ep
                               << " x tp=" << smallest.tp << (smallest.zero ? " with ZeRO-1" : "")
-                              << ") needs " << gigabytes(smallest.memory) << " on a "
+                              << ") needs " << gigabytesText(smallest.memory) << " on a "
                               << smallest.memoryKind << " device, which holds "
-                              << gigabytes(smallest.capacity) << "; give a larger cluster or a "
+                              << gigabytesText(smallest.capacity) << "; give a larger cluster or a "
                               << "smaller model";
     constexpr size_t kShown = 6;
     for (size_t i = 0; i < std::min(kShown, bySize.size()); ++i) {
       const Candidate &c = *bySize[i];
       diag.attachNote() << "dp=" << c.dp << " x ep=" << c.ep << " x tp=" << c.tp
-                        << (c.zero ? " with ZeRO-1" : "") << ": " << gigabytes(c.memory) << " per "
-                        << c.memoryKind << " device (holds " << gigabytes(c.capacity) << ")";
+                        << (c.zero ? " with ZeRO-1" : "") << ": " << gigabytesText(c.memory)
+                        << " per " << c.memoryKind << " device (holds " << gigabytesText(c.capacity)
+                        << ")";
     }
     if (bySize.size() > kShown)
       diag.attachNote() << bySize.size() - kShown << " more candidates need more";
     return signalPassFailure();
   }
 
-  // Why the winner won: against the runner-up, the component that differs
-  // most.
-  std::string why;
-  {
-    llvm::raw_string_ostream os(why);
-    os << "dp=" << best.dp << " x ep=" << best.ep << " x tp=" << best.tp
-       << (best.zero ? " with ZeRO-1" : "") << " has the lowest predicted step time ("
-       << seconds(best.step()) << ")";
-    if (order.size() > 1) {
-      const Candidate &next = candidates[order[1]];
-      if (!next.fits) {
-        os << "; every other plan exceeds device memory";
-      } else {
-        double dc = next.compute - best.compute, da = next.allToAll - best.allToAll,
-               dr = next.exposedAllReduce() - best.exposedAllReduce(),
-               dt = next.tensorParallel - best.tensorParallel;
-        os << "; the runner-up dp=" << next.dp << " x ep=" << next.ep << " x tp=" << next.tp
-           << (next.zero ? " with ZeRO-1" : "") << " takes " << seconds(next.step()) << ", ";
-        if (dt >= dc && dt >= da && dt >= dr)
-          os << "mostly in tensor-parallel all-reduces (" << seconds(next.tensorParallel) << " vs "
-             << seconds(best.tensorParallel) << ")";
-        else if (da >= dc && da >= dr)
-          os << "mostly in all-to-all (" << seconds(next.allToAll) << " vs "
-             << seconds(best.allToAll) << ")";
-        else if (dr >= dc)
-          os << "mostly in gradient all-reduce (" << seconds(next.exposedAllReduce()) << " vs "
-             << seconds(best.exposedAllReduce()) << ")";
-        else
-          os << "mostly in compute (" << seconds(next.compute) << " vs " << seconds(best.compute)
-             << ")";
-      }
-    }
-  }
+  std::string why = whyChosen(candidates, order);
 
   // The plan into the IR.
   Builder b(module.getContext());
@@ -859,11 +712,12 @@ void PlanShardingPass::runOnOperation() {
     }
     e.setPlacementAttr(PlacementAttr::get(module.getContext(), flat, sizes));
   }
-  // What the plan needs that the step program does not run yet.
-  module->removeAttr(MoEDialect::kPlanNeedsAttrName);
-  if (best.micro > 1 || best.recompute)
-    module->setAttr(MoEDialect::kPlanNeedsAttrName,
-                    b.getStringAttr(needsText(best)));
+  // Micro-batches and activation recompute, which the step program runs
+  // (moe-micro-batches, moe-recompute-activations take them).
+  if (best.micro > 1)
+    module->setAttr(MoEDialect::kMicroBatchesAttrName, b.getI64IntegerAttr(best.micro));
+  if (best.recompute)
+    module->setAttr(MoEDialect::kRecomputeAttrName, b.getUnitAttr());
   std::string notExecutable =
       whyNotExecutable(module, module->getAttrOfType<GridAttr>(MoEDialect::kGridAttrName));
   double peakFlops = 0; // the devices' peaks in the step's precision
@@ -875,129 +729,36 @@ void PlanShardingPass::runOnOperation() {
                                 best.zero ? 1 : 0, best.memory,
                                 static_cast<int64_t>(order.size())));
 
-  // Reports.
-  std::map<std::string, int64_t> kindCounts;
-  for (int64_t r = 0; r < n; ++r)
-    ++kindCounts[cluster->kindOf(r).name];
-  std::string devicesText;
-  for (auto &[name, count] : kindCounts)
-    devicesText += (devicesText.empty() ? "" : " + ") + std::to_string(count) + " x " + name;
+  // Reports (PlanReport.cpp).
+  PlanReport report{module.getSymName() ? module.getSymName()->str() : "model",
+                    *cluster,
+                    step,
+                    candidates,
+                    order,
+                    best,
+                    why,
+                    notExecutable,
+                    peakFlops,
+                    equalShares,
+                    planner.coordinateShares(grid),
+                    {}};
+  for (ExpertFFNOp e : expertOps) {
+    auto &layer = report.placement.emplace_back();
+    if (auto attr = e.getPlacementAttr())
+      for (int64_t r = 0; r < static_cast<int64_t>(attr.getNumRanks()); ++r) {
+        auto experts = attr.getExpertsOf(r);
+        layer.emplace_back(experts.begin(), experts.end());
+      }
+  }
   std::string tableText, jsonText;
   if (!reportTable.empty() || reportAttr) {
-    std::string &text = tableText;
-    llvm::raw_string_ostream os(text);
-    os << "moe-plan-sharding: " << (module.getSymName() ? *module.getSymName() : "model") << " on "
-       << cluster->name << " (" << n << " devices: " << devicesText << ")\n"
-       << "step: " << llvm::format("%.4g", step.flops / 1e9) << " GFLOP"
-       << (step.forwardOnly ? " (forward x 3)" : "") << " in " << cluster->precision
-       << " (the devices' " << cluster->precision << " peaks), parameters "
-       << gigabytes(step.denseParamBytes) << " dense + " << gigabytes(step.expertParamBytes)
-       << " experts, activations " << gigabytes(step.activationBytes)
-       << " (the whole step, unpartitioned)\n"
-       << llvm::format("  %-1s %5s %5s %3s %4s %6s %12s %12s %12s %12s %12s %12s  %s\n", "", "dp",
-                       "ep", "tp", "zero", "micro", "compute", "all-to-all",
-                       best.overlap ? "all-reduce*" : "all-reduce", "tp comm", "step", "memory/dev",
-                       "fits");
-    for (size_t i : order) {
-      const Candidate &c = candidates[i];
-      os << llvm::format("  %-1s %5lld %5lld %3lld %4s %6s %12s %12s %12s %12s %12s %12s  %s\n",
-                         &c == &best ? "*" : "", (long long)c.dp, (long long)c.ep, (long long)c.tp,
-                         c.zero ? "1" : "-", microText(c).c_str(), seconds(c.compute).c_str(),
-                         seconds(c.allToAll).c_str(), seconds(c.exposedAllReduce()).c_str(),
-                         seconds(c.tensorParallel).c_str(), seconds(c.step()).c_str(),
-                         gigabytes(c.memory).c_str(), c.fits ? "yes" : "no");
-    }
-    if (best.overlap)
-      os << "  (all-reduce*: the exposed part, what the backward does not hide of the gradient "
-            "all-reduces (moe-schedule); overlap=false counts them whole)\n";
-    // How the work is shared over device kinds (mixed clusters).
-    std::vector<double> coord = planner.coordinateShares(grid);
-    std::map<std::string, std::pair<double, int64_t>> perKind;
-    for (int64_t r = 0; r < n; ++r) {
-      auto &k = perKind[cluster->kindOf(r).name];
-      k.first = coord[r / best.tp];
-      ++k.second;
-    }
-    os << "token share per replica (dp x ep coordinate" << (equalShares ? ", equal" : "") << "):";
-    for (auto &[name, k] : perKind)
-      os << " " << name << " " << llvm::format("%.2f%%", 100 * k.first) << " of the tokens";
-    if (!expertOps.empty()) {
-      std::vector<std::vector<int64_t>> lists = planner.placement(
-          grid, cast<RankedTensorType>(expertOps.front()->getOperand(0).getType()).getShape()[0],
-          pins);
-      os << "; experts of the first MoE layer per ep rank:";
-      for (auto &l : lists)
-        os << " " << l.size();
-    }
-    os << "\nchosen: " << why << "\n"
-       << "  per device: weights " << gigabytes(best.weightBytes) << ", gradients "
-       << gigabytes(best.gradientBytes) << ", optimiser state " << gigabytes(best.optimizerBytes)
-       << ", activations " << gigabytes(best.activationBytes) << " (" << best.memoryKind
-       << ", holds " << gigabytes(best.capacity) << "); sends per step: all-to-all "
-       << gigabytes(best.allToAllBytes) << ", gradient all-reduce "
-       << gigabytes(best.allReduceBytes) << ", tensor-parallel "
-       << gigabytes(best.tensorParallelBytes) << "\n"
-       << "  predicted: " << llvm::format("%.4g", static_cast<double>(step.tokens) / best.step())
-       << " tokens/s, MFU " << llvm::format("%.1f%%", 100 * step.flops / best.step() / peakFlops)
-       << " of the devices' " << cluster->precision << " peak\n";
-    if (!notExecutable.empty())
-      os << "  not executable: " << notExecutable << "\n";
-    if (!reportTable.empty() && failed(writeTo(reportTable, text, module)))
+    tableText = planTable(report);
+    if (!reportTable.empty() && failed(writeTo(reportTable, tableText, module)))
       return signalPassFailure();
   }
   if (!reportJson.empty() || reportAttr) {
-    llvm::json::Array cands;
-    for (size_t i : order) {
-      const Candidate &c = candidates[i];
-      cands.push_back(llvm::json::Object{{"dp", c.dp},
-                                         {"ep", c.ep},
-                                         {"tp", c.tp},
-                                         {"zero_stage", c.zero ? 1 : 0},
-                                         {"micro_batches", c.micro},
-                                         {"recompute", c.recompute},
-                                         {"compute_s", c.compute},
-                                         {"all_to_all_s", c.allToAll},
-                                         {"all_reduce_s", c.allReduce},
-                                         {"all_reduce_exposed_s", c.exposedAllReduce()},
-                                         {"tensor_parallel_s", c.tensorParallel},
-                                         {"step_s", c.step()},
-                                         {"max_memory_bytes", c.memory},
-                                         {"max_memory_device", c.memoryKind},
-                                         {"fits", c.fits}});
-    }
-    // Per MoE layer, the experts each ep rank holds; each device's kind.
-    llvm::json::Array placement, kinds;
-    for (ExpertFFNOp e : expertOps) {
-      llvm::json::Array ranks;
-      if (auto attr = e.getPlacementAttr())
-        for (int64_t r = 0; r < static_cast<int64_t>(attr.getNumRanks()); ++r)
-          ranks.push_back(llvm::json::Array(attr.getExpertsOf(r)));
-      placement.push_back(std::move(ranks));
-    }
-    for (int64_t r = 0; r < n; ++r)
-      kinds.push_back(cluster->kindOf(r).name);
-    llvm::json::Array shares;
-    std::vector<double> coord = planner.coordinateShares(grid);
-    for (int64_t r = 0; r < n; ++r)
-      shares.push_back(coord[r / best.tp] / static_cast<double>(best.tp));
-    llvm::json::Object report{{"cluster", cluster->name},
-                              {"devices", n},
-                              {"step_gflop", step.flops / 1e9},
-                              {"precision", cluster->precision},
-                              {"forward_only", step.forwardOnly},
-                              {"dense_parameter_bytes", step.denseParamBytes},
-                              {"expert_parameter_bytes", step.expertParamBytes},
-                              {"activation_bytes", step.activationBytes},
-                              {"candidates", std::move(cands)},
-                              {"chosen", chosenJson(best, step, peakFlops, notExecutable)},
-                              {"token_share", std::move(shares)},
-                              {"device_kinds", std::move(kinds)},
-                              {"placement", std::move(placement)},
-                              {"why", why}};
-    std::string &text = jsonText;
-    llvm::raw_string_ostream os(text);
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
-    if (!reportJson.empty() && failed(writeTo(reportJson, text, module)))
+    jsonText = planJson(report);
+    if (!reportJson.empty() && failed(writeTo(reportJson, jsonText, module)))
       return signalPassFailure();
   }
   if (reportAttr)

@@ -634,6 +634,8 @@ extern "C" int moert_step_replica_sum(moert_context *ctx, float *out, const floa
   return 0;
 }
 
+bool moertMicroBatchLoads(moert_context *ctx, const float *bias, std::vector<int64_t> &load);
+
 extern "C" int moert_step_balance_bias(moert_context *ctx, float *bias, int32_t experts,
                                        const int32_t *ids, int64_t count, double rate, int axes) {
   std::vector<int64_t> load(static_cast<size_t>(std::max(experts, 0)), 0);
@@ -647,6 +649,8 @@ extern "C" int moert_step_balance_bias(moert_context *ctx, float *bias, int32_t 
     }
     ++load[ids[i]];
   }
+  if (!moertMicroBatchLoads(ctx, bias, load))
+    return 0; // not the last micro-batch: its counts wait for the step's
   if (axes && groupOf(ctx, axes).size() > 1) {
     // Summed exactly: each count as (count / 4096, count % 4096), both
     // integers a float holds exactly after summing over up to 4096 members

@@ -72,10 +72,15 @@ int Trainer::run() {
   }
   for (auto &c : components)
     c->onStart();
-  if (r.lead)
-    std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld\n",
+  if (r.lead) {
+    std::printf("training: %d parameters tensors, batch %lld x %lld tokens, steps %lld..%lld",
                 r.prog.num_params, (long long)r.globalBatch, (long long)r.prog.seq_len, r.firstStep,
                 o.steps - 1);
+    if (r.prog.micro_batches > 1) // gradient accumulation
+      std::printf(", in %lld micro-batches of %lld sequences%s", (long long)r.prog.micro_batches,
+                  (long long)(r.prog.batch / r.prog.micro_batches), r.ranks > 1 ? " a rank" : "");
+    std::printf("\n");
+  }
   r.bar = r.lead && o.progress && isatty(fileno(stdout));
   writeRunLine(r);
   RunEnd end;

@@ -71,7 +71,8 @@ void checkMemory(const Options &o, int ranksHere, const moert::TokenStream &data
   long long perRank = 0;
   for (int r = 0; r < std::max(moec_program.grid_dp * moec_program.grid_ep, 1); ++r) {
     const moert_program &prog = programOf(r);
-    long long bytes = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes;
+    long long bytes = prog.activation_bytes + prog.gradient_bytes + prog.planned_scratch_bytes +
+                      prog.accumulator_bytes;
     for (int i = 0; i < prog.num_params; ++i)
       bytes += stateBytes(prog.params[i]);
     perRank = std::max(perRank, bytes);
@@ -217,7 +218,8 @@ int launchRanks(const moert_comm_backend &backend, Shared &shared, int ranks, in
 /// --version: what built this binary and what it was compiled for, before
 /// any check (a binary refused on this CPU still says what it needs).
 bool printVersion(int argc, char **argv) {
-  if (std::none_of(argv + 1, argv + argc, [](const char *a) { return std::strcmp(a, "--version") == 0; }))
+  if (std::none_of(argv + 1, argv + argc,
+                   [](const char *a) { return std::strcmp(a, "--version") == 0; }))
     return false;
   const moert_program &p = moec_program;
   std::printf("%s: MoEC %s training binary, step-program ABI %d\n"

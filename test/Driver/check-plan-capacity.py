@@ -20,5 +20,6 @@ print("tokens/s = tokens / step_s; MFU %.1f%% in (0, 100%%)" % (100 * c["mfu"]))
 b = c["collective_bytes"]
 assert all(b[k] > 0 for k in ("all_to_all", "gradient_all_reduce", "tensor_parallel")), b
 print("collectives: all_to_all, gradient_all_reduce, tensor_parallel > 0")
-assert not c["executable"], c
-print("not executable:", c["not_executable"])
+assert c["executable"] and "not_executable" not in c, c
+print("executable: %d micro-batches%s" % (c["micro_batches"],
+                                         " with activation recompute" if c["recompute"] else ""))

@@ -69,7 +69,7 @@
 // RUN: moe-translate --import-model %S/../Driver/Inputs/micro.json | not moe-opt --moe-make-grid="ranks=2 tp=2" --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=HEADS
 // HEADS: error: 'moe.attention' op tensor parallelism splits the heads: heads (2) and kv_heads (1) must be divisible by tp = 2
 // RUN: not moe-opt --moe-fuse-gating --moe-partition %S/Inputs/routed-step.mlir 2>&1 | FileCheck %s --check-prefix=GROUPS
-// GROUPS: error: 'moe.fused_gate' op routes in 1 groups, which do not split over 2 replicas (run moe-routing-groups first)
+// GROUPS: error: 'moe.fused_gate' op routes in 1 groups, which do not split over 2 data replicas (dp * ep) (run moe-routing-groups first)
 // RUN: sed 's/dp = 1, ep = 2/dp = 1, ep = 8/' %S/Inputs/routed-step.mlir | not moe-opt --moe-fuse-gating --moe-routing-groups --moe-partition 2>&1 | FileCheck %s --check-prefix=SPLIT
 // SPLIT: error: 'moe.fused_gate' op cannot route in 8 groups: the batch (4 sequences) does not divide into whole-sequence groups
 

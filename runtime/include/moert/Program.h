@@ -204,6 +204,15 @@ typedef struct {
    * (seconds) the current compute began (the step's start or the last
    * collective's end); 0 outside a step. */
   double step_mark;
+  /* A step of micro-batches (moert_program.micro_batches > 1): the one
+   * running, of how many (moert_step_micro_batch; 0 of 0 or 1 outside);
+   * the gradient sums (moert_step_accumulate) and the selection biases'
+   * load counts (moert_step_balance_bias) over them, freed by
+   * moert_micro_batches_free. */
+  int32_t micro_batch, micro_batches;
+  float *grad_accum;
+  int64_t grad_accum_floats;
+  void *bias_loads;
 } moert_runtime_state;
 
 typedef struct {
@@ -301,6 +310,14 @@ typedef struct moert_program {
    * HuggingFace import}; null when the step was built from IR without it.
    * HuggingFace weights in and out (--init-hf, --export-hf) read it. */
   const char *model_json;
+  /* Micro-batches per training step (moec --micro-batches, gradient
+   * accumulation): train_step and eval_step take `batch` sequences and run
+   * their kernels on batch / micro_batches at a time (train_step sums the
+   * gradients before the update). 0 or 1: one. */
+  int64_t micro_batches;
+  /* With micro-batches: the bytes of the gradient sums the rank holds
+   * besides the planned buffers (moert_step_accumulate); 0 otherwise. */
+  int64_t accumulator_bytes;
 } moert_program;
 
 /* moe.place_slots: slots from expert order to the placement's positions.
@@ -493,12 +510,34 @@ int moert_step_placed_runs(const moert_context *ctx, const int32_t *table, int32
  * it. */
 int64_t moert_replica_sum_bytes(const int32_t *table, int32_t positions, int64_t row_size,
                                 int group);
+/* Micro-batches (moert_program.micro_batches): the training step's loop
+ * says which one runs (index of count; 0 of 1 after the step), and the
+ * step's code asks whether it is the first (metrics start over) or the
+ * last (what acts on the summed gradients runs then). */
+void moert_step_micro_batch(moert_context *ctx, int32_t index, int32_t count);
+static inline int moert_step_first_micro_batch(const moert_context *ctx) {
+  return ctx->runtime.micro_batch == 0;
+}
+static inline int moert_step_last_micro_batch(const moert_context *ctx) {
+  return ctx->runtime.micro_batch + 1 >= ctx->runtime.micro_batches;
+}
+/* Sums gradient `grad` (n floats) over the micro-batches, at `offset` of
+ * the rank's accumulator of `total` floats: the first micro-batch's is
+ * kept, the next ones' added, and in the last `grad` becomes the mean,
+ * (sum + grad) / count. Nothing with one micro-batch. Returns non-zero
+ * (message on stderr) when the accumulator cannot be allocated or the
+ * range is outside it. */
+int moert_step_accumulate(moert_context *ctx, float *grad, int64_t n, int64_t offset,
+                          int64_t total);
+/* Frees the micro-batch state (the trainer, when a rank ends). */
+void moert_micro_batches_free(moert_context *ctx);
 /* moe.balance_bias, DeepSeek-V3's auxiliary-loss-free load rule: counts
  * the `count` expert indices `ids` (each in [0, experts)), sums the counts
  * exactly over the group of `axes` (0: this rank's only), and moves each
  * expert's selection bias by `rate` towards balance:
  * bias[e] += rate * sign(mean - load[e]). Every member applies the same
- * update. Returns non-zero for an index out of range (with a message on
+ * update. With micro-batches, each one's counts are kept and the update
+ * runs in the last, on the step's. Returns non-zero for an index out of range (with a message on
  * stderr) or a communicator error. */
 int moert_step_balance_bias(moert_context *ctx, float *bias, int32_t experts, const int32_t *ids,
                             int64_t count, double rate, int axes);

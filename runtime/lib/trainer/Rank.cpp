@@ -113,6 +113,7 @@ Rank::Rank(const Shared &sh, moert_comm *comm, const moert_program &binary)
 Rank::~Rank() {
   moert_async_free(&ctx); // finishes what is queued, before the arenas go
   moert_codec_states_free(&ctx);
+  moert_micro_batches_free(&ctx);
   if (prog.device_free)
     prog.device_free(&ctx);
 }

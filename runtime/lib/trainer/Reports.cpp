@@ -200,7 +200,7 @@ void KernelProfile::onFinish(const RunEnd &end) {
 void MemoryReport::onFinish(const RunEnd &end) {
   if (end.stopped)
     return;
-  long long planned = r.prog.activation_bytes + r.prog.gradient_bytes;
+  long long planned = r.prog.activation_bytes + r.prog.gradient_bytes + r.prog.accumulator_bytes;
   for (int i = 0; i < r.prog.num_params; ++i)
     planned += stateBytes(r.prog.params[i]);
   long long scratch = moert_scratch_peak();

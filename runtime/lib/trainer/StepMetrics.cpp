@@ -134,12 +134,13 @@ void moert::trainer::writeRunLine(Rank &r) {
          {"ranks", r.ranks},
          {"grid", {{"dp", r.prog.grid_dp}, {"ep", r.prog.grid_ep}, {"tp", r.prog.grid_tp}}},
          {"global_batch", r.globalBatch},
+         {"micro_batches", std::max<int64_t>(r.prog.micro_batches, 1)},
          {"token_shares", tokenShares(r)},
          {"seq_len", r.prog.seq_len},
          {"moe_layers", layers},
          {"experts", experts},
-         {"lr_schedule", r.prog.lr_schedule ? scheduleJson(r.ctx.run.lr_schedule)
-                                            : nlohmann::json(nullptr)}}}});
+         {"lr_schedule",
+          r.prog.lr_schedule ? scheduleJson(r.ctx.run.lr_schedule) : nlohmann::json(nullptr)}}}});
 }
 
 /// The last step's unweighted balancing (`part` 0) or z-loss (1) per MoE

@@ -385,6 +385,20 @@ module attributes {moe.token_shares = array<i64: 3, 0>} {
 
 // -----
 
+// recompute: a unit attribute on a module
+// expected-error @+1 {{'moe.recompute' must be a unit attribute on a builtin.module}}
+module attributes {moe.recompute = 1 : i64} {
+}
+
+// -----
+
+// micro_batches: a positive count on a module
+// expected-error @+1 {{'moe.micro_batches' must be a positive integer (micro-batches per step) on a builtin.module}}
+module attributes {moe.micro_batches = 0 : i64} {
+}
+
+// -----
+
 // replica: an index into the token shares
 // expected-error @+1 {{'moe.replica' must be an index into the module's 'moe.token_shares'}}
 module attributes {moe.token_shares = array<i64: 3, 1>, moe.replica = 2 : i64} {

@@ -14,7 +14,8 @@ namespace {
 class ReportsTest : public RankTest {};
 
 TEST_F(ReportsTest, AStepsBytesStandNextToTheAnalyticalVolume) {
-  moert_program p = fakeProgram();
+  static moert_program p; // outlives the rank, which TearDown ends
+  p = fakeProgram();
   p.step_comm_bytes[MOERT_ALL_REDUCE] = 96;
   p.step_codec_bytes = 10;
   p.codec_warmup_steps = 2;
@@ -91,7 +92,8 @@ TEST_F(ReportsTest, ParameterGroupsFollowTheFrontendsNames) {
 }
 
 TEST_F(ReportsTest, ExpertCountsSplitByLayer) {
-  moert_program p = fakeProgram();
+  static moert_program p; // outlives the rank, which TearDown ends
+  p = fakeProgram();
   static const int32_t experts[2] = {2, 3};
   p.num_moe_layers = 2;
   p.layer_experts = experts;

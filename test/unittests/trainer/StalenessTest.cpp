@@ -36,7 +36,8 @@ TEST_F(StalenessTest, NeedsBackgroundAllReduces) {
 TEST_F(StalenessTest, RefusesLocalSteps) {
   o.staleness = 1;
   o.localSteps = 2;
-  moert_program p = fakeProgram();
+  static moert_program p; // outlives the rank, which TearDown ends
+  p = fakeProgram();
   p.async_buckets = 2;
   Rank &r = boundRank(p);
   Staleness component(r);

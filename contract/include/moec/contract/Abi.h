@@ -25,7 +25,7 @@ extern "C" {
 /* The layout of `moert_program` and `moert_context` (moert/Program.h). A
  * step program records the version it was emitted for; the trainer refuses
  * another. */
-#define MOERT_ABI_VERSION 16
+#define MOERT_ABI_VERSION 17
 
 /* Parameter initialisers (moe.param's init kind). */
 enum moert_init {

@@ -120,6 +120,8 @@ enum class Schedule { Overlap, Blocking };
 struct StepOptions {
   bool denseExperts = false;
   bool recomputeFFN = false;
+  bool recompute = false;    ///< off: the plan's choice, else off
+  unsigned microBatches = 0; ///< 0: the plan's choice, else 1
   Schedule schedule = Schedule::Overlap;
 
   void bindOptions(OptionsBinder &binder);

@@ -110,6 +110,37 @@ def PlanShardingPass : Pass<"moe-plan-sharding", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::moe::MoEDialect"];
 }
 
+def RecomputeActivationsPass : Pass<"moe-recompute-activations", "::mlir::ModuleOp"> {
+  let summary = "Recomputes each layer's activations in the backward (activation checkpointing)";
+  let description = [{
+    Full activation recompute, as Megatron's `--recompute-granularity full`:
+    in the training step (after `moe-autodiff` and the collective passes,
+    before `moe-lower-to-kernels`), the forward values of transformer layer
+    `K` (the ops from the first reading a `lK.` parameter to the first
+    reading a `lK+1.` one) that the backward reads are computed again just
+    before the first backward op that reads one of them, by clones of the
+    forward ops they need, and the backward reads the clones. What a layer
+    keeps from its forward is then its input (the residual stream) and its
+    routing (`moe.fused_gate`'s results: the selection is not repeated, so a
+    selection bias updated during the step cannot change it); everything
+    else lives for one layer at a time, at the price of one more forward
+    of every layer but the last (whose backward follows its forward at
+    once, so recomputing it would keep nothing less). Collectives in a
+    layer's forward (dispatch and combine all-to-alls, tensor-parallel
+    all-reduces) are repeated with it. The results are the same values:
+    the same kernels on the same inputs.
+
+    Runs with `enable=true` or on a module with `moe.recompute`
+    (moe-plan-sharding sets it when its plan needs recompute); otherwise
+    does nothing.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"enable", "enable", "bool", /*default=*/"false",
+           "Recompute (else only with the module's moe.recompute)">,
+  ];
+}
+
 def LowerToKernelsPass : Pass<"moe-lower-to-kernels", "::mlir::ModuleOp"> {
   let summary = "Turns compute ops into kernel specs and a planned step program";
   let description = [{
@@ -182,6 +213,34 @@ def RoutingGroupsPass : Pass<"moe-routing-groups", "::mlir::ModuleOp"> {
   let options = [
     Option<"groups", "groups", "int64_t", /*default=*/"0",
            "Routing groups (0: dp * ep of the module's moe.grid)">,
+  ];
+}
+
+def MicroBatchesPass : Pass<"moe-micro-batches", "::mlir::ModuleOp"> {
+  let summary = "Splits each step into micro-batches (gradient accumulation)";
+  let description = [{
+    With `count = M > 1`, every step function (training and evaluation,
+    fused gating, before `moe-routing-groups` and `moe-autodiff`) is
+    rewritten to take one micro-batch of `B / M` sequences: the tokens,
+    targets and every activation carrying the batch lose `(M-1)/M` of their
+    leading dimension, and each `fused_gate` is re-sized for the micro-batch
+    (capacity per group of its tokens, dispatch buffers). The module gets
+    `moe.micro_batches = M`; the step program (moec's back end) then runs
+    the forward and backward once per micro-batch, sums each gradient before
+    its first once-per-step use (gradient collectives, the optimiser) and
+    divides it by `M`, so the update is that of the mean loss over the
+    whole batch, with one micro-batch's activations in memory.
+
+    `count = 0` (the default) takes the module's `moe.micro_batches` when
+    set (moe-plan-sharding sets it when the plan needs micro-batches),
+    else 1 (nothing changes). The micro-batch must split over the grid's
+    data replicas (`B / M` a multiple of `dp * ep`); unequal token shares
+    are not supported with micro-batches.
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect"];
+  let options = [
+    Option<"count", "count", "int64_t", /*default=*/"0",
+           "Micro-batches per step (0: the module's moe.micro_batches, else 1)">,
   ];
 }
 

@@ -72,6 +72,15 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                           llvm::cl::desc("With unequal moe.token_shares: the data replica whose "
                                          "step moe-partition builds"),
                           llvm::cl::init(-1)};
+  Option<int64_t> microBatches{
+      *this, "micro-batches",
+      llvm::cl::desc("Micro-batches per training step, gradients accumulated "
+                     "(moe-micro-batches; 0: the plan's choice with plan, else 1)"),
+      llvm::cl::init(0)};
+  Option<bool> recompute{*this, "recompute",
+                         llvm::cl::desc("Recompute each layer's activations in the backward "
+                                        "(moe-recompute-activations; also when the plan needs it)"),
+                         llvm::cl::init(false)};
   Option<int64_t> routingGroups{*this, "routing-groups",
                                 llvm::cl::desc("Routing groups of fused_gate (0: dp * ep of the "
                                                "module's moe.grid, 1 without one)"),

@@ -60,6 +60,12 @@ def MoE_Dialect : Dialect {
   let extraClassDeclaration = [{
     /// Name of the module attribute holding the device grid.
     static constexpr ::llvm::StringLiteral kGridAttrName = "moe.grid";
+    /// On the module: micro-batches per training step (gradient
+    /// accumulation; moe-micro-batches), an integer >= 1.
+    static constexpr ::llvm::StringLiteral kMicroBatchesAttrName = "moe.micro_batches";
+    /// On the module: recompute each layer's activations in the backward
+    /// (moe-recompute-activations), a unit attribute.
+    static constexpr ::llvm::StringLiteral kRecomputeAttrName = "moe.recompute";
     /// Name of the function-argument attribute marking a step input.
     static constexpr ::llvm::StringLiteral kInputAttrName = "moe.input";
     static constexpr ::llvm::StringLiteral kOptimizerAttrName = "moe.optimizer";
@@ -81,7 +87,7 @@ def MoE_Dialect : Dialect {
     /// (moe-plan-sharding report-attr, for a driver, which removes it).
     static constexpr ::llvm::StringLiteral kPlanReportAttrName = "moe.plan_report";
     /// On the module: what the sharding plan needs that the step program
-    /// does not run yet ("8 micro-batches (gradient accumulation)"), a
+    /// does not run yet ("activation recompute"), a
     /// string (moe-plan-sharding; moe-executable-plan refuses the plan).
     static constexpr ::llvm::StringLiteral kPlanNeedsAttrName = "moe.plan_needs";
     /// On the module: moe-compress-collectives' settings, a
