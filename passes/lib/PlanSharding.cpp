@@ -324,7 +324,7 @@ public:
         shares, [&](double s) { return std::abs(s - shares.front()) <= 1e-12 * shares.front(); });
     for (bool recompute : {false, true})
       for (int64_t m = recompute ? 1 : 2; m <= perReplica; m *= 2) {
-        if (perReplica % m != 0 || (m > 1 && !equal))
+        if (perReplica % m != 0 || (m > 1 && (!equal || step.sequences % (dp * ep) != 0)))
           continue;
         if (Candidate c = evaluate(dp, ep, tp, zero, m, recompute);
             c.fits && (!best || c.step() < best->step()))
@@ -714,6 +714,8 @@ void PlanShardingPass::runOnOperation() {
   }
   // Micro-batches and activation recompute, which the step program runs
   // (moe-micro-batches, moe-recompute-activations take them).
+  module->removeAttr(MoEDialect::kMicroBatchesAttrName);
+  module->removeAttr(MoEDialect::kRecomputeAttrName);
   if (best.micro > 1)
     module->setAttr(MoEDialect::kMicroBatchesAttrName, b.getI64IntegerAttr(best.micro));
   if (best.recompute)

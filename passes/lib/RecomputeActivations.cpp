@@ -129,6 +129,9 @@ LogicalResult recompute(func::FuncOp fn) {
     if (int64_t layer = layerOf(*ops[i]); layer >= 0 && seen.insert(layer).second)
       starts[i] = layer;
   // Every layer but the last: its backward follows its forward at once.
+  if (starts.size() < 2)
+    fn.emitWarning() << "moe-recompute-activations: fewer than two layers (parameters named "
+                        "lK.*) in the step: nothing to recompute, it keeps its activations";
   for (auto it = starts.begin(); it != starts.end() && std::next(it) != starts.end(); ++it)
     recomputeLayer(ops, it->first, std::next(it)->first, *seed, position);
   return success();

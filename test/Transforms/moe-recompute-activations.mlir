@@ -32,3 +32,8 @@
 // A step without its backward is an error.
 // RUN: moe-translate --import-model %examples/models/tiny.json | not moe-opt --moe-recompute-activations=enable=true 2>&1 | FileCheck %s --check-prefix=FWD
 // FWD: error: moe-recompute-activations: the step has no backward (its loss seed, moe.fill {moe.loss_seed}); run moe-autodiff first
+
+// A step with one layer (or parameters not named lK.*) has nothing to
+// recompute, and says so.
+// RUN: moe-translate --import-model %S/../Driver/Inputs/micro.json | moe-opt --moe-fuse-gating --moe-autodiff --moe-recompute-activations=enable=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=ONE
+// ONE: warning: moe-recompute-activations: fewer than two layers (parameters named lK.*) in the step: nothing to recompute, it keeps its activations
