@@ -4,6 +4,9 @@
 // head h reads kv head h / (H / KV); optional rotary embeddings (rotate-half)
 // on q and k; causal softmax of q.k / sqrt(hd).
 // `attention_grad`: dq, dk, dv, recomputing the probabilities.
+// `latent_attention`, `latent_attention_grad`: the same stages for DeepSeek's
+// multi-head latent attention (per-head content keys and one shared rotary
+// key; value heads of their own width).
 // Halide's dimension 0 is the innermost: q[b, s, h*hd + c] is q(h*hd + c, s, b).
 // The probabilities are materialised per (batch, head): O(S^2) memory, fine
 // for the sequence lengths trained here; scores, exponentials and their
@@ -29,10 +32,15 @@ using moec_codegen::widened;
 
 namespace {
 
+/// The shapes of one attention: query/key heads of width headDim, value
+/// heads of vDim, and the rotary embedding on columns [ropeOffset,
+/// ropeOffset + ropeDim) of each query and key head (all of it for plain
+/// attention; the rotary part of latent attention's).
 struct AttentionParams {
   int batch, seq, heads, kvHeads, headDim;
   bool rope;
   float theta;
+  int vDim = headDim, ropeOffset = 0, ropeDim = headDim;
   int group() const { return heads / kvHeads; }
 };
 
@@ -51,13 +59,14 @@ Func split(Func x, int headDim, const std::string &name) {
 Func ropeTable(const AttentionParams &p) {
   Var c, s;
   Func t("rope");
-  Expr angle = cast<float>(s) * pow(p.theta, -2.0f * cast<float>(c) / (float)p.headDim);
+  Expr angle = cast<float>(s) * pow(p.theta, -2.0f * cast<float>(c) / (float)p.ropeDim);
   t(c, s) = Tuple(cos(angle), sin(angle));
   return t;
 }
 
-/// Rotary embedding (rotate-half) of x(c, h, s, b) with the angles of
-/// `table`; `sign` -1 undoes it.
+/// Rotary embedding (rotate-half over the rotary columns) of x(c, h, s, b)
+/// with the angles of `table`; `sign` -1 undoes it. Columns outside the
+/// rotary part pass through.
 Func rotate(Func x, Func table, const AttentionParams &p, float sign, const std::string &name) {
   Var c, h, s, b;
   Func f(name);
@@ -65,14 +74,18 @@ Func rotate(Func x, Func table, const AttentionParams &p, float sign, const std:
     f(c, h, s, b) = x(c, h, s, b);
     return f;
   }
-  int half = p.headDim / 2;
-  Expr ci = clamp(select(c < half, c, c - half), 0, half - 1);
+  int half = p.ropeDim / 2, lo = p.ropeOffset, hi = p.ropeOffset + p.ropeDim;
+  Expr r = c - lo; // the column within the rotary part
+  Expr ci = clamp(select(r < half, r, r - half), 0, half - 1);
   Expr cs = table(ci, s)[0], sn = sign * table(ci, s)[1];
-  Expr first = x(clamp(c, 0, half - 1), h, s, b);
-  Expr second = x(clamp(c + half, half, p.headDim - 1), h, s, b);
-  Expr firstOfPair = x(clamp(c - half, 0, half - 1), h, s, b);
-  Expr secondOfPair = x(clamp(c, half, p.headDim - 1), h, s, b);
-  f(c, h, s, b) = select(c < half, first * cs - second * sn, secondOfPair * cs + firstOfPair * sn);
+  Expr first = x(clamp(c, lo, lo + half - 1), h, s, b);
+  Expr second = x(clamp(c + half, lo + half, hi - 1), h, s, b);
+  Expr firstOfPair = x(clamp(c - half, lo, lo + half - 1), h, s, b);
+  Expr secondOfPair = x(clamp(c, lo + half, hi - 1), h, s, b);
+  Expr rotated = select(r < half, first * cs - second * sn, secondOfPair * cs + firstOfPair * sn);
+  f(c, h, s, b) = p.ropeOffset == 0 && p.ropeDim == p.headDim
+                      ? rotated
+                      : select(c >= lo && c < hi, rotated, x(c, h, s, b));
   return f;
 }
 
@@ -86,14 +99,14 @@ Func keysMajor(Func x, const std::string &name) {
 }
 
 /// Row-wise dot products rows(j, i, h, b) = sum_c a(c, h, i, b) bT(j, c,
-/// h / group, b), vectorised over keys j; `acc` accumulates them (scheduled
-/// per register block, so the sums stay in registers).
+/// h / group, b) over c < width, vectorised over keys j; `acc` accumulates
+/// them (scheduled per register block, so the sums stay in registers).
 struct RowDots {
   Func rows, acc;
 };
-RowDots rowDots(Func a, Func bT, const AttentionParams &p, const std::string &name) {
+RowDots rowDots(Func a, Func bT, const AttentionParams &p, int width, const std::string &name) {
   Var j, i, h, b;
-  RDom c(0, p.headDim);
+  RDom c(0, width);
   RowDots r{Func(name), Func(name + "_acc")};
   r.acc(j, i, h, b) = 0.0f;
   r.acc(j, i, h, b) += a(c, h, i, b) * bT(j, c, h / p.group(), b);
@@ -191,7 +204,7 @@ struct CausalRowStage {
 CausalRowStage probabilities(Func qr, Func krT, const AttentionParams &p, int vec) {
   Var j, i, h, b, l;
   float scale = 1.0f / std::sqrt((float)p.headDim);
-  RowDots dots = rowDots(qr, krT, p, "score");
+  RowDots dots = rowDots(qr, krT, p, p.headDim, "score");
   Func score = dots.rows;
   // Lanes past i are masked in the reductions and zeroed in the
   // probabilities.
@@ -223,7 +236,7 @@ CausalRowStage probabilities(Func qr, Func krT, const AttentionParams &p, int ve
 CausalRowStage scoreGradients(Func prob, Func DO, Func VT, const AttentionParams &p, int vec) {
   float scale = 1.0f / std::sqrt((float)p.headDim);
   Var h, i, j, b, l;
-  RowDots dpDots = rowDots(DO, VT, p, "dp");
+  RowDots dpDots = rowDots(DO, VT, p, p.vDim, "dp");
   Func dp = dpDots.rows, dot("dot"), ds("ds");
   CausalVectors cv(i, l, p.seq, vec);
   Expr jv = cv.jv, je = cv.je;
@@ -266,12 +279,12 @@ void scheduleCausalRowStage(const CausalRowStage &st, const AttentionParams &p, 
   }
 }
 
-/// The register block of the causal contractions: (head-dim vectors per
-/// chunk, rows per block), or rows 0 when the head dimension is not a
-/// multiple of the vector width or no block of 2..12/chunk rows divides the
-/// sequence.
-std::pair<int, int> registerBlock(const AttentionParams &p, int vec) {
-  int chunkVecs = p.headDim % vec == 0 ? std::min(p.headDim / vec, 4) : 0;
+/// The register block of a causal contraction with results of `width`
+/// columns per head: (vectors per chunk, rows per block), or rows 0 when the
+/// width is not a multiple of the vector width or no block of 2..12/chunk
+/// rows divides the sequence.
+std::pair<int, int> registerBlock(const AttentionParams &p, int width, int vec) {
+  int chunkVecs = width % vec == 0 ? std::min(width / vec, 4) : 0;
   for (int t = chunkVecs ? 12 / chunkVecs : 0; t >= 2; --t)
     if (p.seq % t == 0)
       return {chunkVecs, t};
@@ -309,6 +322,7 @@ struct CausalSum {
   Func r, acc;
   int rows = 0, chunk = 0;
   bool perHead = true;
+  int width = 0; ///< r's columns per head
 };
 
 /// Schedules a causal contraction at root: register blocks
@@ -324,7 +338,7 @@ void scheduleCausalSum(const CausalSum &s, const AttentionParams &p, int vec) {
   r.compute_root().parallel(b);
   if (s.perHead)
     r.parallel(h);
-  if (p.headDim % vec == 0)
+  if (s.width % vec == 0)
     r.vectorize(c, vec);
 }
 
@@ -336,15 +350,16 @@ void scheduleCausalSum(const CausalSum &s, const AttentionParams &p, int vec) {
 /// each row's diagonal add nothing): one load of x per R fused
 /// multiply-adds instead of two loads per one. Computed at root, parallel
 /// over batch and heads.
-CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec, const std::string &name) {
+CausalSum causalRows(Func w, Func x, int width, const AttentionParams &p, int vec,
+                     const std::string &name) {
   Var c("c"), h("h"), i("i"), b("b");
   Func r(name);
-  auto [chunkVecs, rows] = registerBlock(p, vec);
+  auto [chunkVecs, rows] = registerBlock(p, width, vec);
   if (!rows) {
     RDom j(0, p.seq);
     j.where(j <= i);
     r(c, h, i, b) = sum(w(j, i, h, b) * x(c, h / p.group(), j, b));
-    return {r, Func(), 0, 0, true};
+    return {r, Func(), 0, 0, true, width};
   }
   Var ii("ii"), io("io");
   Func acc(name + "_acc");
@@ -353,23 +368,24 @@ CausalSum causalRows(Func w, Func x, const AttentionParams &p, int vec, const st
   acc(c, ii, io, h, b) = 0.0f;
   acc(c, ii, io, h, b) += w(j, io * rows + ii, h, b) * x(c, h / p.group(), j, b);
   r(c, h, i, b) = acc(c, i % rows, i / rows, h, b);
-  return {r, acc, rows, chunkVecs * vec, true};
+  return {r, acc, rows, chunkVecs * vec, true, width};
 }
 
 /// r(c, g, j, b) = sum over the group's query heads and queries i >= j of
 /// w(j, i, g * group + x, b) y(c, g * group + x, i, b) (dK from dS and the
 /// queries, dV from the probabilities and dO), for w zero above the
 /// diagonal: blocks of R keys as in causalRows, from the block's first key.
-CausalSum causalCols(Func w, Func y, const AttentionParams &p, int vec, const std::string &name) {
+CausalSum causalCols(Func w, Func y, int width, const AttentionParams &p, int vec,
+                     const std::string &name) {
   Var c("c"), g("g"), j("j"), b("b");
   Func r(name);
   int group = p.group();
-  auto [chunkVecs, rows] = registerBlock(p, vec);
+  auto [chunkVecs, rows] = registerBlock(p, width, vec);
   RDom ri(0, group, 0, p.seq);
   if (!rows) {
     ri.where(ri.y >= j);
     r(c, g, j, b) = sum(w(j, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b));
-    return {r, Func(), 0, 0, false};
+    return {r, Func(), 0, 0, false, width};
   }
   Var ji("ji"), jo("jo");
   Func acc(name + "_acc");
@@ -378,7 +394,7 @@ CausalSum causalCols(Func w, Func y, const AttentionParams &p, int vec, const st
   acc(c, ji, jo, g, b) +=
       w(jo * rows + ji, ri.y, g * group + ri.x, b) * y(c, g * group + ri.x, ri.y, b);
   r(c, g, j, b) = acc(c, j % rows, j / rows, g, b);
-  return {r, acc, rows, chunkVecs * vec, false};
+  return {r, acc, rows, chunkVecs * vec, false, width};
 }
 
 /// Schedules what both generators compute the same way: the rotary table
@@ -391,6 +407,63 @@ void scheduleAttentionInputs(Func table, const std::vector<Func> &operands,
   for (Func f : operands)
     f.compute_root().parallel(f.args()[3]);
 }
+
+/// The forward's stages from the queries, keys and values split into
+/// heads, X(c, h, s, b): rotated queries and keys (the keys also keys-major),
+/// the causal probabilities, and their sum over the values.
+struct ForwardStages {
+  Func table, qr, kr, krT;
+  CausalRowStage prob;
+  CausalSum out;
+
+  void define(Func Q, Func K, Func V, const AttentionParams &p, int vec) {
+    table = ropeTable(p);
+    qr = rotate(Q, table, p, 1.0f, "qr");
+    kr = rotate(K, table, p, 1.0f, "kr");
+    krT = keysMajor(kr, "kr_t");
+    prob = probabilities(qr, krT, p, vec);
+    out = causalRows(prob.out, V, p.vDim, p, vec, "out");
+  }
+  /// Every stage runs in parallel over the batch.
+  void schedule(const AttentionParams &p, int vec) {
+    scheduleCausalRowStage(prob, p, vec);
+    scheduleCausalSum(out, p, vec);
+    scheduleAttentionInputs(table, {qr, kr, krT}, p);
+  }
+};
+
+/// The backward's stages, recomputing the probabilities: the gradients of
+/// the rotated queries and keys, rotated back (dqUnrot, dkUnrot: per head,
+/// X(c, h, s, b)), and of the values (dV.r).
+struct BackwardStages {
+  Func table, qr, kr, krT, VT, dqUnrot, dkUnrot;
+  CausalRowStage prob, ds;
+  CausalSum dqr, dkr, dV;
+
+  void define(Func Q, Func K, Func V, Func DO, const AttentionParams &p, int vec) {
+    table = ropeTable(p);
+    qr = rotate(Q, table, p, 1.0f, "qr");
+    kr = rotate(K, table, p, 1.0f, "kr");
+    krT = keysMajor(kr, "kr_t");
+    VT = keysMajor(V, "v_t");
+    prob = probabilities(qr, krT, p, vec);
+    ds = scoreGradients(prob.out, DO, VT, p, vec);
+    dqr = causalRows(ds.out, kr, p.headDim, p, vec, "dqr");
+    // Keys and values: sum over the group's query heads and queries i >= j.
+    dkr = causalCols(ds.out, qr, p.headDim, p, vec, "dkr");
+    dV = causalCols(prob.out, DO, p.vDim, p, vec, "dV");
+    dqUnrot = rotate(dqr.r, table, p, -1.0f, "dq_unrot");
+    dkUnrot = rotate(dkr.r, table, p, -1.0f, "dk_unrot");
+  }
+  void schedule(const AttentionParams &p, int vec) {
+    scheduleCausalRowStage(prob, p, vec);
+    // ds row by row: dp and its dot with the probabilities per query row.
+    scheduleCausalRowStage(ds, p, vec);
+    for (const CausalSum &s : {dqr, dkr, dV})
+      scheduleCausalSum(s, p, vec);
+    scheduleAttentionInputs(table, {qr, kr, krT, VT}, p);
+  }
+};
 
 #define MOE_ATTENTION_PARAMS                                                                       \
   GeneratorParam<int> batch{"batch", 1};                                                           \
@@ -414,16 +487,11 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    table = ropeTable(p);
-    qr = rotate(split(widened(q), p.headDim, "Q"), table, p, 1.0f, "qr");
-    kr = rotate(split(widened(k), p.headDim, "K"), table, p, 1.0f, "kr");
-    Func V = split(widened(v), p.headDim, "V");
-    const int vec = natural_vector_size<float>();
-    krT = keysMajor(kr, "kr_t");
-    prob = probabilities(qr, krT, p, vec);
+    int hd = p.headDim;
+    f.define(split(widened(q), hd, "Q"), split(widened(k), hd, "K"), split(widened(v), hd, "V"), p,
+             natural_vector_size<float>());
     Var i, b, x;
-    out = causalRows(prob.out, V, p, vec, "out");
-    o(x, i, b) = narrowed(o, out.r(x % p.headDim, x / p.headDim, i, b));
+    o(x, i, b) = narrowed(o, f.out.r(x % hd, x / hd, i, b));
   }
 
   void schedule() {
@@ -434,18 +502,12 @@ public:
     constrainDense(o, {p.heads * p.headDim, p.seq, p.batch});
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    const int vec = natural_vector_size<float>();
-    scheduleCausalRowStage(prob, p, vec);
-    scheduleCausalSum(out, p, vec);
-    // Every stage runs in parallel over the batch.
-    scheduleAttentionInputs(table, {qr, kr, krT}, p);
+    f.schedule(p, natural_vector_size<float>());
     Func(o).parallel(o.args()[2]);
   }
 
 private:
-  Func table, qr, kr, krT;
-  CausalRowStage prob;
-  CausalSum out;
+  ForwardStages f;
 };
 
 class AttentionGrad : public MoEGenerator<AttentionGrad> {
@@ -463,25 +525,13 @@ public:
 
   void generate() {
     AttentionParams p = params();
-    table = ropeTable(p);
-    qr = rotate(split(widened(q), p.headDim, "Q"), table, p, 1.0f, "qr");
-    kr = rotate(split(widened(k), p.headDim, "K"), table, p, 1.0f, "kr");
-    Func V = split(widened(v), p.headDim, "V"), DO = split(widened(dout), p.headDim, "DO");
-    const int vec = natural_vector_size<float>();
-    krT = keysMajor(kr, "kr_t");
-    VT = keysMajor(V, "v_t");
-    prob = probabilities(qr, krT, p, vec);
+    int hd = p.headDim;
+    g.define(split(widened(q), hd, "Q"), split(widened(k), hd, "K"), split(widened(v), hd, "V"),
+             split(widened(dout), hd, "DO"), p, natural_vector_size<float>());
     Var i, j, b, x;
-    ds = scoreGradients(prob.out, DO, VT, p, vec);
-    dqr = causalRows(ds.out, kr, p, vec, "dqr");
-    // Keys and values: sum over the group's query heads and queries i >= j.
-    dkr = causalCols(ds.out, qr, p, vec, "dkr");
-    dV = causalCols(prob.out, DO, p, vec, "dV");
-    Func dqUnrot = rotate(dqr.r, table, p, -1.0f, "dq_unrot");
-    Func dkUnrot = rotate(dkr.r, table, p, -1.0f, "dk_unrot");
-    dq(x, i, b) = narrowed(dq, dqUnrot(x % p.headDim, x / p.headDim, i, b));
-    dk(x, j, b) = narrowed(dk, dkUnrot(x % p.headDim, x / p.headDim, j, b));
-    dv(x, j, b) = narrowed(dv, dV.r(x % p.headDim, x / p.headDim, j, b));
+    dq(x, i, b) = narrowed(dq, g.dqUnrot(x % hd, x / hd, i, b));
+    dk(x, j, b) = narrowed(dk, g.dkUnrot(x % hd, x / hd, j, b));
+    dv(x, j, b) = narrowed(dv, g.dV.r(x % hd, x / hd, j, b));
   }
 
   void schedule() {
@@ -495,24 +545,141 @@ public:
     constrainDense(dv, {p.kvHeads * p.headDim, p.seq, p.batch});
     if (moec_codegen::onGpu(get_target()))
       return moec_codegen::scheduleForGpu(get_pipeline());
-    const int vec = natural_vector_size<float>();
-    scheduleCausalRowStage(prob, p, vec);
-    // ds row by row: dp and its dot with the probabilities per query row.
-    scheduleCausalRowStage(ds, p, vec);
-    for (const CausalSum &s : {dqr, dkr, dV})
-      scheduleCausalSum(s, p, vec);
-    scheduleAttentionInputs(table, {qr, kr, krT, VT}, p);
+    g.schedule(p, natural_vector_size<float>());
     for (Func f : {Func(dq), Func(dk), Func(dv)})
       f.parallel(f.args()[2]);
   }
 
 private:
-  Func table, qr, kr, krT, VT;
-  CausalRowStage prob, ds;
-  CausalSum dqr, dkr, dV;
+  BackwardStages g;
+};
+
+/// Latent attention's per-head keys K(c, h, j, b): head h's content key
+/// (c < dn), then the shared rotary key.
+Func latentKeys(Func k, Func kRope, const AttentionParams &p) {
+  Var c, h, j, b;
+  Func f("K");
+  int dn = p.ropeOffset;
+  f(c, h, j, b) = select(c < dn, k(h * dn + clamp(c, 0, dn - 1), j, b),
+                         kRope(clamp(c - dn, 0, p.ropeDim - 1), j, b));
+  return f;
+}
+
+#define MOE_LATENT_ATTENTION_PARAMS                                                                \
+  GeneratorParam<int> batch{"batch", 1};                                                           \
+  GeneratorParam<int> seq{"seq", 1};                                                               \
+  GeneratorParam<int> heads{"heads", 1};                                                           \
+  GeneratorParam<int> content_dim{"content_dim", 1};                                               \
+  GeneratorParam<int> rope_dim{"rope_dim", 2};                                                     \
+  GeneratorParam<int> v_dim{"v_dim", 1};                                                           \
+  GeneratorParam<bool> rope{"rope", false};                                                        \
+  GeneratorParam<float> theta{"theta", 10000.0f};                                                  \
+  AttentionParams params() const {                                                                 \
+    int dn = content_dim, dr = rope_dim;                                                           \
+    AttentionParams p{batch, seq, heads, heads, dn + dr, rope, theta};                             \
+    p.vDim = v_dim;                                                                                \
+    p.ropeOffset = dn;                                                                             \
+    p.ropeDim = dr;                                                                                \
+    return p;                                                                                      \
+  }                                                                                                \
+  void constrainInputs(const AttentionParams &p) {                                                 \
+    constrainDense(q, {p.heads * p.headDim, p.seq, p.batch});                                      \
+    constrainDense(k, {p.heads * p.ropeOffset, p.seq, p.batch});                                   \
+    constrainDense(k_rope, {p.ropeDim, p.seq, p.batch});                                           \
+    constrainDense(v, {p.heads * p.vDim, p.seq, p.batch});                                         \
+  }
+
+/// DeepSeek's multi-head latent attention after its projections (see
+/// moe.latent_attention): the plain attention's stages over per-head keys
+/// assembled from the content keys and the shared rotary key, rotated on
+/// their last rope_dim columns, and values of their own width.
+class LatentAttention : public MoEGenerator<LatentAttention> {
+public:
+  MOE_LATENT_ATTENTION_PARAMS
+  Input<Buffer<void, 3>> q{"q"};
+  Input<Buffer<void, 3>> k{"k"};
+  Input<Buffer<void, 3>> k_rope{"k_rope"};
+  Input<Buffer<void, 3>> v{"v"};
+  Output<Buffer<void, 3>> o{"o"};
+
+  void configure() { storage(q, k, k_rope, v, o); }
+
+  void generate() {
+    AttentionParams p = params();
+    f.define(split(widened(q), p.headDim, "Q"), latentKeys(widened(k), widened(k_rope), p),
+             split(widened(v), p.vDim, "V"), p, natural_vector_size<float>());
+    Var i, b, x;
+    o(x, i, b) = narrowed(o, f.out.r(x % p.vDim, x / p.vDim, i, b));
+  }
+
+  void schedule() {
+    AttentionParams p = params();
+    constrainInputs(p);
+    constrainDense(o, {p.heads * p.vDim, p.seq, p.batch});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    f.schedule(p, natural_vector_size<float>());
+    Func(o).parallel(o.args()[2]);
+  }
+
+private:
+  ForwardStages f;
+};
+
+class LatentAttentionGrad : public MoEGenerator<LatentAttentionGrad> {
+public:
+  MOE_LATENT_ATTENTION_PARAMS
+  Input<Buffer<void, 3>> q{"q"};
+  Input<Buffer<void, 3>> k{"k"};
+  Input<Buffer<void, 3>> k_rope{"k_rope"};
+  Input<Buffer<void, 3>> v{"v"};
+  Input<Buffer<void, 3>> dout{"dout"};
+  Output<Buffer<void, 3>> dq{"dq"};
+  Output<Buffer<void, 3>> dk{"dk"};
+  Output<Buffer<void, 3>> dk_rope{"dk_rope"};
+  Output<Buffer<void, 3>> dv{"dv"};
+
+  void configure() { storage(q, k, k_rope, v, dout, dq, dk, dk_rope, dv); }
+
+  void generate() {
+    AttentionParams p = params();
+    g.define(split(widened(q), p.headDim, "Q"), latentKeys(widened(k), widened(k_rope), p),
+             split(widened(v), p.vDim, "V"), split(widened(dout), p.vDim, "DO"), p,
+             natural_vector_size<float>());
+    Var i, j, b, x;
+    int dn = p.ropeOffset;
+    dq(x, i, b) = narrowed(dq, g.dqUnrot(x % p.headDim, x / p.headDim, i, b));
+    dk(x, j, b) = narrowed(dk, g.dkUnrot(x % dn, x / dn, j, b));
+    // The shared rotary key's gradient: the heads' rotary parts summed.
+    RDom h(0, p.heads);
+    dk_rope(x, j, b) = narrowed(dk_rope, sum(g.dkUnrot(dn + x, h, j, b)));
+    dv(x, j, b) = narrowed(dv, g.dV.r(x % p.vDim, x / p.vDim, j, b));
+  }
+
+  void schedule() {
+    AttentionParams p = params();
+    constrainInputs(p);
+    constrainDense(dout, {p.heads * p.vDim, p.seq, p.batch});
+    constrainDense(dq, {p.heads * p.headDim, p.seq, p.batch});
+    constrainDense(dk, {p.heads * p.ropeOffset, p.seq, p.batch});
+    constrainDense(dk_rope, {p.ropeDim, p.seq, p.batch});
+    constrainDense(dv, {p.heads * p.vDim, p.seq, p.batch});
+    if (moec_codegen::onGpu(get_target()))
+      return moec_codegen::scheduleForGpu(get_pipeline());
+    g.schedule(p, natural_vector_size<float>());
+    // dk and dk_rope both read every head's rotated-back key gradient.
+    g.dkUnrot.compute_root().parallel(g.dkUnrot.args()[3]);
+    for (Func f : {Func(dq), Func(dk), Func(dk_rope), Func(dv)})
+      f.parallel(f.args()[2]);
+  }
+
+private:
+  BackwardStages g;
 };
 
 } // namespace
 
 HALIDE_REGISTER_GENERATOR(Attention, attention)
 HALIDE_REGISTER_GENERATOR(AttentionGrad, attention_grad)
+HALIDE_REGISTER_GENERATOR(LatentAttention, latent_attention)
+HALIDE_REGISTER_GENERATOR(LatentAttentionGrad, latent_attention_grad)

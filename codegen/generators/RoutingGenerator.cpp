@@ -47,7 +47,9 @@ const std::map<std::string, Scoring> kScorings = {{"softmax", Scoring::Softmax},
   GeneratorParam<int> expert_groups{"expert_groups", 1};                                           \
   GeneratorParam<int> topk_groups{"topk_groups", 1};                                               \
   /* Unequal groups: tokens per group, comma-separated ("" = equal). */                            \
-  GeneratorParam<std::string> group_sizes{"group_sizes", ""};
+  GeneratorParam<std::string> group_sizes{"group_sizes", ""};                                      \
+  /* > 0: the balancing loss per sequence of this many tokens (seq_aux). */                        \
+  GeneratorParam<int> aux_seq_len{"aux_seq_len", 0};
 
 /// The routing groups of `tokens` tokens: `count` equal consecutive groups,
 /// or the unequal sizes of a "s0,s1,..." list (tokens each).
@@ -228,6 +230,17 @@ Routing route(Func x, Func w, Func bias, int tokens, int width, int experts, int
   return r;
 }
 
+/// The balancing loss per sequence (DeepSeek's seq_aux): token-slots routed
+/// to each expert per sequence of `length` tokens, counted before capacity.
+Func sequenceCounts(const Routing &r, int tokens, int length, int experts, int k) {
+  Func counts("sequence_counts");
+  Var e, q;
+  RDom rt(0, k, 0, tokens);
+  counts(e, q) = 0;
+  counts(clamp(r.chosen.back()(rt.x, rt.y), 0, experts - 1), rt.y / length) += 1;
+  return counts;
+}
+
 /// Schedules what route() defines: every stage at root; the logits
 /// vectorised over experts (w is contiguous in e), parallel over tokens.
 void scheduleRouting(const Routing &r, int experts, int vec) {
@@ -295,7 +308,15 @@ public:
     Var g;
     RDom re(0, E), rt(0, T), rgt(0, Tg), reg(0, E, 0, G);
     Expr balanceLoss;
-    if (groupsOf.unequal) {
+    if (int L = aux_seq_len; L > 0) { // the mean of the sequences' f_e P_e
+      int sequences = T / L;
+      RDom rl(0, L), res(0, E, 0, sequences);
+      seqCounts = sequenceCounts(r, T, L, E, k);
+      meanBalance(e, g) = sum(r.balance(e, g * L + rl)) / (float)L;
+      balanceLoss =
+          sum(cast<float>(seqCounts(res.x, res.y)) / (float)(L * k) * meanBalance(res.x, res.y)) /
+          (float)sequences;
+    } else if (groupsOf.unequal) {
       balanceSum(e, g) = 0.0f;
       balanceSum(e, groupsOf.of(rt)) += r.balance(e, rt);
       Expr tg = cast<float>(groupsOf.sizeOf(reg.y));
@@ -328,13 +349,15 @@ public:
     before.compute_root();
     // The balancing term's per-group sums: one form or the other.
     (balanceSum.defined() ? balanceSum : meanBalance).compute_root();
+    if (seqCounts.defined())
+      seqCounts.compute_root();
     parts.compute_root().bound(parts.args()[0], 0, 2);
   }
 
 private:
   Routing r;
   Func before{"before"}, meanBalance{"mean_balance"}, balanceSum{"balance_sum"},
-      parts{"loss_parts_value"};
+      parts{"loss_parts_value"}, seqCounts;
 };
 
 class RouterGrad : public MoEGenerator<RouterGrad> {
@@ -375,7 +398,13 @@ public:
     // routing group.
     Func gp("gp");
     Var g;
-    if (groupsOf.unequal) {
+    if (int L = aux_seq_len; L > 0) {
+      // Sequence g's loss weighs 1 / sequences: d/dP_e is f_e / sequences.
+      seqCounts = sequenceCounts(r, T, L, E, k);
+      gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(seqCounts(e, g)) /
+                  (float)(L * k) / (float)L / (float)(T / L);
+      gp(e, t) = gpg(e, t / L);
+    } else if (groupsOf.unequal) {
       // Group g's loss weighs tg / T: its d/dP_e is f_e / tg * tg / T.
       Expr tg = cast<float>(groupsOf.sizeOf(g));
       gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
@@ -384,7 +413,8 @@ public:
       gpg(e, g) = daux() * (float)aux_loss_coef * (float)E * cast<float>(r.groupCounts(e, g)) /
                   (float)(Tg * k) / (float)Tg / (float)G;
     }
-    gp(e, t) = gpg(e, groupsOf.of(t));
+    if (!gp.defined())
+      gp(e, t) = gpg(e, groupsOf.of(t));
     RDom re(0, E);
     if (scoring == Scoring::Softmax) {
       ds(e, t) = gatePart + gp(e, t);
@@ -439,6 +469,8 @@ public:
     // sigmoid scores, ds's with the scores for softmax).
     for (Func f : {gpg, ds, dl})
       f.compute_root();
+    if (seqCounts.defined())
+      seqCounts.compute_root();
     (scoring == Scoring::Softmax ? dsDot : balanceDot).compute_root();
     Var d = dx.args()[0], t = dx.args()[1], e = dwT.args()[1], dO("dO"), dI("dI");
     wT.compute_root();
@@ -461,7 +493,7 @@ public:
 
 private:
   Routing r;
-  Func gpg{"gp_group"}, balanceDot{"balance_dot"}, ds{"ds"}, dsDot{"ds_dot"}, dl{"dl"};
+  Func gpg{"gp_group"}, balanceDot{"balance_dot"}, ds{"ds"}, dsDot{"ds_dot"}, dl{"dl"}, seqCounts;
   Func wT{"w_t"}, dxAcc{"dx_acc"}, dwT{"dw_t"};
 };
 

@@ -193,6 +193,33 @@ template <bool Grad> int64_t attentionScratch(const GeneratorParams &v) {
   return q + 3 * k + 2 * probs + q + 2 * k + rotary;
 }
 
+/// latent_attention(_grad): operands q, k, k_rope, v (, dout).
+Params latentAttentionParams(const KernelSpec &s, Gemm) {
+  ArrayRef<int64_t> q = s.in(0);
+  int64_t heads = static_cast<int64_t>(s.number("num_heads", 1));
+  Params p = {param("batch", q[0]),
+              param("seq", q[1]),
+              param("heads", heads),
+              param("content_dim", s.in(1)[2] / heads),
+              param("rope_dim", s.in(2)[2]),
+              param("v_dim", s.in(3)[2] / heads),
+              param("rope", s.has("rope_theta"))};
+  if (s.has("rope_theta"))
+    p.push_back(param("theta", s.number("rope_theta")));
+  return p;
+}
+
+template <bool Grad> int64_t latentAttentionScratch(const GeneratorParams &v) {
+  int64_t b = v("batch"), s = v("seq"), h = v("heads"), dn = v("content_dim"), dr = v("rope_dim"),
+          dv = v("v_dim");
+  int64_t qk = b * s * h * (dn + dr), val = b * s * h * dv, probs = b * h * s * s;
+  int64_t rotary = s * dr;
+  if (!Grad)
+    return 3 * qk + probs + val + rotary; // qr, kr, kr^T, prob, out
+  // qr, kr, kr^T, v^T, prob, ds, dqr, dkr, dk_unrot, dv
+  return 3 * qk + val + 2 * probs + 3 * qk + val + rotary;
+}
+
 //===-- FFNGenerator.cpp (dense and grouped expert FFNs) -----------------===//
 
 const char *activationName(double value) {
@@ -307,6 +334,10 @@ Params routingParams(const KernelSpec &s, Gemm) {
     p.push_back(param("expert_groups", eg));
     p.push_back(param("topk_groups", static_cast<int64_t>(s.number("topk_groups", 1))));
   }
+  // The balancing loss per sequence (of x's second-to-last dimension and
+  // those between it and the batch).
+  if (s.flag("aux_per_sequence"))
+    p.push_back(param("aux_seq_len", KernelSpec::numel(x) / x.front() / x.back()));
   if (auto sizes = s.config.getAs<DenseI64ArrayAttr>("group_sizes")) { // unequal groups
     std::string list;
     for (int64_t n : sizes.asArrayRef())
@@ -431,6 +462,20 @@ const std::vector<KernelFamily> &rows() {
        {"q", "k", "v", "dout", "dq", "dk", "dv"},
        attentionParams,
        attentionScratch<true>,
+       nullptr,
+       V::Reversed},
+      {"latent_attention",
+       "latent_attention",
+       {"q", "k", "k_rope", "v", "o"},
+       latentAttentionParams,
+       latentAttentionScratch<false>,
+       nullptr,
+       V::Reversed},
+      {"latent_attention_grad",
+       "latent_attention_grad",
+       {"q", "k", "k_rope", "v", "dout", "dq", "dk", "dk_rope", "dv"},
+       latentAttentionParams,
+       latentAttentionScratch<true>,
        nullptr,
        V::Reversed},
       {"ffn", "ffn", kFFNSignature, ffnParams, ffnScratch<false>, ffnArgs<V::Rows3>, V::Rows3},

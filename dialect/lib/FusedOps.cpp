@@ -14,6 +14,8 @@ LogicalResult FusedGateOp::verify() {
   if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(), getGates(),
                            getExperts(), experts, choices)))
     return failure();
+  if (failed(checkAuxPerSequence(*this, getAuxPerSequence(), getX())))
+    return failure();
   if (int64_t capacity = getCapacityAttr().getInt(); capacity < 1)
     return emitOpError() << "capacity must be >= 1, got " << capacity;
   if (failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())))
@@ -74,11 +76,11 @@ LogicalResult FusedGateOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
       resultGrads[4]
           ? resultGrads[4]
           : FillOp::create(b, getLoc(), getAuxLoss().getType(), b.getF64FloatAttr(0.0)).getResult();
-  auto grad = RouterGradOp::create(b, getLoc(), getX().getType(), getWeight().getType(),
-                                   getScoringAttr(), getX(), getWeight(), dgates, daux, getBias(),
-                                   getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
-                                   getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr(),
-                                   getGroupSizesAttr(), getExpertGroupsAttr(), getTopkGroupsAttr());
+  auto grad = RouterGradOp::create(
+      b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(), getX(), getWeight(),
+      dgates, daux, getBias(), getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
+      getZLossCoefAttr(), getRoutedScalingAttr(), getGroupsAttr(), getGroupSizesAttr(),
+      getExpertGroupsAttr(), getTopkGroupsAttr(), getAuxPerSequenceAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value());

@@ -29,17 +29,14 @@ LogicalResult RMSNormGradOp::verify() {
       failed(checkGradType(*this, "dgamma", getDgamma(), "gamma", getGamma())) ||
       failed(checkRank(*this, "gamma", getGamma(), 1, "[G]")))
     return failure();
-  int64_t last = tensorType(getX()).getShape().back(),
-          group = tensorType(getGamma()).getShape()[0];
+  int64_t last = tensorType(getX()).getShape().back(), group = tensorType(getGamma()).getShape()[0];
   if (group < 1 || last % group != 0)
     return emitOpError() << "gamma's size (" << group << ") must divide x's last dimension ("
                          << last << "): the groups normalised";
   return success();
 }
 
-LogicalResult ClampGradOp::verify() {
-  return checkClampLimit(*this, getLimit().convertToFloat());
-}
+LogicalResult ClampGradOp::verify() { return checkClampLimit(*this, getLimit().convertToFloat()); }
 
 LogicalResult SigmoidGateGradOp::verify() {
   if (failed(checkGradType(*this, "dy", getDy(), "x", getX())) ||
@@ -54,6 +51,11 @@ LogicalResult AttentionGradOp::verify() {
                  failed(checkGradType(*this, "dq", getDq(), "q", getQ())) ||
                  failed(checkGradType(*this, "dk", getDk(), "k", getK())) ||
                  failed(checkGradType(*this, "dv", getDv(), "v", getV())));
+}
+
+LogicalResult LatentAttentionGradOp::verify() {
+  return checkLatentAttention(*this, getQ(), getK(), getKRope(), getV(), getNumHeads(),
+                              getRopeTheta());
 }
 
 LogicalResult LinearGradOp::verify() {
@@ -102,6 +104,7 @@ LogicalResult RouterGradOp::verify() {
   return failure(
       failed(checkExpertGroups(*this, experts, getTopK(), getExpertGroups(), getTopkGroups())) ||
       failed(checkRoutingGroups(*this, getGroups(), getGroupSizesAttr(), getX())) ||
+      failed(checkAuxPerSequence(*this, getAuxPerSequence(), getX())) ||
       failed(checkShape(*this, "dgates", getDgates(), choices)) ||
       failed(checkGradType(*this, "dx", getDx(), "x", getX())) ||
       failed(checkGradType(*this, "dweight", getDweight(), "weight", getWeight())));

@@ -55,6 +55,15 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   return success();
 }
 
+LogicalResult LatentAttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                               SmallVectorImpl<Value> &operandGrads) {
+  auto grad = LatentAttentionGradOp::create(
+      b, getLoc(), getQ().getType(), getK().getType(), getKRope().getType(), getV().getType(),
+      getQ(), getK(), getKRope(), getV(), resultGrads[0], getNumHeadsAttr(), getRopeThetaAttr());
+  operandGrads.assign({grad.getDq(), grad.getDk(), grad.getDkRope(), grad.getDv()});
+  return success();
+}
+
 LogicalResult LinearOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   auto grad = LinearGradOp::create(b, getLoc(), getX(), getWeight(), resultGrads[0]);
@@ -115,7 +124,7 @@ LogicalResult RouterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
       b, getLoc(), getX().getType(), getWeight().getType(), getScoringAttr(), getX(), getWeight(),
       dgates, daux, getBias(), getTopKAttr(), getRenormalizeAttr(), getAuxLossCoefAttr(),
       getZLossCoefAttr(), getRoutedScalingAttr(), /*groups=*/nullptr,
-      /*group_sizes=*/nullptr, getExpertGroupsAttr(), getTopkGroupsAttr());
+      /*group_sizes=*/nullptr, getExpertGroupsAttr(), getTopkGroupsAttr(), getAuxPerSequenceAttr());
   operandGrads.assign({grad.getDx(), grad.getDweight()});
   if (getBias())
     operandGrads.push_back(Value()); // the selection bias has no gradient

@@ -67,6 +67,14 @@ LogicalResult AttentionOp::verify() {
   return success();
 }
 
+LogicalResult LatentAttentionOp::verify() {
+  if (failed(checkLatentAttention(*this, getQ(), getK(), getKRope(), getV(), getNumHeads(),
+                                  getRopeTheta())))
+    return failure();
+  return failure(failed(checkShape(*this, "result", getResult(), tensorType(getV()).getShape())) ||
+                 failed(checkSameElementType(*this, {{"v", getV()}, {"result", getResult()}})));
+}
+
 LogicalResult LinearOp::verify() {
   if (failed(checkRank(*this, "weight", getWeight(), 2, "[K, N]")))
     return failure();

@@ -28,6 +28,8 @@ LogicalResult RouterOp::verify() {
   if (failed(verifyRouting(*this, getX(), getWeight(), getBias(), getTopK(), getGates(),
                            getExperts(), experts, choices)))
     return failure();
+  if (failed(checkAuxPerSequence(*this, getAuxPerSequence(), getX())))
+    return failure();
   if (std::optional<APFloat> factor = getCapacityFactor())
     if (failed(
             checkCoefficient(*this, "capacity_factor", factor->convertToFloat(), /*strict=*/true)))

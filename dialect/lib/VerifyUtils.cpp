@@ -254,3 +254,47 @@ LogicalResult checks::checkClampLimit(Operation *op, float limit) {
     return success();
   return op->emitOpError() << "limit must be finite and > 0, got " << limit;
 }
+
+LogicalResult checks::checkLatentAttention(Operation *op, Value q, Value k, Value kRope, Value v,
+                                           int64_t heads, std::optional<APFloat> theta) {
+  if (failed(checkRank(op, "q", q, 3, "[B, S, H * (dn + dr)]")) ||
+      failed(checkRank(op, "k", k, 3, "[B, S, H * dn]")) ||
+      failed(checkRank(op, "k_rope", kRope, 3, "[B, S, dr]")) ||
+      failed(checkRank(op, "v", v, 3, "[B, S, H * dv]")) ||
+      failed(checkSameElementType(op, {{"q", q}, {"k", k}, {"k_rope", kRope}, {"v", v}})))
+    return failure();
+  if (heads < 1)
+    return op->emitOpError() << "heads must be >= 1, got " << heads;
+  ArrayRef<int64_t> qs = tensorType(q).getShape();
+  int64_t kw = tensorType(k).getShape()[2], vw = tensorType(v).getShape()[2];
+  int64_t dr = tensorType(kRope).getShape()[2];
+  if (kw % heads != 0 || kw < heads)
+    return op->emitOpError() << "k width " << kw << " is not a positive multiple of heads ("
+                             << heads << ")";
+  if (vw % heads != 0 || vw < heads)
+    return op->emitOpError() << "v width " << vw << " is not a positive multiple of heads ("
+                             << heads << ")";
+  if (dr < 1)
+    return op->emitOpError("k_rope must have a width >= 1");
+  int64_t dn = kw / heads;
+  if (failed(checkShape(op, "k", k, {qs[0], qs[1], kw})) ||
+      failed(checkShape(op, "k_rope", kRope, {qs[0], qs[1], dr})) ||
+      failed(checkShape(op, "v", v, {qs[0], qs[1], vw})) ||
+      failed(checkShape(op, "q", q, {qs[0], qs[1], heads * (dn + dr)})))
+    return failure();
+  if (theta) {
+    if (!(theta->convertToFloat() > 0.0f))
+      return op->emitOpError() << "rope_theta must be > 0, got " << theta->convertToFloat();
+    if (dr % 2 != 0)
+      return op->emitOpError() << "rotary embeddings need an even k_rope width, got " << dr;
+  }
+  return success();
+}
+
+LogicalResult checks::checkAuxPerSequence(Operation *op, bool perSequence, Value x) {
+  if (perSequence && tensorType(x).getRank() < 3)
+    return op->emitOpError() << "aux_per_sequence needs x of rank >= 3 ([B, S, ..., D]: its "
+                                "sequences), got rank "
+                             << tensorType(x).getRank();
+  return success();
+}

@@ -37,6 +37,16 @@ LogicalResult checkClampLimit(Operation *op, float limit);
 /// element type (moe.sigmoid_gate, moe.sigmoid_gate_grad).
 LogicalResult checkSigmoidGate(Operation *op, Value x, Value gate);
 
+/// The operands of a latent attention (moe.latent_attention and its
+/// gradient): q [B, S, H (dn + dr)], k [B, S, H dn], k_rope [B, S, dr], v
+/// [B, S, H dv], one element type; an even dr and theta > 0 with rope.
+LogicalResult checkLatentAttention(Operation *op, Value q, Value k, Value kRope, Value v,
+                                   int64_t heads, std::optional<APFloat> theta);
+
+/// A balancing loss per sequence (`aux_per_sequence`) needs the sequences:
+/// `x` of rank >= 3, [B, S, ..., D].
+LogicalResult checkAuxPerSequence(Operation *op, bool perSequence, Value x);
+
 /// `rows` of an expert FFN (absent, or `[E * G]` with `G` dividing the
 /// buffer's `C` slots), for a `[E, C, D]` buffer `x`.
 LogicalResult checkExpertRows(Operation *op, Value rows, Value x);

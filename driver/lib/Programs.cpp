@@ -24,7 +24,6 @@ using namespace moec::driver;
 
 namespace {
 
-
 /// The positive sequence counts of --token-shares B0,B1,...
 Expected<SmallVector<int64_t>> parseShares(StringRef text) {
   SmallVector<StringRef> parts;
@@ -33,7 +32,8 @@ Expected<SmallVector<int64_t>> parseShares(StringRef text) {
   for (StringRef part : parts) {
     int64_t n;
     if (part.trim().getAsInteger(10, n) || n < 1)
-      return createStringError("--token-shares takes positive sequence counts B0,B1,..., got '" + part + "'");
+      return createStringError("--token-shares takes positive sequence counts B0,B1,..., got '" +
+                               part + "'");
     shares.push_back(n);
   }
   return shares;
@@ -100,11 +100,12 @@ Error moec::driver::applyTokenShares(mlir::ModuleOp module, CompileOptions &opti
   if (!shares)
     return shares.takeError();
   if (!options.import.cluster.empty())
-    return createStringError("--token-shares sets the shares of --ranks N (a --cluster plan sets its own)");
+    return createStringError(
+        "--token-shares sets the shares of --ranks N (a --cluster plan sets its own)");
   int64_t replicas = p.ranks > 1 ? mlir::moe::dataReplicas(p.ranks, std::max(1u, p.tp)) : 1;
   if (p.ranks > 1 && static_cast<int64_t>(shares->size()) != replicas)
     return createStringError("--token-shares has " + Twine(shares->size()) + " entries for the " +
-                 Twine(replicas) + " data replicas of --ranks " + Twine(p.ranks));
+                             Twine(replicas) + " data replicas of --ranks " + Twine(p.ranks));
   if (p.routingGroups && p.routingGroups != shares->size())
     return createStringError("--routing-groups and --token-shares disagree on the groups");
   if (llvm::all_equal(*shares)) {
@@ -112,8 +113,9 @@ Error moec::driver::applyTokenShares(mlir::ModuleOp module, CompileOptions &opti
     int64_t batch = mlir::moe::batchSequences(module);
     int64_t count = static_cast<int64_t>(shares->size());
     if (batch > 0 && (batch % count != 0 || batch / count != shares->front()))
-      return createStringError("--token-shares: " + Twine(count) + " shares of " + Twine(shares->front()) +
-                   " sequences do not make the batch of " + Twine(batch) + " sequences");
+      return createStringError("--token-shares: " + Twine(count) + " shares of " +
+                               Twine(shares->front()) + " sequences do not make the batch of " +
+                               Twine(batch) + " sequences");
     p.routingGroups = shares->size();
     return Error::success();
   }
@@ -132,8 +134,9 @@ mlir::LogicalResult checkAttentionBuffer(mlir::moe::KernelOp kernel, int64_t mos
   StringRef family = kernel.getFamily();
   auto heads = kernel.getConfig().getAs<mlir::IntegerAttr>("num_heads");
   mlir::FunctionType signature = kernel.getSignature();
-  if ((family != "attention" && family != "attention_grad") || !heads ||
-      signature.getNumInputs() == 0)
+  if ((family != "attention" && family != "attention_grad" && family != "latent_attention" &&
+       family != "latent_attention_grad") ||
+      !heads || signature.getNumInputs() == 0)
     return mlir::success();
   auto q = dyn_cast<mlir::RankedTensorType>(signature.getInput(0));
   if (!q || q.getRank() != 3 || !q.hasStaticShape())
@@ -146,7 +149,8 @@ mlir::LogicalResult checkAttentionBuffer(mlir::moe::KernelOp kernel, int64_t mos
   char gb[32];
   std::snprintf(gb, sizeof gb, "%.2f", bytes / 1e9);
   return kernel.emitError() << family << " over " << seq << " tokens, " << h << " heads and "
-                            << batch << " sequences holds " << gb << " GB of f32 probabilities (batch x heads x tokens^2) in one "
+                            << batch << " sequences holds " << gb
+                            << " GB of f32 probabilities (batch x heads x tokens^2) in one "
                                "buffer, past the 2^31 - 1 bytes Halide 14 allocates at once; "
                                "lower --seq-len or the batch, or split the heads (--tp, "
                                "--ranks)";

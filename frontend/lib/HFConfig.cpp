@@ -112,7 +112,9 @@ void Importer::llamaLike(ModelSpec &s) {
   } else {
     r.claim("head_dim");
     s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
-    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads)
+    // (DeepSeek's latent attention sets its head widths itself.)
+    bool latent = doc->root().value("model_type", "").rfind("deepseek", 0) == 0;
+    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads && !latent)
       r.error("num_attention_heads", std::to_string(s.numHeads) + " does not divide hidden_size (" +
                                          std::to_string(s.dModel) + ")");
   }
@@ -290,8 +292,13 @@ std::optional<ModelSpec> Importer::run() {
       moePtr = r.at("n_routed_experts");
       m.expertFfnDim = r.getInt("moe_intermediate_size", std::nullopt, 1, kMaxDim);
       m.numSharedExperts = r.getInt("n_shared_experts", 0, 0, 1 << 10);
-      m.renormalize = r.getBool("norm_topk_prob", false);
+      // DeepSeek's gates renormalise the top-k only when top_k > 1 (and
+      // norm_topk_prob); V2's then skips routed_scaling_factor, V3's does not.
+      m.renormalize =
+          r.getBool("norm_topk_prob", false) && r.getInt("num_experts_per_tok", 1, 1, 1 << 16) > 1;
       m.routedScaling = r.getPositiveF32("routed_scaling_factor", 1.0, 1e6);
+      if (family == "deepseek_v2" && m.renormalize)
+        m.routedScaling = 1.0;
       m.scoring = r.getString("scoring_func", std::string("softmax"), {"softmax", "sigmoid"});
       m.auxLossCoef = r.getNumber("aux_loss_alpha", 0.001, 0.0, 1e3);
       std::string method = r.getString("topk_method", std::string("greedy"),
@@ -316,28 +323,40 @@ std::optional<ModelSpec> Importer::run() {
               (m.scoring == "sigmoid" ? "their best two scores" : "their best score") +
               ", the rule of " + m.scoring + " scoring)");
       }
-      if (r.getBool("seq_aux", false))
-        notModelled.push_back("seq_aux (sequence-level balance loss; the "
-                              "batch-level loss is used)");
+      // The balancing loss per sequence (DeepSeek-V2's MoEGate seq_aux; V3's
+      // complementary sequence-wise loss).
+      m.auxPerSequence = r.getBool("seq_aux", false);
       int64_t firstDense = r.getInt("first_k_dense_replace", 0, 0, 1 << 14);
       int64_t freq = r.getInt("moe_layer_freq", 1, 1, 1 << 14);
       for (size_t i = 0; i < s.layers.size(); ++i)
         s.layers[i].dense = int64_t(i) < firstDense || int64_t(i) % freq != 0;
-      // Multi-head latent attention, imported as standard attention.
-      int64_t vHeadDim = r.getInt("v_head_dim", s.headDim, 1, kMaxDim);
-      r.getInt("qk_nope_head_dim", 0, 0, kMaxDim);
-      r.getInt("qk_rope_head_dim", 0, 0, kMaxDim);
-      // HF's DeepSeek attention is always latent (kv_lora_rank defaults
-      // to 512 when absent): imported as multi-head attention.
-      s.headDim = vHeadDim;
-      if (r.has("v_head_dim"))
-        s.headDimPtr = r.at("v_head_dim");
-      notModelled.push_back("q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
-                            "(multi-head latent attention; imported as multi-head attention "
-                            "with head width v_head_dim = " +
-                            std::to_string(vHeadDim) + ")");
+      // Multi-head latent attention (HF's DeepSeek attention is always
+      // latent; its defaults are DeepseekV3Config's).
+      ::moec::frontend::LatentAttentionSpec l;
+      l.qLoraRank = r.isNull("q_lora_rank") ? 0 : r.getInt("q_lora_rank", 1536, 1, kMaxDim);
       r.claim("q_lora_rank");
-      r.claim("kv_lora_rank");
+      l.kvLoraRank = r.getInt("kv_lora_rank", 512, 1, kMaxDim);
+      l.qkNopeDim = r.getInt("qk_nope_head_dim", 128, 1, kMaxDim);
+      l.qkRopeDim = r.getInt("qk_rope_head_dim", 64, 2, kMaxDim);
+      l.vHeadDim = r.getInt("v_head_dim", 128, 1, kMaxDim);
+      if (l.qkRopeDim % 2 != 0)
+        r.error("qk_rope_head_dim",
+                "rotary embeddings need an even width, got " + std::to_string(l.qkRopeDim));
+      s.latent = l;
+      s.latentPtr = r.has("kv_lora_rank") ? r.at("kv_lora_rank") : s.attentionPtr;
+      s.headDim = l.qkNopeDim + l.qkRopeDim;
+      s.numKvHeads = s.numHeads;
+      s.headDimPtr = r.has("qk_rope_head_dim") ? r.at("qk_rope_head_dim") : s.attentionPtr;
+      // The latent norms (q_a_layernorm, kv_a_layernorm) are built with
+      // HF's default eps, 1e-6, whatever rms_norm_eps says; MoEC has one eps.
+      if (static_cast<float>(s.normEps) != 1e-6f)
+        notModelled.push_back("rms_norm_eps " + std::to_string(s.normEps) +
+                              " (DeepSeek's latent norms use 1e-6; MoEC one eps for every norm)");
+      // Transformers' DeepSeek-V3 can rotate halves instead of interleaved
+      // pairs; the weight names map the interleaved layout.
+      if (!r.getBool("rope_interleave", true))
+        notModelled.push_back("rope_interleave false (rotary halves; MoEC maps DeepSeek's "
+                              "interleaved pairs)");
       unsupported("num_nextn_predict_layers", "multi-token prediction");
       unsupported("quantization_config", "FP8 weights; training uses " + options.dtype);
     }

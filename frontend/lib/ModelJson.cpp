@@ -25,14 +25,23 @@ std::string formatNumber(double value) {
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const std::vector<std::string> kMoEFields = {"num_experts",        "top_k",
-                                             "expert_ffn_dim",     "activation",
-                                             "num_shared_experts", "shared_expert_ffn_dim",
-                                             "capacity_factor",    "router_scoring",
-                                             "renormalize",        "aux_loss_coef",
-                                             "router_z_loss_coef", "routed_scaling",
-                                             "router_bias",        "router_bias_update_rate",
-                                             "n_groups",           "topk_groups"};
+const std::vector<std::string> kMoEFields = {"num_experts",
+                                             "top_k",
+                                             "expert_ffn_dim",
+                                             "activation",
+                                             "num_shared_experts",
+                                             "shared_expert_ffn_dim",
+                                             "capacity_factor",
+                                             "router_scoring",
+                                             "renormalize",
+                                             "aux_loss_coef",
+                                             "router_z_loss_coef",
+                                             "routed_scaling",
+                                             "router_bias",
+                                             "router_bias_update_rate",
+                                             "n_groups",
+                                             "topk_groups",
+                                             "aux_loss_per_sequence"};
 
 /// Checks the expert groups of `m` against its experts and top_k, each
 /// message at the first of the named fields this object sets (none set
@@ -105,6 +114,7 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   m.scoring = r.getString("router_scoring", base.scoring, {"softmax", "sigmoid"});
   m.renormalize = r.getBool("renormalize", base.renormalize);
   m.auxLossCoef = r.getNumber("aux_loss_coef", base.auxLossCoef, 0.0, 1e3);
+  m.auxPerSequence = r.getBool("aux_loss_per_sequence", base.auxPerSequence);
   m.zLossCoef = r.getNumber("router_z_loss_coef", base.zLossCoef, 0.0, 1e3);
   m.routedScaling = r.getPositiveF32("routed_scaling", base.routedScaling, 1e6);
   m.routerBias = r.getBool("router_bias", base.routerBias);
@@ -114,6 +124,48 @@ MoESettings readMoE(ObjectReader &r, const MoESettings &base, std::string &exper
   if (m.topK <= m.numExperts) // else top_k's own error says it
     checkExpertGroups(r, m);
   return m;
+}
+
+/// The "latent_attention" object: its widths, and the standard attention's
+/// fields it replaces left at their defaults.
+void readLatentAttention(const JsonDoc &doc, DiagnosticList &diags, ObjectReader &model,
+                         ModelSpec &s) {
+  ObjectReader r(doc, diags, "/latent_attention");
+  if (!r.valid())
+    return;
+  LatentAttentionSpec l;
+  l.qLoraRank = r.getInt("q_lora_rank", 0, 0, kMaxDim);
+  l.kvLoraRank = r.getInt("kv_lora_rank", std::nullopt, 1, kMaxDim);
+  l.qkNopeDim = r.getInt("qk_nope_head_dim", std::nullopt, 1, kMaxDim);
+  l.qkRopeDim = r.getInt("qk_rope_head_dim", std::nullopt, 1, kMaxDim);
+  l.vHeadDim = r.getInt("v_head_dim", std::nullopt, 1, kMaxDim);
+  r.finish();
+  s.latent = l;
+  s.latentPtr = "/latent_attention";
+  if (diags.hasErrors())
+    return;
+  if (s.ropeTheta && l.qkRopeDim % 2 != 0)
+    r.error("qk_rope_head_dim",
+            "rotary embeddings need an even width, got " + std::to_string(l.qkRopeDim));
+  // Every head has its own content key and value.
+  if (model.has("n_kv_heads") && s.numKvHeads != s.numHeads)
+    model.error("n_kv_heads",
+                "latent attention has a key and value per head: " + std::to_string(s.numKvHeads) +
+                    " is not n_heads (" + std::to_string(s.numHeads) + ")");
+  s.numKvHeads = s.numHeads;
+  if (model.has("head_dim") && s.headDim != l.qkNopeDim + l.qkRopeDim)
+    model.error("head_dim", "with latent attention the query/key head width is "
+                            "qk_nope_head_dim + qk_rope_head_dim (" +
+                                std::to_string(l.qkNopeDim + l.qkRopeDim) + "), not " +
+                                std::to_string(s.headDim));
+  s.headDim = l.qkNopeDim + l.qkRopeDim;
+  s.headDimPtr = r.at("qk_rope_head_dim");
+  const char *standardOnly[] = {"qk_norm", "qkv_bias", "clip_qkv"};
+  for (const char *key : standardOnly)
+    if (model.has(key) && !model.isNull(key) &&
+        !(std::string(key) == "qk_norm" && s.qkNorm == "none") &&
+        !(std::string(key) == "qkv_bias" && !s.qkvBias))
+      model.error(key, "applies to standard attention, not latent_attention");
 }
 
 OptimizerSpec readOptimizer(ObjectReader &r, DiagnosticList &diags, const JsonDoc &doc) {
@@ -179,20 +231,19 @@ static nlohmann::json merged(nlohmann::json base, const nlohmann::json &fields) 
   if (!base.is_object() || !fields.is_object())
     return fields;
   for (auto it = fields.begin(); it != fields.end(); ++it)
-    base[it.key()] = merged(base.contains(it.key()) ? base[it.key()] : nlohmann::json(),
-                            it.value());
+    base[it.key()] =
+        merged(base.contains(it.key()) ? base[it.key()] : nlohmann::json(), it.value());
   return base;
 }
 
 std::shared_ptr<const JsonDoc> moec::frontend::withModelFields(std::shared_ptr<const JsonDoc> doc,
-                                                              const nlohmann::json &fields) {
+                                                               const nlohmann::json &fields) {
   if (!doc->root().is_object() || !fields.is_object() || fields.empty())
     return doc;
   nlohmann::json members = nlohmann::json::object();
   for (auto it = fields.begin(); it != fields.end(); ++it)
-    members[it.key()] = merged(doc->root().contains(it.key()) ? doc->root()[it.key()]
-                                                              : nlohmann::json(),
-                               it.value());
+    members[it.key()] = merged(
+        doc->root().contains(it.key()) ? doc->root()[it.key()] : nlohmann::json(), it.value());
   return doc->withMembers(members);
 }
 
@@ -220,7 +271,9 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
     s.headDim = r.getInt("head_dim", std::nullopt, 1, kMaxDim);
   else {
     r.claim("head_dim");
-    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads != 0)
+    // (Latent attention sets its head widths itself.)
+    bool latent = r.has("latent_attention") && !r.isNull("latent_attention");
+    if (!diags.hasErrors() && s.numHeads && s.dModel % s.numHeads != 0 && !latent)
       r.error("n_heads", std::to_string(s.numHeads) + " does not divide " + r.at("d_model") + " (" +
                              std::to_string(s.dModel) + "); set head_dim explicitly");
     s.headDim = s.numHeads ? s.dModel / s.numHeads : 0;
@@ -247,6 +300,9 @@ std::optional<ModelSpec> moec::frontend::readModelJson(std::shared_ptr<const Jso
   s.attentionPtr = r.at("n_heads");
   s.kvHeadsPtr = r.has("n_kv_heads") ? r.at("n_kv_heads") : r.at("n_heads");
   s.headDimPtr = r.has("head_dim") ? r.at("head_dim") : r.at("n_heads");
+  r.claim("latent_attention");
+  if (r.has("latent_attention") && !r.isNull("latent_attention"))
+    readLatentAttention(*doc, diags, r, s);
   s.headPtr = r.at("vocab_size");
   s.lossPtr = "";
   s.ffnPtr = r.at("ffn_dim");

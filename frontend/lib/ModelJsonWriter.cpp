@@ -24,6 +24,7 @@ json moeJson(const MoESettings &m) {
             {"router_scoring", m.scoring},
             {"renormalize", m.renormalize},
             {"aux_loss_coef", m.auxLossCoef},
+            {"aux_loss_per_sequence", m.auxPerSequence},
             {"router_z_loss_coef", m.zLossCoef},
             {"routed_scaling", m.routedScaling},
             {"router_bias", m.routerBias},
@@ -37,26 +38,22 @@ json moeJson(const MoESettings &m) {
 } // namespace
 
 json moec::frontend::modelSpecToJson(const ModelSpec &s) {
-  json j = {{"name", s.name},
-            {"vocab_size", s.vocabSize},
-            {"d_model", s.dModel},
-            {"n_layers", s.numLayers},
-            {"n_heads", s.numHeads},
-            {"n_kv_heads", s.numKvHeads},
-            {"ffn_dim", s.ffnDim},
-            {"seq_len", s.seqLen},
-            {"batch_size", s.batchSize},
-            {"dtype", s.dtype},
-            {"norm_eps", s.normEps},
-            {"qk_norm", s.qkNorm},
-            {"qkv_bias", s.qkvBias},
-            {"init_std", s.initStd},
-            {"seed", s.seed}};
+  json j = {{"name", s.name},          {"vocab_size", s.vocabSize}, {"d_model", s.dModel},
+            {"n_layers", s.numLayers}, {"n_heads", s.numHeads},     {"n_kv_heads", s.numKvHeads},
+            {"ffn_dim", s.ffnDim},     {"seq_len", s.seqLen},       {"batch_size", s.batchSize},
+            {"dtype", s.dtype},        {"norm_eps", s.normEps},     {"qk_norm", s.qkNorm},
+            {"qkv_bias", s.qkvBias},   {"init_std", s.initStd},     {"seed", s.seed}};
   if (s.headDim)
     j["head_dim"] = s.headDim;
   j["rope_theta"] = s.ropeTheta ? json(*s.ropeTheta) : json(nullptr);
   if (s.clipQkv)
     j["clip_qkv"] = *s.clipQkv;
+  if (s.latent)
+    j["latent_attention"] = {{"q_lora_rank", s.latent->qLoraRank},
+                             {"kv_lora_rank", s.latent->kvLoraRank},
+                             {"qk_nope_head_dim", s.latent->qkNopeDim},
+                             {"qk_rope_head_dim", s.latent->qkRopeDim},
+                             {"v_head_dim", s.latent->vHeadDim}};
   // The first MoE layer's settings are the model's; other MoE layers that
   // differ, and the dense layers, are listed by index.
   const LayerSpec *first = nullptr;

@@ -16,7 +16,7 @@ void moec::frontend::checkModelSpec(const ModelSpec &s, DiagnosticList &diags) {
   if (s.numHeads % s.numKvHeads != 0)
     error(s.kvHeadsPtr, std::to_string(s.numKvHeads) + " does not divide " + s.attentionPtr + " (" +
                             std::to_string(s.numHeads) + ")");
-  if (s.ropeTheta && s.headDim % 2 != 0)
+  if (s.ropeTheta && s.headDim % 2 != 0 && !s.latent) // latent: the rotary part's, checked
     error(s.headDimPtr,
           "rotary embeddings need an even head width, got " + std::to_string(s.headDim));
   int64_t tokens = s.numTokens();
@@ -85,6 +85,14 @@ std::vector<std::string> moec::frontend::architectureDifferences(const ModelSpec
   d.add("qk_norm", c.qkNorm, g.qkNorm);
   d.add("qkv_bias", c.qkvBias, g.qkvBias);
   d.add("clip_qkv", f32(c.clipQkv), f32(g.clipQkv));
+  LatentAttentionSpec none;
+  const LatentAttentionSpec &cl = c.latent ? *c.latent : none, &gl = g.latent ? *g.latent : none;
+  d.add("latent_attention", c.latent.has_value(), g.latent.has_value());
+  d.add("q_lora_rank", cl.qLoraRank, gl.qLoraRank);
+  d.add("kv_lora_rank", cl.kvLoraRank, gl.kvLoraRank);
+  d.add("qk_nope_head_dim", cl.qkNopeDim, gl.qkNopeDim);
+  d.add("qk_rope_head_dim", cl.qkRopeDim, gl.qkRopeDim);
+  d.add("v_head_dim", cl.vHeadDim, gl.vHeadDim);
   bool anyDense = false;
   for (size_t i = 0; i < std::min(c.layers.size(), g.layers.size()); ++i) {
     const LayerSpec &a = c.layers[i], &b = g.layers[i];

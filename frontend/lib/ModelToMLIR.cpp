@@ -69,6 +69,7 @@ private:
   }
 
   Value attentionBlock(Value x, const std::string &prefix);
+  Value latentAttentionBlock(Value x, const std::string &prefix);
   Value ffnBlock(Value h, const ::moec::frontend::LayerSpec &layer, const std::string &prefix,
                  Value &auxLoss);
 
@@ -82,6 +83,8 @@ private:
 } // namespace
 
 Value Emitter::attentionBlock(Value x, const std::string &prefix) {
+  if (spec.latent)
+    return latentAttentionBlock(x, prefix);
   Location where = loc(spec.attentionPtr);
   int64_t d = spec.dModel, hd = spec.headDim;
   Value gamma = param(prefix + "attn_norm", {d}, InitKind::ones, where);
@@ -97,11 +100,12 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
   Value k = project("k", spec.numKvHeads * hd);
   if (spec.qkNorm != "none") { // per head: one gain of the head width; full: the projection's
     bool full = spec.qkNorm == "full";
-    q = rmsNorm(q, param(prefix + "q_norm", {full ? spec.numHeads * hd : hd}, InitKind::ones, where),
+    q = rmsNorm(q,
+                param(prefix + "q_norm", {full ? spec.numHeads * hd : hd}, InitKind::ones, where),
                 where);
-    k = rmsNorm(
-        k, param(prefix + "k_norm", {full ? spec.numKvHeads * hd : hd}, InitKind::ones, where),
-        where);
+    k = rmsNorm(k,
+                param(prefix + "k_norm", {full ? spec.numKvHeads * hd : hd}, InitKind::ones, where),
+                where);
   }
   Value v = project("v", spec.numKvHeads * hd);
   if (spec.clipQkv) { // after the q/k norms, as OLMoE's clip_qkv
@@ -115,6 +119,39 @@ Value Emitter::attentionBlock(Value x, const std::string &prefix) {
       spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta)) : FloatAttr());
   Value out = LinearOp::create(body, where, attention,
                                weight(prefix + "wo", {spec.numHeads * hd, d}, where));
+  return AddOp::create(body, where, x, out);
+}
+
+/// DeepSeek's multi-head latent attention: queries through their low-rank
+/// bottleneck (when q_lora_rank > 0), content keys and values from the
+/// normalised kv latent, the shared rotary key straight from the input.
+Value Emitter::latentAttentionBlock(Value x, const std::string &prefix) {
+  Location where = loc(spec.latentPtr);
+  const ::moec::frontend::LatentAttentionSpec &l = *spec.latent;
+  int64_t d = spec.dModel, h = spec.numHeads;
+  Value gamma = param(prefix + "attn_norm", {d}, InitKind::ones, where);
+  Value norm = rmsNorm(x, gamma, where);
+  auto linear = [&](Value in, const std::string &name, int64_t width) -> Value {
+    int64_t from = cast<RankedTensorType>(in.getType()).getShape().back();
+    return LinearOp::create(body, where, in, weight(prefix + name, {from, width}, where));
+  };
+  auto normed = [&](Value in, const std::string &name) {
+    int64_t width = cast<RankedTensorType>(in.getType()).getShape().back();
+    return rmsNorm(in, param(prefix + name, {width}, InitKind::ones, where), where);
+  };
+  int64_t qWidth = h * (l.qkNopeDim + l.qkRopeDim);
+  Value q = l.qLoraRank
+                ? linear(normed(linear(norm, "wq_a", l.qLoraRank), "q_a_norm"), "wq_b", qWidth)
+                : linear(norm, "wq", qWidth);
+  Value latent = normed(linear(norm, "wkv_a", l.kvLoraRank), "kv_a_norm");
+  Value kRope = linear(norm, "wk_rope", l.qkRopeDim);
+  Value k = linear(latent, "wk_b", h * l.qkNopeDim);
+  Value v = linear(latent, "wv_b", h * l.vHeadDim);
+  auto attention = LatentAttentionOp::create(
+      body, where, v.getType(), q, k, kRope, v, h,
+      spec.ropeTheta ? b.getF32FloatAttr(static_cast<float>(*spec.ropeTheta)) : FloatAttr());
+  Value out =
+      LinearOp::create(body, where, attention, weight(prefix + "wo", {h * l.vHeadDim, d}, where));
   return AddOp::create(body, where, x, out);
 }
 
@@ -155,6 +192,8 @@ Value Emitter::ffnBlock(Value x, const ::moec::frontend::LayerSpec &layer,
     if (m.capacityFactor)
       route.setCapacityFactorAttr(b.getF32FloatAttr(static_cast<float>(*m.capacityFactor)));
     route.setAuxLossCoef(APFloat(static_cast<float>(m.auxLossCoef)));
+    if (m.auxPerSequence)
+      route.setAuxPerSequence(true);
     route.setZLossCoef(APFloat(static_cast<float>(m.zLossCoef)));
     route.setRoutedScaling(APFloat(static_cast<float>(m.routedScaling)));
     if (bias)

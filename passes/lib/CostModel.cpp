@@ -183,6 +183,11 @@ OpCost mlir::moe::cost::costOf(Operation *op) {
     double s = q.getRank() >= 2 ? q.getShape()[q.getRank() - 2] : 1;
     // Backward: recompute probabilities, then dP, dQ, dK, dV: 3x.
     c.flops = 4 * numel(q) * s * (grad ? 3.0 : 1.0);
+  } else if (name == "latent_attention") {
+    // Scores over q's width, probabilities x V over v's: the full square.
+    auto q = cast<RankedTensorType>(in(0));
+    double s = q.getShape()[1];
+    c.flops = 2 * (numel(q) + numel(in(3))) * s * (grad ? 3.0 : 1.0);
   } else if (name == "ffn" || name == "expert_ffn") {
     // Gated (a gate weight operand): three GEMMs, else two. (An expert
     // FFN's routed-row counts are its one integer operand.)

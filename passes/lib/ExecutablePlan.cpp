@@ -28,6 +28,9 @@ std::string mlir::moe::whyNotExecutable(ModuleOp module, GridAttr grid) {
         why = "tp = " + std::to_string(tp) + " does not divide the " +
               std::to_string(att.getNumHeads()) + " heads and " +
               std::to_string(att.getNumKvHeads()) + " key/value heads";
+      if (auto att = dyn_cast<LatentAttentionOp>(op); att && att.getNumHeads() % tp != 0)
+        why = "tp = " + std::to_string(tp) + " does not divide the " +
+              std::to_string(att.getNumHeads()) + " heads";
       Value up = isa<FFNOp>(op)         ? cast<FFNOp>(op).getWUp()
                  : isa<ExpertFFNOp>(op) ? cast<ExpertFFNOp>(op).getWUp()
                                         : Value();

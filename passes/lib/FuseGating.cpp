@@ -61,7 +61,7 @@ LogicalResult fuse(RouterOp router) {
       router.getRenormalizeAttr(), router.getCapacityFactorAttr(), router.getAuxLossCoefAttr(),
       router.getZLossCoefAttr(), router.getRoutedScalingAttr(), b.getI64IntegerAttr(1),
       router.getBiasUpdateRateAttr(), /*group_sizes=*/nullptr, router.getExpertGroupsAttr(),
-      router.getTopkGroupsAttr());
+      router.getTopkGroupsAttr(), router.getAuxPerSequenceAttr());
   for (DispatchOp d : dispatches) {
     b.setInsertionPoint(d);
     d.replaceAllUsesWith(

@@ -218,6 +218,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn) {
       if ((attr.getName() == "expert_groups" || attr.getName() == "topk_groups") &&
           cast<IntegerAttr>(attr.getValue()).getInt() == 1)
         continue;
+      if (attr.getName() == "aux_per_sequence" && !cast<BoolAttr>(attr.getValue()).getValue())
+        continue;
       config.push_back(attr);
     }
     // A device's global norm reads the partial sums of squares.

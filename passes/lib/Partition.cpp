@@ -196,7 +196,7 @@ LogicalResult shardExperts(ModuleOp module, func::FuncOp fn, int64_t ep, int64_t
 
 /// Megatron tensor parallelism over the `tp` ranks of a replica: attention
 /// heads (q, k, v column-parallel with their biases, per-head norms and clamps if any; the
-/// output projection row-parallel), the
+/// output projection row-parallel; latent attention's shared rotary key whole), the
 /// dense FFNs' and every expert's FFN width (up and gate column-parallel,
 /// down row-parallel). A column-parallel input enters through moe.tp_enter
 /// (its gradient sums the partial input gradients over tp); a row-parallel
@@ -243,13 +243,10 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
     auto out = TpExitOp::create(b, op->getLoc(), y.getType(), y, axes);
     y.replaceAllUsesExcept(out.getResult(), out);
   };
-  for (AttentionOp att : llvm::to_vector(fn.getOps<AttentionOp>())) {
-    int64_t heads = att.getNumHeads(), kv = att.getNumKvHeads();
-    if (heads % tp != 0 || kv % tp != 0)
-      return att.emitOpError() << "tensor parallelism splits the heads: heads (" << heads
-                               << ") and kv_heads (" << kv << ") must be divisible by tp = " << tp
-                               << " (replicated key/value heads are not supported yet)";
-    for (Value in : {att.getQ(), att.getK(), att.getV()}) {
+  // The q, k and v projections column-parallel (each rank computes its
+  // heads), with the norms and clamps between them and the attention.
+  auto splitProjections = [&](Operation *att, ValueRange inputs) -> LogicalResult {
+    for (Value in : inputs) {
       // A clamp (clip_qkv) is elementwise: it splits with its input.
       auto clip = in.getDefiningOp<ClampOp>();
       if (clip) {
@@ -277,8 +274,8 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
       }
       auto lin = in.getDefiningOp<LinearOp>();
       if (!lin || !lin->hasOneUse())
-        return att.emitOpError("tensor parallelism needs q, k and v each from its own "
-                               "moe.linear");
+        return att->emitOpError("tensor parallelism needs q, k and v each from its own "
+                                "moe.linear");
       // Column-parallel: the weight's columns and the bias (if any) split.
       if (failed(split(lin, lin.getWeight(), 1)) ||
           (lin.getBias() && failed(split(lin, lin.getBias(), 0))))
@@ -292,16 +289,48 @@ LogicalResult splitTensorParallel(ModuleOp module, func::FuncOp fn, int64_t tp,
       if (clip)
         shrink(clip.getResult(), cast<RankedTensorType>(clip.getType()).getRank() - 1);
     }
-    att.setNumHeads(heads / tp);
-    att.setNumKvHeads(kv / tp);
-    shrink(att.getResult(), cast<RankedTensorType>(att.getType()).getRank() - 1);
+    return success();
+  };
+  // The output projection row-parallel: the partial outputs summed.
+  auto splitOutput = [&](Operation *att) -> LogicalResult {
+    Value result = att->getResult(0);
+    shrink(result, cast<RankedTensorType>(result.getType()).getRank() - 1);
     auto out = att->hasOneUse() ? dyn_cast<LinearOp>(*att->user_begin()) : LinearOp();
-    if (!out || out.getX() != att.getResult() || out.getBias())
-      return att.emitOpError("tensor parallelism needs the attention output read by one "
-                             "bias-free moe.linear (the output projection)");
+    if (!out || out.getX() != result || out.getBias())
+      return att->emitOpError("tensor parallelism needs the attention output read by one "
+                              "bias-free moe.linear (the output projection)");
     if (failed(split(out, out.getWeight(), 0)))
       return failure();
     exit(out);
+    return success();
+  };
+  for (AttentionOp att : llvm::to_vector(fn.getOps<AttentionOp>())) {
+    int64_t heads = att.getNumHeads(), kv = att.getNumKvHeads();
+    if (heads % tp != 0 || kv % tp != 0)
+      return att.emitOpError() << "tensor parallelism splits the heads: heads (" << heads
+                               << ") and kv_heads (" << kv << ") must be divisible by tp = " << tp
+                               << " (replicated key/value heads are not supported yet)";
+    if (failed(splitProjections(att, {att.getQ(), att.getK(), att.getV()})))
+      return failure();
+    att.setNumHeads(heads / tp);
+    att.setNumKvHeads(kv / tp);
+    if (failed(splitOutput(att)))
+      return failure();
+  }
+  // Latent attention: the heads' q, content keys and values split; the
+  // shared rotary key is computed whole on every rank and enters (each
+  // rank's gradient of it sums its own heads only).
+  for (LatentAttentionOp att : llvm::to_vector(fn.getOps<LatentAttentionOp>())) {
+    int64_t heads = att.getNumHeads();
+    if (heads % tp != 0)
+      return att.emitOpError() << "tensor parallelism splits the heads: heads (" << heads
+                               << ") must be divisible by tp = " << tp;
+    if (failed(splitProjections(att, {att.getQ(), att.getK(), att.getV()})))
+      return failure();
+    att.getKRopeMutable().assign(enter(att.getKRope()));
+    att.setNumHeads(heads / tp);
+    if (failed(splitOutput(att)))
+      return failure();
   }
   // FFNs: the width is up's and gate's last dimension, down's one before.
   auto splitFFN = [&](auto ffn, int64_t width) -> LogicalResult {

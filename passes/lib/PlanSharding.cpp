@@ -480,6 +480,14 @@ void PlanShardingPass::runOnOperation() {
               cast<RankedTensorType>(norm.getGamma().getType()).getShape()[0] > att.getHeadDim();
       }
     }
+    if (auto att = dyn_cast<LatentAttentionOp>(op)) {
+      ++step.layers;
+      step.heads = step.kvHeads = att.getNumHeads();
+      // The residual width: the output projection's.
+      for (Operation *user : att->getUsers())
+        if (auto out = dyn_cast<LinearOp>(user))
+          step.width = cast<RankedTensorType>(out.getResult().getType()).getShape().back();
+    }
     if (op->getNumResults() && !isa<GetParamOp>(op) &&
         !op->getName().getStringRef().ends_with("_grad"))
       for (Value r : op->getResults())

@@ -15,6 +15,8 @@
 // kernel: router_grad_limited_sigmoid_k router_grad tokens=64 width=8 num_experts=8 top_k=2 scoring=sigmoid has_bias=true renormalize=true routed_scaling=2.5 aux_loss_coef=0.1 expert_groups=4 topk_groups=2
 // kernel: fused_gate_limited_softmax_k fused_gate tokens=64 width=8 num_experts=6 top_k=2 capacity=16 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 expert_groups=3 topk_groups=1
 // kernel: router_grad_limited_softmax_k router_grad tokens=64 width=8 num_experts=6 top_k=2 scoring=softmax renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 expert_groups=3 topk_groups=1
+// kernel: fused_gate_seq_aux_k fused_gate tokens=12 width=8 num_experts=4 top_k=2 capacity=12 scoring=sigmoid has_bias=true renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 aux_seq_len=4
+// kernel: router_grad_seq_aux_k router_grad tokens=12 width=8 num_experts=4 top_k=2 scoring=sigmoid has_bias=true renormalize=true aux_loss_coef=0.1 z_loss_coef=0.01 aux_seq_len=4
 
 #include "KernelTestUtil.h"
 
@@ -44,11 +46,12 @@ float referenceAux(const std::string &scoring, const std::string &base, const st
 
 /// Checks the fused gate and the router gradient kernels against the
 /// interpreter; `base` holds the attributes other than the loss
-/// coefficients (a trailing ", " when not empty).
+/// coefficients (a trailing ", " when not empty). With `seq` the tokens
+/// are sequences of `seq` in the interpreted IR ([T / seq, seq, ...]).
 template <typename Gate, typename Grad>
 void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, int capacity,
                   const std::string &base, float auxCoef, float zCoef, int T = 6, int D = 8,
-                  int E = 4, std::vector<int32_t> *selected = nullptr) {
+                  int E = 4, std::vector<int32_t> *selected = nullptr, int seq = 0) {
   auto coefs = [](float a, float z) {
     return "aux_loss_coef = " + std::to_string(a) + " : f32, z_loss_coef = " + std::to_string(z) +
            " : f32";
@@ -71,8 +74,14 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, i
   ASSERT_EQ(gate(bx, bw, bb, bgates, be, bs, bc, baux, bparts), 0) << lastError;
   ASSERT_EQ(grad(bx, bw, bb, bdg, bdaux, bdx, bdw), 0) << lastError;
 
-  std::string tx = type2(T, D), tw = type2(D, E), tg = type2(T, K),
-              ti = "tensor<" + std::to_string(T) + "x2xi32>",
+  auto tokens = [&](int inner) { return seq ? type3(T / seq, seq, inner) : type2(T, inner); };
+  auto shape = [&](int inner) {
+    return seq ? std::vector<int64_t>{T / seq, seq, inner} : std::vector<int64_t>{T, inner};
+  };
+  std::string tx = tokens(D), tw = type2(D, E), tg = tokens(K),
+              ti = (seq ? "tensor<" + std::to_string(T / seq) + "x" + std::to_string(seq)
+                        : "tensor<" + std::to_string(T)) +
+                   "x2xi32>",
               tb = "tensor<" + std::to_string(E) + "xf32>",
               tc = "tensor<" + std::to_string(E) + "xi32>";
   std::string biasOp = bias ? " bias %b" : "", biasType = bias ? ", " + tb : "";
@@ -88,8 +97,8 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, i
           " top_k 2 " + attrs + " : (" + tx + ", " + tw + ", " + tg + ", tensor<f32>" + biasType +
           ") -> (" + tx + ", " + tw + ")\n  return %g, %e, %s, %c, %a, %dx, %dw : " + tg + ", " +
           ti + ", " + ti + ", " + tc + ", tensor<f32>, " + tx + ", " + tw,
-      {tensorOf(x, {T, D}), tensorOf(w, {D, E}), tensorOf(bias ? b : Floats(E), {E}),
-       tensorOf(dg, {T, K}), half});
+      {tensorOf(x, shape(D)), tensorOf(w, {D, E}), tensorOf(bias ? b : Floats(E), {E}),
+       tensorOf(dg, shape(K)), half});
   ASSERT_EQ(want.size(), 7u);
   expectClose(gates, want[0], E + D);
   EXPECT_EQ(experts, want[1].ints);
@@ -97,12 +106,14 @@ void checkRouting(Gate gate, Grad grad, const std::string &scoring, bool bias, i
   EXPECT_EQ(counts, want[3].ints);
   expectClose(aux, want[4], T + E + D);
   // The unweighted parts: the total with coefficients 1, 0 and 0, 1.
-  std::vector<Tensor> gateInputs = {tensorOf(x, {T, D}), tensorOf(w, {D, E}),
-                                    tensorOf(bias ? b : Floats(E), {E})};
-  float balance = referenceAux(scoring, base, coefs(1, 0), bias, capacity, gateInputs, T, D, E),
-        z = referenceAux(scoring, base, coefs(0, 1), bias, capacity, gateInputs, T, D, E);
-  EXPECT_NEAR(parts[0], balance, 1e-5f * (T + E + D) * std::max(1.0f, std::fabs(balance)));
-  EXPECT_NEAR(parts[1], z, 1e-5f * (T + E + D) * std::max(1.0f, std::fabs(z)));
+  if (!seq) { // referenceAux interprets [T, D] tokens
+    std::vector<Tensor> gateInputs = {tensorOf(x, {T, D}), tensorOf(w, {D, E}),
+                                      tensorOf(bias ? b : Floats(E), {E})};
+    float balance = referenceAux(scoring, base, coefs(1, 0), bias, capacity, gateInputs, T, D, E),
+          z = referenceAux(scoring, base, coefs(0, 1), bias, capacity, gateInputs, T, D, E);
+    EXPECT_NEAR(parts[0], balance, 1e-5f * (T + E + D) * std::max(1.0f, std::fabs(balance)));
+    EXPECT_NEAR(parts[1], z, 1e-5f * (T + E + D) * std::max(1.0f, std::fabs(z)));
+  }
   EXPECT_GT(parts[0], 0.0f);
   EXPECT_GT(parts[1], 0.0f);
   expectClose(dx, want[5], 2 * E + D);
@@ -228,6 +239,14 @@ TEST(HalideKernelTest, GroupLimitedSoftmaxRouting) {
   // the best one kept (so both its experts are chosen); capacity 16 drops.
   checkGroupLimited(fused_gate_limited_softmax_k, router_grad_limited_softmax_k, "softmax", 16,
                     "renormalize = true, ", 0.01f, 6, 3, 1);
+}
+
+TEST(HalideKernelTest, BalancingLossPerSequence) {
+  ScratchWithin scratch({"fused_gate_seq_aux_k", "router_grad_seq_aux_k"});
+  // DeepSeek's seq_aux: 3 sequences of 4 tokens, the balancing loss of each
+  // averaged (the interpreter's IR has the sequences as x's leading dimension).
+  checkRouting(fused_gate_seq_aux_k, router_grad_seq_aux_k, "sigmoid", true, 12,
+               "renormalize = true, aux_per_sequence = true, ", 0.1f, 0.01f, 12, 8, 4, nullptr, 4);
 }
 
 } // namespace

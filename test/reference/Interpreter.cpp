@@ -1,6 +1,7 @@
 //===- Interpreter.cpp - reference interpreter of the moe dialect ---------===//
 
 #include "Interpreter.h"
+#include "AttentionMath.h"
 
 #include "moe/Dialect/MoE/MoEOps.h"
 
@@ -18,6 +19,7 @@
 using namespace mlir;
 using namespace mlir::moe;
 using ::moec::reference::Tensor;
+using namespace ::moec::reference;
 
 Tensor Tensor::zeros(std::vector<int64_t> shape) {
   Tensor t;
@@ -144,53 +146,17 @@ void ffnBackward(Activation a, const double *x, const double *up, const double *
   }
 }
 
-/// Applies (or, with `inverse`, undoes) rotary embeddings to one head
-/// vector of width hd at position pos.
-void rope(double *v, int64_t hd, int64_t pos, double theta, bool inverse) {
-  int64_t half = hd / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    double angle = pos * std::pow(theta, -2.0 * i / hd);
-    double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
-    double x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * c - x2 * s;
-    v[i + half] = x2 * c + x1 * s;
-  }
+/// The shapes of a moe.attention or moe.attention_grad.
+template <typename OpT> AttentionDims dimsOf(OpT o) {
+  auto q = cast<RankedTensorType>(o.getQ().getType()).getShape();
+  auto heads = static_cast<int64_t>(o.getNumHeads());
+  return {q[0], q[1], heads, static_cast<int64_t>(o.getNumKvHeads()), q[2] / heads, q[2] / heads};
 }
 
-struct AttentionShape {
-  int64_t b, s, h, kv, hd;
-};
-
-/// Copies q/k with RoPE applied, per (batch, pos, head).
-Vec roped(const Tensor &t, const AttentionShape &a, int64_t heads, std::optional<double> theta) {
-  Vec out = t.data;
-  if (theta)
-    for (int64_t b = 0; b < a.b; ++b)
-      for (int64_t s = 0; s < a.s; ++s)
-        for (int64_t h = 0; h < heads; ++h)
-          rope(&out[((b * a.s + s) * heads + h) * a.hd], a.hd, s, *theta, false);
-  return out;
-}
-
-/// Causal attention probabilities of query head h at (b, i) over j <= i.
-Vec probs(const Vec &q, const Vec &k, const AttentionShape &a, int64_t b, int64_t h, int64_t i) {
-  int64_t g = h / (a.h / a.kv);
-  double scale = 1.0 / std::sqrt(static_cast<double>(a.hd));
-  Vec p(i + 1);
-  double mx = -INFINITY;
-  for (int64_t j = 0; j <= i; ++j) {
-    double dot = 0;
-    for (int64_t c = 0; c < a.hd; ++c)
-      dot += q[((b * a.s + i) * a.h + h) * a.hd + c] * k[((b * a.s + j) * a.kv + g) * a.hd + c];
-    p[j] = dot * scale;
-    mx = std::max(mx, p[j]);
-  }
-  double sum = 0;
-  for (double &v : p)
-    sum += (v = std::exp(v - mx));
-  for (double &v : p)
-    v /= sum;
-  return p;
+template <typename OpT> std::optional<double> thetaOf(OpT o) {
+  if (auto t = o.getRopeTheta())
+    return t->convertToFloat();
+  return std::nullopt;
 }
 
 /// Token-slot assignment of dispatch/combine: slot or -1 (dropped).
@@ -372,6 +338,16 @@ static int64_t groupOf(const std::vector<int64_t> &starts, int64_t i) {
   return std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
 }
 
+/// The token groups the balancing loss averages over: the routing groups
+/// `starts`, or with `perSequence` every sequence (x[b]) of `t` tokens.
+static std::vector<int64_t> balanceStarts(bool perSequence, const Tensor &x, int64_t t,
+                                          std::vector<int64_t> starts) {
+  if (!perSequence)
+    return starts;
+  int64_t sequences = x.shape[0];
+  return groupStarts(sequences, DenseI64ArrayAttr(), t);
+}
+
 /// Scores, top-k, gates and the balancing + z losses of a router or fused
 /// gate: sets its gates, experts and aux-loss results.
 template <typename OpT> void Runner::routeTokens(OpT o) {
@@ -386,7 +362,9 @@ template <typename OpT> void Runner::routeTokens(OpT o) {
   DenseI64ArrayAttr sizes;
   if constexpr (std::is_same_v<OpT, FusedGateOp>)
     groups = o.getGroups(), sizes = o.getGroupSizesAttr();
-  std::vector<int64_t> starts = groupStarts(groups, sizes, t);
+  std::vector<int64_t> starts =
+      balanceStarts(o.getAuxPerSequence(), x, t, groupStarts(groups, sizes, t));
+  groups = static_cast<int64_t>(starts.size()) - 1;
   Vec frac(groups * e, 0.0), meanP(groups * e, 0.0);
   double z = 0;
   for (int64_t i = 0; i < t; ++i) {
@@ -638,74 +616,44 @@ bool Runner::step(Operation *op) {
       })
       .Case([&](AttentionOp o) {
         Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV());
-        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(), o.getNumKvHeads(),
-                         o.getHeadDim()};
-        std::optional<double> theta;
-        if (auto t = o.getRopeTheta())
-          theta = t->convertToFloat();
-        Vec qr = roped(q, a, a.h, theta), kr = roped(k, a, a.kv, theta);
         Tensor y = Tensor::zeros(q.shape);
-        for (int64_t b = 0; b < a.b; ++b)
-          for (int64_t h = 0; h < a.h; ++h)
-            for (int64_t i = 0; i < a.s; ++i) {
-              Vec p = probs(qr, kr, a, b, h, i);
-              int64_t g = h / (a.h / a.kv);
-              for (int64_t j = 0; j <= i; ++j)
-                for (int64_t c = 0; c < a.hd; ++c)
-                  y.data[((b * a.s + i) * a.h + h) * a.hd + c] +=
-                      p[j] * v.data[((b * a.s + j) * a.kv + g) * a.hd + c];
-            }
+        y.data = ropedAttend(q.data, k.data, v.data, dimsOf(o), thetaOf(o));
         out(o.getResult(), y);
         return true;
       })
       .Case([&](AttentionGradOp o) {
         Tensor &q = in(o.getQ()), &k = in(o.getK()), &v = in(o.getV()), &dout = in(o.getDout());
-        AttentionShape a{q.shape[0], q.shape[1], o.getNumHeads(), o.getNumKvHeads(),
-                         q.shape[2] / o.getNumHeads()};
-        std::optional<double> theta;
-        if (auto t = o.getRopeTheta())
-          theta = t->convertToFloat();
-        Vec qr = roped(q, a, a.h, theta), kr = roped(k, a, a.kv, theta);
         Tensor dq = Tensor::zeros(q.shape), dk = Tensor::zeros(k.shape),
                dv = Tensor::zeros(v.shape);
-        double scale = 1.0 / std::sqrt(static_cast<double>(a.hd));
-        for (int64_t b = 0; b < a.b; ++b)
-          for (int64_t h = 0; h < a.h; ++h)
-            for (int64_t i = 0; i < a.s; ++i) {
-              Vec p = probs(qr, kr, a, b, h, i);
-              int64_t g = h / (a.h / a.kv);
-              const double *doi = &dout.data[((b * a.s + i) * a.h + h) * a.hd];
-              Vec dp(i + 1);
-              double dot = 0;
-              for (int64_t j = 0; j <= i; ++j) {
-                const double *vj = &v.data[((b * a.s + j) * a.kv + g) * a.hd];
-                for (int64_t c = 0; c < a.hd; ++c) {
-                  dp[j] += doi[c] * vj[c];
-                  dv.data[((b * a.s + j) * a.kv + g) * a.hd + c] += p[j] * doi[c];
-                }
-                dot += p[j] * dp[j];
-              }
-              for (int64_t j = 0; j <= i; ++j) {
-                double ds = p[j] * (dp[j] - dot) * scale;
-                for (int64_t c = 0; c < a.hd; ++c) {
-                  dq.data[((b * a.s + i) * a.h + h) * a.hd + c] +=
-                      ds * kr[((b * a.s + j) * a.kv + g) * a.hd + c];
-                  dk.data[((b * a.s + j) * a.kv + g) * a.hd + c] +=
-                      ds * qr[((b * a.s + i) * a.h + h) * a.hd + c];
-                }
-              }
-            }
-        if (theta) { // undo the rotation on the gradients of q and k
-          for (int64_t b = 0; b < a.b; ++b)
-            for (int64_t s = 0; s < a.s; ++s) {
-              for (int64_t h = 0; h < a.h; ++h)
-                rope(&dq.data[((b * a.s + s) * a.h + h) * a.hd], a.hd, s, *theta, true);
-              for (int64_t g = 0; g < a.kv; ++g)
-                rope(&dk.data[((b * a.s + s) * a.kv + g) * a.hd], a.hd, s, *theta, true);
-            }
-        }
+        ropedAttendGrad(q.data, k.data, v.data, dout.data, dimsOf(o), thetaOf(o), dq.data, dk.data,
+                        dv.data);
         out(o.getDq(), dq);
         out(o.getDk(), dk);
+        out(o.getDv(), dv);
+        return true;
+      })
+      .Case([&](LatentAttentionOp o) {
+        Tensor &q = in(o.getQ()), &k = in(o.getK()), &kr = in(o.getKRope()), &v = in(o.getV());
+        LatentDims a{q.shape[0],        q.shape[1],     static_cast<int64_t>(o.getNumHeads()),
+                     o.getContentDim(), o.getRopeDim(), o.getValueDim()};
+        Tensor y = Tensor::zeros(v.shape);
+        y.data = latentAttend(q.data, k.data, kr.data, v.data, a, thetaOf(o));
+        out(o.getResult(), y);
+        return true;
+      })
+      .Case([&](LatentAttentionGradOp o) {
+        Tensor &q = in(o.getQ()), &k = in(o.getK()), &kr = in(o.getKRope()), &v = in(o.getV()),
+               &dout = in(o.getDout());
+        auto heads = static_cast<int64_t>(o.getNumHeads());
+        LatentDims a{q.shape[0],         q.shape[1],  heads,
+                     k.shape[2] / heads, kr.shape[2], v.shape[2] / heads};
+        Tensor dq = Tensor::zeros(q.shape), dk = Tensor::zeros(k.shape),
+               dkr = Tensor::zeros(kr.shape), dv = Tensor::zeros(v.shape);
+        latentAttendGrad(q.data, k.data, kr.data, v.data, dout.data, a, thetaOf(o), dq.data,
+                         dk.data, dkr.data, dv.data);
+        out(o.getDq(), dq);
+        out(o.getDk(), dk);
+        out(o.getDkRope(), dkr);
         out(o.getDv(), dv);
         return true;
       })
@@ -722,8 +670,9 @@ bool Runner::step(Operation *op) {
         double coef = o.getAuxLossCoef().convertToFloat();
         double zcoef = o.getZLossCoef().convertToFloat();
         std::vector<Routing> routes;
-        int64_t groups = o.getGroups();
-        std::vector<int64_t> starts = groupStarts(groups, o.getGroupSizesAttr(), t);
+        std::vector<int64_t> starts = balanceStarts(
+            o.getAuxPerSequence(), x, t, groupStarts(o.getGroups(), o.getGroupSizesAttr(), t));
+        int64_t groups = static_cast<int64_t>(starts.size()) - 1;
         Vec frac(groups * e, 0.0);
         for (int64_t i = 0; i < t; ++i) {
           routes.push_back(route(&x.data[i * d], w, bias, d, e, k, o.getScoring(),

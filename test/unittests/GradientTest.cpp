@@ -253,6 +253,36 @@ TEST_F(GradientTest, CausalAttentionWithRotaryEmbeddings) {
   check(attentionStep("{rope_theta = 1.0e4 : f32}"), {ids({2, 4}, 5, 5)});
 }
 
+/// Latent attention with `rope` ("" or the attribute) over 2 x 4 tokens: 2
+/// heads, content keys of 3, a shared rotary key of 4, values of 5.
+std::string latentAttentionStep(const std::string &rope) {
+  return R"mlir(
+    moe.param @q : tensor<2x4x14xf32> init <normal, scale = 0.7>
+    moe.param @k : tensor<2x4x6xf32> init <normal, scale = 0.7>
+    moe.param @kr : tensor<2x4x4xf32> init <normal, scale = 0.7>
+    moe.param @v : tensor<2x4x10xf32> init <normal, scale = 0.7>
+    moe.param @w : tensor<10x5xf32> init <normal, scale = 0.5>
+    func.func @step(%t: tensor<2x4xi32>) -> tensor<f32> {
+      %q = moe.get_param @q : tensor<2x4x14xf32>
+      %k = moe.get_param @k : tensor<2x4x6xf32>
+      %kr = moe.get_param @kr : tensor<2x4x4xf32>
+      %v = moe.get_param @v : tensor<2x4x10xf32>
+      %o = moe.latent_attention %q, %k, %kr, %v heads 2 )mlir" +
+         rope +
+         R"mlir( : tensor<2x4x14xf32>, tensor<2x4x6xf32>, tensor<2x4x4xf32>, tensor<2x4x10xf32> -> tensor<2x4x10xf32>
+      %w = moe.get_param @w : tensor<10x5xf32>
+      %l = moe.linear %o, %w : tensor<2x4x10xf32>, tensor<10x5xf32> -> tensor<2x4x5xf32>
+      %c = moe.cross_entropy %l, %t : tensor<2x4x5xf32>, tensor<2x4xi32> -> tensor<f32>
+      return %c : tensor<f32>
+    })mlir";
+}
+
+TEST_F(GradientTest, LatentAttention) { check(latentAttentionStep(""), {ids({2, 4}, 5, 6)}); }
+
+TEST_F(GradientTest, LatentAttentionWithRotaryEmbeddings) {
+  check(latentAttentionStep("{rope_theta = 1.0e2 : f32}"), {ids({2, 4}, 5, 7)});
+}
+
 /// A dense FFN with `act` (and a gate for swiglu).
 std::string ffnStep(const std::string &act) {
   bool gated = act == "swiglu";
@@ -354,6 +384,14 @@ TEST_F(GradientTest, FusedGatingInTwoRoutingGroupsWithDropsAndLosses) {
                 "z_loss_coef = 0.01 : f32}",
                 3, false),
         {ids({2, 3}, 4, 13)}, 1.0, /*fuseGating=*/true, /*routingGroups=*/2);
+}
+
+TEST_F(GradientTest, BalancingLossPerSequence) {
+  // DeepSeek's seq_aux: the balancing loss of each of the 2 sequences,
+  // averaged; unfused and fused.
+  std::string attrs = "{renormalize = true, aux_loss_coef = 0.3 : f32, aux_per_sequence = true}";
+  check(moeStep("sigmoid", attrs, 6, true), {ids({2, 3}, 4, 15)});
+  check(moeStep("softmax", attrs, 3, false), {ids({2, 3}, 4, 16)}, 1.0, /*fuseGating=*/true);
 }
 
 TEST_F(GradientTest, SigmoidRoutingInExpertGroupsWithSelectionBias) {

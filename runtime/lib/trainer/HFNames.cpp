@@ -78,6 +78,52 @@ const char *projection(const Family &f, const std::string &which, bool expert) {
   return nullptr;
 }
 
+/// DeepSeek's multi-head latent attention (modeling_deepseek_v3.py):
+/// `q_a_proj`, `q_a_layernorm`, `q_b_proj` (or `q_proj`), the fused
+/// `kv_a_proj_with_mqa` ([kv latent; rotary key] rows), `kv_a_layernorm`,
+/// `kv_b_proj` (per head [content key; value] rows) and `o_proj`. Its
+/// rotary parts rotate interleaved pairs (2i, 2i + 1); MoEC's rotate halves
+/// (i, i + dr / 2): their rows are permuted here, which leaves every score
+/// unchanged.
+std::optional<HFSource> latentSource(const moec::frontend::LatentAttentionSpec &l, int64_t heads,
+                                     const std::string &at, const std::string &rest) {
+  int64_t dn = l.qkNopeDim, dr = l.qkRopeDim, dv = l.vHeadDim, c = l.kvLoraRank;
+  auto rotary = [&](int64_t j) { return j < dr / 2 ? 2 * j : 2 * (j - dr / 2) + 1; };
+  auto source = [&](const std::string &hf, int64_t hfRows, int64_t width, auto row) {
+    HFSource s;
+    s.names = {at + "self_attn." + hf + ".weight"};
+    s.transposed = true;
+    s.hfRows = hfRows;
+    for (int64_t o = 0; o < width; ++o)
+      s.rows.push_back(row(o));
+    return s;
+  };
+  int64_t qk = dn + dr;
+  auto query = [&](int64_t o) {
+    int64_t h = o / qk, j = o % qk;
+    return h * qk + (j < dn ? j : dn + rotary(j - dn));
+  };
+  if (rest == "wq_a")
+    return one(at + "self_attn.q_a_proj.weight", true);
+  if (rest == "q_a_norm")
+    return one(at + "self_attn.q_a_layernorm.weight", false);
+  if (rest == "wq_b" || rest == "wq")
+    return source(rest == "wq" ? "q_proj" : "q_b_proj", heads * qk, heads * qk, query);
+  if (rest == "wkv_a")
+    return source("kv_a_proj_with_mqa", c + dr, c, [](int64_t o) { return o; });
+  if (rest == "wk_rope")
+    return source("kv_a_proj_with_mqa", c + dr, dr, [&](int64_t o) { return c + rotary(o); });
+  if (rest == "kv_a_norm")
+    return one(at + "self_attn.kv_a_layernorm.weight", false);
+  if (rest == "wk_b")
+    return source("kv_b_proj", heads * (dn + dv), heads * dn,
+                  [&](int64_t o) { return o / dn * (dn + dv) + o % dn; });
+  if (rest == "wv_b")
+    return source("kv_b_proj", heads * (dn + dv), heads * dv,
+                  [&](int64_t o) { return o / dv * (dn + dv) + dn + o % dv; });
+  return std::nullopt;
+}
+
 } // namespace
 
 bool moert::trainer::hasHFNames(const std::string &family) {
@@ -92,7 +138,8 @@ bool moert::trainer::isHFBuffer(const std::string &name) {
 
 std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName,
                                                    const std::string &param,
-                                                   const std::vector<int64_t> &shape) {
+                                                   const std::vector<int64_t> &shape,
+                                                   const moec::frontend::ModelSpec &spec) {
   const Family *f = familyNamed(familyName);
   if (!f)
     return std::nullopt;
@@ -111,6 +158,9 @@ std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName
     return one(at + "input_layernorm.weight", false);
   if (rest == "ffn_norm")
     return one(at + "post_attention_layernorm.weight", false);
+  if (spec.latent)
+    if (std::optional<HFSource> s = latentSource(*spec.latent, spec.numHeads, at, rest))
+      return s;
   if (rest == "q_norm" || rest == "k_norm") // Qwen3-MoE's per head, OLMoE's whole
     return one(at + "self_attn." + rest + ".weight", false);
   for (auto [moec, hf] : {std::pair<const char *, const char *>{"wq", "q_proj"},
@@ -119,9 +169,8 @@ std::optional<HFSource> moert::trainer::hfSourceOf(const std::string &familyName
                           {"wo", "o_proj"}})
     if (rest == moec)
       return one(at + "self_attn." + hf + ".weight", true);
-  for (auto [moec, hf] : {std::pair<const char *, const char *>{"bq", "q_proj"},
-                          {"bk", "k_proj"},
-                          {"bv", "v_proj"}})
+  for (auto [moec, hf] :
+       {std::pair<const char *, const char *>{"bq", "q_proj"}, {"bk", "k_proj"}, {"bv", "v_proj"}})
     if (rest == moec) // Qwen2-MoE's projection biases
       return one(at + "self_attn." + hf + ".bias", false);
   std::string block = at + f->moe + ".";

@@ -13,6 +13,9 @@
 #ifndef MOERT_LIB_TRAINER_HFNAMES_H
 #define MOERT_LIB_TRAINER_HFNAMES_H
 
+#include "moe/Frontend/ModelSpec.h"
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,11 @@ struct HFSource {
   std::vector<std::string> names;
   bool stacked = false;
   bool transposed = false;
+  /// Of a transposed matrix that is some rows of its HF tensor (DeepSeek's
+  /// fused or interleaved projections): MoEC column o is HF row rows[o] of a
+  /// tensor of hfRows rows. Empty: every row, in order.
+  std::vector<int64_t> rows;
+  int64_t hfRows = 0;
 };
 
 /// Whether HuggingFace checkpoints of `family` (a config.json model_type)
@@ -33,10 +41,11 @@ struct HFSource {
 bool hasHFNames(const std::string &family);
 
 /// The HF tensors of MoEC parameter `param` of shape `shape` (the full
-/// tensor) in `family`; nullopt for a parameter the family has no tensor
-/// for.
+/// tensor) in `family`, for a model `spec` (latent attention's widths);
+/// nullopt for a parameter the family has no tensor for.
 std::optional<HFSource> hfSourceOf(const std::string &family, const std::string &param,
-                                   const std::vector<int64_t> &shape);
+                                   const std::vector<int64_t> &shape,
+                                   const moec::frontend::ModelSpec &spec);
 
 /// Tensors of HF checkpoints that hold no weights (buffers older exports
 /// saved): skipped when loading.

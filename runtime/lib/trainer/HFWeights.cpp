@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 using namespace moert::trainer;
@@ -102,11 +103,11 @@ Box boxOf(const Rank &r, int i, const std::vector<int64_t> &shape) {
 }
 
 /// Fills the box [lo, hi) of `dst` (row-major `shape`, at most 2-D) from
-/// HF tensor `t`, its transpose when `transposed`: contiguous runs of the
-/// HF tensor only.
+/// HF tensor `t`, its transpose when `transposed` (column j from HF row
+/// rows[j] when `rows` is not empty): contiguous runs of the HF tensor only.
 void readBox(moert::HFCheckpointReader &reader, const moert::HFTensor &t,
              const std::vector<int64_t> &shape, bool transposed, const std::vector<int64_t> &lo,
-             const std::vector<int64_t> &hi, float *dst) {
+             const std::vector<int64_t> &hi, float *dst, const std::vector<int64_t> &rows = {}) {
   if (shape.size() == 1) {
     reader.read(t, lo[0], hi[0] - lo[0], dst + lo[0]);
     return;
@@ -127,7 +128,8 @@ void readBox(moert::HFCheckpointReader &reader, const moert::HFTensor &t,
   // MoEC [a, b] from HF [b, a]: HF rows lo[1]..hi[1], columns lo[0]..hi[0].
   std::vector<float> run(static_cast<size_t>(hi[0] - lo[0]));
   for (int64_t j = lo[1]; j < hi[1]; ++j) {
-    reader.read(t, j * a + lo[0], hi[0] - lo[0], run.data());
+    int64_t hfRow = rows.empty() ? j : rows[static_cast<size_t>(j)];
+    reader.read(t, hfRow * a + lo[0], hi[0] - lo[0], run.data());
     for (int64_t row = lo[0]; row < hi[0]; ++row)
       dst[row * b + j] = run[row - lo[0]];
   }
@@ -141,7 +143,7 @@ void assemble(moert::HFCheckpointReader &reader, const HFSource &source,
               std::vector<float> &out) {
   if (!source.stacked) {
     readBox(reader, *reader.find(source.names[0]), shape, source.transposed, box.lo, box.hi,
-            out.data());
+            out.data(), source.rows);
     return;
   }
   std::vector<int64_t> piece(shape.begin() + 1, shape.end());
@@ -155,6 +157,8 @@ void assemble(moert::HFCheckpointReader &reader, const HFSource &source,
 
 /// The HF shape of piece `k` of `source` for the MoEC full tensor `shape`.
 std::vector<int64_t> hfShape(const HFSource &source, std::vector<int64_t> shape) {
+  if (!source.rows.empty()) // some rows of an HF [rows, in] tensor
+    return {source.hfRows, shape[0]};
   if (source.stacked)
     shape.erase(shape.begin());
   if (source.transposed && shape.size() == 2)
@@ -172,13 +176,14 @@ std::string shapeText(const std::vector<int64_t> &shape) {
 /// The HF tensors of every parameter, checked against the checkpoint: each
 /// present with its shape, and none left over.
 std::vector<HFSource> matchTensors(const Rank &r, const moert::HFCheckpointReader &reader,
-                                   const std::string &family, bool tied, const std::string &dir) {
+                                   const std::string &family, const ModelSpec &spec, bool tied,
+                                   const std::string &dir) {
   std::vector<HFSource> sources;
   std::set<std::string> used;
   for (int i = 0; i < r.prog.num_params; ++i) {
     std::string name = r.prog.params[i].name;
     std::vector<int64_t> shape = fullShape(r, i);
-    std::optional<HFSource> source = hfSourceOf(family, name, shape);
+    std::optional<HFSource> source = hfSourceOf(family, name, shape, spec);
     if (!source)
       die(dir + ": MoEC parameter '" + name + "' has no tensor in " + family + " checkpoints");
     if (name == "lm_head" && !reader.find(source->names[0]) && tied)
@@ -225,7 +230,7 @@ void moert::trainer::loadHFWeights(Rank &r) {
   if (!reader.open(dir, error))
     die(error);
   bool tied = doc->root().value("tie_word_embeddings", false);
-  std::vector<HFSource> sources = matchTensors(r, reader, family, tied, dir);
+  std::vector<HFSource> sources = matchTensors(r, reader, family, compiled.spec, tied, dir);
   for (int i = 0; i < r.prog.num_params; ++i) {
     const moert_param_info &p = r.prog.params[i];
     std::vector<int64_t> shape = fullShape(r, i);
@@ -332,6 +337,7 @@ void HFExport::configure() {
     die(where + ": " + diags.str());
   family = checkConfig(r, compiled, std::move(doc), where);
   dtype = exportDtype(r, compiled);
+  spec = compiled.spec;
 }
 
 void HFExport::onFinish(const RunEnd &end) {
@@ -354,13 +360,25 @@ void HFExport::withoutTraining() {
 void HFExport::write() {
   r.deviceSync();
   std::vector<moert::HFTensorOut> out;
+  std::map<std::string, size_t> fused; // HF tensors several parameters fill
   for (int i = 0; i < r.prog.num_params; ++i) {
     std::vector<float> full = gatherParameter(r, i);
     if (!r.lead)
       continue;
     std::vector<int64_t> shape = fullShape(r, i);
-    std::optional<HFSource> source = hfSourceOf(family, r.prog.params[i].name, shape);
+    std::optional<HFSource> source = hfSourceOf(family, r.prog.params[i].name, shape, spec);
     std::vector<int64_t> piece = hfShape(*source, shape);
+    if (!source->rows.empty()) { // HF [hfRows, in] rows from MoEC [in, out] columns
+      auto [it, fresh] = fused.insert({source->names[0], out.size()});
+      if (fresh)
+        out.push_back({source->names[0], piece,
+                       std::vector<float>(static_cast<size_t>(piece[0] * piece[1]), 0.0f)});
+      std::vector<float> &data = out[it->second].data;
+      for (int64_t o = 0; o < shape[1]; ++o)
+        for (int64_t in = 0; in < shape[0]; ++in)
+          data[source->rows[o] * shape[0] + in] = full[in * shape[1] + o];
+      continue;
+    }
     int64_t size = 1;
     for (int64_t d : piece)
       size *= d;

@@ -20,6 +20,8 @@
 
 #include "moert/HFCheckpoint.h"
 
+#include "moe/Frontend/ModelSpec.h"
+
 namespace moert::trainer {
 
 /// --init-hf: every rank's parameters from o.initHF (after
@@ -38,6 +40,7 @@ private:
   std::string family;
   nlohmann::json config;                      ///< config.json to write (without torch_dtype)
   moert::HFDtype dtype = moert::HFDtype::F32; ///< of the tensors written
+  moec::frontend::ModelSpec spec;             ///< the compiled model
 };
 
 } // namespace moert::trainer

@@ -40,8 +40,11 @@ const char *moert::trainer::parameterGroup(const std::string &name) {
     return "router";
   if (has("norm"))
     return "norms";
-  for (const char *w : {".wq", ".wk", ".wv", ".wo"})
-    if (name.size() > 3 && name.compare(name.size() - 3, 3, w) == 0)
+  // The projections (and biases) of attention and of latent attention.
+  std::string last = name.substr(name.rfind('.') + 1);
+  for (const char *w : {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "wq_a", "wq_b", "wkv_a",
+                        "wk_rope", "wk_b", "wv_b"})
+    if (last == w && last != name)
       return "attention";
   return "dense_ffn";
 }

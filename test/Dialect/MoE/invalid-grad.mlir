@@ -67,6 +67,15 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<2x2xf32>, %dy: tensor<2x8xf32>) {
 
 // -----
 
+// latent_attention_grad: dk_rope has k_rope's type
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention_grad' op failed to verify that all of {k_rope, dk_rope} have same type}}
+  %a, %b, %c, %d = "moe.latent_attention_grad"(%q, %k, %kr, %v, %v) {num_heads = 2 : i64} : (tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> (tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x4xf32>, tensor<2x4x6xf32>)
+  return
+}
+
+// -----
+
 // attention_grad: dout and dq have q's type (traits, ahead of the verifier)
 func.func @f(%q: tensor<2x4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>, %do: tensor<2x4x16xf16>) {
   // expected-error @+1 {{'moe.attention_grad' op failed to verify that all of {q, dq, dout} have same type}}

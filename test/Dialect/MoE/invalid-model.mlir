@@ -192,6 +192,78 @@ func.func @f(%x: tensor<2x8xf32>, %g: tensor<8xf32>) {
 
 // -----
 
+// latent_attention: q is heads x (content + rotary key width)
+func.func @f(%q: tensor<2x4x10xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op q must have shape 2x4x12, got 2x4x10}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 : tensor<2x4x10xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+// latent_attention: rotary embeddings need an even rotary key
+func.func @f(%q: tensor<2x4x14xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x3xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op rotary embeddings need an even k_rope width, got 3}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 {rope_theta = 1.0e4 : f32} : tensor<2x4x14xf32>, tensor<2x4x8xf32>, tensor<2x4x3xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+// latent_attention: v's width divides into the heads
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x7xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op v width 7 is not a positive multiple of heads (2)}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 : tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x7xf32> -> tensor<2x4x7xf32>
+  return
+}
+
+// -----
+
+// latent_attention: the result is v's type
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op result must have shape 2x4x6, got 2x4x12}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 : tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32> -> tensor<2x4x12xf32>
+  return
+}
+
+// -----
+
+// latent_attention: heads >= 1
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op heads must be >= 1, got 0}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 0 : tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+// latent_attention: every head has a content key
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x0xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op k width 0 is not a positive multiple of heads (2)}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 : tensor<2x4x12xf32>, tensor<2x4x0xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+// latent_attention: a rotary key of width >= 1
+func.func @f(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x0xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op k_rope must have a width >= 1}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x0xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+// latent_attention: rope_theta > 0
+func.func @f(%q: tensor<2x4x12xf32>, %k: tensor<2x4x8xf32>, %kr: tensor<2x4x2xf32>, %v: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'moe.latent_attention' op rope_theta must be > 0, got -1}}
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 {rope_theta = -1.0 : f32} : tensor<2x4x12xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
 // attention: q has rank 3
 func.func @f(%q: tensor<4x16xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x8xf32>) {
   // expected-error @+1 {{'moe.attention' op q must have rank 3 ([B, S, H * hd]), got rank 2}}

@@ -400,3 +400,12 @@ func.func @f(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) {
   %g, %e, %s, %c, %a = moe.fused_gate softmax %x, %w top_k 2 capacity 2 : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>, tensor<2x4x2xi32>, tensor<3xi32>, tensor<f32>)
   return
 }
+
+// -----
+
+// router: a balancing loss per sequence needs the sequences ([B, S, D])
+func.func @f(%x: tensor<8x8xf32>, %w: tensor<8x4xf32>) {
+  // expected-error @+1 {{'moe.router' op aux_per_sequence needs x of rank >= 3 ([B, S, ..., D]: its sequences), got rank 2}}
+  %g, %e, %a = moe.router softmax %x, %w top_k 2 {aux_per_sequence = true} : (tensor<8x8xf32>, tensor<8x4xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>, tensor<f32>)
+  return
+}

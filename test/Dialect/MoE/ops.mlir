@@ -70,6 +70,17 @@ func.func @attention(%q: tensor<2x4x16xf16>, %k: tensor<2x4x8xf16>, %v: tensor<2
   return %0, %1 : tensor<2x4x16xf16>, tensor<2x4x16xf16>
 }
 
+// Latent attention: 2 heads with content keys of 4, a shared rotary key of
+// 2, values of 3.
+// CHECK-LABEL: func.func @latent_attention
+func.func @latent_attention(%q: tensor<2x4x12xbf16>, %k: tensor<2x4x8xbf16>, %kr: tensor<2x4x2xbf16>, %v: tensor<2x4x6xbf16>, %do: tensor<2x4x6xbf16>) -> tensor<2x4x6xbf16> {
+  // CHECK: moe.latent_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} heads 2 {rope_theta = 1.000000e+04 : f32} : tensor<2x4x12xbf16>, tensor<2x4x8xbf16>, tensor<2x4x2xbf16>, tensor<2x4x6xbf16> -> tensor<2x4x6xbf16>
+  %0 = moe.latent_attention %q, %k, %kr, %v heads 2 {rope_theta = 1.0e4 : f32} : tensor<2x4x12xbf16>, tensor<2x4x8xbf16>, tensor<2x4x2xbf16>, tensor<2x4x6xbf16> -> tensor<2x4x6xbf16>
+  // CHECK: moe.latent_attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} heads 2 : tensor<2x4x12xbf16>, tensor<2x4x8xbf16>, tensor<2x4x2xbf16>, tensor<2x4x6xbf16>
+  %dq, %dk, %dkr, %dv = moe.latent_attention_grad %q, %k, %kr, %v, %do heads 2 : tensor<2x4x12xbf16>, tensor<2x4x8xbf16>, tensor<2x4x2xbf16>, tensor<2x4x6xbf16>
+  return %0 : tensor<2x4x6xbf16>
+}
+
 // CHECK-LABEL: func.func @linear_and_add
 func.func @linear_and_add(%x: tensor<2x4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<2x4x16xf32> {
   // CHECK: moe.linear %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<8x16xf32> -> tensor<2x4x16xf32>

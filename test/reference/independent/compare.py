@@ -103,6 +103,19 @@ def features(spec, groups, base):
     # of query heads to kv heads is the same, so no mutant can tell.
     if 1 < spec["n_kv_heads"] < spec["n_heads"]:
         out.append(("gqa", "gqa-modulo"))
+    la = spec["latent"]
+    if la is not None:
+        # Multi-head latent attention: the normalised kv latent, the score
+        # scale 1/sqrt(dn + dr) (a mutant only tells when v_head_dim differs),
+        # where the rotary part sits in each head, and that only it rotates.
+        out.append(("latent-attention", "mla-no-kv-norm"))
+        if la["v_head_dim"] != la["qk_nope_head_dim"] + la["qk_rope_head_dim"]:
+            out.append(("latent-attention-scale", "mla-scale-v-dim"))
+        out.append(("latent-attention-rope-last", "mla-k-rope-first"))
+        if spec["rope_theta"] is not None:
+            out.append(("latent-attention-rope-dims", "mla-rope-whole-head"))
+        if la["q_lora_rank"] > 0:
+            out.append(("latent-q-lora", "mla-no-q-norm"))
     layers = spec["layers"]
     moe = [L for L in layers if not L["dense"]]
     if any(L["dense"] for L in layers):
@@ -149,9 +162,19 @@ def features(spec, groups, base):
         out.append(("dropless", "dropless-capped"))
     if any(L["aux_loss_coef"] > 0 for L in moe):
         out.append(("aux-loss", "aux-off"))
+    # The sequence-wise balance loss; with one sequence per routing group
+    # it is the group's loss, so no mutant can tell.
+    if any(L["aux_loss_per_sequence"] and L["aux_loss_coef"] > 0 for L in moe) and \
+            spec["batch_size"] > groups:
+        out.append(("sequence-aux-loss", "seq-aux-batch"))
     if any(L["router_z_loss_coef"] > 0 for L in moe):
         out.append(("z-loss", "z-off"))
-    if groups > 1:
+    # Routing groups bound the capacity and the batch-level balance and
+    # z-losses; with every MoE layer dropless, its balance loss per sequence
+    # (or off) and no z-loss, no mutant can tell.
+    if groups > 1 and any(L["capacity_factor"] is not None or L["router_z_loss_coef"] > 0 or
+                          (L["aux_loss_coef"] > 0 and not L["aux_loss_per_sequence"])
+                          for L in moe):
         out.append(("routing-groups", "groups-one"))
     grouped = [L for L in moe if L["n_groups"] > 1]
     if grouped:

@@ -7,7 +7,8 @@ with model.safetensors.index.json), not from MoEC's reader.
 
   hf_checkpoint.py make DIR --family mixtral [--dtype bf16] [--shards N]
       [--seed S] [--set key=value,...] [--tie]
-      a small config.json of the family and random weights under its names
+      a small config.json of the family (mixtral, qwen2_moe, qwen3_moe, olmoe,
+      deepseek_v2, deepseek_v3) and random weights under its names
   hf_checkpoint.py same DIR1 DIR2   exit 0 iff both hold the same tensors
       (names, dtypes, shapes, bits), whatever their sharding
   hf_checkpoint.py edit DIR --drop NAME | --add NAME | --reshape NAME
@@ -129,7 +130,62 @@ SMALL = {
               "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
               "norm_topk_prob": False, "clip_qkv": None, "max_position_embeddings": 64},
+    # DeepSeek-V3 (deepseek-ai's config.json keys): multi-head latent
+    # attention with query compression, sigmoid scores with the selection
+    # bias (noaux_tc) and group-limited routing, a dense first layer.
+    "deepseek_v3": {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 32,
+                    "num_hidden_layers": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "intermediate_size": 64, "moe_intermediate_size": 24,
+                    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                    "n_group": 4, "topk_group": 2, "topk_method": "noaux_tc",
+                    "scoring_func": "sigmoid", "norm_topk_prob": True,
+                    "routed_scaling_factor": 2.5, "num_attention_heads": 4,
+                    "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 12,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
+                    "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                    "max_position_embeddings": 64, "tie_word_embeddings": False,
+                    "attention_bias": False, "aux_loss_alpha": 0.001, "seq_aux": True},
+    # DeepSeek-V2-Lite's shape of it: no query compression (q_proj), softmax
+    # scores with group_limited_greedy (top 3 of the experts of 2 groups: with
+    # top_k <= topk_group the best-score groups always hold the top k, and
+    # the limit would change nothing), two shared experts.
+    "deepseek_v2": {"model_type": "deepseek_v2", "vocab_size": 256, "hidden_size": 32,
+                    "num_hidden_layers": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "intermediate_size": 64, "moe_intermediate_size": 24,
+                    "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 3,
+                    "n_group": 4, "topk_group": 2, "topk_method": "group_limited_greedy",
+                    "scoring_func": "softmax", "norm_topk_prob": False,
+                    "routed_scaling_factor": 1.5, "num_attention_heads": 4,
+                    "num_key_value_heads": 4, "q_lora_rank": None, "kv_lora_rank": 12,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
+                    "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                    "max_position_embeddings": 64, "tie_word_embeddings": False,
+                    "attention_bias": False, "aux_loss_alpha": 0.001, "seq_aux": True},
 }
+
+
+def deepseek_dense(config, i):
+    """DeepSeek's dense layers: below first_k_dense_replace, or off the
+    moe_layer_freq (modeling_deepseek's DeepseekV{2,3}DecoderLayer)."""
+    return i < config.get("first_k_dense_replace", 0) or i % config.get("moe_layer_freq", 1) != 0
+
+
+def deepseek_attention(config, at, normal, gain):
+    """Multi-head latent attention's tensors (modeling_deepseek's
+    DeepseekV{2,3}Attention), [out, in] as nn.Linear stores them."""
+    d, heads = config["hidden_size"], config["num_attention_heads"]
+    dn, dr, dv = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    rank, kv = config.get("q_lora_rank"), config["kv_lora_rank"]
+    if rank is None:
+        out = [(at + "self_attn.q_proj.weight", normal(heads * (dn + dr), d))]
+    else:
+        out = [(at + "self_attn.q_a_proj.weight", normal(rank, d)),
+               (at + "self_attn.q_a_layernorm.weight", gain(rank)),
+               (at + "self_attn.q_b_proj.weight", normal(heads * (dn + dr), rank))]
+    return out + [(at + "self_attn.kv_a_proj_with_mqa.weight", normal(kv + dr, d)),
+                  (at + "self_attn.kv_a_layernorm.weight", gain(kv)),
+                  (at + "self_attn.kv_b_proj.weight", normal(heads * (dn + dv), kv)),
+                  (at + "self_attn.o_proj.weight", normal(d, heads * dv))]
 
 
 def weights(config, rng):
@@ -138,16 +194,20 @@ def weights(config, rng):
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
     hd = config.get("head_dim", d // heads)
     family = config["model_type"]
+    deepseek = family in ("deepseek_v2", "deepseek_v3")
     normal = lambda *shape: rng.normal(0.0, 0.15, shape)
     gain = lambda n: 1.0 + rng.normal(0.0, 0.2, (n,))
     out = [("model.embed_tokens.weight", rng.normal(0.0, 1.0, (v, d)))]
     for i in range(config["num_hidden_layers"]):
         at = "model.layers.%d." % i
-        out += [(at + "input_layernorm.weight", gain(d)),
-                (at + "self_attn.q_proj.weight", normal(heads * hd, d)),
-                (at + "self_attn.k_proj.weight", normal(kv * hd, d)),
-                (at + "self_attn.v_proj.weight", normal(kv * hd, d)),
-                (at + "self_attn.o_proj.weight", normal(d, heads * hd))]
+        out.append((at + "input_layernorm.weight", gain(d)))
+        if deepseek:
+            out += deepseek_attention(config, at, normal, gain)
+        else:
+            out += [(at + "self_attn.q_proj.weight", normal(heads * hd, d)),
+                    (at + "self_attn.k_proj.weight", normal(kv * hd, d)),
+                    (at + "self_attn.v_proj.weight", normal(kv * hd, d)),
+                    (at + "self_attn.o_proj.weight", normal(d, heads * hd))]
         if family == "qwen2_moe":  # biases on q, k, v
             out += [(at + "self_attn.q_proj.bias", normal(heads * hd)),
                     (at + "self_attn.k_proj.bias", normal(kv * hd)),
@@ -159,7 +219,8 @@ def weights(config, rng):
             out += [(at + "self_attn.q_norm.weight", gain(heads * hd)),
                     (at + "self_attn.k_norm.weight", gain(kv * hd))]
         out.append((at + "post_attention_layernorm.weight", gain(d)))
-        if i in config.get("mlp_only_layers", []):  # a dense layer (Qwen-MoE)
+        if i in config.get("mlp_only_layers", []) or (deepseek and deepseek_dense(config, i)):
+            # a dense layer (Qwen-MoE's mlp_only_layers, DeepSeek's first_k_dense_replace)
             f = config["intermediate_size"]
             out += [(at + "mlp.gate_proj.weight", normal(f, d)),
                     (at + "mlp.up_proj.weight", normal(f, d)),
@@ -171,14 +232,26 @@ def weights(config, rng):
                     (at + "mlp.shared_expert.up_proj.weight", normal(f, d)),
                     (at + "mlp.shared_expert.down_proj.weight", normal(d, f)),
                     (at + "mlp.shared_expert_gate.weight", rng.normal(0.0, 0.5, (1, d)))]
+        if deepseek and config.get("n_shared_experts"):  # one MLP of n_shared_experts widths
+            f = config["moe_intermediate_size"] * config["n_shared_experts"]
+            out += [(at + "mlp.shared_experts.gate_proj.weight", normal(f, d)),
+                    (at + "mlp.shared_experts.up_proj.weight", normal(f, d)),
+                    (at + "mlp.shared_experts.down_proj.weight", normal(d, f))]
         if family == "mixtral":
             e, f, block = config["num_local_experts"], config["intermediate_size"], "block_sparse_moe"
             names = ("w1", "w3", "w2")
+        elif deepseek:
+            e, f, block = config["n_routed_experts"], config["moe_intermediate_size"], "mlp"
+            names = ("gate_proj", "up_proj", "down_proj")
         else:
             e, block = config["num_experts"], "mlp"
             f = config.get("moe_intermediate_size", config["intermediate_size"])
             names = ("gate_proj", "up_proj", "down_proj")
         out.append((at + block + ".gate.weight", rng.normal(0.0, 0.5, (e, d))))
+        if deepseek and config.get("topk_method") == "noaux_tc":
+            # The selection bias (a buffer HF loads from the checkpoint):
+            # nonzero, so that it changes choices.
+            out.append((at + "mlp.gate.e_score_correction_bias", rng.normal(0.0, 0.1, (e,))))
         for x in range(e):
             ex = at + block + ".experts.%d." % x
             wide = lambda *shape: rng.normal(0.0, 0.4, shape)  # experts that matter

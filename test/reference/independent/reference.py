@@ -23,6 +23,11 @@ experts), and after every step moves by the load rule:
     out = forward_loss(spec, params, tokens, targets, bias=bias)
     bias = update_biases(spec, bias, out["load"])       # for the next step
 
+With `latent_attention` (DeepSeek-V2/V3's multi-head latent attention) the
+attention block projects the keys and values through a compressed latent
+(latent_attention below); with `aux_loss_per_sequence` the load-balancing
+loss is DeepSeek's sequence-wise one (moe_layer).
+
 `forward_loss(..., mutate={"rope-interleaved", ...})` computes a plausible
 *wrong* reading of one feature instead (see MUTANTS): compare.py uses it to
 show that every feature it reports actually moves the loss of the instance,
@@ -58,7 +63,12 @@ _MOE_DEFAULTS = {
     "router_bias_update_rate": 0.001,
     "n_groups": 1,  # group-limited routing: equal contiguous expert groups
     "topk_groups": 1,  # ... of which a token keeps its best
+    "aux_loss_per_sequence": False,  # DeepSeek's seq_aux: the balance loss per sequence
 }
+
+# The fields of `latent_attention` (multi-head latent attention), all required.
+_LATENT_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                  "v_head_dim")
 
 
 def f32(x, mutate=()):
@@ -88,7 +98,16 @@ def load_model(path):
     spec["n_layers"] = m["n_layers"]
     spec["n_heads"] = m["n_heads"]
     spec["n_kv_heads"] = m.get("n_kv_heads", m["n_heads"])
-    if "head_dim" in m:
+    spec["latent"] = _latent_attention(m)
+    if spec["latent"] is not None:
+        # The query/key head width is dn + dr (the values' is v_head_dim).
+        la = spec["latent"]
+        spec["head_dim"] = la["qk_nope_head_dim"] + la["qk_rope_head_dim"]
+        assert m.get("head_dim", spec["head_dim"]) == spec["head_dim"], \
+            "latent_attention: head_dim must equal qk_nope_head_dim + qk_rope_head_dim"
+        assert spec["n_kv_heads"] == spec["n_heads"], \
+            "latent_attention: n_kv_heads must equal n_heads (every head has its own keys)"
+    elif "head_dim" in m:
         spec["head_dim"] = m["head_dim"]
     else:
         assert d % m["n_heads"] == 0, "n_heads must divide d_model"
@@ -104,6 +123,10 @@ def load_model(path):
     spec["qkv_bias"] = m.get("qkv_bias", False)
     spec["clip_qkv"] = m.get("clip_qkv")  # None: no clipping
     assert spec["qk_norm"] in ("none", "head", "full")
+    if spec["latent"] is not None:
+        assert spec["qk_norm"] == "none", "latent_attention: qk_norm must be \"none\""
+        assert spec["qkv_bias"] is False, "latent_attention: qkv_bias must be false"
+        assert spec["clip_qkv"] is None, "latent_attention: clip_qkv must be null"
 
     moe = m.get("moe")
     base = dict(_MOE_DEFAULTS)
@@ -137,6 +160,29 @@ def load_model(path):
     return spec
 
 
+def _latent_attention(m):
+    """The model's `latent_attention` object checked, or None when absent."""
+    la = m.get("latent_attention")
+    if la is None:
+        return None
+    assert isinstance(la, dict), "latent_attention must be an object"
+    extra = sorted(set(la) - set(_LATENT_FIELDS))
+    assert not extra, "latent_attention: unknown field(s) %s" % ", ".join(extra)
+    out = {}
+    for k in _LATENT_FIELDS:
+        assert k in la, "latent_attention: %s is required" % k
+        v = la[k]
+        assert isinstance(v, int) and not isinstance(v, bool), \
+            "latent_attention: %s must be an integer" % k
+        out[k] = v
+    assert out["q_lora_rank"] >= 0, "latent_attention: q_lora_rank must be >= 0 (0: no compression)"
+    for k in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+        assert out[k] >= 1, "latent_attention: %s must be >= 1" % k
+    dr = out["qk_rope_head_dim"]
+    assert dr >= 2 and dr % 2 == 0, "latent_attention: qk_rope_head_dim must be even and >= 2"
+    return out
+
+
 def load_safetensors(path):
     """Reads a safetensors file (F32 or F64 tensors) into float64 arrays."""
     with open(path, "rb") as f:
@@ -164,13 +210,34 @@ def expected_params(spec):
     hq = spec["n_heads"] * spec["head_dim"]
     hkv = spec["n_kv_heads"] * spec["head_dim"]
     p = {"tok_emb": (v, d), "norm_f": (d,), "lm_head": (d, v)}
+    la = spec["latent"]
     for i, L in enumerate(spec["layers"]):
         pre = "l%d." % i
         p[pre + "attn_norm"] = (d,)
-        p[pre + "wq"] = (d, hq)
-        p[pre + "wk"] = (d, hkv)
-        p[pre + "wv"] = (d, hkv)
-        p[pre + "wo"] = (hq, d)
+        if la is not None:
+            # Multi-head latent attention (latent_attention): the queries
+            # through a rank-Q bottleneck with its RMSNorm (or directly),
+            # the keys' and values' per-head parts from one normalised
+            # rank-C latent, and one rotary key part of dr shared by all
+            # heads.
+            h, qr, c = spec["n_heads"], la["q_lora_rank"], la["kv_lora_rank"]
+            if qr > 0:
+                p[pre + "wq_a"] = (d, qr)
+                p[pre + "q_a_norm"] = (qr,)
+                p[pre + "wq_b"] = (qr, hq)
+            else:
+                p[pre + "wq"] = (d, hq)
+            p[pre + "wkv_a"] = (d, c)
+            p[pre + "kv_a_norm"] = (c,)
+            p[pre + "wk_rope"] = (d, la["qk_rope_head_dim"])
+            p[pre + "wk_b"] = (c, h * la["qk_nope_head_dim"])
+            p[pre + "wv_b"] = (c, h * la["v_head_dim"])
+            p[pre + "wo"] = (h * la["v_head_dim"], d)
+        else:
+            p[pre + "wq"] = (d, hq)
+            p[pre + "wk"] = (d, hkv)
+            p[pre + "wv"] = (d, hkv)
+            p[pre + "wo"] = (hq, d)
         if spec["qkv_bias"]:
             p[pre + "bq"], p[pre + "bk"], p[pre + "bv"] = (hq,), (hkv,), (hkv,)
         # qk_norm: a gain per head width ("head") or per projection ("full").
@@ -261,6 +328,15 @@ MUTANTS = {
     "bias-sign-flipped": "the load rule moving each bias away from balance",
     "expert-groups-off": "n_groups / topk_groups ignored (top-k over all experts)",
     "group-score-swapped": "groups scored by the other scoring's rule (max <-> sum of top two)",
+    "seq-aux-batch": "aux_loss_per_sequence ignored (the balance loss over the routing group)",
+    "mla-rope-whole-head": "latent attention: RoPE over each whole query/key head (dn + dr) "
+                           "instead of its last dr dims",
+    "mla-scale-v-dim": "latent attention: scores scaled by 1/sqrt(v_head_dim) instead of "
+                       "1/sqrt(dn + dr)",
+    "mla-k-rope-first": "latent attention: the rotary part of each query head read as its "
+                        "first dr columns (and the key laid out [rope, nope]) instead of the last",
+    "mla-no-kv-norm": "latent attention: the kv latent not normalised (kv_a_norm skipped)",
+    "mla-no-q-norm": "latent attention: the query latent not normalised (q_a_norm skipped)",
 }
 
 
@@ -351,6 +427,88 @@ def attention(q, k, v, n_heads, n_kv, hd, theta, mutate):
         p /= p.sum(axis=-1, keepdims=True)
         out[:, :, h, :] = np.einsum("bij,bjd->bid", p, v[:, :, kvh, :])
     return out.reshape(b, s, n_heads * hd)
+
+
+def standard_attention(h, P, pre, spec, theta, eps, mutate):
+    """The attention block's output (after wo) on the normalised hidden
+    states h: q/k/v projections, their biases, q/k norms and clipping, then
+    moe.attention."""
+    n_h, n_kv, hd = spec["n_heads"], spec["n_kv_heads"], spec["head_dim"]
+    q, k, v = h @ P[pre + "wq"], h @ P[pre + "wk"], h @ P[pre + "wv"]
+    if spec["qkv_bias"] and "qkv-bias-off" not in mutate:
+        q, k, v = q + P[pre + "bq"], k + P[pre + "bk"], v + P[pre + "bv"]
+    if spec["qk_norm"] != "none":
+        # After the projections, before the rotary embedding.
+        per_head = (spec["qk_norm"] == "head") != ("qk-norm-grouping-swapped" in mutate)
+        clip_first = spec["clip_qkv"] is not None and "clip-before-norm" in mutate
+        if clip_first:
+            c = f32(spec["clip_qkv"], mutate)
+            q, k = np.clip(q, -c, c), np.clip(k, -c, c)
+        q = qk_norm(q, P[pre + "q_norm"], eps, per_head, hd)
+        k = qk_norm(k, P[pre + "k_norm"], eps, per_head, hd)
+    if spec["clip_qkv"] is not None and "clip-off" not in mutate:
+        # After the q/k norms (OLMoE's order), on q, k and v.
+        c = f32(spec["clip_qkv"], mutate)
+        if "clip-before-norm" not in mutate or spec["qk_norm"] == "none":
+            q, k = np.clip(q, -c, c), np.clip(k, -c, c)
+        v = np.clip(v, -c, c)
+    a = attention(q, k, v, n_h, n_kv, hd, theta, mutate)
+    return a @ P[pre + "wo"]
+
+
+def latent_attention(h, P, pre, spec, theta, eps, mutate):
+    """Multi-head latent attention (DeepSeek-V2/V3) on the normalised hidden
+    states h [B, S, D]; returns the heads' outputs [B, S, H*dv] (head-major),
+    before wo. Query head i is [q_nope (dn), q_rope (dr)]; its key is
+    [k_nope_i (dn), k_rope (dr)] with k_rope one per token, shared by every
+    head; only the dr rope dims are rotated (rotate-half, pairs (i, i + dr/2),
+    angle pos * theta^(-2i/dr)); scores are scaled by 1/sqrt(dn + dr)."""
+    la = spec["latent"]
+    b, s, _ = h.shape
+    n_h = spec["n_heads"]
+    dn, dr, dv = la["qk_nope_head_dim"], la["qk_rope_head_dim"], la["v_head_dim"]
+    if la["q_lora_rank"] > 0:
+        qa = h @ P[pre + "wq_a"]
+        if "mla-no-q-norm" not in mutate:
+            qa = rms_norm(qa, P[pre + "q_a_norm"], eps)
+        q = qa @ P[pre + "wq_b"]
+    else:
+        q = h @ P[pre + "wq"]
+    q = q.reshape(b, s, n_h, dn + dr)
+    c = h @ P[pre + "wkv_a"]
+    if "mla-no-kv-norm" not in mutate:
+        c = rms_norm(c, P[pre + "kv_a_norm"], eps)
+    k_nope = (c @ P[pre + "wk_b"]).reshape(b, s, n_h, dn)
+    v = (c @ P[pre + "wv_b"]).reshape(b, s, n_h, dv)
+    k_rope = (h @ P[pre + "wk_rope"])[:, :, None, :]  # [B, S, 1, dr]
+    if "mla-k-rope-first" in mutate:
+        q_rope, q_nope = q[..., :dr], q[..., dr:]
+    else:
+        q_nope, q_rope = q[..., :dn], q[..., dn:]
+    inter = "rope-interleaved" in mutate
+    if "mla-rope-whole-head" in mutate:
+        # The whole head rotated, as standard attention would.
+        qf = np.concatenate([q_nope, q_rope], axis=-1)
+        kf = np.concatenate([k_nope, np.broadcast_to(k_rope, (b, s, n_h, dr))], axis=-1)
+        if theta is not None:
+            qf, kf = rope(qf, theta, inter), rope(kf, theta, inter)
+    else:
+        if theta is not None:
+            q_rope, k_rope = rope(q_rope, theta, inter), rope(k_rope, theta, inter)
+        qf = np.concatenate([q_nope, q_rope], axis=-1)
+        kf = np.concatenate([k_nope, np.broadcast_to(k_rope, (b, s, n_h, dr))], axis=-1)
+    scale = math.sqrt(dv if "mla-scale-v-dim" in mutate else dn + dr)
+    out = np.empty((b, s, n_h, dv))
+    causal = np.tril(np.ones((s, s), dtype=bool))
+    for i in range(n_h):
+        sc = np.einsum("bid,bjd->bij", qf[:, :, i, :], kf[:, :, i, :]) / scale
+        if "no-causal-mask" not in mutate:
+            sc = np.where(causal[None], sc, -np.inf)
+        sc = sc - sc.max(axis=-1, keepdims=True)
+        p = np.exp(sc)
+        p /= p.sum(axis=-1, keepdims=True)
+        out[:, :, i, :] = np.einsum("bij,bjd->bid", p, v[:, :, i, :])
+    return out.reshape(b, s, n_h * dv)
 
 
 def logsumexp(x):
@@ -456,6 +614,22 @@ def moe_layer(h, L, P, pre, groups, mutate, stats, bias=None):
             exact = Fraction(float(np.float32(cf)))
         cap = min(math.ceil(exact * tg * k / e_num), tg)
     kept = np.zeros((t_all, k), dtype=bool)
+
+    def balance_loss(lo, hi):
+        """Switch load-balancing loss of tokens lo..hi-1: coef * E * sum_e
+        f_e P_e, f_e the fraction of their token-slots routed to e (before
+        drops), P_e the mean score of e (sigmoid: scores normalised over
+        experts first)."""
+        routed = experts[lo:hi] if "aux-loss-after-drops" not in mutate else \
+            np.where(kept[lo:hi], experts[lo:hi], -1)
+        counts = np.array([(routed == e).sum() for e in range(e_num)], dtype=np.float64)
+        f = counts / ((hi - lo) * k)
+        sc = scores[lo:hi]
+        if scoring == "sigmoid" and "sigmoid-aux-raw" not in mutate:
+            sc = sc / sc.sum(axis=-1, keepdims=True)
+        pm = sc.mean(axis=0)
+        return aux_coef * e_num * float(np.sum(f * pm))
+
     aux_total, z_total = 0.0, 0.0
     for g in range(groups):
         lo, hi = g * tg, (g + 1) * tg
@@ -471,21 +645,17 @@ def moe_layer(h, L, P, pre, groups, mutate, stats, bias=None):
             if fill[e] < cap:
                 fill[e] += 1
                 kept[t, j] = True
-        # Switch load-balancing loss: coef * E * sum_e f_e P_e, f_e the
-        # fraction of the group's token-slots routed to e, P_e the mean
-        # score of e (sigmoid: scores normalised over experts first).
-        routed = experts[lo:hi] if "aux-loss-after-drops" not in mutate else \
-            np.where(kept[lo:hi], experts[lo:hi], -1)
-        counts = np.array([(routed == e).sum() for e in range(e_num)], dtype=np.float64)
-        f = counts / (tg * k)
-        sc = scores[lo:hi]
-        if scoring == "sigmoid" and "sigmoid-aux-raw" not in mutate:
-            sc = sc / sc.sum(axis=-1, keepdims=True)
-        pm = sc.mean(axis=0)
-        aux_total += aux_coef * e_num * float(np.sum(f * pm))
+        # The load-balancing loss over the group's token-slots.
+        aux_total += balance_loss(lo, hi)
         # ST-MoE z-loss: zcoef * mean(logsumexp(logits)^2).
         z_total += z_coef * float(np.mean(logsumexp(logits[lo:hi]) ** 2))
-    router_loss = aux_total / groups + z_total / groups
+    aux = aux_total / groups
+    if L["aux_loss_per_sequence"] and "seq-aux-batch" not in mutate:
+        # DeepSeek's sequence-wise balance loss (seq_aux): the same loss
+        # over each sequence's S tokens on its own, averaged over the B
+        # sequences, whatever the routing groups (it counts before drops).
+        aux = sum(balance_loss(i * s, (i + 1) * s) for i in range(b)) / b
+    router_loss = aux + z_total / groups
     stats.setdefault("dropped", []).append(int((~kept).sum()))
     # The load rule's input: token-slots routed to each expert over the whole
     # batch (every group), counted before capacity drops.
@@ -525,7 +695,6 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
     targets = np.asarray(targets, dtype=np.int64)
     eps = 0.0 if "eps-off" in mutate else f32(spec["norm_eps"], mutate)
     theta = f32(spec["rope_theta"], mutate)
-    n_h, n_kv, hd = spec["n_heads"], spec["n_kv_heads"], spec["head_dim"]
     stats = {}
 
     x = P["tok_emb"][tokens]  # [B, S, D]
@@ -534,26 +703,10 @@ def forward_loss(spec, params, tokens, targets, groups=1, mutate=(), bias=None):
         pre = "l%d." % i
         # Pre-norm attention block with a residual connection.
         h = rms_norm(x, P[pre + "attn_norm"], eps)
-        q, k, v = h @ P[pre + "wq"], h @ P[pre + "wk"], h @ P[pre + "wv"]
-        if spec["qkv_bias"] and "qkv-bias-off" not in mutate:
-            q, k, v = q + P[pre + "bq"], k + P[pre + "bk"], v + P[pre + "bv"]
-        if spec["qk_norm"] != "none":
-            # After the projections, before the rotary embedding.
-            per_head = (spec["qk_norm"] == "head") != ("qk-norm-grouping-swapped" in mutate)
-            clip_first = spec["clip_qkv"] is not None and "clip-before-norm" in mutate
-            if clip_first:
-                c = f32(spec["clip_qkv"], mutate)
-                q, k = np.clip(q, -c, c), np.clip(k, -c, c)
-            q = qk_norm(q, P[pre + "q_norm"], eps, per_head, hd)
-            k = qk_norm(k, P[pre + "k_norm"], eps, per_head, hd)
-        if spec["clip_qkv"] is not None and "clip-off" not in mutate:
-            # After the q/k norms (OLMoE's order), on q, k and v.
-            c = f32(spec["clip_qkv"], mutate)
-            if "clip-before-norm" not in mutate or spec["qk_norm"] == "none":
-                q, k = np.clip(q, -c, c), np.clip(k, -c, c)
-            v = np.clip(v, -c, c)
-        a = attention(q, k, v, n_h, n_kv, hd, theta, mutate)
-        x = x + a @ P[pre + "wo"]
+        if spec["latent"] is not None:
+            x = x + latent_attention(h, P, pre, spec, theta, eps, mutate) @ P[pre + "wo"]
+        else:
+            x = x + standard_attention(h, P, pre, spec, theta, eps, mutate)
         # Pre-norm FFN block (dense SwiGLU, or routed + shared experts).
         h2 = rms_norm(x, P[pre + "ffn_norm"], eps)
         if L["dense"]:

@@ -27,7 +27,7 @@ struct MoESettings {
   int64_t expertFfnDim = 0;          ///< 0: from the model (ffn_dim)
   std::string activation = "swiglu"; ///< swiglu | gelu | relu
   int64_t numSharedExperts = 0;
-  int64_t sharedFfnDim = 0;                    ///< width of one shared expert; 0: expertFfnDim
+  int64_t sharedFfnDim = 0; ///< width of one shared expert; 0: expertFfnDim
   /// The shared experts' output scaled by sigmoid(h w), w [d_model, 1]
   /// (Qwen2-MoE's shared_expert_gate).
   bool sharedExpertGate = false;
@@ -35,6 +35,9 @@ struct MoESettings {
   std::string scoring = "softmax";             ///< softmax | sigmoid
   bool renormalize = true;
   double auxLossCoef = 0.01;
+  /// The balancing loss computed per sequence and averaged (DeepSeek's
+  /// seq_aux) instead of over the batch.
+  bool auxPerSequence = false;
   double zLossCoef = 0.0;
   double routedScaling = 1.0;
   bool routerBias = false;      ///< DeepSeek-V3 auxiliary-loss-free bias
@@ -44,6 +47,19 @@ struct MoESettings {
   /// experts of its topkGroups best groups only. 1/1: over all experts.
   int64_t numGroups = 1;
   int64_t topkGroups = 1;
+};
+
+/// DeepSeek-V2/V3's multi-head latent attention: queries through a rank-
+/// qLoraRank bottleneck (0: a plain projection), keys and values from one
+/// rank-kvLoraRank latent per token, each head's query and key a content part
+/// (qkNopeDim) and a rotary part (qkRopeDim, the key's shared by the heads),
+/// values of vHeadDim.
+struct LatentAttentionSpec {
+  int64_t qLoraRank = 0, kvLoraRank = 0, qkNopeDim = 0, qkRopeDim = 0, vHeadDim = 0;
+  bool operator==(const LatentAttentionSpec &o) const {
+    return qLoraRank == o.qLoraRank && kvLoraRank == o.kvLoraRank && qkNopeDim == o.qkNopeDim &&
+           qkRopeDim == o.qkRopeDim && vHeadDim == o.vHeadDim;
+  }
 };
 
 struct LayerSpec {
@@ -81,6 +97,8 @@ struct ModelSpec {
   /// Clips q, k and v to [-c, c] after the projections and q/k norms
   /// (OLMoE's clip_qkv); nullopt: no clipping.
   std::optional<double> clipQkv;
+  /// Latent attention instead of q/k/v projections; nullopt: standard.
+  std::optional<LatentAttentionSpec> latent;
   double initStd = 0.02;
   std::vector<LayerSpec> layers;
   OptimizerSpec optimizer;
@@ -89,7 +107,8 @@ struct ModelSpec {
   /// The document the spec was read from (for locations), and pointers of
   /// the elements ops come from.
   std::shared_ptr<const JsonDoc> doc;
-  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headDimPtr, headPtr, lossPtr, ffnPtr;
+  std::string embeddingPtr, attentionPtr, kvHeadsPtr, headDimPtr, headPtr, lossPtr, ffnPtr,
+      latentPtr;
 
   int64_t numTokens() const { return seqLen * batchSize; }
 };

@@ -39,7 +39,9 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
     tokens, each whole sequences) the groups are unequal: the data replicas
     of a mixed cluster that take unequal shares of the batch. `capacity` is
     then common to every group (sized from the largest), and the balancing
-    loss is the groups' losses weighted by their token shares.
+    loss is the groups' losses weighted by their token shares. With
+    `aux_per_sequence` (as on `moe.router`) the balancing loss is the mean
+    over the sequences instead, whatever the groups.
     ```mlir
     %g, %e, %slots, %counts, %aux = moe.fused_gate softmax %x, %w top_k 2 capacity 10
         {renormalize = true, aux_loss_coef = 1.0e-02 : f32}
@@ -68,7 +70,8 @@ def MoE_FusedGateOp : MoE_Op<"fused_gate", [Pure,
                        OptionalAttr<F64Attr>:$bias_update_rate,
                        OptionalAttr<DenseI64ArrayAttr>:$group_sizes,
                        DefaultValuedAttr<I64Attr, "1">:$expert_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       DefaultValuedAttr<BoolAttr, "false">:$aux_per_sequence);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_IndexTensor:$slots, MoE_IndexTensor:$counts,
                       MoE_LossTensor:$aux_loss);

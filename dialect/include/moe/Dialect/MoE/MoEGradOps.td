@@ -115,6 +115,31 @@ def MoE_AttentionGradOp : MoE_GradOp<"attention_grad", [
   }];
 }
 
+def MoE_LatentAttentionGradOp : MoE_GradOp<"latent_attention_grad", [
+    AllTypesMatch<["q", "dq"]>, AllTypesMatch<["k", "dk"]>,
+    AllTypesMatch<["k_rope", "dk_rope"]>, AllTypesMatch<["v", "dv", "dout"]>]> {
+  let summary = "gradient of moe.latent_attention (recomputes the scores)";
+  let description = [{
+    `dk_rope` sums the shared rotary key's gradient over the heads.
+    ```mlir
+    %dq, %dk, %dkr, %dv = moe.latent_attention_grad %q, %k, %kr, %v, %do heads 4
+        : tensor<2x16x48xf32>, tensor<2x16x32xf32>, tensor<2x16x4xf32>, tensor<2x16x24xf32>
+    ```
+    Constraints: `dout` and `dv` have `v`'s type, `dq` `q`'s, `dk` `k`'s,
+    `dk_rope` `k_rope`'s; the shapes relate as `moe.latent_attention`'s.
+  }];
+  let arguments = (ins MoE_FloatTensor:$q, MoE_FloatTensor:$k,
+                       MoE_FloatTensor:$k_rope, MoE_FloatTensor:$v,
+                       MoE_FloatTensor:$dout, I64Attr:$num_heads,
+                       OptionalAttr<F32Attr>:$rope_theta);
+  let results = (outs MoE_FloatTensor:$dq, MoE_FloatTensor:$dk,
+                      MoE_FloatTensor:$dk_rope, MoE_FloatTensor:$dv);
+  let assemblyFormat = [{
+    $q `,` $k `,` $k_rope `,` $v `,` $dout `heads` $num_heads attr-dict
+    `:` type($q) `,` type($k) `,` type($k_rope) `,` type($v)
+  }];
+}
+
 def MoE_LinearGradOp : MoE_GradOp<"linear_grad", [
     AllTypesMatch<["x", "dx"]>, AllTypesMatch<["weight", "dweight"]>]> {
   let summary = "gradient of moe.linear: dx = dy W^T, dW = x^T dy";
@@ -205,7 +230,8 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
     `fused_gate` (the balancing loss is the mean over groups of their
     losses, weighted by their token shares when the sizes are unequal).
     `expert_groups` and `topk_groups` are the forward's group-limited
-    selection: the recomputed routing selects the same experts.
+    selection: the recomputed routing selects the same experts;
+    `aux_per_sequence` the forward's balancing loss per sequence.
     ```mlir
     %dx, %dw = moe.router_grad softmax %x, %w, %dgates, %daux top_k 2 {renormalize = true}
         : (tensor<2x16x64xf32>, tensor<64x8xf32>, tensor<2x16x2xf32>, tensor<f32>)
@@ -225,7 +251,8 @@ def MoE_RouterGradOp : MoE_GradOp<"router_grad"> {
                        DefaultValuedAttr<I64Attr, "1">:$groups,
                        OptionalAttr<DenseI64ArrayAttr>:$group_sizes,
                        DefaultValuedAttr<I64Attr, "1">:$expert_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       DefaultValuedAttr<BoolAttr, "false">:$aux_per_sequence);
   let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dweight);
   let assemblyFormat = [{
     $scoring $x `,` $weight `,` $dgates `,` $daux (`bias` $bias^)? `top_k` $top_k

@@ -109,6 +109,59 @@ def MoE_AttentionOp : MoE_Op<"attention", [Pure,
   }];
 }
 
+def MoE_LatentAttentionOp : MoE_Op<"latent_attention", [Pure,
+    DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
+  let summary = "causal attention with a per-head and a shared rotary key part";
+  let description = [{
+    The attention of DeepSeek-V2/V3's multi-head latent attention, after its
+    low-rank projections (which are `moe.linear` and `moe.rms_norm` ops).
+    `q` is `[B, S, H * (dn + dr)]`: each head's first `dn` columns are its
+    content part, its last `dr` its rotary part. `k` is `[B, S, H * dn]`,
+    each head's content key; `k_rope` is `[B, S, dr]`, one rotary key per
+    token shared by every head; `v` is `[B, S, H * dv]`. Query head `h`
+    scores key `j` as `(q_h[:dn] . k_h + rope(q_h[dn:]) . rope(k_rope)) /
+    sqrt(dn + dr)`, takes the causal softmax and sums `v_h`; the result is
+    `[B, S, H * dv]`. With `rope_theta`, rotary embeddings (rotate-half over
+    the `dr` columns, angle `pos * theta^(-2i / dr)`) rotate the rotary
+    parts of the queries and the shared key; without, they are used as they
+    are.
+
+    ```mlir
+    %o = moe.latent_attention %q, %k, %kr, %v heads 4 {rope_theta = 1.0e+04 : f32}
+        : tensor<2x16x48xf32>, tensor<2x16x32xf32>, tensor<2x16x4xf32>,
+          tensor<2x16x24xf32> -> tensor<2x16x24xf32>
+    ```
+
+    Constraints:
+    - `q`, `k`, `k_rope`, `v` and the result have rank 3, equal batch and
+      sequence dimensions and one element type;
+    - `heads >= 1` divides `k`'s, `v`'s and the result's widths, giving `dn
+      >= 1` and `dv`; the result is `v`'s type;
+    - `k_rope`'s width `dr >= 1` (even with `rope_theta`, which is > 0), and
+      `q`'s width is `heads * (dn + dr)`.
+  }];
+  let arguments = (ins MoE_FloatTensor:$q, MoE_FloatTensor:$k,
+                       MoE_FloatTensor:$k_rope, MoE_FloatTensor:$v,
+                       I64Attr:$num_heads, OptionalAttr<F32Attr>:$rope_theta);
+  let results = (outs MoE_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $k_rope `,` $v `heads` $num_heads attr-dict
+    `:` type($q) `,` type($k) `,` type($k_rope) `,` type($v) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Widths of one head's content key (dn), of the shared rotary key (dr)
+    /// and of one head's value (dv).
+    int64_t getContentDim() {
+      return getK().getType().getShape().back() / getNumHeads();
+    }
+    int64_t getRopeDim() { return getKRope().getType().getShape().back(); }
+    int64_t getValueDim() {
+      return getV().getType().getShape().back() / getNumHeads();
+    }
+  }];
+}
+
 def MoE_LinearOp : MoE_Op<"linear", [Pure,
     DeclareOpInterfaceMethods<MoE_GradientOpInterface>]> {
   let summary = "affine map over the last dimension";

@@ -37,7 +37,9 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
     `aux_loss` is `aux_loss_coef * E * sum_e f_e * P_e` (Switch Transformer
     load-balancing loss: `f_e` the fraction of token-slots routed to `e`,
     `P_e` the mean score of `e`) plus `z_loss_coef * mean(logsumexp(logits)^2)`
-    (ST-MoE router z-loss).
+    (ST-MoE router z-loss). With `aux_per_sequence` (DeepSeek's `seq_aux`)
+    the balancing term is computed over each sequence, `x[b]` for every
+    leading index `b`, and averaged over the sequences: `x` has rank >= 3.
 
     `capacity_factor`, when present, is the factor the frontend used to size
     the dispatch buffers (`C = ceil(capacity_factor * T * top_k / E)`);
@@ -59,7 +61,8 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
       `z_loss_coef >= 0`; `routed_scaling > 0`;
     - `bias_update_rate`, only with a `bias`, is finite and `>= 0`;
     - `expert_groups >= 1` divides `E`; `1 <= topk_groups <= expert_groups`;
-      `top_k <= topk_groups * E / expert_groups`.
+      `top_k <= topk_groups * E / expert_groups`;
+    - `aux_per_sequence` only with `x` of rank >= 3.
   }];
   let arguments = (ins MoE_Scoring:$scoring, MoE_FloatTensor:$x,
                        MoE_FloatTensor:$weight, Optional<MoE_FloatTensor>:$bias,
@@ -71,7 +74,8 @@ def MoE_RouterOp : MoE_Op<"router", [Pure,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling,
                        OptionalAttr<F64Attr>:$bias_update_rate,
                        DefaultValuedAttr<I64Attr, "1">:$expert_groups,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_groups);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       DefaultValuedAttr<BoolAttr, "false">:$aux_per_sequence);
   let results = (outs MoE_FloatTensor:$gates, MoE_IndexTensor:$experts,
                       MoE_LossTensor:$aux_loss);
   let assemblyFormat = [{
