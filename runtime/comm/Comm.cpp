@@ -46,18 +46,35 @@ int finish(moert_comm *comm, bool ok) {
   return 1;
 }
 
-/// The emulated link's time for `bytes` on the wire in `messages`
-/// sequential messages (moert_comm_emulate_link). Transfers of a rank's
-/// communicator and its duplicates share the link: each starts when the
-/// previous one ends.
-void emulateLink(const moert_comm *comm, double bytes, int messages) {
+/// What a collective puts on the wire: `bytes` in `messages` sequential
+/// messages, of which `interBytes` in `interMessages` to other nodes.
+struct Wire {
+  double bytes = 0;
+  int messages = 0;
+  double interBytes = 0;
+  int interMessages = 0;
+};
+
+/// The emulated links' time for `w` (moert_comm_emulate_link, and
+/// moert_comm_emulate_inter_node for its inter-node part). Transfers of a
+/// rank's communicator and its duplicates share the link: each starts when
+/// the previous one ends.
+void emulateLink(const moert_comm *comm, const Wire &w) {
   moert::EmulatedLink &link = *comm->link;
-  double seconds, end;
+  double seconds = 0, end;
   {
     std::lock_guard<std::mutex> lock(link.mutex);
-    if (link.bytesPerSecond <= 0)
+    bool intra = link.bytesPerSecond > 0, inter = link.interBytesPerSecond > 0;
+    if (!intra && !inter)
       return;
-    seconds = bytes / link.bytesPerSecond + messages * link.latency;
+    if (!inter) // one link for every byte
+      seconds = w.bytes / link.bytesPerSecond + w.messages * link.latency;
+    else {
+      if (intra)
+        seconds = (w.bytes - w.interBytes) / link.bytesPerSecond +
+                  (w.messages - w.interMessages) * link.latency;
+      seconds += w.interBytes / link.interBytesPerSecond + w.interMessages * link.interLatency;
+    }
     if (seconds <= 0)
       return;
     double now = moert::nowSeconds();
@@ -65,6 +82,35 @@ void emulateLink(const moert_comm *comm, double bytes, int messages) {
     link.busyUntil = end;
   }
   moert::waitUntil(end);
+}
+
+/// Whether global rank `other` runs on another node than this rank.
+bool remote(const moert_comm *comm, int32_t other) {
+  const std::vector<int32_t> &of = comm->nodes->of;
+  return !of.empty() && of[other] != of[comm->rank];
+}
+
+/// The members of `group` on other nodes than this rank.
+int remoteMembers(const moert_comm *comm, const int32_t *group, int n) {
+  int count = 0;
+  for (int j = 0; j < n; ++j)
+    count += remote(comm, group[j]) ? 1 : 0;
+  return count;
+}
+
+/// A ring all-reduce of `count` floats over `group` from member `index`:
+/// 2 (n - 1) messages of count / n floats to the next member, across nodes
+/// when that member is on another node. Counts the bytes sent.
+Wire ringAllReduce(moert_comm *comm, int64_t count, const int32_t *group, int n, int index) {
+  Wire w;
+  w.bytes = 2.0 * (n - 1) * count * 4 / n;
+  w.messages = 2 * (n - 1);
+  comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  if (n > 1 && remote(comm, group[(index + 1) % n])) {
+    w.interBytes = w.bytes, w.interMessages = w.messages;
+    comm->interNodeBytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  }
+  return w;
 }
 
 /// ceil(log2 n): the rounds of a tree broadcast or a dissemination barrier.
@@ -105,9 +151,9 @@ int moert::allReduceSegments(moert_comm *comm, const Segment *segments, int numS
   int64_t count = 0;
   for (int s = 0; s < numSegments; ++s)
     count += segments[s].count;
-  comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  Wire w = ringAllReduce(comm, count, group, n, i);
   if (n > 1)
-    emulateLink(comm, 2.0 * (n - 1) * count * 4 / n, 2 * (n - 1));
+    emulateLink(comm, w);
   return 0;
 }
 
@@ -119,10 +165,35 @@ void moert_comm_emulate_link(moert_comm *comm, double bytesPerSecond, double lat
   comm->link->bytesPerSecond = bytesPerSecond;
   comm->link->latency = latencySeconds;
 }
+void moert_comm_emulate_inter_node(moert_comm *comm, double bytesPerSecond, double latencySeconds) {
+  std::lock_guard<std::mutex> lock(comm->link->mutex);
+  comm->link->interBytesPerSecond = bytesPerSecond;
+  comm->link->interLatency = latencySeconds;
+}
+int moert_comm_set_nodes(moert_comm *comm, const int32_t *nodeOf) {
+  if (!nodeOf) {
+    comm->nodes->of.clear();
+    return 0;
+  }
+  for (int r = 0; r < comm->size; ++r)
+    if (nodeOf[r] < 0) {
+      comm->error = "rank " + std::to_string(comm->rank) + ": rank " + std::to_string(r) +
+                    " is placed on node " + std::to_string(nodeOf[r]) + " (nodes are >= 0)";
+      return 1;
+    }
+  comm->nodes->of.assign(nodeOf, nodeOf + comm->size);
+  return 0;
+}
+int64_t moert_comm_inter_node_bytes(const moert_comm *comm, int collective) {
+  return collective >= 0 && collective < MOERT_NUM_COLLECTIVES ? comm->interNodeBytes[collective]
+                                                               : 0;
+}
 moert_comm *moert_comm_dup(moert_comm *comm) {
   moert_comm *copy = comm->duplicate();
-  if (copy)
+  if (copy) {
     copy->link = comm->link;
+    copy->nodes = comm->nodes;
+  }
   return copy;
 }
 void moert_comm_free(moert_comm *comm) { delete comm; }
@@ -137,9 +208,9 @@ int moert_all_reduce_f32(moert_comm *comm, float *data, int64_t count, const int
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->allReduce(data, count, group, n, i)))
     return 1;
-  comm->bytes[MOERT_ALL_REDUCE] += 2 * (n - 1) * count * 4 / n;
+  Wire w = ringAllReduce(comm, count, group, n, i);
   if (n > 1)
-    emulateLink(comm, 2.0 * (n - 1) * count * 4 / n, 2 * (n - 1));
+    emulateLink(comm, w);
   return 0;
 }
 
@@ -148,15 +219,24 @@ int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBy
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->allToAllV(send, sendBytes, recv, recvBytes, group, n, i)))
     return 1;
-  double sent = 0, received = 0;
+  double sent = 0, received = 0, interSent = 0, interReceived = 0;
+  Wire w;
   for (int j = 0; j < n; ++j)
     if (j != i) {
       comm->bytes[MOERT_ALL_TO_ALL] += sendBytes[j];
       sent += sendBytes[j];
       received += recvBytes[j];
+      if (remote(comm, group[j])) {
+        comm->interNodeBytes[MOERT_ALL_TO_ALL] += sendBytes[j];
+        interSent += sendBytes[j];
+        interReceived += recvBytes[j];
+        ++w.interMessages;
+      }
     }
+  w.bytes = std::max(sent, received), w.messages = n - 1;
+  w.interBytes = std::max(interSent, interReceived);
   if (n > 1)
-    emulateLink(comm, std::max(sent, received), n - 1);
+    emulateLink(comm, w);
   return 0;
 }
 
@@ -165,9 +245,12 @@ int moert_all_gather(moert_comm *comm, const void *send, int64_t bytes, void *re
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->allGather(send, bytes, recv, group, n, i)))
     return 1;
+  int far = remoteMembers(comm, group, n);
   comm->bytes[MOERT_ALL_GATHER] += bytes * (n - 1);
+  comm->interNodeBytes[MOERT_ALL_GATHER] += bytes * far;
   if (n > 1)
-    emulateLink(comm, static_cast<double>(bytes) * (n - 1), n - 1);
+    emulateLink(
+        comm, {static_cast<double>(bytes) * (n - 1), n - 1, static_cast<double>(bytes) * far, far});
   return 0;
 }
 
@@ -176,9 +259,12 @@ int moert_reduce_scatter_f32(moert_comm *comm, const float *send, float *recv, i
   int i = validate(comm, group, n);
   if (i < 0 || finish(comm, comm->reduceScatter(send, recv, count, group, n, i)))
     return 1;
+  int far = remoteMembers(comm, group, n);
   comm->bytes[MOERT_REDUCE_SCATTER] += (n - 1) * count * 4;
+  comm->interNodeBytes[MOERT_REDUCE_SCATTER] += far * count * 4;
   if (n > 1)
-    emulateLink(comm, static_cast<double>(n - 1) * count * 4, n - 1);
+    emulateLink(comm, {static_cast<double>(n - 1) * count * 4, n - 1,
+                       static_cast<double>(far) * count * 4, far});
   return 0;
 }
 
@@ -198,10 +284,14 @@ int moert_broadcast(moert_comm *comm, void *data, int64_t bytes, int root, const
   }
   if (finish(comm, comm->broadcast(data, bytes, rootIndex, group, n, i)))
     return 1;
-  if (i == rootIndex)
+  int far = remoteMembers(comm, group, n);
+  if (i == rootIndex) {
     comm->bytes[MOERT_BROADCAST] += bytes * (n - 1);
+    comm->interNodeBytes[MOERT_BROADCAST] += bytes * far;
+  }
   if (n > 1)
-    emulateLink(comm, static_cast<double>(bytes), treeRounds(n));
+    emulateLink(comm, {static_cast<double>(bytes), treeRounds(n),
+                       far ? static_cast<double>(bytes) : 0, far ? treeRounds(n) : 0});
   return 0;
 }
 
@@ -210,7 +300,7 @@ int moert_barrier(moert_comm *comm, const int32_t *group, int n) {
   if (i < 0 || finish(comm, comm->barrier(group, n, i)))
     return 1;
   if (n > 1)
-    emulateLink(comm, 0, treeRounds(n));
+    emulateLink(comm, {0, treeRounds(n), 0, remoteMembers(comm, group, n) ? treeRounds(n) : 0});
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace moert {
 /// The emulated link of a rank (moert_comm_emulate_link), shared by its
@@ -25,7 +26,15 @@ namespace moert {
 struct EmulatedLink {
   std::mutex mutex;
   double bytesPerSecond = 0, latency = 0;
+  /// Between nodes (moert_comm_emulate_inter_node); 0: the link above.
+  double interBytesPerSecond = 0, interLatency = 0;
   double busyUntil = 0; ///< steady-clock seconds when the last transfer ends
+};
+
+/// The node of every rank (moert_comm_set_nodes), shared by a
+/// communicator and its duplicates; empty: one node.
+struct NodeMap {
+  std::vector<int32_t> of;
 };
 } // namespace moert
 
@@ -44,7 +53,10 @@ struct moert_comm {
   int rank = 0, size = 1;
   std::string error;
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
+  /// Of those, the bytes sent to ranks of other nodes.
+  int64_t interNodeBytes[MOERT_NUM_COLLECTIVES] = {};
   std::shared_ptr<moert::EmulatedLink> link = std::make_shared<moert::EmulatedLink>();
+  std::shared_ptr<moert::NodeMap> nodes = std::make_shared<moert::NodeMap>();
 
   /// A communicator over the same ranks whose collectives never match this
   /// one's (moert_comm_dup), or null when the backend cannot run two at

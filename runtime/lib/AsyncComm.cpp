@@ -72,13 +72,16 @@ struct Job {
   bool done = false;
   double start = 0, end = 0;
   int64_t bytes[MOERT_NUM_COLLECTIVES] = {};
+  int64_t interNodeBytes[MOERT_NUM_COLLECTIVES] = {}; ///< of those, to other nodes
   /// An exchange's work over the channel's communicator (empty: a reduction).
   std::function<int(moert_comm *)> work;
 
   int run(moert_comm *comm) {
-    int64_t before[MOERT_NUM_COLLECTIVES] = {};
-    if (comm)
+    int64_t before[MOERT_NUM_COLLECTIVES] = {}, interBefore[MOERT_NUM_COLLECTIVES] = {};
+    if (comm) {
       std::copy(comm->bytes, comm->bytes + MOERT_NUM_COLLECTIVES, before);
+      std::copy(comm->interNodeBytes, comm->interNodeBytes + MOERT_NUM_COLLECTIVES, interBefore);
+    }
     start = moert::nowSeconds();
     rc = work ? work(comm)
          : shards.empty()
@@ -90,8 +93,10 @@ struct Job {
                                           counts.data(), shards.data(), mean, scale);
     end = moert::nowSeconds();
     if (comm) {
-      for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+      for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k) {
         bytes[k] = comm->bytes[k] - before[k];
+        interNodeBytes[k] = comm->interNodeBytes[k] - interBefore[k];
+      }
       if (rc)
         error = comm->error;
     }
@@ -428,8 +433,10 @@ extern "C" int moert_step_exchange_wait(moert_context *ctx, int handle) {
                           job->end);
   }
   if (ctx->run.comm) {
-    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k) {
       ctx->run.comm->bytes[k] += job->bytes[k];
+      ctx->run.comm->interNodeBytes[k] += job->interNodeBytes[k];
+    }
     if (job->rc)
       ctx->run.comm->error = job->error;
   }
@@ -489,8 +496,10 @@ extern "C" int moert_step_wait(moert_context *ctx, int handle) {
                           job->start, job->end);
   }
   if (ctx->run.comm) {
-    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k)
+    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k) {
       ctx->run.comm->bytes[k] += job->bytes[k];
+      ctx->run.comm->interNodeBytes[k] += job->interNodeBytes[k];
+    }
     if (job->rc)
       ctx->run.comm->error = job->error;
   }

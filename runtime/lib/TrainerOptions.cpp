@@ -97,7 +97,8 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "          [--threads N] [--no-progress] [--ranks N] [--comm-timeout S]\n"
               "          [--comm threads|mpi] [--max-memory GB] [--rebalance-every N]\n"
               "          [--trace FILE] [--profile-kernels]\n"
-              "          [--emulate-link GBPS[,LATENCY_US]]\n"
+              "          [--emulate-link GBPS[,LATENCY_US]] [--ranks-per-node K]\n"
+              "          [--emulate-inter-node GBPS[,LATENCY_US]]\n"
               "          [--emulate-cluster SPEED,...] [--comm-priority all-to-all|fifo]\n"
               "          [--staleness 0|1] [--loss-scale S] [--loss-scale-window N]\n"
               "          [--lr LR] [--min-lr LR] [--warmup-steps N] [--total-steps N]\n"
@@ -152,6 +153,11 @@ std::vector<double> parseList(const char *text, bool (*inRange)(double), const c
               "               kernel: slower steps)\n"
               "  --emulate-link GBPS[,LATENCY_US]  each collective also takes its bytes\n"
               "               over GBPS gigabytes/s plus LATENCY_US per message\n"
+              "  --ranks-per-node K  ranks r of node r / K (default: the ranks of one\n"
+              "               host share a node); the metrics count the bytes each\n"
+              "               rank sends to other nodes (comm_bytes_inter_node)\n"
+              "  --emulate-inter-node GBPS[,LATENCY_US]  the bytes to other nodes take\n"
+              "               this link instead (--emulate-link: the rest)\n"
               "  --emulate-cluster SPEED,...  rank r computes at SPEED_r in (0, 1] of\n"
               "               this machine (waits (1/SPEED - 1) x its compute); one\n"
               "               value: every rank\n"
@@ -327,15 +333,17 @@ Options moert::trainer::parseOptions(int argc, char **argv) {
       o.trace = value();
     else if (a == "--profile-kernels")
       o.profileKernels = true;
-    else if (a == "--emulate-link") {
+    else if (a == "--emulate-link" || a == "--emulate-inter-node") {
+      std::string expects = a + " expects GBPS[,LATENCY_US], numbers in (0, 1e6]";
       std::vector<double> link = parseList(
-          value(), [](double v) { return v > 0 && v <= 1e6; },
-          "--emulate-link expects GBPS[,LATENCY_US], numbers in (0, 1e6]");
+          value(), [](double v) { return v > 0 && v <= 1e6; }, expects.c_str());
       if (link.size() > 2)
-        die("--emulate-link expects GBPS[,LATENCY_US], got " + std::to_string(link.size()) +
-            " numbers");
-      o.linkBytesPerSecond = link[0] * 1e9;
-      o.linkLatency = link.size() > 1 ? link[1] * 1e-6 : 0;
+        die(a + " expects GBPS[,LATENCY_US], got " + std::to_string(link.size()) + " numbers");
+      bool inter = a == "--emulate-inter-node";
+      (inter ? o.interBytesPerSecond : o.linkBytesPerSecond) = link[0] * 1e9;
+      (inter ? o.interLatency : o.linkLatency) = link.size() > 1 ? link[1] * 1e-6 : 0;
+    } else if (a == "--ranks-per-node") {
+      o.ranksPerNode = static_cast<int>(std::min<long long>(parseInt(a, value(), 1), 1 << 30));
     } else if (a == "--loss-scale") {
       o.lossScale = parseReal(
           value(), false, [](double v) { return v >= 1 && v <= 1e30; },

@@ -43,6 +43,10 @@ struct Options {
   long long rebalanceEvery = 0; ///< 0: experts stay where the plan put them
   /// --emulate-link GBPS[,LATENCY_US]: bytes/s and seconds (0: off).
   double linkBytesPerSecond = 0, linkLatency = 0;
+  /// --emulate-inter-node: the link between nodes (0: none of its own).
+  double interBytesPerSecond = 0, interLatency = 0;
+  /// --ranks-per-node (0: ranks on one host share a node, by host name).
+  int ranksPerNode = 0;
   /// --emulate-cluster S,...: each rank's relative compute speed in (0, 1]
   /// (one value: every rank's); empty: off.
   std::vector<double> rankSpeeds;

@@ -136,6 +136,49 @@ TEST(CommTest, RaggedAllToAllDeliversEveryChunk) {
   EXPECT_EQ(sent, (std::vector<int64_t>{5, 6, 7}));
 }
 
+TEST(CommTest, CountsTheBytesThatCrossNodes) {
+  // 4 ranks on 2 nodes ({0, 1} and {2, 3}).
+  const int ranks = 4;
+  std::vector<std::vector<int64_t>> inter(ranks), total(ranks);
+  Ranks run;
+  run.body = [&](moert_comm *comm) {
+    int r = moert_comm_rank(comm);
+    const int32_t nodeOf[] = {0, 0, 1, 1}, all[] = {0, 1, 2, 3};
+    if (moert_comm_set_nodes(comm, nodeOf) != 0)
+      return 1;
+    // An all-to-all: rank r sends 10 (j + 1) + r bytes to rank j.
+    std::vector<int64_t> sendBytes(ranks), recvBytes(ranks);
+    for (int j = 0; j < ranks; ++j)
+      sendBytes[j] = 10 * (j + 1) + r, recvBytes[j] = 10 * (r + 1) + j;
+    std::vector<char> send(200), recv(200);
+    int rc = moert_all_to_all_v(comm, send.data(), sendBytes.data(), recv.data(), recvBytes.data(),
+                                all, ranks);
+    // A ring all-reduce of 100 floats: 600 bytes to the next rank, across
+    // nodes from ranks 1 and 3 only.
+    std::vector<float> data(100, 1.0f);
+    rc = rc ? rc : moert_all_reduce_f32(comm, data.data(), 100, all, ranks);
+    // An all-gather of 8 bytes: 8 to each member of the other node.
+    char piece[8] = {}, gathered[32];
+    rc = rc ? rc : moert_all_gather(comm, piece, 8, gathered, all, ranks);
+    // Within a node only: nothing crosses.
+    const int32_t mine[] = {r < 2 ? 0 : 2, r < 2 ? 1 : 3};
+    rc = rc ? rc : moert_all_reduce_f32(comm, data.data(), 100, mine, 2);
+    for (int k = 0; k < MOERT_NUM_COLLECTIVES; ++k) {
+      inter[r].push_back(moert_comm_inter_node_bytes(comm, k));
+      total[r].push_back(moert_comm_bytes(comm, k));
+    }
+    return rc;
+  };
+  ASSERT_EQ(run(ranks), 0) << (run.errors.empty() ? "" : run.errors[0]);
+  for (int r = 0; r < ranks; ++r) {
+    int64_t a2a = r < 2 ? (30 + r) + (40 + r) : (10 + r) + (20 + r);
+    EXPECT_EQ(inter[r][MOERT_ALL_TO_ALL], a2a) << "rank " << r;
+    EXPECT_EQ(inter[r][MOERT_ALL_REDUCE], r % 2 ? 600 : 0) << "rank " << r;
+    EXPECT_EQ(total[r][MOERT_ALL_REDUCE], 600 + 400) << "rank " << r;
+    EXPECT_EQ(inter[r][MOERT_ALL_GATHER], 16) << "rank " << r;
+  }
+}
+
 TEST(CommTest, GatherScatterAndBroadcast) {
   const int ranks = 4;
   std::vector<std::vector<int32_t>> gathered(ranks);

@@ -75,6 +75,30 @@ int moert_comm_size(const moert_comm *comm);
  * 0 bandwidth: no emulation. */
 void moert_comm_emulate_link(moert_comm *comm, double bytes_per_second, double latency_seconds);
 
+/* Places the ranks on nodes (hosts): rank r runs on node node_of[r], for
+ * each of the communicator's ranks (null: every rank on one node, the
+ * default). The collectives then count the bytes this rank sends to ranks
+ * of other nodes (moert_comm_inter_node_bytes), under the algorithms the
+ * emulated link assumes: a ring all-reduce sends its bytes across when the
+ * next member in the ring is on another node; an all-to-all, all-gather or
+ * reduce-scatter its pieces for members of other nodes; a broadcast root
+ * its bytes to each member of another node. The map is shared with the
+ * communicator's duplicates. Returns 1, with the error set, for a negative
+ * node. */
+int moert_comm_set_nodes(moert_comm *comm, const int32_t *node_of);
+
+/* The link between nodes (the trainer's --emulate-inter-node): the bytes a
+ * collective sends to other nodes take `bytes_per_second` and
+ * `latency_seconds` per message to another node, the rest the link of
+ * moert_comm_emulate_link. 0 bandwidth: every byte takes that link's time
+ * (no separate inter-node link). */
+void moert_comm_emulate_inter_node(moert_comm *comm, double bytes_per_second,
+                                   double latency_seconds);
+
+/* Bytes this rank sent to ranks of other nodes in collectives of kind
+ * `collective` so far (all of its bytes when every rank is its own node). */
+int64_t moert_comm_inter_node_bytes(const moert_comm *comm, int collective);
+
 /* A second communicator over the same ranks, for collectives another
  * thread runs while this one's run (the step's background all-reduces):
  * its collectives never match this one's, and the two share the emulated

@@ -18,6 +18,15 @@
 
 using namespace moert::trainer;
 
+/// Bytes this rank sent to ranks of other nodes so far, every collective
+/// (compressed ones included).
+static int64_t interNodeBytes(const Rank &r) {
+  int64_t sum = 0;
+  for (int k = 0; r.comm && k < MOERT_NUM_COLLECTIVES; ++k)
+    sum += moert_comm_inter_node_bytes(r.comm, k);
+  return sum;
+}
+
 /// The communicator's and the codecs' byte counters before the step.
 void Communication::beforeStep(StepState &) {
   ByteCounters &c = before;
@@ -26,6 +35,7 @@ void Communication::beforeStep(StepState &) {
   std::copy(r.ctx.runtime.codec_sent, r.ctx.runtime.codec_sent + MOERT_NUM_COLLECTIVES,
             c.codecSent);
   c.codecPlain = r.ctx.runtime.codec_uncompressed;
+  c.interNode = interNodeBytes(r);
 }
 
 /// The bytes this rank sent in step `s` (from the counters `before` it):
@@ -46,6 +56,7 @@ void Communication::acceptStep(StepState &st) {
   for (int k = 0; k < 4; ++k)
     b.sent[k] = r.comm ? moert_comm_bytes(r.comm, k) - before.sent[k] - codecBy[k] : 0;
   std::copy(b.sent, b.sent + 4, lastSent);
+  b.interNode = interNodeBytes(r) - before.interNode;
   // Compressed all-reduces: bytes sent, what uncompressed ones would have
   // sent, and the codecs' formula (nothing compressed in the warm-up).
   b.codecExpected = s < r.prog.codec_warmup_steps ? 0 : r.prog.step_codec_bytes;
@@ -72,6 +83,7 @@ void Communication::report(const StepState &, nlohmann::json *line) {
   (*line)["comm_bytes"] = commBytes(bytes.sent);
   (*line)["comm_bytes_analytical"] = commBytes(analytical);
   (*line)["comm_bytes_ragged_bound"] = r.prog.step_ragged_bound;
+  (*line)["comm_bytes_inter_node"] = bytes.interNode;
   (*line)["codec_bytes"] = {{"sent", bytes.codecSent},
                             {"uncompressed", bytes.codecPlain},
                             {"expected", bytes.codecExpected}};

@@ -30,6 +30,7 @@ private:
     int64_t sent[4]; ///< all_reduce, all_to_all, all_gather, reduce_scatter (Comm.h)
     int64_t codecSent[MOERT_NUM_COLLECTIVES];
     int64_t codecPlain;
+    int64_t interNode; ///< sent to ranks of other nodes, every collective
   } before{};
   /// What the step sent: per collective without the compressed
   /// all-reduces, and those on their own (bytes, what uncompressed ones
@@ -37,6 +38,7 @@ private:
   struct StepBytes {
     int64_t sent[4];
     int64_t codecSent, codecPlain, codecExpected;
+    int64_t interNode;
   } bytes{};
   /// The last step's bytes (all_reduce, all_to_all, all_gather,
   /// reduce_scatter) and compressed bytes (sent, uncompressed).

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -30,6 +32,49 @@ void Tracing::configure() {
   }
   if (r.comm && r.o.linkBytesPerSecond > 0)
     moert_comm_emulate_link(r.comm, r.o.linkBytesPerSecond, r.o.linkLatency);
+  if (r.comm)
+    placeOnNodes();
+  if (r.comm && r.o.interBytesPerSecond > 0)
+    moert_comm_emulate_inter_node(r.comm, r.o.interBytesPerSecond, r.o.interLatency);
+}
+
+/// The node of every rank: rank / --ranks-per-node, else the ranks of one
+/// host (by name, gathered over the communicator) share a node. The
+/// communicator counts what crosses between nodes; the lead says where the
+/// ranks are when there is more than one node.
+void Tracing::placeOnNodes() {
+  std::vector<int32_t> nodeOf(static_cast<size_t>(r.ranks));
+  if (r.o.ranksPerNode > 0) {
+    for (int k = 0; k < r.ranks; ++k)
+      nodeOf[k] = k / r.o.ranksPerNode;
+  } else {
+    constexpr int kName = 256;
+    char host[kName] = {};
+    ::gethostname(host, kName - 1);
+    std::vector<char> names(static_cast<size_t>(kName) * r.ranks);
+    std::vector<int32_t> everyone(static_cast<size_t>(r.ranks));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    if (moert_all_gather(r.comm, host, kName, names.data(), everyone.data(), r.ranks) != 0)
+      r.commError("gathering the ranks' host names");
+    std::vector<std::string> hosts;
+    for (int k = 0; k < r.ranks; ++k) {
+      std::string name(&names[static_cast<size_t>(k) * kName]);
+      auto at = std::find(hosts.begin(), hosts.end(), name);
+      nodeOf[k] = static_cast<int32_t>(at - hosts.begin());
+      if (at == hosts.end())
+        hosts.push_back(name);
+    }
+  }
+  if (moert_comm_set_nodes(r.comm, nodeOf.data()) != 0)
+    r.commError("placing the ranks on nodes");
+  int nodes = *std::max_element(nodeOf.begin(), nodeOf.end()) + 1;
+  if (r.lead && nodes > 1) {
+    std::string where;
+    for (int k = 0; k < r.ranks; ++k)
+      where += (k ? " " : "") + std::to_string(nodeOf[k]);
+    std::printf("nodes: %d (%s; node of each rank: %s)\n", nodes,
+                r.o.ranksPerNode > 0 ? "--ranks-per-node" : "by host name", where.c_str());
+  }
 }
 
 /// Every rank leaves a barrier at about the same time: that instant is

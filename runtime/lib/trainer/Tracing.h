@@ -28,6 +28,7 @@ public:
   void onFinish(const RunEnd &end) override;
 
 private:
+  void placeOnNodes();
   /// --trace: this rank's events, and the time every rank agreed on as 0.
   std::unique_ptr<moert_trace> trace;
   double traceOrigin = 0;
