@@ -226,6 +226,7 @@ std::string plan::planJson(const PlanReport &report) {
       {"precision", cluster.precision},
       {"forward_only", step.forwardOnly},
       {"dense_parameter_bytes", step.denseParamBytes},
+      {"tp_whole_parameter_bytes", step.tpWholeBytes},
       {"expert_parameter_bytes", step.expertParamBytes},
       {"activation_bytes", step.activationBytes},
       {"candidates", std::move(cands)},

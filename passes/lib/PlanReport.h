@@ -23,6 +23,13 @@ struct StepSummary {
   double flops = 0;
   std::vector<double> denseTime, expertTime; ///< per device kind, whole step
   double denseParamBytes = 0, expertParamBytes = 0, activationBytes = 0;
+  /// Of the dense bytes, those tensor parallelism keeps whole on every tp
+  /// rank (embeddings, norms, routers, latent attention's latents).
+  double tpWholeBytes = 0;
+  /// A tp rank's dense parameter bytes.
+  double denseBytesPerTpRank(double tp) const {
+    return (denseParamBytes - tpWholeBytes) / tp + tpWholeBytes;
+  }
   std::vector<double> layerDispatchBytes; ///< per MoE layer: E x C x D buffer
   std::vector<int64_t> layerExperts;
   int64_t tokens = 0, layers = 0, width = 0, heads = 0, kvHeads = 0;

@@ -184,12 +184,11 @@ public:
           // AdamW on every element the rank updates: read w, m, v, g and
           // write w, m, v (28 bytes per f32 element, 7x the parameter
           // bytes); replicated parameters are updated on every replica.
+          double dense = step.denseBytesPerTpRank(tdp),
+                 expert = step.expertParamBytes * expertFraction[d * ep + e] / tdp;
           double updated =
-              (zero ? step.denseParamBytes / static_cast<double>(dp * ep) +
-                          step.expertParamBytes * expertFraction[d * ep + e] /
-                              static_cast<double>(dp)
-                    : step.denseParamBytes + step.expertParamBytes * expertFraction[d * ep + e]) /
-              tdp;
+              zero ? dense / static_cast<double>(dp * ep) + expert / static_cast<double>(dp)
+                   : dense + expert;
           time += 7 * updated / cluster.kinds[k].memoryBandwidth;
           // Ranks sharing a host share its compute and memory.
           c.compute = std::max(c.compute, time * static_cast<double>(cluster.sharing(r)));
@@ -244,7 +243,7 @@ public:
           replicas.push_back(g.rank(d, e, t));
       // One bucketed all-reduce per kind (the step program sends each run
       // of equal reductions as one collective).
-      denseAR = std::max(denseAR, allReduceTime(cluster, replicas, step.denseParamBytes / tdp));
+      denseAR = std::max(denseAR, allReduceTime(cluster, replicas, step.denseBytesPerTpRank(tdp)));
       for (int64_t e = 0; e < ep; ++e) {
         Group experts;
         for (int64_t d = 0; d < dp; ++d)
@@ -253,8 +252,8 @@ public:
             std::max(expertAR, allReduceTime(cluster, experts,
                                              step.expertParamBytes * expertFraction[e] / tdp));
         c.allReduceBytes =
-            std::max(c.allReduceBytes,
-                     (step.denseParamBytes + step.expertParamBytes * expertFraction[e]) / tdp);
+            std::max(c.allReduceBytes, step.denseBytesPerTpRank(tdp) +
+                                           step.expertParamBytes * expertFraction[e] / tdp);
       }
     }
     c.allReduce = denseAR + expertAR;
@@ -284,7 +283,7 @@ public:
       for (int64_t e = 0; e < ep; ++e)
         for (int64_t t = 0; t < tp; ++t) {
           int64_t r = g.rank(d, e, t);
-          double dense = step.denseParamBytes / tdp;
+          double dense = step.denseBytesPerTpRank(tdp);
           double expert =
               (step.expertParamBytes * expertFraction[d * ep + e] + spareRows * rowBytes) / tdp;
           double moments =
@@ -404,6 +403,50 @@ private:
 };
 
 /// Writes `text` to `path` ("-": stdout).
+/// The parameters moe-partition splits over tp (splitTensorParallel): the
+/// q, k and v projections of every attention (through their clamps and
+/// per-head norms, whose gains stay whole) with their biases, its output
+/// projection, and every dense FFN's weights. The other dense parameters
+/// stay whole on each tp rank.
+llvm::DenseSet<StringRef> tensorParallelParams(func::FuncOp fn) {
+  llvm::DenseSet<StringRef> split;
+  auto add = [&](Value w) {
+    if (!w)
+      return;
+    if (auto copy = w.getDefiningOp<CastOp>()) // a mixed-precision copy
+      w = copy.getInput();
+    if (auto get = w.getDefiningOp<GetParamOp>())
+      split.insert(get.getName());
+  };
+  auto projections = [&](Operation *att, ValueRange inputs) {
+    for (Value in : inputs) {
+      if (auto clip = in.getDefiningOp<ClampOp>())
+        in = clip.getX();
+      if (auto norm = in.getDefiningOp<RMSNormOp>())
+        in = norm.getX();
+      if (auto lin = in.getDefiningOp<LinearOp>()) {
+        add(lin.getWeight());
+        add(lin.getBias());
+      }
+    }
+    for (Operation *user : att->getUsers())
+      if (auto out = dyn_cast<LinearOp>(user))
+        add(out.getWeight());
+  };
+  fn.walk([&](Operation *op) {
+    if (auto a = dyn_cast<AttentionOp>(op))
+      projections(op, {a.getQ(), a.getK(), a.getV()});
+    if (auto a = dyn_cast<LatentAttentionOp>(op))
+      projections(op, {a.getQ(), a.getK(), a.getV()});
+    if (auto f = dyn_cast<FFNOp>(op)) {
+      add(f.getWUp());
+      add(f.getWDown());
+      add(f.getWGate());
+    }
+  });
+  return split;
+}
+
 LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
   if (path == "-") {
     llvm::outs() << text;
@@ -514,9 +557,12 @@ void PlanShardingPass::runOnOperation() {
       for (double &t : *times)
         t *= 3;
   }
+  llvm::DenseSet<StringRef> split = tensorParallelParams(fn);
   for (ParamOp p : module.getOps<ParamOp>()) {
     double bytes = static_cast<double>(p.getTensorType().getNumElements()) * 4;
     (expertParams.contains(p.getSymName()) ? step.expertParamBytes : step.denseParamBytes) += bytes;
+    if (!expertParams.contains(p.getSymName()) && !split.contains(p.getSymName()))
+      step.tpWholeBytes += bytes;
   }
   if (auto plan = module->getAttrOfType<BufferPlanAttr>(MoEDialect::kBufferPlanAttrName))
     step.activationBytes = static_cast<double>(plan.getActivationBytes());
