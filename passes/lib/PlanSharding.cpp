@@ -402,7 +402,6 @@ private:
   std::vector<double> denseSpeed, expertSpeed;
 };
 
-/// Writes `text` to `path` ("-": stdout).
 /// The parameters moe-partition splits over tp (splitTensorParallel): the
 /// q, k and v projections of every attention (through their clamps and
 /// per-head norms, whose gains stay whole) with their biases, its output
@@ -447,6 +446,7 @@ llvm::DenseSet<StringRef> tensorParallelParams(func::FuncOp fn) {
   return split;
 }
 
+/// Writes `text` to `path` ("-": stdout).
 LogicalResult writeTo(StringRef path, StringRef text, Operation *op) {
   if (path == "-") {
     llvm::outs() << text;

@@ -47,12 +47,15 @@ int finish(moert_comm *comm, bool ok) {
 }
 
 /// What a collective puts on the wire: `bytes` in `messages` sequential
-/// messages, of which `interBytes` in `interMessages` to other nodes.
+/// messages, of which `interBytes` in `interMessages` to other nodes;
+/// `intraBytes` within the node when it is not bytes - interBytes (an
+/// all-to-all's larger direction can differ between the two links).
 struct Wire {
   double bytes = 0;
   int messages = 0;
   double interBytes = 0;
   int interMessages = 0;
+  double intraBytes = -1;
 };
 
 /// The emulated links' time for `w` (moert_comm_emulate_link, and
@@ -71,8 +74,9 @@ void emulateLink(const moert_comm *comm, const Wire &w) {
       seconds = w.bytes / link.bytesPerSecond + w.messages * link.latency;
     else {
       if (intra)
-        seconds = (w.bytes - w.interBytes) / link.bytesPerSecond +
-                  (w.messages - w.interMessages) * link.latency;
+        seconds =
+            (w.intraBytes >= 0 ? w.intraBytes : w.bytes - w.interBytes) / link.bytesPerSecond +
+            (w.messages - w.interMessages) * link.latency;
       seconds += w.interBytes / link.interBytesPerSecond + w.interMessages * link.interLatency;
     }
     if (seconds <= 0)
@@ -235,6 +239,7 @@ int moert_all_to_all_v(moert_comm *comm, const void *send, const int64_t *sendBy
     }
   w.bytes = std::max(sent, received), w.messages = n - 1;
   w.interBytes = std::max(interSent, interReceived);
+  w.intraBytes = std::max(sent - interSent, received - interReceived);
   if (n > 1)
     emulateLink(comm, w);
   return 0;

@@ -84,7 +84,7 @@ void moert_comm_emulate_link(moert_comm *comm, double bytes_per_second, double l
  * reduce-scatter its pieces for members of other nodes; a broadcast root
  * its bytes to each member of another node. The map is shared with the
  * communicator's duplicates. Returns 1, with the error set, for a negative
- * node. */
+ * node. Set it before any duplicate runs a collective (it is not locked). */
 int moert_comm_set_nodes(moert_comm *comm, const int32_t *node_of);
 
 /* The link between nodes (the trainer's --emulate-inter-node): the bytes a
